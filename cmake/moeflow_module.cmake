@@ -1,0 +1,25 @@
+# moeflow_module(NAME DEPS...) builds src/NAME/**/*.cpp into the static library moeflow_NAME.
+# Files ending in _avx2.cpp / _avx512.cpp are compiled for that instruction set only; the code
+# that calls them checks the CPU at run time, so the binary still runs on any x86-64.
+function(moeflow_module name)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${name}/*.cpp)
+  list(FILTER srcs EXCLUDE REGEX "/src/kernels/cuda/")
+  if(NOT srcs)
+    set(stub ${CMAKE_BINARY_DIR}/empty_${name}.cpp)
+    file(WRITE ${stub} "// module ${name} has no sources yet\n")
+    set(srcs ${stub})
+  endif()
+  add_library(moeflow_${name} STATIC ${srcs})
+  target_include_directories(moeflow_${name} PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  foreach(dep ${ARGN})
+    target_link_libraries(moeflow_${name} PUBLIC moeflow_${dep})
+  endforeach()
+  foreach(src ${srcs})
+    if(src MATCHES "_avx2\\.cpp$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mbmi2")
+    elseif(src MATCHES "_avx512\\.cpp$")
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS
+        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2")
+    endif()
+  endforeach()
+endfunction()

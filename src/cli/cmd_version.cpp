@@ -1,0 +1,17 @@
+#include <cstdio>
+
+#include "cli/command.h"
+#include "kernels/cpu/matmul.h"
+
+namespace moeflow::cli {
+namespace {
+
+const bool registered = register_command("version", "Print version and SIMD level", [](CLI::App&) {
+  return CommandMain([] {
+    std::printf("moeflow 0.1.0\n");
+    return 0;
+  });
+});
+
+}  // namespace
+}  // namespace moeflow::cli

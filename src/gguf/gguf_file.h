@@ -1,0 +1,85 @@
+#pragma once
+// Read-only view of a GGUF model (v2 and v3; little-endian), memory-mapped. Validates the
+// whole header on open: every string, array, tensor shape, type and byte range is checked
+// against the file size, and any problem throws moeflow::Error naming the file and the key or
+// tensor at fault. Split models ("name-00001-of-00003.gguf") open as one: pass the first part.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gguf/gguf_value.h"
+#include "quant/ggml_type.h"
+
+namespace moeflow {
+
+struct GgufTensorInfo {
+  std::string name;
+  GgmlType type;
+  std::vector<int64_t> dims;  // ggml order: dims[0] is the contiguous (row) length
+  uint64_t offset = 0;        // relative to the data section of its split file
+  uint64_t file_offset = 0;   // absolute offset in its split file
+  uint64_t nbytes = 0;
+  uint32_t split = 0;         // which split file holds the data
+
+  int64_t n_elements() const;
+  int64_t rows() const;  // product of dims[1..]
+};
+
+struct GgufKV {
+  std::string key;
+  GgufValue value;
+};
+
+class GgufFile {
+ public:
+  // Opens and validates; throws moeflow::Error ("model.gguf: tensor 'x' ends at byte N,
+  // past the end of the file (M bytes)").
+  static std::unique_ptr<GgufFile> open(const std::string& path);
+  ~GgufFile();
+
+  const std::string& path() const { return paths_[0]; }
+  const std::vector<std::string>& split_paths() const { return paths_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+
+  // Metadata (from the first split)
+  const std::vector<GgufKV>& metadata() const { return kv_; }
+  const GgufValue* find(const std::string& key) const;
+  bool has(const std::string& key) const { return find(key) != nullptr; }
+  // Typed getters throw moeflow::Error naming the key if missing or of the wrong type.
+  std::string get_string(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  int64_t get_int(const std::string& key, int64_t fallback) const;
+  double get_float(const std::string& key) const;
+  double get_float(const std::string& key, double fallback) const;
+  bool get_bool(const std::string& key, bool fallback) const;
+  std::vector<std::string> get_string_array(const std::string& key) const;
+  std::vector<int64_t> get_int_array(const std::string& key) const;
+  std::vector<float> get_float_array(const std::string& key) const;
+
+  // Tensors (from all splits)
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* find_tensor(const std::string& name) const;
+  const GgufTensorInfo& tensor(const std::string& name) const;  // throws naming the tensor
+  // Pointer into the mapping; valid while this object lives.
+  const uint8_t* data(const GgufTensorInfo& t) const;
+  uint64_t file_size(uint32_t split = 0) const;
+
+ private:
+  GgufFile() = default;
+  struct Mapping;
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<Mapping>> maps_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::vector<GgufKV> kv_;
+  std::unordered_map<std::string, size_t> kv_index_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> tensor_index_;
+
+  friend class GgufParser;
+};
+
+}  // namespace moeflow
