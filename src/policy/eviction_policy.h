@@ -1,0 +1,56 @@
+#pragma once
+// Cache replacement behind one small interface, shared by the live ExpertCache (experts/) and
+// the trace-driven simulator (trace/). A policy only ranks; the cache decides which experts are
+// candidates (resident, not pinned, same layer for per-layer budgets).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace moeflow {
+
+struct ExpertKey {
+  int layer = 0;
+  int expert = 0;
+  bool operator==(const ExpertKey&) const = default;
+};
+
+// One router decision, as seen by policies and predictors.
+struct RouteEvent {
+  int layer = 0;
+  uint64_t step = 0;            // global token step (decode token or prefill token index)
+  bool prefill = false;
+  std::span<const int> experts;        // chosen experts, rank order
+  std::span<const float> weights;      // their gate weights (same length), may be empty
+};
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  virtual std::string name() const = 0;
+
+  // A use of k at logical time t (a hit, or right after it was loaded for a use).
+  virtual void on_access(ExpertKey k, uint64_t t) = 0;
+  virtual void on_insert(ExpertKey k, uint64_t t) = 0;
+  virtual void on_evict(ExpertKey k) = 0;
+  // Among non-empty `candidates`, the one to evict now.
+  virtual ExpertKey choose_victim(std::span<const ExpertKey> candidates, uint64_t t) = 0;
+
+  // Optional signals used by EAM / HOBBIT / DAOP style policies.
+  virtual void on_route(const RouteEvent& ev) {}
+  virtual void on_sequence_start() {}
+};
+
+struct PolicyOptions {
+  int n_layers = 0;
+  int n_experts = 0;
+  int top_k = 0;
+};
+
+// Factory by name ("lru", "lfu", ...); throws moeflow::Error listing the known names.
+std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name,
+                                                     const PolicyOptions& opt);
+std::vector<std::string> eviction_policy_names();
+
+}  // namespace moeflow
