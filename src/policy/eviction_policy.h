@@ -40,12 +40,34 @@ class EvictionPolicy {
   // Optional signals used by EAM / HOBBIT / DAOP style policies.
   virtual void on_route(const RouteEvent& ev) {}
   virtual void on_sequence_start() {}
+
+  // Added for placement-style policies (static, DAOP). admit() == false means "serve this miss
+  // without caching it" (stream it / compute it elsewhere) instead of evicting a resident.
+  virtual bool admit(ExpertKey k, uint64_t t) { return true; }
+  // Experts to load before the first token (capacity given per layer, or in total when the
+  // cache has one global budget: then `layer` is -1). Empty = start cold.
+  virtual std::vector<ExpertKey> initial_residents(int layer, int capacity) { return {}; }
+  // Called when a prefill (all prompt tokens of one sequence) has routed, with per-layer
+  // expert counts (n_layers * n_experts, row-major). DAOP swaps placement here.
+  virtual void on_prefill_done(std::span<const double> counts) {}
+  // Experts the policy wants loaded now (placement swaps); the cache/sim fetches them.
+  virtual std::vector<ExpertKey> take_placement_requests() { return {}; }
 };
 
 struct PolicyOptions {
   int n_layers = 0;
   int n_experts = 0;
   int top_k = 0;
+  // Calibration: per-layer expert selection counts (n_layers * n_experts, row-major) from a
+  // calibration trace. Needed by "static" and "daop"; others ignore it.
+  std::vector<double> calib_counts;
+  // Cache capacity in experts per layer (per-layer budgets) or in total (global budget); used
+  // by placement policies to decide what to pin. 0 = unknown.
+  int capacity_per_layer = 0;
+  int capacity_total = 0;
+  // HOBBIT score weights {lru, lfu, lhu, fld}; empty = defaults (fitted ones come from the
+  // simulator's calibration, see trace/calibrate.h).
+  std::vector<double> weights;
 };
 
 // Factory by name ("lru", "lfu", ...); throws moeflow::Error listing the known names.

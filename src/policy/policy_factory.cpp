@@ -1,0 +1,36 @@
+#include <functional>
+#include <utility>
+
+#include "core/error.h"
+#include "policy/policies.h"
+
+namespace moeflow {
+namespace {
+
+using Maker = std::unique_ptr<EvictionPolicy> (*)(const PolicyOptions&);
+
+const std::vector<std::pair<std::string, Maker>>& table() {
+  static const std::vector<std::pair<std::string, Maker>> t = {
+      {"lru", policies::make_lru},
+      {"lfu", policies::make_lfu},
+  };
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name, const PolicyOptions& opt) {
+  for (auto& [n, make] : table())
+    if (n == name) return make(opt);
+  std::string known;
+  for (auto& n : eviction_policy_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown eviction policy '{}' (known: {})", name, known);
+}
+
+std::vector<std::string> eviction_policy_names() {
+  std::vector<std::string> v;
+  for (auto& [n, make] : table()) v.push_back(n);
+  return v;
+}
+
+}  // namespace moeflow
