@@ -1,0 +1,16 @@
+#include "model/kv_cache.h"
+
+#include "core/error.h"
+
+namespace moeflow {
+
+KvCache::KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim)
+    : n_layer_(n_layer), n_ctx_(n_ctx), k_dim_(k_dim), v_dim_(v_dim) {
+  if (n_ctx <= 0) fail("context size (-c) must be positive, got {}", n_ctx);
+  const uint64_t nk = (uint64_t)n_layer * n_ctx * k_dim * sizeof(float);
+  const uint64_t nv = (uint64_t)n_layer * n_ctx * v_dim * sizeof(float);
+  k_.allocate(nk);
+  v_.allocate(nv);
+}
+
+}  // namespace moeflow

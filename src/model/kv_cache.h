@@ -1,0 +1,37 @@
+#pragma once
+// Float32 key/value cache for every layer: position-major, so appending a token writes one
+// contiguous row per layer and attention reads rows 0..pos in order.
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+
+namespace moeflow {
+
+class KvCache {
+ public:
+  KvCache() = default;
+  KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t k_dim() const { return k_dim_; }
+  int64_t v_dim() const { return v_dim_; }
+  int n_layer() const { return n_layer_; }
+  uint64_t bytes() const { return k_.size() + v_.size(); }
+
+  float* k(int layer, int64_t pos) { return k_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * k_dim_; }
+  float* v(int layer, int64_t pos) { return v_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * v_dim_; }
+  const float* k(int layer, int64_t pos) const {
+    return k_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * k_dim_;
+  }
+  const float* v(int layer, int64_t pos) const {
+    return v_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * v_dim_;
+  }
+
+ private:
+  int n_layer_ = 0;
+  int64_t n_ctx_ = 0, k_dim_ = 0, v_dim_ = 0;
+  AlignedBuffer k_, v_;
+};
+
+}  // namespace moeflow

@@ -1,0 +1,61 @@
+#pragma once
+// The MoE block protocol (docs/model.md): route -> provider.on_route -> observer -> order the
+// experts resident, in flight, not started -> per expert acquire / SwiGLU over its tokens /
+// release -> combine in a fixed order (ascending token, then router rank), so exact modes are
+// bit-identical whatever order the experts ran in.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/thread_pool.h"
+#include "experts/expert_provider.h"
+#include "model/hparams.h"
+#include "model/observer.h"
+#include "model/weights.h"
+
+namespace moeflow {
+
+// Softmax over all n_expert router logits, keep the k largest probabilities (ties: lower expert
+// first), optionally renormalise them to sum 1. experts/weights receive k entries, rank order.
+void select_topk(const float* logits, int n_expert, int k, bool renorm, int* experts,
+                 float* weights, float* scratch /* n_expert */);
+
+struct MoeStepStats {
+  uint64_t expert_calls = 0;    // acquire/release pairs
+  uint64_t expert_bytes = 0;    // bytes of the acquired expert slices
+};
+
+class MoeBlock {
+ public:
+  MoeBlock(const HParams& hp, int max_tokens);
+
+  // out[n][n_embd] = MoE(xn) for the n tokens (n <= max_tokens). tokens may be null.
+  void run(int layer, const LayerWeights& L, const float* xn, int n, const int32_t* tokens,
+           int64_t pos0, ExpertProvider& provider, ForwardObserver* observer, float* out,
+           ThreadPool* pool);
+
+  // Router decision of the last run(): n x top_k each.
+  std::span<const int> last_experts() const { return {experts_.data(), (size_t)last_n_ * k_}; }
+  std::span<const float> last_weights() const { return {weights_.data(), (size_t)last_n_ * k_}; }
+  // The order experts were executed in by the last run() (for tests and statistics).
+  const std::vector<int>& last_exec_order() const { return order_; }
+  MoeStepStats& stats() { return stats_; }
+
+ private:
+  const HParams& hp_;
+  int max_tokens_;
+  int k_;
+  int last_n_ = 0;
+  std::vector<float> logits_, probs_scratch_;
+  std::vector<int> experts_;
+  std::vector<float> weights_;
+  std::vector<int> union_, order_;
+  std::vector<std::vector<int>> slots_of_;  // per expert: indices t*k + rank routed to it
+  std::vector<char> seen_;
+  AlignedBuffer xe_, gu_, h_, ye_, yslot_;
+  std::vector<float> shgate_;
+  MoeStepStats stats_;
+};
+
+}  // namespace moeflow

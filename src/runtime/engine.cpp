@@ -1,0 +1,124 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "experts/resident_provider.h"
+#include "gguf/gguf_file.h"
+
+namespace moeflow {
+
+std::string GenerationStats::to_json() const {
+  return fmt::format(
+      "{{\"n_prompt\":{},\"n_generated\":{},\"ttft_ms\":{:.3f},\"tpot_ms\":{:.3f},"
+      "\"prefill_tps\":{:.3f},\"decode_tps\":{:.3f}}}",
+      n_prompt, n_generated, ttft_s * 1e3, tpot_s() * 1e3, prefill_tps(), decode_tps());
+}
+
+Engine::Engine(const std::string& model_path, const EngineOptions& opt,
+               std::shared_ptr<ExpertProvider> provider)
+    : file_(GgufFile::open(model_path)), provider_(std::move(provider)) {
+  init(opt);
+}
+
+Engine::Engine(std::shared_ptr<const GgufFile> file, const EngineOptions& opt,
+               std::shared_ptr<ExpertProvider> provider)
+    : file_(std::move(file)), provider_(std::move(provider)) {
+  init(opt);
+}
+
+Engine::~Engine() = default;
+
+void Engine::init(const EngineOptions& opt) {
+  model_ = std::make_unique<Model>(*file_);
+  if (!provider_) provider_ = std::make_shared<ResidentExpertProvider>(*file_);
+  if (opt.n_threads < 0) fail("thread count (-t) must be positive, got {}", opt.n_threads);
+  pool_ = std::make_unique<ThreadPool>(opt.n_threads == 0 ? default_thread_count() : opt.n_threads);
+  int64_t n_ctx = opt.n_ctx;
+  if (n_ctx < 0) fail("context size (-c) must be positive, got {}", n_ctx);
+  if (n_ctx == 0) n_ctx = std::min<int64_t>(4096, std::max<int64_t>(1, model_->hparams().n_ctx_train));
+  if (opt.batch <= 0) fail("batch size must be positive, got {}", opt.batch);
+  const int batch = (int)std::min<int64_t>(opt.batch, n_ctx);
+  ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+}
+
+void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out) {
+  const int64_t V = n_vocab();
+  if (out) out->resize(all_logits ? tokens.size() * V : (tokens.empty() ? 0 : V));
+  const size_t B = ctx_->max_batch();
+  for (size_t i = 0; i < tokens.size(); i += B) {
+    const size_t n = std::min(B, tokens.size() - i);
+    const bool last = i + n == tokens.size();
+    LogitsMode mode = all_logits ? LogitsMode::All : (last ? LogitsMode::Last : LogitsMode::None);
+    if (!out) mode = LogitsMode::None;
+    ctx_->forward(tokens.subspan(i, n), mode);
+    if (!out) continue;
+    if (all_logits)
+      std::memcpy(out->data() + i * V, ctx_->logits(), n * V * sizeof(float));
+    else if (last)
+      std::memcpy(out->data(), ctx_->logits(), V * sizeof(float));
+  }
+}
+
+void Engine::prefill_sequential(std::span<const int32_t> tokens, bool all_logits,
+                                std::vector<float>* out) {
+  const int64_t V = n_vocab();
+  if (out) out->resize(all_logits ? tokens.size() * V : (tokens.empty() ? 0 : V));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ctx_->forward(tokens.subspan(i, 1), out ? LogitsMode::Last : LogitsMode::None);
+    if (!out) continue;
+    if (all_logits)
+      std::memcpy(out->data() + i * V, ctx_->logits(), V * sizeof(float));
+    else if (i + 1 == tokens.size())
+      std::memcpy(out->data(), ctx_->logits(), V * sizeof(float));
+  }
+}
+
+std::span<const float> Engine::decode(int32_t token) {
+  ctx_->forward({&token, 1}, LogitsMode::Last);
+  return {ctx_->logits(), (size_t)n_vocab()};
+}
+
+std::vector<int32_t> Engine::generate(std::span<const int32_t> prompt, int n_predict,
+                                      Sampler& sampler,
+                                      const std::function<bool(int32_t)>& on_token,
+                                      std::span<const int32_t> stop) {
+  if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
+  stats_ = {};
+  stats_.n_prompt = (int)prompt.size();
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  history.reserve(prompt.size() + std::max(0, n_predict));
+  std::vector<int32_t> generated;
+  generated.reserve(std::max(0, n_predict));
+  if (n_predict <= 0) return generated;
+  if (pos() + (int64_t)prompt.size() + n_predict - 1 > ctx_->n_ctx())
+    fail("prompt ({} tokens) plus -n {} does not fit the context size {} (-c)", prompt.size(),
+         n_predict, ctx_->n_ctx());
+  const double t0 = now_seconds();
+  std::vector<float> logits;
+  prefill(prompt, false, &logits);
+  stats_.prefill_s = now_seconds() - t0;
+  std::span<const float> row(logits);
+  double decode_start = 0;
+  for (int i = 0; i < n_predict; ++i) {
+    const int32_t tok = sampler.sample(row, history);
+    if (i == 0) {
+      stats_.ttft_s = now_seconds() - t0;
+      decode_start = now_seconds();
+    }
+    generated.push_back(tok);
+    history.push_back(tok);
+    stats_.n_generated = (int)generated.size();
+    const bool stop_tok = std::find(stop.begin(), stop.end(), tok) != stop.end();
+    if ((on_token && !on_token(tok)) || stop_tok || i + 1 == n_predict) break;
+    row = decode(tok);
+    stats_.decode_s = now_seconds() - decode_start;
+  }
+  return generated;
+}
+
+}  // namespace moeflow

@@ -1,0 +1,82 @@
+#pragma once
+// The inference engine: opens a GGUF, builds the model, an expert provider (resident unless one
+// is supplied), the KV cache and a thread pool, and runs prefill + decode with statistics.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "experts/expert_provider.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+
+namespace moeflow {
+
+class GgufFile;
+
+struct EngineOptions {
+  int n_threads = 0;      // 0: all cores
+  int64_t n_ctx = 0;      // 0: min(4096, context_length)
+  int batch = 256;        // prefill chunk (tokens per forward call)
+};
+
+struct GenerationStats {
+  int n_prompt = 0;
+  int n_generated = 0;
+  double prefill_s = 0;   // wall time of the prompt forward passes
+  double ttft_s = 0;      // start -> first generated token sampled
+  double decode_s = 0;    // wall time of the decode forward passes (after the first token)
+  double tpot_s() const { return n_generated > 1 ? decode_s / (n_generated - 1) : 0; }
+  double prefill_tps() const { return prefill_s > 0 ? n_prompt / prefill_s : 0; }
+  double decode_tps() const { return decode_s > 0 ? (n_generated - 1) / decode_s : 0; }
+  std::string to_json() const;
+};
+
+class Engine {
+ public:
+  // provider == nullptr: a ResidentExpertProvider over the mmap.
+  Engine(const std::string& model_path, const EngineOptions& opt,
+         std::shared_ptr<ExpertProvider> provider = nullptr);
+  // Takes an already opened file (for tools that opened it to build their own provider).
+  Engine(std::shared_ptr<const GgufFile> file, const EngineOptions& opt,
+         std::shared_ptr<ExpertProvider> provider = nullptr);
+  ~Engine();
+
+  const Model& model() const { return *model_; }
+  const GgufFile& file() const { return *file_; }
+  ForwardContext& context() { return *ctx_; }
+  ExpertProvider& provider() { return *provider_; }
+  ThreadPool& pool() { return *pool_; }
+  int64_t n_vocab() const { return model_->n_vocab(); }
+  int64_t pos() const { return ctx_->pos(); }
+  void reset() { ctx_->reset(); }
+
+  // Feeds tokens at the current position in chunks of opt.batch. With all_logits, out gets
+  // tokens.size() rows of n_vocab; otherwise the last row only. out may be null.
+  void prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out);
+  // Feeds one token; returns its logits row (n_vocab, valid until the next call).
+  std::span<const float> decode(int32_t token);
+  // Same as prefill, one token at a time (the oracle's --sequential path).
+  void prefill_sequential(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out);
+
+  // Prefill + sample up to n_predict tokens; on_token is called as each is chosen and may
+  // return false to stop. Stops early at a token in `stop`.
+  std::vector<int32_t> generate(std::span<const int32_t> prompt, int n_predict, Sampler& sampler,
+                                const std::function<bool(int32_t)>& on_token,
+                                std::span<const int32_t> stop = {});
+  const GenerationStats& stats() const { return stats_; }
+
+ private:
+  void init(const EngineOptions& opt);
+  std::shared_ptr<const GgufFile> file_;
+  std::shared_ptr<ExpertProvider> provider_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ForwardContext> ctx_;
+  GenerationStats stats_;
+};
+
+}  // namespace moeflow
