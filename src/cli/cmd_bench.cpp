@@ -1,0 +1,109 @@
+// `moeflow bench`: prefill and decode throughput on fixed token ids, median of --reps.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "gguf/gguf_file.h"
+#include "kernels/cpu/matmul.h"
+#include "runtime/engine.h"
+
+namespace moeflow::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int n_prompt = 512;
+  int n_gen = 64;
+  int threads = 0;
+  int reps = 3;
+  int batch = 512;
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.n_prompt < 0 || a.n_gen < 0 || a.reps <= 0)
+    fail("bench: -p and -n must be >= 0 and --reps > 0");
+  EngineOptions opt;
+  opt.n_threads = a.threads;
+  opt.n_ctx = std::max(1, a.n_prompt + a.n_gen);
+  opt.batch = std::max(1, std::min(a.batch, std::max(1, a.n_prompt)));
+  Engine eng(a.model, opt);
+  const int64_t V = eng.n_vocab();
+  // Fixed pseudo-random ids (an LCG) so every run and every engine sees the same tokens.
+  std::vector<int32_t> toks(std::max(a.n_prompt, a.n_gen));
+  uint64_t s = 12345;
+  for (auto& t : toks) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t = (int32_t)((s >> 33) % (uint64_t)V);
+  }
+  std::vector<double> pp, tg;
+  for (int r = 0; r < a.reps; ++r) {
+    if (a.n_prompt > 0) {
+      eng.reset();
+      const double t0 = now_seconds();
+      eng.prefill(std::span<const int32_t>(toks.data(), a.n_prompt), false, nullptr);
+      pp.push_back(a.n_prompt / (now_seconds() - t0));
+    }
+    if (a.n_gen > 0) {
+      eng.reset();
+      const double t0 = now_seconds();
+      for (int i = 0; i < a.n_gen; ++i) eng.decode(toks[i]);
+      tg.push_back(a.n_gen / (now_seconds() - t0));
+    }
+  }
+  const double prefill_tps = pp.empty() ? 0 : median(pp);
+  const double decode_tps = tg.empty() ? 0 : median(tg);
+  uint64_t model_bytes = 0;
+  for (const auto& t : eng.file().tensors()) model_bytes += t.nbytes;
+  const HParams& hp = eng.model().hparams();
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["arch"] = hp.arch_name;
+    j["n_prompt"] = a.n_prompt;
+    j["n_gen"] = a.n_gen;
+    j["reps"] = a.reps;
+    j["threads"] = eng.pool().size();
+    j["simd"] = simd_level();
+    j["prefill_tps"] = prefill_tps;
+    j["decode_tps"] = decode_tps;
+    j["model_bytes"] = model_bytes;
+    j["expert_bytes"] = eng.model().total_expert_bytes();
+    j["active_expert_bytes_per_token"] = eng.model().active_expert_bytes_per_token();
+    j["non_expert_bytes"] = eng.model().weights().non_expert_bytes;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("model %s (%s, %.1f MiB), %d threads, %s\n", a.model.c_str(), hp.arch_name.c_str(),
+                model_bytes / 1048576.0, eng.pool().size(), simd_level());
+    std::printf("prefill pp%d: %.2f tok/s\n", a.n_prompt, prefill_tps);
+    std::printf("decode  tg%d: %.2f tok/s\n", a.n_gen, decode_tps);
+  }
+  return 0;
+}
+
+const bool registered = register_command("bench", "Measure prefill and decode speed", [](CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model")->required();
+  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens");
+  app.add_option("-n,--n-gen", a->n_gen, "generated tokens");
+  app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+  app.add_option("--reps", a->reps, "repetitions (median is reported)");
+  app.add_flag("--json", a->json, "print one JSON object");
+  return CommandMain([a] { return run_bench(*a); });
+});
+
+}  // namespace
+}  // namespace moeflow::cli

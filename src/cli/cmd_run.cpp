@@ -1,0 +1,83 @@
+// `moeflow run`: generate from a prompt with llama.cpp-style flags, streaming to stdout.
+// Prompts are text (through the model's tokenizer) or "ids:1,2,3"; without a tokenizer the
+// generated token ids are printed instead of text.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/token_list.h"
+#include "sampling/sampler.h"
+
+namespace moeflow::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, prompt;
+  int n_predict = 128;
+  int threads = 0;
+  int64_t ctx = 0;
+  int batch = 256;
+  SamplerParams sp;
+  bool stats_json = false;
+};
+
+int run_run(RunArgs& a) {
+  std::vector<int32_t> prompt;
+  if (is_id_prompt(a.prompt)) {
+    prompt = parse_token_list(a.prompt, "-p");
+  } else {
+    fail("-p: text prompts need the tokenizer module, which is not available in this build; "
+         "pass token ids as -p \"ids:1,2,3\"");
+  }
+  if (a.n_predict < 0) fail("-n must be >= 0, got {}", a.n_predict);
+  EngineOptions opt;
+  opt.n_threads = a.threads;
+  opt.n_ctx = a.ctx;
+  opt.batch = a.batch;
+  Engine eng(a.model, opt);
+  Sampler sampler(a.sp);
+  bool first = true;
+  eng.generate(prompt, a.n_predict, sampler, [&](int32_t tok) {
+    std::printf(first ? "%d" : " %d", tok);
+    first = false;
+    std::fflush(stdout);
+    return true;
+  });
+  std::printf("\n");
+  const GenerationStats& s = eng.stats();
+  if (a.stats_json) {
+    std::fprintf(stderr, "%s\n", s.to_json().c_str());
+  } else {
+    std::fprintf(stderr,
+                 "prompt %d tokens, %.2f tok/s | generated %d tokens, TTFT %.1f ms, TPOT %.1f ms, "
+                 "%.2f tok/s | %d threads\n",
+                 s.n_prompt, s.prefill_tps(), s.n_generated, s.ttft_s * 1e3, s.tpot_s() * 1e3,
+                 s.decode_tps(), eng.pool().size());
+  }
+  return 0;
+}
+
+const bool registered = register_command("run", "Generate text from a prompt", [](CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model")->required();
+  app.add_option("-p,--prompt", a->prompt, "prompt text, or ids:1,2,3")->required();
+  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate");
+  app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+  app.add_option("--seed", a->sp.seed, "sampling seed");
+  app.add_option("--temp", a->sp.temperature, "temperature (0 = greedy)");
+  app.add_option("--top-k", a->sp.top_k, "top-k (0 = off)");
+  app.add_option("--top-p", a->sp.top_p, "top-p (1 = off)");
+  app.add_option("--min-p", a->sp.min_p, "min-p (0 = off)");
+  app.add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
+  app.add_flag("--stats-json", a->stats_json, "print statistics to stderr as JSON");
+  return CommandMain([a] { return run_run(*a); });
+});
+
+}  // namespace
+}  // namespace moeflow::cli
