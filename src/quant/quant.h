@@ -17,4 +17,7 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 // True if quantize_row supports t.
 bool can_quantize(GgmlType t);
 
+// True if dequantize_row supports t (a superset of TypeTraits::supported: it includes Q8_K).
+bool can_dequantize(GgmlType t);
+
 }  // namespace moeflow

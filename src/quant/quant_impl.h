@@ -1,0 +1,88 @@
+#pragma once
+// Internal to the quant module: one dequantize/quantize pair per format family, dispatched by
+// quant.cpp, plus the small numeric helpers they share.
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "quant/ggml_type.h"
+
+namespace moeflow::quant_detail {
+
+// n is always a whole number of blocks here (quant.cpp checks it once).
+void dequantize_f32(const void* src, float* dst, int64_t n);
+void dequantize_f16(const void* src, float* dst, int64_t n);
+void dequantize_bf16(const void* src, float* dst, int64_t n);
+void quantize_f32(const float* src, void* dst, int64_t n);
+void quantize_f16(const float* src, void* dst, int64_t n);
+void quantize_bf16(const float* src, void* dst, int64_t n);
+
+void dequantize_q4_0(const void* src, float* dst, int64_t n);
+void dequantize_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_q5_1(const void* src, float* dst, int64_t n);
+void dequantize_q8_0(const void* src, float* dst, int64_t n);
+void quantize_q4_0(const float* src, void* dst, int64_t n);
+void quantize_q4_1(const float* src, void* dst, int64_t n);
+void quantize_q5_0(const float* src, void* dst, int64_t n);
+void quantize_q5_1(const float* src, void* dst, int64_t n);
+void quantize_q8_0(const float* src, void* dst, int64_t n);
+
+void dequantize_q2_k(const void* src, float* dst, int64_t n);
+void dequantize_q3_k(const void* src, float* dst, int64_t n);
+void dequantize_q4_k(const void* src, float* dst, int64_t n);
+void dequantize_q5_k(const void* src, float* dst, int64_t n);
+void dequantize_q6_k(const void* src, float* dst, int64_t n);
+void dequantize_q8_k(const void* src, float* dst, int64_t n);
+void quantize_q2_k(const float* src, void* dst, int64_t n);
+void quantize_q3_k(const float* src, void* dst, int64_t n);
+void quantize_q4_k(const float* src, void* dst, int64_t n);
+void quantize_q5_k(const float* src, void* dst, int64_t n);
+void quantize_q6_k(const float* src, void* dst, int64_t n);
+void quantize_q8_k(const float* src, void* dst, int64_t n);
+
+void dequantize_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
+void dequantize_mxfp4(const void* src, float* dst, int64_t n);
+void quantize_iq4_nl(const float* src, void* dst, int64_t n);
+void quantize_iq4_xs(const float* src, void* dst, int64_t n);
+void quantize_mxfp4(const float* src, void* dst, int64_t n);
+
+// Round half away from zero (C roundf), the rounding every reference quantizer uses.
+inline int round_int(float v) { return (int)std::lround(v); }
+
+// Clamped float -> int conversion that never hits the undefined out-of-range cast.
+inline int clamp_round(float v, int lo, int hi) {
+  if (!(v > (float)lo)) return lo;  // also catches NaN
+  if (v >= (float)hi) return hi;
+  return (int)std::lround(v);
+}
+inline int clamp_trunc(float v, int lo, int hi) {
+  if (!(v > (float)lo)) return lo;
+  if (v >= (float)hi) return hi;
+  return (int)v;
+}
+
+// Largest |x| of a block; fails on NaN/Inf because no block format can hold them and a silent
+// garbage block would be far harder to trace than an error here.
+inline float block_amax(const float* x, int n, GgmlType t) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    if (!(a <= 3.4e38f)) fail("quantize {}: non-finite input value {} (element {} of a block)",
+                              type_name(t), x[i], i);
+    amax = a > amax ? a : amax;
+  }
+  return amax;
+}
+
+// Stores a scale as fp16, failing when it does not fit (the block would decode to Inf/NaN).
+inline uint16_t store_scale(float d, GgmlType t) {
+  const uint16_t h = fp32_to_fp16(d);
+  if ((h & 0x7c00) == 0x7c00)
+    fail("quantize {}: block scale {} overflows fp16 (input magnitude too large)", type_name(t), d);
+  return h;
+}
+
+}  // namespace moeflow::quant_detail
