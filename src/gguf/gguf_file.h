@@ -66,6 +66,15 @@ class GgufFile {
   // Pointer into the mapping; valid while this object lives.
   const uint8_t* data(const GgufTensorInfo& t) const;
   uint64_t file_size(uint32_t split = 0) const;
+  // Absolute offset of the aligned data section of a split file.
+  uint64_t data_section_offset(uint32_t split = 0) const;
+
+  // Page-cache hints for the mapping (never change results): prefetch = MADV_WILLNEED,
+  // release = MADV_DONTNEED (drops this process's pages of the tensor), advise_random stops
+  // kernel read-ahead from pulling neighbouring experts in on every fault.
+  void prefetch(const GgufTensorInfo& t) const;
+  void release(const GgufTensorInfo& t) const;
+  void advise_random() const;
 
  private:
   GgufFile() = default;

@@ -1,0 +1,148 @@
+#include "gguf/expert_index.h"
+
+#include <map>
+#include <regex>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+
+namespace moeflow {
+namespace {
+
+// Slot 3 is the fused gate+up tensor; it ends up in proj Gate.
+constexpr int kFused = 3;
+
+struct LayerTensors {
+  const GgufTensorInfo* t[4] = {nullptr, nullptr, nullptr, nullptr};
+};
+
+const char* slot_name(int s) {
+  static const char* names[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+                                "ffn_gate_up_exps"};
+  return names[s];
+}
+
+ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& lt) {
+  const std::string& path = f.path();
+  for (int s = 0; s < 4; ++s) {
+    const GgufTensorInfo* t = lt.t[s];
+    if (t && t->dims.size() != 3)
+      fail("{}: expert tensor '{}' has {} dimensions, expected 3 [cols, rows, n_expert]", path,
+           t->name, t->dims.size());
+  }
+  const bool fused = lt.t[kFused] != nullptr;
+  const GgufTensorInfo* down = lt.t[int(ExpertProj::Down)];
+  const GgufTensorInfo* gate = lt.t[fused ? kFused : int(ExpertProj::Gate)];
+  const GgufTensorInfo* up = lt.t[int(ExpertProj::Up)];
+  if (fused && (lt.t[int(ExpertProj::Gate)] || up))
+    fail("{}: layer {} has both a fused ffn_gate_up_exps and separate gate/up expert tensors",
+         path, layer);
+  for (int s : {int(ExpertProj::Gate), int(ExpertProj::Up), int(ExpertProj::Down)}) {
+    if (fused && s != int(ExpertProj::Down)) continue;
+    if (!lt.t[s])
+      fail("{}: layer {} has expert tensors but no blk.{}.{}.weight", path, layer, layer,
+           slot_name(s));
+  }
+
+  const int64_t n_expert = down->dims[2];
+  const GgufTensorInfo* all[3] = {gate, fused ? nullptr : up, down};
+  for (const GgufTensorInfo* t : all) {
+    if (t && t->dims[2] != n_expert)
+      fail("{}: layer {}: '{}' has {} experts but '{}' has {}", path, layer, t->name, t->dims[2],
+           down->name, n_expert);
+  }
+  if (n_expert > INT32_MAX) fail("{}: layer {}: {} experts is too many", path, layer, n_expert);
+  // gate/up map n_embd -> n_ff, down maps n_ff -> n_embd.
+  const int64_t n_ff = down->dims[0];
+  const int64_t n_embd = down->dims[1];
+  if (gate->dims[0] != n_embd || gate->dims[1] != (fused ? 2 * n_ff : n_ff))
+    fail("{}: layer {}: '{}' has shape [{}, {}] but '{}' implies [{}, {}]", path, layer,
+         gate->name, gate->dims[0], gate->dims[1], down->name, n_embd, fused ? 2 * n_ff : n_ff);
+  if (!fused && (up->dims[0] != gate->dims[0] || up->dims[1] != gate->dims[1]))
+    fail("{}: layer {}: '{}' and '{}' have different shapes", path, layer, gate->name, up->name);
+
+  ExpertLayerIndex li;
+  li.layer = layer;
+  li.n_expert = static_cast<int>(n_expert);
+  li.fused_gate_up = fused;
+  li.slices.resize(static_cast<size_t>(n_expert));
+  for (int p = 0; p < kNumExpertProj; ++p) {
+    const GgufTensorInfo* t = all[p];
+    if (!t) continue;
+    // The parser checked nbytes == rows * row_bytes(cols) * n_expert without overflow.
+    const uint64_t slice_bytes = t->nbytes / static_cast<uint64_t>(n_expert);
+    for (int64_t e = 0; e < n_expert; ++e) {
+      ExpertSlice& s = li.slices[static_cast<size_t>(e)][static_cast<size_t>(p)];
+      s.type = t->type;
+      s.cols = t->dims[0];
+      s.rows = t->dims[1];
+      s.file_offset = t->file_offset + static_cast<uint64_t>(e) * slice_bytes;
+      s.nbytes = slice_bytes;
+      s.split = t->split;
+    }
+  }
+  return li;
+}
+
+}  // namespace
+
+uint64_t ExpertIndex::total_expert_bytes() const {
+  uint64_t total = 0;
+  for (const auto& l : layers)
+    for (const auto& e : l.slices)
+      for (const auto& s : e) total += s.nbytes;
+  return total;
+}
+
+uint64_t ExpertIndex::expert_bytes(int layer, int expert) const {
+  if (layer < 0 || static_cast<size_t>(layer) >= layers.size())
+    fail("expert index: layer {} out of range (model has {})", layer, layers.size());
+  const auto& l = layers[static_cast<size_t>(layer)];
+  if (expert < 0 || expert >= l.n_expert)
+    fail("expert index: expert {} out of range for layer {} ({} experts)", expert, layer,
+         l.n_expert);
+  uint64_t total = 0;
+  for (const auto& s : l.slices[static_cast<size_t>(expert)]) total += s.nbytes;
+  return total;
+}
+
+ExpertIndex build_expert_index(const GgufFile& f) {
+  static const std::regex re(R"(^blk\.([0-9]{1,6})\.(ffn_gate_exps|ffn_up_exps|ffn_down_exps|ffn_gate_up_exps)\.weight$)");
+  static const std::regex blk(R"(^blk\.([0-9]{1,6})\.)");
+  std::map<int, LayerTensors> found;
+  int max_layer = -1;
+  for (const auto& t : f.tensors()) {
+    std::smatch m;
+    if (!std::regex_search(t.name, m, blk)) continue;
+    const int layer = std::stoi(m[1].str());
+    max_layer = std::max(max_layer, layer);
+    if (!std::regex_match(t.name, m, re)) continue;
+    const std::string kind = m[2].str();
+    const int slot = kind == "ffn_gate_exps" ? 0 : kind == "ffn_up_exps" ? 1
+                     : kind == "ffn_down_exps" ? 2 : kFused;
+    found[layer].t[slot] = &t;
+  }
+
+  int64_t n_layers = max_layer + 1;
+  if (const GgufValue* arch = f.find("general.architecture");
+      arch && arch->type == GgufType::STRING) {
+    const std::string key = arch->s + ".block_count";
+    if (f.has(key)) {
+      n_layers = f.get_int(key);
+      if (n_layers < 0 || n_layers > 1000000)
+        fail("{}: metadata key '{}' = {} is out of range", f.path(), key, n_layers);
+      if (max_layer >= n_layers)
+        fail("{}: tensor of layer {} but '{}' = {}", f.path(), max_layer, key, n_layers);
+    }
+  }
+
+  ExpertIndex idx;
+  idx.n_layers = static_cast<int>(n_layers);
+  idx.layers.resize(static_cast<size_t>(n_layers));
+  for (int l = 0; l < idx.n_layers; ++l) idx.layers[static_cast<size_t>(l)].layer = l;
+  for (const auto& [layer, lt] : found)
+    idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt);
+  return idx;
+}
+
+}  // namespace moeflow

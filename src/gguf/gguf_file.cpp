@@ -1,0 +1,221 @@
+#include "gguf/gguf_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "gguf/gguf_parser.h"
+
+namespace moeflow {
+
+// Magic + version + tensor count + metadata count.
+constexpr uint64_t kMinHeaderBytes = 24;
+
+GgufFile::Mapping::Mapping(const std::string& p) : path(p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", p, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("{}: cannot stat: {}", p, std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{}: not a regular file", p);
+  }
+  size = static_cast<uint64_t>(st.st_size);
+  if (size < kMinHeaderBytes) {
+    ::close(fd);
+    fail("{}: file is truncated: {} bytes is too small for a GGUF header", p, size);
+  }
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  // The mapping keeps the file referenced; the descriptor is not needed any more.
+  ::close(fd);
+  if (m == MAP_FAILED) fail("{}: cannot mmap {} bytes: {}", p, size, std::strerror(err));
+  base = static_cast<const uint8_t*>(m);
+}
+
+GgufFile::Mapping::~Mapping() {
+  if (base) ::munmap(const_cast<uint8_t*>(base), size);
+}
+
+GgufFile::~GgufFile() = default;
+
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) { return GgufParser::open(path); }
+
+int64_t GgufTensorInfo::n_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+int64_t GgufTensorInfo::rows() const {
+  int64_t n = 1;
+  for (size_t k = 1; k < dims.size(); ++k) n *= dims[k];
+  return n;
+}
+
+const GgufValue* GgufFile::find(const std::string& key) const {
+  auto it = kv_index_.find(key);
+  return it == kv_index_.end() ? nullptr : &kv_[it->second].value;
+}
+
+namespace {
+
+const GgufValue& require(const GgufFile& f, const std::string& key) {
+  const GgufValue* v = f.find(key);
+  if (!v) fail("{}: missing metadata key '{}'", f.path(), key);
+  return *v;
+}
+
+[[noreturn]] void wrong_type(const GgufFile& f, const std::string& key, const GgufValue& v,
+                             const char* expected) {
+  std::string got = gguf_type_name(v.type);
+  if (v.type == GgufType::ARRAY) got += fmt::format(" of {}", gguf_type_name(v.elem_type));
+  fail("{}: metadata key '{}' is {}, expected {}", f.path(), key, got, expected);
+}
+
+int64_t int_of(const GgufFile& f, const std::string& key, const GgufValue& v) {
+  if (!v.is_integer()) wrong_type(f, key, v, "an integer");
+  try {
+    return v.as_int();
+  } catch (const Error& e) {
+    fail("{}: metadata key '{}': {}", f.path(), key, e.what());
+  }
+}
+
+const GgufValue& array_of(const GgufFile& f, const std::string& key, const char* expected) {
+  const GgufValue& v = require(f, key);
+  if (v.type != GgufType::ARRAY) wrong_type(f, key, v, expected);
+  return v;
+}
+
+}  // namespace
+
+std::string GgufFile::get_string(const std::string& key) const {
+  const GgufValue& v = require(*this, key);
+  if (v.type != GgufType::STRING) wrong_type(*this, key, v, "a string");
+  return v.s;
+}
+
+int64_t GgufFile::get_int(const std::string& key) const {
+  return int_of(*this, key, require(*this, key));
+}
+
+int64_t GgufFile::get_int(const std::string& key, int64_t fallback) const {
+  const GgufValue* v = find(key);
+  return v ? int_of(*this, key, *v) : fallback;
+}
+
+double GgufFile::get_float(const std::string& key) const {
+  const GgufValue& v = require(*this, key);
+  if (!v.is_float() && !v.is_integer()) wrong_type(*this, key, v, "a number");
+  return v.as_float();
+}
+
+double GgufFile::get_float(const std::string& key, double fallback) const {
+  return find(key) ? get_float(key) : fallback;
+}
+
+bool GgufFile::get_bool(const std::string& key, bool fallback) const {
+  const GgufValue* v = find(key);
+  if (!v) return fallback;
+  if (v->type != GgufType::BOOL) wrong_type(*this, key, *v, "a bool");
+  return v->b;
+}
+
+std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
+  const GgufValue& v = array_of(*this, key, "an array of strings");
+  if (v.elem_type != GgufType::STRING) wrong_type(*this, key, v, "an array of strings");
+  std::vector<std::string> out;
+  out.reserve(v.arr.size());
+  for (const auto& e : v.arr) out.push_back(e.s);
+  return out;
+}
+
+std::vector<int64_t> GgufFile::get_int_array(const std::string& key) const {
+  const GgufValue& v = array_of(*this, key, "an array of integers");
+  GgufValue probe;
+  probe.type = v.elem_type;
+  if (!probe.is_integer()) wrong_type(*this, key, v, "an array of integers");
+  std::vector<int64_t> out;
+  out.reserve(v.arr.size());
+  for (const auto& e : v.arr) out.push_back(int_of(*this, key, e));
+  return out;
+}
+
+std::vector<float> GgufFile::get_float_array(const std::string& key) const {
+  const GgufValue& v = array_of(*this, key, "an array of numbers");
+  GgufValue probe;
+  probe.type = v.elem_type;
+  if (!probe.is_integer() && !probe.is_float()) wrong_type(*this, key, v, "an array of numbers");
+  std::vector<float> out;
+  out.reserve(v.arr.size());
+  for (const auto& e : v.arr) out.push_back(static_cast<float>(e.as_float()));
+  return out;
+}
+
+const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
+  const GgufTensorInfo* t = find_tensor(name);
+  if (!t) fail("{}: missing tensor '{}'", path(), name);
+  return *t;
+}
+
+const uint8_t* GgufFile::data(const GgufTensorInfo& t) const {
+  if (t.split >= maps_.size() || t.file_offset > maps_[t.split]->size ||
+      t.nbytes > maps_[t.split]->size - t.file_offset)
+    fail("{}: tensor '{}' is not inside split {}", path(), t.name, t.split);
+  return maps_[t.split]->base + t.file_offset;
+}
+
+uint64_t GgufFile::file_size(uint32_t split) const {
+  if (split >= maps_.size()) fail("{}: no split part {} (model has {})", path(), split, maps_.size());
+  return maps_[split]->size;
+}
+
+uint64_t GgufFile::data_section_offset(uint32_t split) const {
+  file_size(split);
+  return maps_[split]->data_start;
+}
+
+namespace {
+
+void advise(const uint8_t* base, uint64_t map_size, uint64_t off, uint64_t n, int advice) {
+  if (n == 0) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = off / page * page;
+  const uint64_t end = std::min(map_size, off + n);
+  // Advice is only a hint: a failure changes performance, never results.
+  (void)::madvise(const_cast<uint8_t*>(base) + start, end - start, advice);
+}
+
+}  // namespace
+
+void GgufFile::prefetch(const GgufTensorInfo& t) const {
+  data(t);
+  advise(maps_[t.split]->base, maps_[t.split]->size, t.file_offset, t.nbytes, MADV_WILLNEED);
+}
+
+void GgufFile::release(const GgufTensorInfo& t) const {
+  data(t);
+  advise(maps_[t.split]->base, maps_[t.split]->size, t.file_offset, t.nbytes, MADV_DONTNEED);
+}
+
+void GgufFile::advise_random() const {
+  for (const auto& m : maps_) advise(m->base, m->size, 0, m->size, MADV_RANDOM);
+}
+
+}  // namespace moeflow

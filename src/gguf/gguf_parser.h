@@ -1,0 +1,43 @@
+#pragma once
+// Internal to the gguf module: parses one mapped GGUF file (one split part) after checking
+// every length, count, shape and byte range against the mapping size.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+
+namespace moeflow {
+
+// A read-only mapping of one file. `data_start` is where that file's aligned data section begins.
+struct GgufFile::Mapping {
+  std::string path;
+  const uint8_t* base = nullptr;
+  uint64_t size = 0;
+  uint64_t data_start = 0;
+  uint64_t alignment = 32;
+
+  explicit Mapping(const std::string& p);  // opens and maps; throws naming the file
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+};
+
+struct GgufPart {
+  uint32_t version = 0;
+  uint64_t alignment = 32;
+  uint64_t data_start = 0;
+  std::vector<GgufKV> kv;
+  std::vector<GgufTensorInfo> tensors;  // file_offset already absolute, split set
+};
+
+class GgufParser {
+ public:
+  // Parses the mapped bytes of `path`; `split` is stored in each tensor's info.
+  static GgufPart parse(const std::string& path, const uint8_t* data, uint64_t size,
+                        uint32_t split);
+  // Builds the complete GgufFile (all split parts).
+  static std::unique_ptr<GgufFile> open(const std::string& path);
+};
+
+}  // namespace moeflow
