@@ -1,0 +1,90 @@
+// Runtime choice of instruction set. Detection runs once; tests may force a lower level to
+// check every kernel family on one machine.
+#include <atomic>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/matmul.h"
+
+namespace moeflow {
+namespace kernels {
+namespace {
+
+Simd detect() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+    return Simd::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+    return Simd::Avx2;
+  return Simd::Scalar;
+}
+
+struct Tables {
+  DotTable level[3];  // each already merged with the fallbacks below it
+  Simd best;
+  Tables() : best(detect()) {
+    DotTable raw[3];
+    fill_scalar_table(raw[0]);
+    fill_avx2_table(raw[1]);
+    fill_avx512_table(raw[2]);
+    for (int l = 0; l < 3; ++l)
+      for (int k = 0; k < kTypeSlots; ++k) {
+        DotFn f = nullptr;
+        for (int m = l; m >= 0 && !f; --m) f = raw[m].fn[k];
+        level[l].fn[k] = f;
+      }
+  }
+};
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+std::atomic<int> g_forced{-1};
+
+constexpr const char* kNames[3] = {"scalar", "avx2", "avx512"};
+
+}  // namespace
+
+Simd active_simd() {
+  const int f = g_forced.load(std::memory_order_relaxed);
+  return f >= 0 ? (Simd)f : tables().best;
+}
+
+Simd best_simd() { return tables().best; }
+
+DotFn dot_fn(GgmlType w) {
+  const uint32_t id = (uint32_t)w;
+  DotFn f = id < (uint32_t)kTypeSlots ? tables().level[(int)active_simd()].fn[id] : nullptr;
+  if (!f) fail("no CPU dot kernel for weight type {}", type_name(w));
+  return f;
+}
+
+}  // namespace kernels
+
+const char* simd_level() { return kernels::kNames[(int)kernels::active_simd()]; }
+
+void force_simd_level(const char* level) {
+  if (level == nullptr) {
+    kernels::g_forced.store(-1);
+    return;
+  }
+  for (int l = 0; l < 3; ++l) {
+    if (std::strcmp(level, kernels::kNames[l]) == 0) {
+      if (l > (int)kernels::best_simd())
+        fail("SIMD level '{}' is not supported by this CPU (best is '{}')", level,
+             kernels::kNames[(int)kernels::best_simd()]);
+      kernels::g_forced.store(l);
+      return;
+    }
+  }
+  fail("unknown SIMD level '{}' (expected scalar, avx2 or avx512)", level);
+}
+
+}  // namespace moeflow

@@ -1,0 +1,39 @@
+#pragma once
+// Internal to kernels/cpu: the per-instruction-set tables of dot kernels that dispatch.cpp picks
+// from. Not part of the public contract (use matmul.h).
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/ggml_type.h"
+
+namespace moeflow::kernels {
+
+// Most activation rows one kernel call dots against the same weight row. matmul tiles tokens
+// by this so each weight block is loaded and unpacked once per tile.
+constexpr int kMaxTokens = 4;
+
+// out[t] = dot(weight row w of n elements, activation row at act + t * act_stride bytes),
+// t in [0, nt), 1 <= nt <= kMaxTokens. Every kernel computes each token with exactly the same
+// operations in the same order whatever nt is, so matmul rows equal matvec bit for bit.
+using DotFn = void (*)(int64_t n, const void* w, const void* act, size_t act_stride, int nt,
+                       float* out);
+
+enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+// Indexed by the GgmlType id; nullptr where the level has no kernel of its own (the dispatcher
+// then falls back to the next lower level).
+constexpr int kTypeSlots = 40;
+struct DotTable {
+  DotFn fn[kTypeSlots] = {};
+};
+
+void fill_scalar_table(DotTable& t);
+void fill_avx2_table(DotTable& t);
+void fill_avx512_table(DotTable& t);
+
+// Activation quantizers (scalar; cheap next to the weight traffic, and identical at every
+// SIMD level so activations never depend on the dispatch choice).
+void quantize_q8_0(const float* x, int64_t n, void* out);
+void quantize_q8_k(const float* x, int64_t n, void* out);
+
+}  // namespace moeflow::kernels

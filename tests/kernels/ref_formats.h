@@ -1,0 +1,30 @@
+#pragma once
+// Test-local float64 decoders for every weight and activation format, written straight from
+// the format descriptions so that the kernels are checked against independent code. Each
+// element also gets a magnitude bound (|scale part| + |min part|) for error tolerances.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "quant/ggml_type.h"
+
+namespace moeflow::test {
+
+struct RefRow {
+  std::vector<double> val;  // decoded element values
+  std::vector<double> mag;  // |d*sc*q| + |dmin*m| per element (== |val| without mins)
+};
+
+// Decodes n elements of weight type t.
+RefRow ref_decode(GgmlType t, const void* row, int64_t n);
+// Decodes an activation produced by quantize_activation(w, ...).
+std::vector<double> ref_decode_activation(GgmlType w, const void* act, int64_t n);
+
+// Random but valid weight bytes: payload bits uniformly random, scale fields set to finite
+// values of a sensible range.
+std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, std::mt19937& rng);
+
+// All weight types the CPU kernels support.
+const std::vector<GgmlType>& kernel_types();
+
+}  // namespace moeflow::test
