@@ -1,0 +1,182 @@
+#include "experts/expert_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+
+namespace moeflow {
+
+namespace {
+
+uint64_t round_down(uint64_t v, uint64_t a) { return v / a * a; }
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+const char* proj_name(int p) {
+  static const char* names[] = {"gate", "up", "down"};
+  return p >= 0 && p < kNumExpertProj ? names[p] : "?";
+}
+
+// Some filesystems accept O_DIRECT at open() and refuse it only at the first read, so the
+// probe is an actual aligned read.
+bool direct_read_works(int fd) {
+  void* buf = std::aligned_alloc(kDirectAlign, kDirectAlign);
+  if (!buf) return false;
+  const ssize_t r = ::pread(fd, buf, kDirectAlign, 0);
+  const int err = errno;
+  std::free(buf);
+  return r >= 0 || err != EINVAL;
+}
+
+}  // namespace
+
+ExpertStore::ExpertStore(std::vector<std::string> paths, ExpertIndex index, StoreOptions opt)
+    : paths_(std::move(paths)), index_(std::move(index)) {
+  MOEFLOW_CHECK(!paths_.empty(), "expert store: no model file given");
+  locs_.resize(index_.layers.size());
+  regions_.resize(index_.layers.size());
+  for (size_t l = 0; l < index_.layers.size(); ++l) {
+    const ExpertLayerIndex& li = index_.layers[l];
+    max_experts_ = std::max(max_experts_, li.n_expert);
+    MOEFLOW_CHECK(li.slices.size() == static_cast<size_t>(li.n_expert),
+                  "{}: expert index of layer {} lists {} slices for {} experts", paths_[0], l,
+                  li.slices.size(), li.n_expert);
+    locs_[l].resize(static_cast<size_t>(li.n_expert) * kNumExpertProj);
+    regions_[l].resize(locs_[l].size());
+    for (int e = 0; e < li.n_expert; ++e) {
+      uint64_t region = 0;
+      for (int p = 0; p < kNumExpertProj; ++p) {
+        const ExpertSlice& s = li.slices[e][p];
+        ChunkLoc& c = locs_[l][e * kNumExpertProj + p];
+        MOEFLOW_CHECK(s.split < paths_.size(),
+                      "{}: expert {} of layer {} ({}) lives in split {}, but only {} files given",
+                      paths_[0], e, l, proj_name(p), s.split, paths_.size());
+        c.split = s.split;
+        c.nbytes = s.nbytes;
+        if (s.nbytes > 0) {
+          c.aligned_offset = round_down(s.file_offset, kDirectAlign);
+          c.inner_offset = s.file_offset - c.aligned_offset;
+          c.aligned_len = round_up(s.file_offset + s.nbytes, kDirectAlign) - c.aligned_offset;
+        }
+        regions_[l][e * kNumExpertProj + p] = region;
+        region += c.aligned_len;
+        total_bytes_ += s.nbytes;
+      }
+      slot_bytes_ = std::max(slot_bytes_, region);
+    }
+  }
+  open_files(opt.direct_io);
+}
+
+std::unique_ptr<ExpertStore> ExpertStore::open(const GgufFile& f, StoreOptions opt) {
+  return std::make_unique<ExpertStore>(f.split_paths(), build_expert_index(f), opt);
+}
+
+void ExpertStore::open_files(bool want_direct) {
+  direct_ = want_direct;
+  for (const std::string& p : paths_) {
+    int fd = -1;
+    if (direct_) {
+      fd = ::open(p.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+      if (fd >= 0 && !direct_read_works(fd)) {
+        ::close(fd);
+        fd = -1;
+        errno = EINVAL;
+      }
+      if (fd < 0 && errno == EINVAL) {
+        std::fprintf(stderr,
+                     "moeflow: warning: %s: the filesystem refuses O_DIRECT; expert reads go "
+                     "through the page cache (RAM use will exceed the expert budget)\n",
+                     p.c_str());
+        direct_ = false;
+        // Files opened direct so far must match: reopen everything buffered.
+        for (int old : fds_) ::close(old);
+        fds_.clear();
+        open_files(false);
+        return;
+      }
+    } else {
+      fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      const int err = errno;
+      for (int old : fds_) ::close(old);
+      fds_.clear();
+      fail("{}: cannot open for expert reads: {}", p, std::strerror(err));
+    }
+    fds_.push_back(fd);
+  }
+}
+
+ExpertStore::~ExpertStore() {
+  for (int fd : fds_) ::close(fd);
+}
+
+int ExpertStore::n_experts(int layer) const {
+  if (layer < 0 || static_cast<size_t>(layer) >= index_.layers.size()) return 0;
+  return index_.layers[layer].n_expert;
+}
+
+const ChunkLoc& ExpertStore::chunk(int layer, int expert, int proj) const {
+  MOEFLOW_CHECK(expert >= 0 && expert < n_experts(layer) && proj >= 0 && proj < kNumExpertProj,
+                "{}: no expert {} (proj {}) in layer {}", paths_[0], expert, proj, layer);
+  return locs_[layer][expert * kNumExpertProj + proj];
+}
+
+uint64_t ExpertStore::slot_region(int layer, int expert, int proj) const {
+  chunk(layer, expert, proj);  // validates
+  return regions_[layer][expert * kNumExpertProj + proj];
+}
+
+void ExpertStore::set_fault_hook(FaultHook hook) {
+  std::lock_guard lk(hook_mu_);
+  hook_ = std::move(hook);
+}
+
+void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst) const {
+  const ChunkLoc& c = chunk(layer, expert, proj);
+  if (c.aligned_len == 0) return;
+  const int fd = fds_[c.split];
+  // The aligned superset may run past the end of the file (last tensor): a short read is an
+  // error only when it stops before the slice itself ends.
+  uint64_t done = 0;
+  int64_t result = 0;
+  while (done < c.aligned_len) {
+    const ssize_t r = ::pread(fd, dst + done, c.aligned_len - done,
+                              static_cast<off_t>(c.aligned_offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      result = -errno;
+      break;
+    }
+    if (r == 0) break;
+    done += static_cast<uint64_t>(r);
+    // O_DIRECT reads end on block boundaries; a partial block means end of file.
+    if (direct_ && done % kDirectAlign != 0) break;
+  }
+  if (result == 0) result = static_cast<int64_t>(done);
+  {
+    std::lock_guard lk(hook_mu_);
+    if (hook_) hook_(ReadEvent{layer, expert, proj, &c}, result);
+  }
+  if (result < 0) {
+    fail("{}: read error at offset {} ({} bytes) for expert {} of layer {} ({}): {}",
+         paths_[c.split], c.aligned_offset, c.aligned_len, expert, layer, proj_name(proj),
+         std::strerror(static_cast<int>(-result)));
+  }
+  if (static_cast<uint64_t>(result) < c.inner_offset + c.nbytes) {
+    fail("{}: short read for expert {} of layer {} ({}): got {} of {} bytes at offset {} "
+         "(file truncated?)",
+         paths_[c.split], expert, layer, proj_name(proj), result, c.inner_offset + c.nbytes,
+         c.aligned_offset);
+  }
+}
+
+}  // namespace moeflow

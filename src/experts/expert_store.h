@@ -1,0 +1,100 @@
+#pragma once
+// ExpertStore: the slow tier. Knows where every expert's bytes live in the model file(s) and
+// reads one projection ("chunk") of one expert into a caller-owned 4 KiB-aligned buffer.
+//
+// Reads use O_DIRECT so expert bytes never enter the page cache (otherwise the RAM budget
+// of the expert cache would be a lie). GGUF only aligns tensor data to 32 bytes, so each read
+// covers the 4 KiB-aligned superset of the slice and the caller points into it at
+// `inner_offset`. If the filesystem refuses O_DIRECT (tmpfs), the store falls back to
+// buffered reads, warns once on stderr and reports direct_io() == false in the statistics.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gguf/expert_index.h"
+
+namespace moeflow {
+
+class GgufFile;
+
+constexpr uint64_t kDirectAlign = 4096;
+
+// One aligned read that yields one expert slice.
+struct ChunkLoc {
+  uint32_t split = 0;
+  uint64_t aligned_offset = 0;  // file offset of the read, multiple of 4 KiB
+  uint64_t aligned_len = 0;     // bytes read, multiple of 4 KiB (0: projection absent)
+  uint64_t inner_offset = 0;    // where the slice starts inside the read buffer
+  uint64_t nbytes = 0;          // slice size
+};
+
+// Passed to the fault hook after every read, so tests can inject I/O errors and short reads
+// at exactly the point where real ones would surface.
+struct ReadEvent {
+  int layer = -1;
+  int expert = -1;
+  int proj = -1;
+  const ChunkLoc* loc = nullptr;
+};
+// `result` is the byte count read (or -errno); the hook may overwrite it.
+using FaultHook = std::function<void(const ReadEvent&, int64_t& result)>;
+
+struct StoreOptions {
+  bool direct_io = true;  // false: buffered reads on purpose (benchmarks of the page-cache path)
+};
+
+class ExpertStore {
+ public:
+  // `paths` are the split files in order; `index` their expert byte ranges.
+  ExpertStore(std::vector<std::string> paths, ExpertIndex index, StoreOptions opt = {});
+  // Convenience for a model opened with GgufFile (uses build_expert_index).
+  static std::unique_ptr<ExpertStore> open(const GgufFile& f, StoreOptions opt = {});
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  const ExpertIndex& index() const { return index_; }
+  const std::string& path(uint32_t split = 0) const { return paths_.at(split); }
+  int n_layers() const { return index_.n_layers; }
+  int n_experts(int layer) const;
+  int max_experts() const { return max_experts_; }
+  bool is_moe_layer(int layer) const { return n_experts(layer) > 0; }
+
+  const ChunkLoc& chunk(int layer, int expert, int proj) const;
+  // Offset of projection `proj` inside an expert slot (4 KiB-aligned regions back to back).
+  uint64_t slot_region(int layer, int expert, int proj) const;
+  // Bytes one slot needs to hold the largest expert (sum of its aligned chunk reads).
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  // Sum of every expert's slice bytes (what --cache-rate is a fraction of).
+  uint64_t total_expert_bytes() const { return total_bytes_; }
+
+  // Reads the chunk into `dst` (4 KiB-aligned, >= aligned_len bytes). Thread-safe. Throws
+  // moeflow::Error naming the file, expert and offset on an I/O error or a short read.
+  void read(int layer, int expert, int proj, uint8_t* dst) const;
+
+  bool direct_io() const { return direct_; }
+  void set_fault_hook(FaultHook hook);
+
+ private:
+  void open_files(bool want_direct);
+
+  std::vector<std::string> paths_;
+  ExpertIndex index_;
+  int max_experts_ = 0;
+  // locs_[layer][expert * 3 + proj], regions_ likewise
+  std::vector<std::vector<ChunkLoc>> locs_;
+  std::vector<std::vector<uint64_t>> regions_;
+  uint64_t slot_bytes_ = 0;
+  uint64_t total_bytes_ = 0;
+
+  // Fixed after construction (O_DIRECT support is probed once), so reads need no lock.
+  std::vector<int> fds_;
+  bool direct_ = true;
+  mutable std::mutex hook_mu_;
+  FaultHook hook_;
+};
+
+}  // namespace moeflow

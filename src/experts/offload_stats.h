@@ -1,0 +1,46 @@
+#pragma once
+// Counters of the offloading tier, per layer and in total, printable as one JSON object.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace moeflow {
+
+struct LayerOffloadStats {
+  uint64_t acquires = 0;
+  uint64_t hits = 0;          // resident when first requested (route or acquire)
+  uint64_t misses = 0;        // not resident nor in flight when first requested
+  uint64_t late = 0;          // in flight when first requested (a prefetch not yet done)
+  uint64_t prefetch_issued = 0;
+  uint64_t prefetch_used = 0;     // a prefetched expert later acquired
+  uint64_t prefetch_wasted = 0;   // evicted or cancelled before any use
+  uint64_t prefetch_dropped = 0;  // not issued: no evictable slot
+  uint64_t prefetch_cancelled = 0;
+  uint64_t evictions = 0;
+  uint64_t bytes_read = 0;        // aligned bytes read from the store
+  uint64_t chunks_read = 0;
+  double stall_s = 0;             // time acquire() waited (critical-path stall)
+  double read_s = 0;              // summed read time of this layer's chunks (all workers)
+
+  void add(const LayerOffloadStats& o);
+};
+
+struct OffloadStats {
+  std::string policy;
+  std::string io_backend;
+  bool direct_io = true;
+  bool per_layer_budget = false;
+  uint64_t budget_bytes = 0;
+  uint64_t slot_bytes = 0;
+  int n_slots = 0;
+  int io_threads = 0;
+  uint64_t total_expert_bytes = 0;
+  std::vector<LayerOffloadStats> layers;  // indexed by model layer
+
+  LayerOffloadStats total() const;
+  nlohmann::json to_json(bool per_layer = true) const;
+};
+
+}  // namespace moeflow

@@ -1,0 +1,257 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "experts/cached_provider.h"
+#include "offload_fixture.h"
+
+namespace moeflow {
+namespace {
+
+std::unique_ptr<CachedExpertProvider> make_provider(const test::FakeModel& m, uint64_t budget,
+                                                    int top_k, int io_threads, bool per_layer,
+                                                    bool early = true, bool prefetch = true) {
+  OffloadConfig cfg;
+  cfg.budget_bytes = budget;
+  cfg.top_k = top_k;
+  cfg.io_threads = io_threads;
+  cfg.per_layer = per_layer;
+  cfg.early_preemption = early;
+  cfg.prefetch = prefetch;
+  return std::make_unique<CachedExpertProvider>(
+      std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
+      std::make_unique<test::TestLru>(), cfg);
+}
+
+void expect_view_matches(const test::FakeModel& m, const ExpertView& v, int l, int e) {
+  for (int p = 0; p < kNumExpertProj; ++p) {
+    const ExpertSlice& s = m.index.layers[l].slices[e][p];
+    ASSERT_NE(v.data[p], nullptr);
+    EXPECT_EQ(v.rows[p], s.rows);
+    EXPECT_EQ(v.cols[p], s.cols);
+    ASSERT_EQ(0, std::memcmp(v.data[p], m.slice(l, e, p), s.nbytes))
+        << "layer " << l << " expert " << e << " proj " << p;
+  }
+}
+
+// Random decode-like steps under many budgets and configurations: every acquired expert must
+// hold exactly the bytes of the file, and the counters must add up.
+TEST(CachedProvider, RandomAccessReturnsFileBytesUnderTinyBudgets) {
+  test::FakeModel m;
+  test::make_fake_model(m, "random", 4, 6, 40, 11);
+  const int top_k = 2;
+  uint64_t slot = 0;
+  {
+    ExpertStore probe({m.path}, m.index);
+    slot = probe.slot_bytes();
+  }
+  struct Case { uint64_t slots; bool per_layer; int threads; bool early; bool pf; };
+  const Case cases[] = {{2, false, 1, true, true},   {3, false, 3, true, true},
+                        {5, false, 2, false, false}, {9, false, 1, false, true},
+                        {6, true, 2, true, true},    {18, false, 4, true, true},
+                        {100, false, 2, true, true}};
+  for (const Case& c : cases) {
+    auto prov = make_provider(m, c.slots * slot, top_k, c.threads, c.per_layer, c.early, c.pf);
+    std::mt19937 rng(static_cast<uint32_t>(c.slots * 7 + c.threads));
+    uint64_t requests = 0;
+    for (int step = 0; step < 40; ++step) {
+      prov->begin_step();
+      for (int l = 1; l < 4; ++l) {
+        int a = rng() % 6, b = rng() % 6;
+        if (b == a) b = (a + 1) % 6;
+        const int chosen[2] = {a, b};
+        prov->on_route(l, chosen);
+        requests += 2;
+        if (l + 1 < 4) {
+          const int guess[2] = {int(rng() % 6), int(rng() % 6)};
+          prov->prefetch(l + 1, guess, 0.5f);
+        }
+        // Reorder like the MoE block: resident first.
+        std::vector<int> order(chosen, chosen + 2);
+        std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+          return prov->residency(l, x) < prov->residency(l, y);
+        });
+        for (int e : order) {
+          ExpertView v = prov->acquire(l, e);
+          expect_view_matches(m, v, l, e);
+          prov->release(l, e);
+        }
+      }
+      prov->end_step();
+    }
+    prov->drain();
+    const OffloadStats st = prov->stats();
+    const LayerOffloadStats t = st.total();
+    SCOPED_TRACE(testing::Message() << "slots " << c.slots << " per_layer " << c.per_layer);
+    EXPECT_EQ(t.acquires, requests);
+    EXPECT_EQ(t.hits + t.misses + t.late, requests);
+    EXPECT_LE(t.prefetch_used + t.prefetch_wasted, t.prefetch_issued);
+    EXPECT_TRUE(st.direct_io || !st.direct_io);
+    if (!c.pf) {
+      EXPECT_EQ(t.prefetch_issued, 0u);
+    }
+    EXPECT_GT(t.bytes_read, 0u);
+    EXPECT_EQ(t.stall_s >= 0, true);
+    if (c.slots >= 18) {
+      // Everything fits: nothing is evicted and each expert is loaded once, unless a
+      // cancelled prefetch had to be issued again.
+      EXPECT_EQ(t.evictions, 0u);
+      EXPECT_LE(t.misses + t.prefetch_issued - t.prefetch_cancelled, 18u);
+    }
+  }
+}
+
+TEST(CachedProvider, BudgetBelowOneLayersTopKIsAClearError) {
+  test::FakeModel m;
+  test::make_fake_model(m, "budget", 3, 4, 40, 12);
+  ExpertStore probe({m.path}, m.index);
+  const uint64_t slot = probe.slot_bytes();
+  try {
+    make_provider(m, 2 * slot - 1, 2, 1, false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top-k"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--expert-cache"), std::string::npos) << e.what();
+  }
+  // Per-layer budgets need top-k slots for every MoE layer (2 layers here).
+  EXPECT_THROW(make_provider(m, 3 * slot, 2, 1, true), Error);
+  EXPECT_NO_THROW(make_provider(m, 4 * slot, 2, 1, true));
+  EXPECT_NO_THROW(make_provider(m, 2 * slot, 2, 1, false));
+}
+
+TEST(CachedProvider, AcquiringMoreThanTheBudgetHoldsFailsInsteadOfHanging) {
+  test::FakeModel m;
+  test::make_fake_model(m, "overpin", 2, 4, 32, 13);
+  ExpertStore probe({m.path}, m.index);
+  auto prov = make_provider(m, 2 * probe.slot_bytes(), 2, 1, false);
+  prov->acquire(1, 0);
+  prov->acquire(1, 1);
+  EXPECT_THROW(prov->acquire(1, 2), Error);
+  prov->release(1, 0);
+  expect_view_matches(m, prov->acquire(1, 2), 1, 2);
+  EXPECT_THROW(prov->release(1, 3), Error);
+}
+
+TEST(CachedProvider, InjectedReadErrorSurfacesFromAcquireAndRecovers) {
+  test::FakeModel m;
+  test::make_fake_model(m, "ioerr", 3, 4, 32, 14);
+  auto prov = make_provider(m, 1 << 24, 2, 2, false);
+  std::atomic<bool> broken{true};
+  prov->store().set_fault_hook([&](const ReadEvent& ev, int64_t& r) {
+    if (broken && ev.layer == 2 && ev.expert == 1 && ev.proj == 1) r = -EIO;
+  });
+  const int chosen[2] = {1, 3};
+  prov->on_route(2, chosen);
+  try {
+    prov->acquire(2, 1);
+    FAIL() << "expected an I/O error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("read error"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 2"), std::string::npos) << e.what();
+  }
+  expect_view_matches(m, prov->acquire(2, 3), 2, 3);
+  prov->release(2, 3);
+  // A failed prefetch is forgotten; the acquire retries and reports the error itself.
+  const int guess[1] = {1};
+  prov->prefetch(2, guess, 0.9f);
+  prov->drain();
+  EXPECT_EQ(prov->residency(2, 1), Residency::NotStarted);
+  EXPECT_THROW(prov->acquire(2, 1), Error);
+  broken = false;
+  expect_view_matches(m, prov->acquire(2, 1), 2, 1);
+  prov->release(2, 1);
+}
+
+TEST(CachedProvider, FileTruncatedWhileRunningIsAClearError) {
+  test::FakeModel m;
+  test::make_fake_model(m, "trunc", 3, 4, 32, 15);
+  auto prov = make_provider(m, 1 << 24, 2, 2, false, true, false);
+  expect_view_matches(m, prov->acquire(1, 0), 1, 0);
+  prov->release(1, 0);
+  // Cut the file inside layer 2's expert 3.
+  const ExpertSlice& s = m.index.layers[2].slices[3][0];
+  ASSERT_EQ(0, ::truncate(m.path.c_str(), static_cast<off_t>(s.file_offset + 10)));
+  try {
+    prov->acquire(2, 3);
+    FAIL() << "expected a short read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("short read"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(m.path), std::string::npos) << e.what();
+  }
+  // Still cached: served without touching the file.
+  expect_view_matches(m, prov->acquire(1, 0), 1, 0);
+  prov->release(1, 0);
+}
+
+// Reads of one blocked I/O worker are released in a controlled order: HIGH before LOW, LOW by
+// confidence, a promoted LOW task runs as HIGH, and on_route cancels the layer's other LOW work.
+TEST(CachedProvider, PriorityPromotionAndCancellation) {
+  test::FakeModel m;
+  test::make_fake_model(m, "prio", 3, 6, 32, 16);
+  auto prov = make_provider(m, 1 << 24, 2, 1, false);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool gate_open = false;
+  std::vector<std::pair<int, int>> log;  // (layer, expert) per read, in order
+  prov->store().set_fault_hook([&](const ReadEvent& ev, int64_t&) {
+    std::unique_lock lk(mu);
+    log.push_back({ev.layer, ev.expert});
+    cv.notify_all();
+    cv.wait(lk, [&] { return gate_open; });
+  });
+  const int first[1] = {0};
+  prov->prefetch(1, first, 1.0f);  // the worker takes its first chunk and blocks in the hook
+  {
+    std::unique_lock lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(5), [&] { return !log.empty(); });
+  }
+  const int low_a[2] = {1, 2};
+  const int low_b[1] = {4};
+  prov->prefetch(2, low_a, 0.2f);
+  prov->prefetch(2, low_b, 0.8f);
+  prov->prefetch(1, std::span<const int>(low_a, 1), 0.5f);
+  EXPECT_EQ(prov->residency(2, 1), Residency::InFlight);
+  // Layer 2 routes to expert 2 (queued LOW: promoted) and 5 (new: HIGH); its LOW tasks for 1
+  // and 4 are cancelled.
+  const int chosen[2] = {2, 5};
+  prov->on_route(2, chosen);
+  EXPECT_EQ(prov->residency(2, 1), Residency::NotStarted);
+  EXPECT_EQ(prov->residency(2, 4), Residency::NotStarted);
+  {
+    std::lock_guard lk(mu);
+    gate_open = true;
+  }
+  cv.notify_all();
+  prov->drain();
+  std::vector<std::pair<int, int>> got;
+  {
+    std::lock_guard lk(mu);
+    got = log;
+  }
+  // 3 chunks each: the gate chunk of (1,0) first (already started), then HIGH (2,2) and (2,5)
+  // in route order preempt the rest of (1,0), then LOW by confidence: (1,0) before (1,1).
+  std::vector<std::pair<int, int>> want = {{1, 0}};
+  for (auto k : {std::pair{2, 2}, std::pair{2, 5}})
+    for (int p = 0; p < 3; ++p) want.push_back(k);
+  want.push_back({1, 0});
+  want.push_back({1, 0});
+  for (int p = 0; p < 3; ++p) want.push_back({1, 1});
+  EXPECT_EQ(got, want);
+  const OffloadStats st = prov->stats();
+  EXPECT_EQ(st.layers[2].prefetch_cancelled, 2u);
+  EXPECT_EQ(st.layers[2].prefetch_issued, 3u);
+  EXPECT_EQ(st.layers[2].misses, 1u);  // expert 5
+  EXPECT_EQ(st.layers[2].late, 1u);    // expert 2, in flight when routed
+  expect_view_matches(m, prov->acquire(2, 2), 2, 2);
+  prov->release(2, 2);
+  EXPECT_EQ(prov->stats().layers[2].prefetch_used, 1u);
+  EXPECT_EQ(prov->ready_chunks(2, 5), 7u);
+}
+
+}  // namespace
+}  // namespace moeflow
