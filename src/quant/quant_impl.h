@@ -49,14 +49,29 @@ void quantize_iq4_nl(const float* src, void* dst, int64_t n);
 void quantize_iq4_xs(const float* src, void* dst, int64_t n);
 void quantize_mxfp4(const float* src, void* dst, int64_t n);
 
-// Round half away from zero (C roundf), the rounding every reference quantizer uses.
-inline int round_int(float v) { return (int)std::lround(v); }
+// Round half away from zero (C roundf, the rounding every reference quantizer uses) for
+// |v| < 2^23, without the libm call: v - trunc(v) is exact in float there.
+inline int round_small(float v) {
+  int i = (int)v;
+  const float r = v - (float)i;
+  if (r >= 0.5f) ++i;
+  else if (r <= -0.5f) --i;
+  return i;
+}
 
 // Clamped float -> int conversion that never hits the undefined out-of-range cast.
 inline int clamp_round(float v, int lo, int hi) {
   if (!(v > (float)lo)) return lo;  // also catches NaN
   if (v >= (float)hi) return hi;
-  return (int)std::lround(v);
+  return round_small(v);
+}
+// Branch-free variant for the scale searches, where data-dependent rounding branches would
+// mispredict on every other element. Rounds half up (after clamping), which only differs from
+// clamp_round on exact ties; the searches score whatever codes they produce, so that is fine.
+inline int clamp_round_fast(float v, int lo, int hi) {
+  v = v > (float)lo ? v : (float)lo;  // NaN -> lo
+  v = v < (float)hi ? v : (float)hi;
+  return (int)(v - (float)lo + 0.5f) + lo;
 }
 inline int clamp_trunc(float v, int lo, int hi) {
   if (!(v > (float)lo)) return lo;

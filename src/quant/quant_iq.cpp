@@ -13,6 +13,7 @@ namespace {
 constexpr int8_t kIQ4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
 // E2M1 values times two (so they are integers); codes 8..15 are the negatives of 0..7.
+const Grid16 kIQ4Grid = make_grid16(kIQ4Levels);
 constexpr int8_t kMXFP4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Nibble layout shared by IQ4_NL, IQ4_XS sub-blocks and MXFP4: byte j holds element j in its
@@ -26,7 +27,7 @@ double assign_iq4(const float* x, int n, float d, uint8_t* idx) {
   const float id = d != 0 ? 1.0f / d : 0.0f;
   double err = 0;
   for (int i = 0; i < n; ++i) {
-    const int k = nearest_level(x[i] * id, kIQ4Levels, 16);
+    const int k = nearest_level(x[i] * id, kIQ4Grid);
     idx[i] = (uint8_t)k;
     const double e = (double)d * kIQ4Levels[k] - x[i];
     err += e * e;
@@ -55,7 +56,7 @@ void quantize_iq4_nl(const float* src, void* dst, int64_t n) {
   uint8_t idx[QK4_NL];
   for (int64_t ib = 0; ib < n / QK4_NL; ++ib, ++b, src += QK4_NL) {
     block_amax(src, QK4_NL, GgmlType::IQ4_NL);
-    const float s = fit_grid_scale(src, QK4_NL, kIQ4Levels, 16, idx);
+    const float s = fit_grid_scale(src, QK4_NL, kIQ4Grid, idx);
     b->d = store_scale(s, GgmlType::IQ4_NL);
     assign_iq4(src, QK4_NL, fp16_to_fp32(b->d), idx);
     pack_nibbles32(idx, b->qs);
@@ -88,7 +89,7 @@ void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
     block_amax(src, QK_K, GgmlType::IQ4_XS);
     float s[8], smax = 0;
     for (int j = 0; j < 8; ++j) {
-      s[j] = fit_grid_scale(src + 32 * j, 32, kIQ4Levels, 16, idx + 32 * j);
+      s[j] = fit_grid_scale(src + 32 * j, 32, kIQ4Grid, idx + 32 * j);
       if (std::fabs(s[j]) > std::fabs(smax)) smax = s[j];
     }
     uint16_t hd = store_scale(smax / -32.0f, GgmlType::IQ4_XS);

@@ -45,7 +45,7 @@ AsymFit fit_asym(const float* x, int n, int nmax, uint8_t* L) {
   auto attempt = [&](float iscale, float off) {
     double sq = 0, sqq = 0, sqx = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = clamp_round(iscale * (x[i] - off), 0, nmax);
+      const int l = clamp_round_fast(iscale * (x[i] - off), 0, nmax);
       cand[i] = (uint8_t)l;
       sq += l;
       sqq += l * l;
@@ -102,7 +102,7 @@ float fit_sym(const float* x, int n, int nneg, int npos, int8_t* L) {
   auto attempt = [&](float iscale) {
     double sqq = 0, sqx = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = clamp_round(iscale * x[i], -nneg, npos);
+      const int l = clamp_round_fast(iscale * x[i], -nneg, npos);
       cand[i] = (int8_t)l;
       sqq += l * l;
       sqx += l * (double)x[i];
@@ -147,8 +147,8 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
   out.dmin = store_scale(max_m / smax, t);
   float d = fp16_to_fp32(out.d), dmin = fp16_to_fp32(out.dmin);
   for (int j = 0; j < nsub; ++j) {
-    out.ls[j] = (uint8_t)(d > 0 ? clamp_round(s[j] / d, 0, smax) : 0);
-    out.lm[j] = (uint8_t)(dmin > 0 ? clamp_round(m[j] / dmin, 0, smax) : 0);
+    out.ls[j] = (uint8_t)(d > 0 ? clamp_round_fast(s[j] / d, 0, smax) : 0);
+    out.lm[j] = (uint8_t)(dmin > 0 ? clamp_round_fast(m[j] / dmin, 0, smax) : 0);
   }
 
   // With the integer sub-scales fixed, the best element codes for given (d, dmin) are plain
@@ -159,7 +159,7 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
       const float sc = dd * out.ls[j], mn = dm * out.lm[j];
       const float isc = sc > 0 ? 1.0f / sc : 0.0f;
       for (int i = j * sub; i < (j + 1) * sub; ++i) {
-        const int l = sc > 0 ? clamp_round((x[i] + mn) * isc, 0, nmax) : 0;
+        const int l = sc > 0 ? clamp_round_fast((x[i] + mn) * isc, 0, nmax) : 0;
         L[i] = (uint8_t)l;
         const double e = (double)sc * l - mn - x[i];
         err += e * e;
@@ -216,7 +216,7 @@ void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc
   out.d = store_scale(smax / sc_lo, t);
   const float d = fp16_to_fp32(out.d);
   for (int j = 0; j < nsub; ++j)
-    out.ls[j] = (int8_t)(d != 0 ? clamp_round(s[j] / d, sc_lo, sc_hi) : 0);
+    out.ls[j] = (int8_t)(d != 0 ? clamp_round_fast(s[j] / d, sc_lo, sc_hi) : 0);
 
   auto requant = [&](float dd, int8_t* L) {
     double err = 0;
@@ -224,7 +224,7 @@ void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc
       const float sc = dd * out.ls[j];
       const float isc = sc != 0 ? 1.0f / sc : 0.0f;
       for (int i = j * sub; i < (j + 1) * sub; ++i) {
-        const int l = sc != 0 ? clamp_round(x[i] * isc, -nneg, npos) : 0;
+        const int l = sc != 0 ? clamp_round_fast(x[i] * isc, -nneg, npos) : 0;
         L[i] = (int8_t)l;
         const double e = (double)sc * l - x[i];
         err += e * e;
@@ -251,21 +251,16 @@ void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc
   }
 }
 
-int nearest_level(float t, const int8_t* v, int nv) {
-  int lo = 0, hi = nv - 1;
-  if (!(t > v[lo])) return lo;
-  if (t >= v[hi]) return hi;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (t < v[mid])
-      hi = mid;
-    else
-      lo = mid;
-  }
-  return (t - v[lo] < v[hi] - t) ? lo : hi;
+Grid16 make_grid16(const int8_t* levels) {
+  Grid16 g;
+  for (int i = 0; i < 16; ++i) g.v[i] = levels[i];
+  for (int i = 0; i < 15; ++i) g.mid[i] = 0.5f * ((float)levels[i] + (float)levels[i + 1]);
+  return g;
 }
 
-float fit_grid_scale(const float* x, int n, const int8_t* v, int nv, uint8_t* idx) {
+float fit_grid_scale(const float* x, int n, const Grid16& g, uint8_t* idx) {
+  const int8_t* v = g.v;
+  const int nv = 16;
   float amax = 0, mx = 0;
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > amax) {
@@ -274,7 +269,7 @@ float fit_grid_scale(const float* x, int n, const int8_t* v, int nv, uint8_t* id
     }
   }
   if (amax == 0) {
-    const uint8_t z = (uint8_t)nearest_level(0.0f, v, nv);
+    const uint8_t z = (uint8_t)nearest_level(0.0f, g);
     std::memset(idx, z, (size_t)n);
     return 0;
   }
@@ -284,7 +279,7 @@ float fit_grid_scale(const float* x, int n, const int8_t* v, int nv, uint8_t* id
   auto attempt = [&](float iscale) {
     double svv = 0, svx = 0;
     for (int i = 0; i < n; ++i) {
-      const int k = nearest_level(iscale * x[i], v, nv);
+      const int k = nearest_level(iscale * x[i], g);
       cand[i] = (uint8_t)k;
       svv += v[k] * v[k];
       svx += v[k] * (double)x[i];

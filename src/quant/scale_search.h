@@ -29,11 +29,21 @@ struct SymResult {
 void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc_lo, int sc_hi,
                              SymResult& out, GgmlType t);
 
-// Best scale s for x ~= s * v[idx[i]] where v is a sorted non-uniform grid of `nv` integer
-// levels (IQ4_NL / IQ4_XS); writes the chosen indices. Returns s (0 for an all-zero block).
-float fit_grid_scale(const float* x, int n, const int8_t* v, int nv, uint8_t* idx);
+// A sorted grid of 16 integer levels (the IQ4 code book) with its decision midpoints, so the
+// nearest level is a branch-free count instead of a mispredicting binary search.
+struct Grid16 {
+  int8_t v[16];
+  float mid[15];
+};
+Grid16 make_grid16(const int8_t* levels);
+inline int nearest_level(float t, const Grid16& g) {
+  int k = 0;
+  for (int i = 0; i < 15; ++i) k += t > g.mid[i];
+  return k;
+}
 
-// Index of the grid level nearest to t (v sorted ascending).
-int nearest_level(float t, const int8_t* v, int nv);
+// Best scale s for x ~= s * g.v[idx[i]]; writes the chosen indices. Returns s (0 for an
+// all-zero block).
+float fit_grid_scale(const float* x, int n, const Grid16& g, uint8_t* idx);
 
 }  // namespace moeflow::quant_detail
