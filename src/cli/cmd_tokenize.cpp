@@ -1,0 +1,73 @@
+// `moeflow tokenize`: print the ids of a prompt, or check llama.cpp tokenizer test vectors.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab_vectors.h"
+
+namespace moeflow::cli {
+namespace {
+
+struct TokenizeOpts {
+  std::string model, prompt;
+  std::vector<std::string> vectors;
+  bool no_bos = false, no_special = false, pieces = false;
+};
+
+std::string escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c < 0x20) o += fmt::format("\\x{:02x}", c);
+    else o += static_cast<char>(c);
+  }
+  return o;
+}
+
+int run_vectors(const Tokenizer& tok, const TokenizeOpts& o) {
+  const auto vecs = load_vocab_vectors(o.vectors[0], o.vectors[1]);
+  const auto r = check_vocab_vectors(tok, vecs);
+  size_t shown = 0;
+  for (size_t i : r.failed) {
+    if (shown++ == 5) break;
+    std::printf("MISMATCH #%zu input \"%s\"\n  expected: %s\n  got:      %s\n", i,
+                escape(vecs[i].input).c_str(), format_ids(vecs[i].expected).c_str(),
+                format_ids(tok.encode(vecs[i].input, false, false)).c_str());
+  }
+  std::printf("%s: %zu/%zu passed\n", o.vectors[0].c_str(), r.passed, r.total);
+  return r.passed == r.total ? 0 : 2;
+}
+
+const bool registered = register_command("tokenize", "Tokenize text with a model's vocabulary", [](CLI::App& sub) {
+  auto o = std::make_shared<TokenizeOpts>();
+  sub.add_option("-m,--model", o->model, "GGUF file with tokenizer.ggml.* metadata")->required();
+  sub.add_option("-p,--prompt", o->prompt, "Text to tokenize");
+  sub.add_option("--vectors", o->vectors, "Check FILE.inp FILE.out test vectors (exit 2 on any mismatch)")
+      ->expected(2);
+  sub.add_flag("--no-bos", o->no_bos, "Do not add the BOS/EOS tokens the model asks for");
+  sub.add_flag("--no-special", o->no_special, "Spell out special-token text instead of parsing it");
+  sub.add_flag("--pieces", o->pieces, "Print each id with its text");
+  return CommandMain([o] {
+    auto gguf = GgufFile::open(o->model);
+    auto tok = Tokenizer::from_gguf(*gguf);
+    if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+    if (!o->vectors.empty()) return run_vectors(*tok, *o);
+    const auto ids = tok->encode(o->prompt, !o->no_bos, !o->no_special);
+    if (o->pieces) {
+      for (int32_t id : ids)
+        std::printf("%d\t'%s'\n", id, escape(tok->token_to_piece(id, true)).c_str());
+    } else {
+      std::printf("%s\n", format_ids(ids).c_str());
+    }
+    return 0;
+  });
+});
+
+}  // namespace
+}  // namespace moeflow::cli

@@ -1,0 +1,12 @@
+#pragma once
+// Factories for the concrete tokenizer models (internal to the tokenizer module).
+#include <memory>
+
+#include "tokenizer/tokenizer.h"
+
+namespace moeflow {
+
+std::unique_ptr<Tokenizer> make_spm_tokenizer(const GgufFile& f);
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(const GgufFile& f);
+
+}  // namespace moeflow
