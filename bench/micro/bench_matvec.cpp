@@ -1,0 +1,130 @@
+// matvec / matmul throughput per weight type at Mixtral expert shapes. Reports the weight
+// bytes streamed per second; the weights cycle through kColdBytes so each call reads DRAM.
+//   bench_micro --benchmark_filter=matvec
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "bench_common.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+
+namespace moeflow::bench {
+namespace {
+
+struct Weights {
+  AlignedBuffer buf;
+  size_t mat_bytes = 0;
+  int copies = 0;
+};
+
+Weights make(GgmlType t, int64_t rows, int64_t cols) {
+  Weights w;
+  w.mat_bytes = row_bytes(t, cols) * rows;
+  w.copies = (int)std::max<size_t>(1, kColdBytes / w.mat_bytes);
+  w.buf.allocate(w.mat_bytes * w.copies, 4096);
+  fill_weights(t, w.buf.data(), w.mat_bytes * w.copies, 42 + (uint64_t)t);
+  return w;
+}
+
+// args: type id, rows, cols, threads
+void BM_matvec(benchmark::State& st) {
+  const GgmlType t = (GgmlType)st.range(0);
+  const int64_t rows = st.range(1), cols = st.range(2);
+  const int threads = (int)st.range(3);
+  Weights w = make(t, rows, cols);
+  std::vector<float> x(cols), y(rows);
+  for (int64_t i = 0; i < cols; ++i) x[i] = (float)((i * 37) % 101 - 50) * 0.02f;
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  int k = 0;
+  for (auto _ : st) {
+    matvec(t, w.buf.data() + (size_t)k * w.mat_bytes, rows, cols, x.data(), y.data(), pool.get());
+    benchmark::DoNotOptimize(y.data());
+    k = (k + 1) % w.copies;
+  }
+  st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)w.mat_bytes);
+  st.SetLabel(std::string(type_name(t)) + " " + simd_level());
+}
+
+// Cache-resident weights (a 256-row slice): the kernel's compute ceiling, to compare with the
+// DRAM rate above. args: type id, cols, simd level (0 scalar, 1 avx2, 2 avx512)
+void BM_matvec_hot(benchmark::State& st) {
+  const GgmlType t = (GgmlType)st.range(0);
+  const int64_t rows = 256, cols = st.range(1);
+  static const char* kLevels[] = {"scalar", "avx2", "avx512"};
+  try {
+    force_simd_level(kLevels[st.range(2)]);
+  } catch (const std::exception& e) {
+    st.SkipWithError(e.what());
+    return;
+  }
+  AlignedBuffer w(row_bytes(t, cols) * rows);
+  fill_weights(t, w.data(), w.size(), 7);
+  std::vector<float> x(cols), y(rows);
+  for (int64_t i = 0; i < cols; ++i) x[i] = (float)((i * 37) % 101 - 50) * 0.02f;
+  for (auto _ : st) {
+    matvec(t, w.data(), rows, cols, x.data(), y.data(), nullptr);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)w.size());
+  st.SetLabel(std::string(type_name(t)) + " " + simd_level());
+  force_simd_level(nullptr);
+}
+
+// args: type id, rows, cols, threads, tokens
+void BM_matmul(benchmark::State& st) {
+  const GgmlType t = (GgmlType)st.range(0);
+  const int64_t rows = st.range(1), cols = st.range(2), n_tok = st.range(4);
+  const int threads = (int)st.range(3);
+  Weights w = make(t, rows, cols);
+  std::vector<float> X(cols * n_tok), Y(rows * n_tok);
+  for (size_t i = 0; i < X.size(); ++i) X[i] = (float)((i * 37) % 101 - 50) * 0.02f;
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  int k = 0;
+  for (auto _ : st) {
+    matmul(t, w.buf.data() + (size_t)k * w.mat_bytes, rows, cols, X.data(), n_tok, Y.data(), pool.get());
+    benchmark::DoNotOptimize(Y.data());
+    k = (k + 1) % w.copies;
+  }
+  st.counters["tok/s"] = benchmark::Counter((double)st.iterations() * n_tok, benchmark::Counter::kIsRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n_tok * st.iterations() * 1e-9,
+                                              benchmark::Counter::kIsRate);
+  st.SetLabel(std::string(type_name(t)) + " " + simd_level());
+}
+
+void matvec_args(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
+                     GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
+                     GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+    for (int threads : {1, 2}) {
+      b->Args({(int64_t)t, 14336, 4096, threads});  // gate / up: 4096 -> 14336
+      b->Args({(int64_t)t, 4096, 14336, threads});  // down: 14336 -> 4096
+    }
+  b->ArgNames({"type", "rows", "cols", "thr"});
+  b->MinTime(0.3);
+  b->UseRealTime();
+}
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K})
+    for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
+  b->ArgNames({"type", "rows", "cols", "thr", "tok"});
+  b->MinTime(0.3);
+  b->UseRealTime();
+}
+
+BENCHMARK(BM_matvec)->Apply(matvec_args);
+BENCHMARK(BM_matmul)->Apply(matmul_args);
+
+void hot_args(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
+                     GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
+                     GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+    for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
+  b->ArgNames({"type", "cols", "simd"});
+  b->MinTime(0.1);
+}
+BENCHMARK(BM_matvec_hot)->Apply(hot_args);
+
+}  // namespace
+}  // namespace moeflow::bench
