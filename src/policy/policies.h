@@ -14,6 +14,11 @@ std::unique_ptr<EvictionPolicy> make_moe_infinity(const PolicyOptions& opt);
 std::unique_ptr<EvictionPolicy> make_hobbit(const PolicyOptions& opt);
 std::unique_ptr<EvictionPolicy> make_daop(const PolicyOptions& opt);
 
+// HOBBIT score weights {lru, lfu, lhu, fld} used when PolicyOptions::weights is empty.
+std::vector<double> hobbit_default_weights();
+// Experts of `layer` (all layers when layer < 0), most used in the calibration first.
+std::vector<ExpertKey> rank_by_calibration(const PolicyOptions& o, int layer);
+
 // Hash-map key for an expert; policies keep sparse state so they work without knowing the
 // model's shape in advance (the live cache may build them with zeroed options).
 inline uint64_t pack(ExpertKey k) { return ((uint64_t)(uint32_t)k.layer << 32) | (uint32_t)k.expert; }

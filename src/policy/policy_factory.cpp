@@ -13,6 +13,10 @@ const std::vector<std::pair<std::string, Maker>>& table() {
   static const std::vector<std::pair<std::string, Maker>> t = {
       {"lru", policies::make_lru},
       {"lfu", policies::make_lfu},
+      {"static", policies::make_static},
+      {"moe-infinity", policies::make_moe_infinity},
+      {"hobbit", policies::make_hobbit},
+      {"daop", policies::make_daop},
   };
   return t;
 }

@@ -1,0 +1,36 @@
+#include <utility>
+
+#include "core/error.h"
+#include "policy/predictors.h"
+
+namespace moeflow {
+namespace {
+
+using Maker = std::unique_ptr<Predictor> (*)(const PredictorOptions&);
+
+const std::vector<std::pair<std::string, Maker>>& table() {
+  static const std::vector<std::pair<std::string, Maker>> t = {
+      {"gate", predictors::make_gate},         {"stacked", predictors::make_stacked},
+      {"token", predictors::make_token},       {"promoe", predictors::make_promoe},
+      {"duoserve", predictors::make_duoserve}, {"eamc", predictors::make_eamc},
+  };
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Predictor> make_predictor(const std::string& name, const PredictorOptions& opt) {
+  for (auto& [n, make] : table())
+    if (n == name) return make(opt);
+  std::string known;
+  for (auto& n : predictor_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown predictor '{}' (known: {})", name, known);
+}
+
+std::vector<std::string> predictor_names() {
+  std::vector<std::string> v;
+  for (auto& [n, make] : table()) v.push_back(n);
+  return v;
+}
+
+}  // namespace moeflow

@@ -1,0 +1,81 @@
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "trace/oracle.h"
+
+namespace moeflow::trace {
+namespace {
+
+uint64_t pack(ExpertKey k) { return ((uint64_t)(uint32_t)k.layer << 32) | (uint32_t)k.expert; }
+
+class Belady final : public EvictionPolicy {
+ public:
+  explicit Belady(const Trace& t) {
+    for (size_t s = 0; s < t.steps.size(); ++s)
+      for (auto& r : t.steps[s].routes)
+        for (int e : r.experts) uses_[pack({r.layer, e})].push_back(logical_time(s, r.layer, t.n_layers));
+  }
+  std::string name() const override { return "belady"; }
+  void on_access(ExpertKey, uint64_t) override {}
+  void on_insert(ExpertKey, uint64_t) override {}
+  void on_evict(ExpertKey) override {}
+  ExpertKey choose_victim(std::span<const ExpertKey> c, uint64_t t) override {
+    MOEFLOW_CHECK(!c.empty(), "belady: choose_victim called with no candidates");
+    ExpertKey best = c[0];
+    uint64_t far = 0;
+    for (ExpertKey k : c) {
+      uint64_t n = next_use(k, t);
+      if (n > far || (n == far && k.expert < best.expert)) far = n, best = k;
+      if (n == UINT64_MAX) return k;
+    }
+    return best;
+  }
+
+ private:
+  uint64_t next_use(ExpertKey k, uint64_t t) const {
+    auto it = uses_.find(pack(k));
+    if (it == uses_.end()) return UINT64_MAX;
+    auto p = std::upper_bound(it->second.begin(), it->second.end(), t);
+    return p == it->second.end() ? UINT64_MAX : *p;
+  }
+  std::unordered_map<uint64_t, std::vector<uint64_t>> uses_;
+};
+
+class Oracle final : public Predictor {
+ public:
+  Oracle(const Trace& t, int lookahead) : t_(t), look_(lookahead) {
+    for (size_t s = 0; s < t.steps.size(); ++s)
+      for (size_t r = 0; r < t.steps[s].routes.size(); ++r) order_.push_back({s, r});
+  }
+  std::string name() const override { return "oracle"; }
+  void on_layer(const PredictorInput& in, std::vector<Prediction>& out) override {
+    // The simulator passes step = index into the trace.
+    size_t s = (size_t)in.route.step;
+    auto it = std::lower_bound(order_.begin(), order_.end(), std::make_pair(s, (size_t)0));
+    while (it != order_.end() && it->first == s && t_.steps[s].routes[it->second].layer != in.route.layer) ++it;
+    if (it == order_.end()) return;
+    ++it;
+    uint32_t req = t_.steps[s].request;
+    for (int n = 0; n < look_ && it != order_.end(); ++n, ++it) {
+      const auto& st = t_.steps[it->first];
+      if (st.request != req) break;  // a new request's routing is unknowable
+      const auto& r = st.routes[it->second];
+      for (int e : r.experts) out.push_back({r.layer, e, 1.0f - (float)n / (float)(look_ + 1)});
+    }
+  }
+
+ private:
+  const Trace& t_;
+  int look_;
+  std::vector<std::pair<size_t, size_t>> order_;
+};
+
+}  // namespace
+
+std::unique_ptr<EvictionPolicy> make_belady(const Trace& t) { return std::make_unique<Belady>(t); }
+std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead) {
+  return std::make_unique<Oracle>(t, lookahead);
+}
+
+}  // namespace moeflow::trace

@@ -1,0 +1,471 @@
+#include "trace/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "core/error.h"
+#include "policy/eviction_policy.h"
+#include "policy/predictor.h"
+#include "trace/oracle.h"
+
+namespace moeflow::trace {
+namespace {
+
+enum class Slot : uint8_t { absent, pending, inflight, resident };
+
+struct Entry {
+  Slot slot = Slot::absent;
+  double arrival = 0;      // when the transfer completes (inflight/resident)
+  bool prefetched = false; // brought by a prefetch and not used yet
+};
+
+struct Pending {
+  ExpertKey key;
+  double issued;
+};
+
+// The whole replay of one trace for one configuration. Logical time for policies is
+// step * n_layers + layer (see oracle.h), so Belady can look the future up.
+class Sim {
+ public:
+  Sim(const Trace& t, const SimConfig& c) : t_(t), c_(c), L_(t.n_layers), E_(t.n_experts) {
+    MOEFLOW_CHECK(c.cache_rate > 0 && c.cache_rate <= 1, "sim: --cache-rate must be in (0, 1], got {}", c.cache_rate);
+    MOEFLOW_CHECK(c.hw.expert_bytes > 0 && c.hw.link_gb_s > 0, "sim: hardware profile '{}' lacks bandwidth or expert size",
+                  c.hw.name);
+    layers_ = t.recorded_layers();
+    MOEFLOW_CHECK(!layers_.empty(), "sim: trace '{}' has no routing", t.source);
+    per_layer_cap_ = std::max(1, (int)std::lround(c.cache_rate * E_));
+    total_cap_ = std::max(1, (int)std::lround(c.cache_rate * E_ * (double)layers_.size()));
+    ent_.assign((size_t)L_ * E_, {});
+    occupied_.assign(L_, 0);
+    res_.layers.resize(L_);
+    for (int l = 0; l < L_; ++l) res_.layers[l].layer = l;
+    pred_cur_.assign((size_t)L_ * E_, 0);
+    pred_next_.assign((size_t)L_ * E_, 0);
+    xfer_ms_ = c.hw.transfer_ms();
+  }
+
+  SimResult run(EvictionPolicy& pol, Predictor* pred) {
+    pol_ = &pol;
+    pred_ = pred;
+    preload();
+    size_t s = 0;
+    double ttft_sum = 0;
+    int n_prefills = 0;
+    double decode_sum = 0;
+    while (s < t_.steps.size()) {
+      const TokenStep& st = t_.steps[s];
+      if (s == 0 || st.request != t_.steps[s - 1].request) {
+        pol_->on_sequence_start();
+        if (pred_) pred_->on_sequence_start();
+        std::fill(pred_cur_.begin(), pred_cur_.end(), 0);
+        std::fill(pred_next_.begin(), pred_next_.end(), 0);
+      }
+      double start = clock_;
+      if (st.phase == Phase::prefill) {
+        size_t e = s;
+        while (e < t_.steps.size() && t_.steps[e].phase == Phase::prefill && t_.steps[e].request == st.request) ++e;
+        prefill(s, e);
+        ttft_sum += clock_ - start;
+        n_prefills++;
+        s = e;
+        continue;
+      }
+      decode_step(s);
+      decode_sum += clock_ - start;
+      res_.decode_tokens++;
+      ++s;
+    }
+    finish(decode_sum, ttft_sum, n_prefills);
+    return res_;
+  }
+
+ private:
+  Entry& at(ExpertKey k) { return ent_[(size_t)k.layer * E_ + k.expert]; }
+  bool global() const { return c_.global_budget; }
+  int cap() const { return global() ? total_cap_ : per_layer_cap_; }
+  int used(int layer) const { return global() ? total_occupied_ : occupied_[layer]; }
+
+  void preload() {
+    if (global()) {
+      for (ExpertKey k : pol_->initial_residents(-1, total_cap_)) place_initial(k);
+    } else {
+      for (int l : layers_)
+        for (ExpertKey k : pol_->initial_residents(l, per_layer_cap_)) place_initial(k);
+    }
+  }
+  void place_initial(ExpertKey k) {
+    if (k.layer < 0 || k.layer >= L_ || k.expert < 0 || k.expert >= E_) return;
+    if (at(k).slot != Slot::absent || used(k.layer) >= cap()) return;
+    occupy(k, Slot::resident, 0);
+    pol_->on_insert(k, 0);
+  }
+  void occupy(ExpertKey k, Slot s, double arrival) {
+    Entry& e = at(k);
+    if (e.slot == Slot::absent) occupied_[k.layer]++, total_occupied_++;
+    e.slot = s;
+    e.arrival = arrival;
+  }
+  void release(ExpertKey k) {
+    Entry& e = at(k);
+    if (e.slot == Slot::absent) return;
+    occupied_[k.layer]--, total_occupied_--;
+    e = {};
+  }
+
+  // Starts queued prefetches whose turn on the link comes before `now`.
+  void advance_link(double now) {
+    while (!pending_.empty()) {
+      double start = std::max(link_free_, pending_.front().issued);
+      if (start >= now) break;
+      Pending p = pending_.front();
+      pending_.pop_front();
+      link_free_ = start + xfer_ms_;
+      at(p.key).slot = Slot::inflight;
+      at(p.key).arrival = link_free_;
+      res_.bytes_moved += c_.hw.expert_bytes;
+      res_.prefetches++;
+    }
+  }
+  double demand_transfer(double now) {
+    double start = std::max(link_free_, now);
+    link_free_ = start + xfer_ms_;
+    res_.bytes_moved += c_.hw.expert_bytes;
+    res_.demand_loads++;
+    return link_free_;
+  }
+  void settle(double now) {
+    // In-flight transfers that completed become plain residents.
+    for (auto& e : ent_)
+      if (e.slot == Slot::inflight && e.arrival <= now) e.slot = Slot::resident;
+  }
+
+  // Makes room for one more expert of `layer`; false if nothing may be evicted.
+  bool make_room(int layer, uint64_t t, const std::vector<ExpertKey>& protect) {
+    if (used(layer) < cap()) return true;
+    cands_.clear();
+    auto consider = [&](int l) {
+      for (int e = 0; e < E_; ++e) {
+        ExpertKey k{l, e};
+        if (at(k).slot != Slot::resident) continue;
+        if (std::find(protect.begin(), protect.end(), k) != protect.end()) continue;
+        cands_.push_back(k);
+      }
+    };
+    if (global()) {
+      for (int l : layers_) consider(l);
+    } else {
+      consider(layer);
+    }
+    if (cands_.empty()) return false;
+    ExpertKey v = pol_->choose_victim(cands_, t);
+    MOEFLOW_CHECK(at(v).slot == Slot::resident, "sim: policy '{}' chose a victim that is not a candidate", pol_->name());
+    pol_->on_evict(v);
+    release(v);
+    return true;
+  }
+
+  // One layer of one token (or of a whole prefill batch when `tokens` > 1). Returns the time
+  // the layer's experts finish.
+  double run_layer(size_t step, const LayerRoute& r, double tokens, bool count_stats) {
+    const uint64_t tl = logical_time(step, r.layer, L_);
+    clock_ += c_.hw.layer_ms;
+    advance_link(clock_);
+    settle(clock_);
+    // Early preemption: speculative tasks for this layer that have not started are dropped.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->key.layer == r.layer) {
+        release(it->key);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    RouteEvent ev{r.layer, step, tokens > 1, r.experts, r.weights};
+    pol_->on_route(ev);
+    LayerStats& ls = res_.layers[r.layer];
+    std::vector<ExpertKey> protect;
+    for (int e : r.experts) protect.push_back({r.layer, e});
+    const double per_expert = c_.hw.expert_compute_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0);
+    std::vector<double> ready;
+    for (int e : r.experts) {
+      ExpertKey k{r.layer, e};
+      Entry& en = at(k);
+      bool hit = en.slot == Slot::resident;
+      bool late = en.slot == Slot::inflight;
+      if (en.prefetched && en.slot != Slot::pending) {
+        res_.prefetch_used++;
+        if (hit) res_.prefetch_in_time++;
+        en.prefetched = false;
+      }
+      if (count_stats) {
+        ls.uses++, res_.uses++;
+        if (hit) ls.hits++, res_.hits++;
+        if (late) ls.late++, res_.late++;
+      }
+      if (hit) {
+        ready.push_back(clock_);
+      } else if (late) {
+        ready.push_back(en.arrival);
+      } else {
+        if (en.slot == Slot::pending) {  // promoted to a demand load
+          pending_.erase(std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
+          release(k);
+        }
+        bool cached = pol_->admit(k, tl) && make_room(r.layer, tl, protect);
+        if (!cached && c_.hw.cpu_expert_ms > 0) {
+          // Computed where the weights are (host CPU), in parallel with the fast tier.
+          ready.push_back(clock_ + c_.hw.cpu_expert_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0) - per_expert);
+          continue;
+        }
+        double arr = demand_transfer(clock_);
+        if (cached) {
+          occupy(k, Slot::inflight, arr);
+          pol_->on_insert(k, tl);
+        }
+        ready.push_back(arr);
+      }
+    }
+    // Residents first, then by arrival: the reorder step of the MoE block protocol.
+    std::sort(ready.begin(), ready.end());
+    double cursor = clock_;
+    for (double rd : ready) cursor = std::max(cursor, rd) + per_expert;
+    double ideal = clock_ + per_expert * (double)ready.size();
+    double stall = std::max(0.0, cursor - ideal);
+    ls.stall_ms += stall;
+    res_.stall_ms += stall;
+    for (int e : r.experts) pol_->on_access({r.layer, e}, tl);
+    return cursor;
+  }
+
+  void issue_prefetches(size_t step, const LayerRoute& r, std::vector<Prediction>& preds) {
+    std::stable_sort(preds.begin(), preds.end(), [](auto& a, auto& b) { return a.confidence > b.confidence; });
+    const uint64_t tl = logical_time(step, r.layer, L_);
+    std::vector<ExpertKey> protect;
+    for (int e : r.experts) protect.push_back({r.layer, e});
+    int issued = 0;
+    for (auto& p : preds) {
+      if (p.layer < 0 || p.layer >= L_ || p.expert < 0 || p.expert >= E_) continue;
+      // Stats: which (token, layer) the prediction targets.
+      auto& tgt = p.layer > r.layer ? pred_cur_ : pred_next_;
+      tgt[(size_t)p.layer * E_ + p.expert] = 1;
+      if (issued >= c_.max_prefetch_per_call) continue;
+      ExpertKey k{p.layer, p.expert};
+      if (at(k).slot != Slot::absent) continue;
+      if (std::find(layers_.begin(), layers_.end(), p.layer) == layers_.end()) continue;
+      if (!make_room(p.layer, tl, protect)) continue;
+      occupy(k, Slot::pending, 0);
+      at(k).prefetched = true;
+      pol_->on_insert(k, tl);
+      pending_.push_back({k, clock_});
+      issued++;
+    }
+  }
+
+  void score_predictions(const LayerRoute& r) {
+    LayerStats& ls = res_.layers[r.layer];
+    uint8_t* row = &pred_cur_[(size_t)r.layer * E_];
+    for (int e = 0; e < E_; ++e) ls.predicted += row[e];
+    for (int e : r.experts) ls.correct += row[e];
+    std::fill(row, row + E_, 0);
+  }
+
+  void decode_step(size_t s) {
+    const TokenStep& st = t_.steps[s];
+    std::vector<Prediction> preds;
+    for (const LayerRoute& r : st.routes) {
+      score_predictions(r);
+      double done = run_layer(s, r, 1, true);
+      if (pred_) {
+        preds.clear();
+        PredictorInput in{RouteEvent{r.layer, s, false, r.experts, r.weights}, r.hidden, st.token_id};
+        pred_->on_layer(in, preds);
+        issue_prefetches(s, r, preds);
+      }
+      clock_ = done;
+    }
+    // Predictions for layers at or before the current one target the next token.
+    std::swap(pred_cur_, pred_next_);
+    std::fill(pred_next_.begin(), pred_next_.end(), 0);
+  }
+
+  // A prompt runs as one batch per layer: each expert routed by any prompt token is needed once.
+  void prefill(size_t b, size_t e) {
+    std::vector<double> counts((size_t)L_ * E_, 0);
+    for (size_t s = b; s < e; ++s)
+      for (auto& r : t_.steps[s].routes)
+        for (int x : r.experts) counts[(size_t)r.layer * E_ + x] += 1;
+    for (int l : layers_) {
+      LayerRoute u;
+      u.layer = l;
+      double tokens = 0;
+      for (int x = 0; x < E_; ++x)
+        if (counts[(size_t)l * E_ + x] > 0) u.experts.push_back(x), tokens += counts[(size_t)l * E_ + x];
+      if (u.experts.empty()) continue;
+      double n_tok = std::max(2.0, tokens / std::max(1.0, (double)t_.top_k));
+      clock_ = run_layer(b, u, n_tok, false);
+    }
+    pol_->on_prefill_done(counts);
+    for (ExpertKey k : pol_->take_placement_requests()) {
+      if (k.layer < 0 || k.layer >= L_ || k.expert < 0 || k.expert >= E_ || at(k).slot != Slot::absent) continue;
+      if (!make_room(k.layer, logical_time(e - 1, L_ - 1, L_), {})) continue;
+      occupy(k, Slot::inflight, demand_transfer(clock_));
+      pol_->on_insert(k, logical_time(e - 1, L_ - 1, L_));
+    }
+  }
+
+  void finish(double decode_sum, double ttft_sum, int n_prefills) {
+    res_.capacity = cap();
+    res_.hit_rate = res_.uses ? (double)res_.hits / (double)res_.uses : 0;
+    res_.prefetch_accuracy = res_.prefetches ? (double)res_.prefetch_used / (double)res_.prefetches : 0;
+    res_.in_time_rate = res_.prefetch_used ? (double)res_.prefetch_in_time / (double)res_.prefetch_used : 0;
+    res_.goodpred = res_.prefetch_accuracy * res_.in_time_rate;
+    uint64_t pr = 0, co = 0;
+    for (auto& l : res_.layers) pr += l.predicted, co += l.correct;
+    res_.pred_precision = pr ? (double)co / (double)pr : 0;
+    res_.pred_recall = res_.uses ? (double)co / (double)res_.uses : 0;
+    res_.tpot_ms = res_.decode_tokens ? decode_sum / (double)res_.decode_tokens : 0;
+    res_.ttft_ms = n_prefills ? ttft_sum / n_prefills : 0;
+  }
+
+  const Trace& t_;
+  const SimConfig& c_;
+  int L_, E_;
+  std::vector<int> layers_;
+  int per_layer_cap_ = 1, total_cap_ = 1;
+  std::vector<Entry> ent_;
+  std::vector<int> occupied_;
+  int total_occupied_ = 0;
+  std::vector<ExpertKey> cands_;
+  std::deque<Pending> pending_;
+  double clock_ = 0, link_free_ = 0, xfer_ms_ = 0;
+  std::vector<uint8_t> pred_cur_, pred_next_;
+  EvictionPolicy* pol_ = nullptr;
+  Predictor* pred_ = nullptr;
+  SimResult res_;
+};
+
+}  // namespace
+
+std::vector<double> routing_counts(const Trace& t) {
+  std::vector<double> c((size_t)t.n_layers * t.n_experts, 0);
+  for (auto& s : t.steps)
+    for (auto& r : s.routes)
+      for (int e : r.experts) c[(size_t)r.layer * t.n_experts + e] += 1;
+  return c;
+}
+
+std::vector<std::string> sim_policy_names() {
+  auto v = eviction_policy_names();
+  v.push_back("belady");
+  return v;
+}
+
+std::vector<std::string> sim_predictor_names() {
+  auto v = predictor_names();
+  v.insert(v.begin(), "none");
+  v.push_back("oracle");
+  return v;
+}
+
+std::vector<std::string> sim_predictor_names(const Trace& t) {
+  std::vector<std::string> out;
+  for (auto& n : sim_predictor_names()) {
+    bool needs_hidden = n == "gate" || n == "stacked" || n == "promoe";
+    bool needs_router = n == "gate" || n == "stacked";
+    if (needs_hidden && !t.has_hidden()) continue;
+    if (needs_router && t.routers.empty()) continue;
+    out.push_back(n);
+  }
+  return out;
+}
+
+SimResult simulate(const Trace& t, const SimConfig& cfg) {
+  t.validate(t.source);
+  const Trace& calib = cfg.calibration ? *cfg.calibration : t;
+  MOEFLOW_CHECK(calib.n_layers == t.n_layers && calib.n_experts == t.n_experts,
+                "sim: calibration trace '{}' has {}x{} experts, trace '{}' has {}x{}", calib.source, calib.n_layers,
+                calib.n_experts, t.source, t.n_layers, t.n_experts);
+  std::unique_ptr<EvictionPolicy> pol;
+  if (cfg.policy == "belady") {
+    pol = make_belady(t);
+  } else {
+    PolicyOptions po;
+    po.n_layers = t.n_layers;
+    po.n_experts = t.n_experts;
+    po.top_k = t.top_k;
+    po.capacity_per_layer = std::max(1, (int)std::lround(cfg.cache_rate * t.n_experts));
+    po.capacity_total = std::max(1, (int)std::lround(cfg.cache_rate * t.n_experts * (double)t.recorded_layers().size()));
+    if (cfg.policy == "static" || cfg.policy == "daop") po.calib_counts = routing_counts(calib);
+    if (cfg.policy == "hobbit") po.weights = cfg.hobbit_weights.empty() ? fit_hobbit_weights(calib, cfg) : cfg.hobbit_weights;
+    pol = make_eviction_policy(cfg.policy, po);
+  }
+  std::unique_ptr<Predictor> pred;
+  if (cfg.predictor == "oracle") {
+    pred = make_oracle_predictor(t, std::min(cfg.oracle_lookahead, t.n_layers));
+  } else if (cfg.predictor != "none" && !cfg.predictor.empty()) {
+    PredictorOptions po;
+    po.n_layers = t.n_layers;
+    po.n_experts = t.n_experts;
+    po.top_k = t.top_k;
+    po.model_path = cfg.predictor_model;
+    pred = make_predictor(cfg.predictor, po);
+    if (!t.routers.empty()) {
+      const Trace* tp = &t;
+      pred->set_router([tp](int layer, std::span<const float> h, std::vector<float>& logits) {
+        logits.assign(tp->n_experts, 0.f);
+        if (layer < 0 || layer >= (int)tp->routers.size() || tp->routers[layer].empty()) return;
+        const auto& W = tp->routers[layer];
+        for (int e = 0; e < tp->n_experts; ++e) {
+          double acc = 0;
+          for (size_t i = 0; i < h.size() && i < (size_t)tp->hidden_dim; ++i) acc += W[(size_t)e * tp->hidden_dim + i] * h[i];
+          logits[e] = (float)acc;
+        }
+      });
+    }
+    // Predictors learn from routing they observe: warm them on the calibration trace when it is
+    // a different trace (on the trace itself they learn online, as the live engine would).
+    if (cfg.calibration && cfg.calibration != &t) {
+      std::vector<Prediction> sink;
+      for (size_t s = 0; s < calib.steps.size(); ++s) {
+        if (s == 0 || calib.steps[s].request != calib.steps[s - 1].request) pred->on_sequence_start();
+        if (calib.steps[s].phase != Phase::decode) continue;
+        for (auto& r : calib.steps[s].routes) {
+          sink.clear();
+          pred->on_layer({RouteEvent{r.layer, s, false, r.experts, r.weights}, r.hidden, calib.steps[s].token_id}, sink);
+        }
+      }
+      pred->on_sequence_start();
+    }
+  }
+  Sim sim(t, cfg);
+  SimResult r = sim.run(*pol, pred.get());
+  r.policy = cfg.policy;
+  r.predictor = pred ? cfg.predictor : "none";
+  r.cache_rate = cfg.cache_rate;
+  return r;
+}
+
+std::vector<double> fit_hobbit_weights(const Trace& calib, const SimConfig& base) {
+  // Coarse grid over the simplex-ish cube; demand-only replay on the calibration trace.
+  const double g[] = {0.0, 0.25, 0.5, 1.0};
+  std::vector<double> best = {0.4, 0.3, 0.1, 0.2};
+  double best_hr = -1;
+  SimConfig c = base;
+  c.predictor = "none";
+  c.policy = "hobbit";
+  c.calibration = &calib;
+  for (double a : g)
+    for (double b : g)
+      for (double h : g)
+        for (double d : g) {
+          if (a + b + h + d == 0) continue;
+          c.hobbit_weights = {a, b, h, d};
+          double hr = simulate(calib, c).hit_rate;
+          if (hr > best_hr + 1e-12) best_hr = hr, best = c.hobbit_weights;
+        }
+  return best;
+}
+
+}  // namespace moeflow::trace
