@@ -1,0 +1,123 @@
+// `moeflow gen-model`: writes a random-weight GGUF of a real MoE architecture (see
+// model/gen/model_generator.h), for tests, benchmarks and llama.cpp cross-checks.
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "model/gen/model_generator.h"
+#include "model/gen/model_presets.h"
+
+namespace moeflow::cli {
+namespace {
+
+struct GenArgs {
+  std::string arch, preset = "tiny", out, type = "F32", expert_type, embd_type, output_type;
+  int64_t layers = 0, vocab = 0, experts = 0, expert_used = 0;
+  uint64_t seed = 42;
+  float router_scale = 4.0f;
+  int threads = 0;
+  bool quiet = false;
+};
+
+GgmlType parse_type(const std::string& name, const char* option) {
+  auto t = type_from_name(name);
+  if (!t) fail("gen-model: {} '{}' is not a ggml type name (e.g. F32, F16, Q8_0, Q4_K)", option, name);
+  return *t;
+}
+
+// A bar redrawn in place on a terminal; on a pipe (CI logs) one line per 10%.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled), tty_(isatty(fileno(stderr))) {}
+  void update(uint64_t done, uint64_t total) {
+    if (!enabled_ || total == 0) return;
+    const double frac = (double)done / (double)total;
+    const double now = now_seconds();
+    if (tty_) {
+      if (done != total && now - last_ < 0.1) return;
+      last_ = now;
+      const int width = 40, fill = (int)(frac * width);
+      std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.2f / %.2f GB", std::string(fill, '#').c_str(),
+                   std::string(width - fill, ' ').c_str(), 100.0 * frac, done / 1e9, total / 1e9);
+    } else if (total >= (256ull << 20)) {  // small files: no log noise
+      const int decile = (int)(frac * 10);
+      if (decile <= last_decile_) return;
+      last_decile_ = decile;
+      std::fprintf(stderr, "gen-model: %d%% (%.2f / %.2f GB)\n", decile * 10, done / 1e9, total / 1e9);
+    }
+    if (done == total && tty_) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_, tty_;
+  double last_ = 0;
+  int last_decile_ = -1;
+};
+
+int run_gen_model(const GenArgs& a) {
+  using namespace moeflow::gen;
+  GenOptions opt;
+  opt.shape = find_preset(parse_arch(a.arch), a.preset);
+  if (a.layers) opt.shape.n_layer = a.layers;
+  if (a.vocab) opt.shape.n_vocab = a.vocab;
+  if (a.experts) opt.shape.n_expert = a.experts;
+  if (a.expert_used) opt.shape.n_expert_used = a.expert_used;
+  opt.type = parse_type(a.type, "--type");
+  if (!a.expert_type.empty()) opt.expert_type = parse_type(a.expert_type, "--expert-type");
+  if (!a.embd_type.empty()) opt.embd_type = parse_type(a.embd_type, "--embd-type");
+  if (!a.output_type.empty()) opt.output_type = parse_type(a.output_type, "--output-type");
+  opt.seed = a.seed;
+  if (!(a.router_scale > 0.0f)) fail("gen-model: --router-scale must be positive (got {})", a.router_scale);
+  opt.router_scale = a.router_scale;
+  opt.threads = a.threads > 0 ? a.threads : default_thread_count();
+
+  ProgressBar bar(!a.quiet);
+  const GenSummary s =
+      generate_model(opt, a.out, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+  nlohmann::json j = {{"path", a.out},
+                      {"arch", arch_gguf_name(opt.shape.arch)},
+                      {"preset", opt.shape.preset},
+                      {"n_layer", opt.shape.n_layer},
+                      {"n_params", s.n_params},
+                      {"n_tensors", s.n_tensors},
+                      {"n_fallback", s.n_fallback},
+                      {"file_bytes", s.file_bytes},
+                      {"seconds", s.seconds}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+const bool registered = register_command(
+    "gen-model", "Write a random-weight GGUF of a real MoE architecture", [](CLI::App& sub) {
+      auto a = std::make_shared<GenArgs>();
+      sub.add_option("--arch", a->arch, "mixtral | qwen2moe | qwen3moe | olmoe")->required();
+      sub.add_option("--preset", a->preset,
+                     "tiny | small | 8x7b (mixtral) | a2.7b (qwen2moe) | 30b-a3b (qwen3moe) | 1b-7b (olmoe)");
+      sub.add_option("-o,--output", a->out, "output GGUF path")->required();
+      sub.add_option("--layers", a->layers, "override the layer count");
+      sub.add_option("--type", a->type, "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...)");
+      sub.add_option("--expert-type", a->expert_type, "type of the routed experts (default: --type)");
+      sub.add_option("--embd-type", a->embd_type, "type of token_embd (default: --type)");
+      sub.add_option("--output-type", a->output_type, "type of the output matrix (default: --type)");
+      sub.add_option("--seed", a->seed, "random seed");
+      sub.add_option("--router-scale", a->router_scale, "router logit std (larger = clearer top-k)");
+      sub.add_option("--vocab", a->vocab, "override the vocabulary size (>= 260)");
+      sub.add_option("--experts", a->experts, "override the expert count");
+      sub.add_option("--expert-used", a->expert_used, "override the experts used per token");
+      sub.add_option("-t,--threads", a->threads, "generator threads (default: all cores)");
+      sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
+      return CommandMain([a] { return run_gen_model(*a); });
+    });
+
+}  // namespace
+}  // namespace moeflow::cli

@@ -1,0 +1,74 @@
+#include "model/gen/gen_metadata.h"
+
+#include <fmt/format.h>
+
+#include "model/gen/gen_vocab.h"
+
+namespace moeflow::gen {
+
+int llama_file_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q2_K: return 10;
+    case GgmlType::Q3_K: return 11;  // Q3_K_S: every tensor Q3_K
+    case GgmlType::Q4_K: return 14;  // Q4_K_S
+    case GgmlType::Q5_K: return 16;  // Q5_K_S
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::IQ4_NL: return 25;
+    case GgmlType::IQ4_XS: return 30;
+    case GgmlType::BF16: return 32;
+    default: return -1;
+  }
+}
+
+void write_metadata(GgufWriter& w, const GenOptions& opt) {
+  const ModelShape& s = opt.shape;
+  const std::string a = arch_gguf_name(s.arch);
+  auto key = [&](const char* k) { return fmt::format("{}.{}", a, k); };
+  auto u32 = [&](const char* k, int64_t v) { w.set_u32(key(k), (uint32_t)v); };
+
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", fmt::format("moeflow synthetic {} {}", arch_cli_name(s.arch), s.preset));
+  const GgmlType bulk = opt.expert_type.value_or(opt.type);
+  if (int ft = llama_file_type(bulk); ft >= 0) w.set_u32("general.file_type", (uint32_t)ft);
+  w.set_u32("general.quantization_version", 2);
+  // Provenance, so a file can be regenerated or compared with its quantized siblings.
+  w.set("moeflow.generator.seed", GgufValue::make_u64(opt.seed));
+  w.set_f32("moeflow.generator.router_scale", opt.router_scale);
+
+  u32("vocab_size", s.n_vocab);
+  u32("context_length", s.n_ctx);
+  u32("embedding_length", s.n_embd);
+  u32("block_count", s.n_layer);
+  u32("feed_forward_length", s.n_ff);
+  u32("attention.head_count", s.n_head);
+  u32("attention.head_count_kv", s.n_head_kv);
+  u32("attention.key_length", s.head_dim);
+  u32("attention.value_length", s.head_dim);
+  u32("rope.dimension_count", s.head_dim);
+  w.set_f32(key("rope.freq_base"), (float)s.rope_base);
+  w.set_f32(key("attention.layer_norm_rms_epsilon"), (float)s.rms_eps);
+  u32("expert_count", s.n_expert);
+  u32("expert_used_count", s.n_expert_used);
+  u32("expert_feed_forward_length", s.n_ff_exp);
+  if (s.shared_expert()) u32("expert_shared_feed_forward_length", s.n_ff_shexp);
+
+  const SynthVocab v = make_synth_vocab(s.n_vocab);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(v.tokens));
+  w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(v.scores));
+  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(v.types));
+  w.set_u32("tokenizer.ggml.bos_token_id", (uint32_t)v.bos_id);
+  w.set_u32("tokenizer.ggml.eos_token_id", (uint32_t)v.eos_id);
+  w.set_u32("tokenizer.ggml.unknown_token_id", (uint32_t)v.unk_id);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+}  // namespace moeflow::gen

@@ -1,0 +1,194 @@
+#include "model/gen/model_generator.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "gguf/gguf_writer.h"
+#include "model/gen/gen_metadata.h"
+#include "model/gen/gen_random.h"
+#include "quant/quant.h"
+
+namespace moeflow::gen {
+namespace {
+
+bool is_float_type(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+bool producible(GgmlType t) { return is_float_type(t) || can_quantize(t); }
+
+bool fits(GgmlType t, int64_t row_len) { return row_len % type_traits(t).block_size == 0; }
+
+void encode_row(GgmlType t, const float* src, uint8_t* dst, int64_t n) {
+  switch (t) {
+    case GgmlType::F32:
+      std::memcpy(dst, src, (size_t)n * sizeof(float));
+      return;
+    case GgmlType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = fp32_to_fp16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = fp32_to_bf16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    default:
+      quantize_row(t, src, dst, n);
+  }
+}
+
+struct Planner {
+  const GenOptions& opt;
+  std::vector<PlannedTensor> out;
+
+  void add(std::string name, GgmlType requested, std::vector<int64_t> dims, float std,
+           InitKind init = InitKind::Normal) {
+    PlannedTensor t;
+    t.name = std::move(name);
+    t.requested = requested;
+    t.type = resolve_type(requested, dims[0]);
+    t.dims = std::move(dims);
+    t.std = std;
+    t.init = init;
+    out.push_back(std::move(t));
+  }
+  // Norm weights and biases stay F32 whatever the weight type, as llama.cpp keeps them.
+  void gain(std::string name, int64_t n) { add(std::move(name), GgmlType::F32, {n}, 0.1f, InitKind::Gain); }
+  void bias(std::string name, int64_t n) { add(std::move(name), GgmlType::F32, {n}, 0.1f); }
+};
+
+float inv_sqrt(int64_t n) { return 1.0f / std::sqrt((float)n); }
+
+}  // namespace
+
+int64_t PlannedTensor::n_rows() const {
+  int64_t r = 1;
+  for (size_t i = 1; i < dims.size(); ++i) r *= dims[i];
+  return r;
+}
+
+uint64_t PlannedTensor::nbytes() const { return (uint64_t)row_bytes(type, row_len()) * (uint64_t)n_rows(); }
+
+GgmlType resolve_type(GgmlType requested, int64_t row_len) {
+  if (!producible(requested))
+    fail("gen-model: cannot write tensors of type {} (no quantizer for it)", type_name(requested));
+  if (fits(requested, row_len)) return requested;
+  GgmlType alt;
+  switch (requested) {
+    case GgmlType::Q4_K: alt = GgmlType::Q5_0; break;
+    case GgmlType::Q5_K: alt = GgmlType::Q5_1; break;
+    case GgmlType::Q6_K: alt = GgmlType::Q8_0; break;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::IQ4_XS: alt = GgmlType::IQ4_NL; break;
+    default: alt = GgmlType::F16; break;
+  }
+  if (!producible(alt)) alt = GgmlType::Q4_0;
+  if (!producible(alt) || !fits(alt, row_len)) alt = GgmlType::F16;
+  return alt;
+}
+
+std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
+  const ModelShape& s = opt.shape;
+  s.validate();
+  const GgmlType wt = opt.type;
+  const GgmlType et = opt.expert_type.value_or(wt);
+  const int64_t q_dim = s.n_head * s.head_dim;
+  const int64_t kv_dim = s.n_head_kv * s.head_dim;
+  Planner p{opt, {}};
+  // Embedding rows are looked up, not multiplied, so unit variance keeps the residual O(1).
+  p.add("token_embd.weight", opt.embd_type.value_or(wt), {s.n_embd, s.n_vocab}, 1.0f);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    auto n = [&](const char* what) { return fmt::format("blk.{}.{}", l, what); };
+    p.gain(n("attn_norm.weight"), s.n_embd);
+    p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
+    p.add(n("attn_k.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+    p.add(n("attn_v.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+    if (s.qkv_bias()) {
+      p.bias(n("attn_q.bias"), q_dim);
+      p.bias(n("attn_k.bias"), kv_dim);
+      p.bias(n("attn_v.bias"), kv_dim);
+    }
+    if (s.qk_norm() == QkNorm::PerHead) {
+      p.gain(n("attn_q_norm.weight"), s.head_dim);
+      p.gain(n("attn_k_norm.weight"), s.head_dim);
+    } else if (s.qk_norm() == QkNorm::Full) {
+      p.gain(n("attn_q_norm.weight"), q_dim);
+      p.gain(n("attn_k_norm.weight"), kv_dim);
+    }
+    p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
+    p.gain(n("ffn_norm.weight"), s.n_embd);
+    // Routers stay F32, as llama.cpp's quantizer leaves ffn_gate_inp alone.
+    p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert},
+          opt.router_scale * inv_sqrt(s.n_embd));
+    p.add(n("ffn_gate_exps.weight"), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_up_exps.weight"), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_down_exps.weight"), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
+    if (s.shared_expert()) {
+      p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));
+      p.add(n("ffn_gate_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
+      p.add(n("ffn_up_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
+      p.add(n("ffn_down_shexp.weight"), wt, {s.n_ff_shexp, s.n_embd}, inv_sqrt(s.n_ff_shexp));
+    }
+  }
+  p.gain("output_norm.weight", s.n_embd);
+  p.add("output.weight", opt.output_type.value_or(wt), {s.n_embd, s.n_vocab}, inv_sqrt(s.n_embd));
+  return std::move(p.out);
+}
+
+void generate_row(const PlannedTensor& t, uint64_t seed, int64_t row, float* out) {
+  const uint64_t st = row_stream_seed(seed, stable_hash(t.name), row);
+  const float mean = t.init == InitKind::Gain ? 1.0f : 0.0f;
+  fill_normal(st, out, t.row_len(), mean, t.std);
+}
+
+GenSummary generate_model(const GenOptions& opt, const std::string& path, const GenProgress& progress) {
+  const double t0 = now_seconds();
+  std::vector<PlannedTensor> plan = plan_tensors(opt);
+  if (opt.threads < 1) fail("gen-model: --threads must be at least 1 (got {})", opt.threads);
+  auto pool = std::make_shared<ThreadPool>(opt.threads);
+
+  GgufWriter w;
+  write_metadata(w, opt);
+  GenSummary sum;
+  for (const PlannedTensor& t : plan) {
+    sum.n_tensors++;
+    sum.n_params += t.row_len() * t.n_rows();
+    sum.tensor_bytes += t.nbytes();
+    if (t.type != t.requested) sum.n_fallback++;
+    const uint64_t seed = opt.seed;
+    w.add_tensor(t.name, t.type, t.dims, [t, seed, pool](uint8_t* dst, uint64_t nbytes) {
+      const size_t rb = row_bytes(t.type, t.row_len());
+      if (nbytes != rb * (uint64_t)t.n_rows())
+        fail("gen-model: writer asked for {} bytes of tensor '{}', expected {}", nbytes, t.name,
+             rb * (uint64_t)t.n_rows());
+      pool->parallel_for(t.n_rows(), [&](int64_t begin, int64_t end, int) {
+        std::vector<float> buf((size_t)t.row_len());
+        for (int64_t r = begin; r < end; ++r) {
+          generate_row(t, seed, r, buf.data());
+          encode_row(t.type, buf.data(), dst + (size_t)r * rb, t.row_len());
+        }
+      });
+    });
+  }
+  w.write(path, progress);
+  std::error_code ec;
+  const auto fsz = std::filesystem::file_size(path, ec);
+  sum.file_bytes = ec ? 0 : (uint64_t)fsz;
+  sum.seconds = now_seconds() - t0;
+  return sum;
+}
+
+}  // namespace moeflow::gen

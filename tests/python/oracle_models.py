@@ -1,0 +1,154 @@
+"""Tiny seeded transformers MoE models and helpers shared by the oracle tests.
+
+Weights are re-drawn (not transformers' std-0.02 init) so that activations are O(1), logits are
+spread and greedy choices have clear margins: N(0, 1/fan_in) matrices, N(0, 1) embeddings,
+1 + N(0, 0.1^2) norm weights, N(0, 0.1^2) biases, routers scaled by ROUTER_SCALE.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+ROUTER_SCALE = 4.0
+ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe")
+
+
+def moeflow_binary() -> str | None:
+    b = os.environ.get("MOEFLOW_BINARY")
+    if b and Path(b).exists():
+        return b
+    for cand in sorted(ROOT.glob("build*/moeflow")):
+        if cand.is_file():
+            return str(cand)
+    return shutil.which("moeflow")
+
+
+def moeflow_has_command(binary: str, cmd: str) -> bool:
+    r = subprocess.run([binary, cmd, "--help"], capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
+    import transformers as T
+    common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=n_layer,
+                  num_attention_heads=4, max_position_embeddings=256, tie_word_embeddings=False)
+    if arch == "mixtral":
+        cfg = T.MixtralConfig(**common, intermediate_size=96, num_key_value_heads=2,
+                              num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                              rope_theta=1e6)
+    elif arch == "qwen2moe":
+        cfg = T.Qwen2MoeConfig(**common, intermediate_size=96, moe_intermediate_size=32,
+                               shared_expert_intermediate_size=64, num_key_value_heads=2,
+                               num_experts=8, num_experts_per_tok=4, norm_topk_prob=False,
+                               rms_norm_eps=1e-6, rope_theta=1e6, qkv_bias=True)
+    elif arch == "qwen3moe":
+        # head_dim 32 with 4 heads: q is 128 wide while n_embd is 64, exercising key_length.
+        cfg = T.Qwen3MoeConfig(**common, intermediate_size=96, moe_intermediate_size=32,
+                               num_key_value_heads=2, head_dim=32, num_experts=8,
+                               num_experts_per_tok=2, norm_topk_prob=True, rms_norm_eps=1e-6,
+                               rope_theta=1e6)
+    elif arch == "olmoe":
+        cfg = T.OlmoeConfig(**common, intermediate_size=32, num_key_value_heads=4, num_experts=8,
+                            num_experts_per_tok=2, norm_topk_prob=False, rms_norm_eps=1e-5,
+                            rope_theta=1e4)
+    else:
+        raise ValueError(arch)
+    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 1, 2, None
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def _check_rope(cfg, want: float):
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict):
+        rp["rope_theta"] = want
+
+
+def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
+    """A float64 *ForCausalLM with seeded O(1)-scaled weights."""
+    import torch
+    import transformers as T
+    cfg = make_config(arch, n_layer, vocab)
+    _check_rope(cfg, {"olmoe": 1e4}.get(arch, 1e6))
+    cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
+           "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM}[arch]
+    torch.manual_seed(seed)
+    model = cls(cfg).double().eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            shape = p.shape
+            if name.endswith("norm.weight") or "layernorm" in name:
+                v = 1.0 + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
+            elif name.endswith(".bias"):
+                v = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
+            elif "embed_tokens" in name:
+                v = torch.randn(shape, generator=g, dtype=torch.float64)
+            else:
+                std = 1.0 / np.sqrt(shape[-1])
+                if is_router(name) and "shared_expert" not in name:
+                    std *= ROUTER_SCALE
+                v = std * torch.randn(shape, generator=g, dtype=torch.float64)
+            p.copy_(v)
+    return model
+
+
+def is_router(hf_name: str) -> bool:
+    return hf_name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight",
+                             "shared_expert_gate.weight"))
+
+
+def round_like_gguf(model, outtype: str):
+    """Round, in place, the weights that tools/hf_to_gguf.py stores as F16 (matrices other than
+    the routers), so the float64 model is exactly the model in the F16 file."""
+    import torch
+    if outtype != "f16":
+        return
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and not is_router(name):
+                p.copy_(p.to(torch.float16).to(torch.float64))
+
+
+def reference_greedy(model, prompt: list[int], n_greedy: int):
+    """(logits rows for prompt + fed generated tokens, generated ids), float64."""
+    import torch
+    ids = list(prompt)
+    gen = []
+    with torch.no_grad():
+        for _ in range(n_greedy):
+            out = model(torch.tensor([ids])).logits[0]
+            nxt = int(torch.argmax(out[-1]))
+            gen.append(nxt)
+            ids.append(nxt)
+        logits = model(torch.tensor([ids])).logits[0].numpy()
+    return logits, gen
+
+
+def run_moeflow_eval(binary: str, model_path: str, tokens: list[int], n_greedy: int, out: Path,
+                     threads: int = 2):
+    cmd = [binary, "eval", "-m", str(model_path), "--tokens", ",".join(map(str, tokens)),
+           "--logits-out", str(out), "-t", str(threads)]
+    if n_greedy:
+        cmd += ["--greedy", str(n_greedy)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stderr}"
+    line = [l for l in r.stdout.splitlines() if l.strip().startswith("{")][-1]
+    info = json.loads(line)
+    logits = np.fromfile(out, dtype="<f4")
+    assert logits.size == info["rows"] * info["n_vocab"], "logits file size disagrees with rows*n_vocab"
+    return logits.reshape(info["rows"], info["n_vocab"]), info
+
+
+def rel_err_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row max|a-b| / max|b| (b the reference)."""
+    return np.abs(a - b).max(axis=1) / np.abs(b).max(axis=1)
