@@ -1,0 +1,66 @@
+#include "experts/gate_lookahead.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace moeflow {
+
+GateLookahead::GateLookahead(ExpertProvider& provider, RouterFn router, LookaheadConfig cfg)
+    : provider_(provider), router_(std::move(router)), cfg_(std::move(cfg)) {
+  MOEFLOW_CHECK(router_ != nullptr, "gate lookahead: the model provides no router function");
+  MOEFLOW_CHECK(cfg_.distance >= 1, "--lookahead must be >= 1 (got {})", cfg_.distance);
+}
+
+void GateLookahead::on_step_begin(int64_t pos0, int n_tokens) {
+  if (next_) next_->on_step_begin(pos0, n_tokens);
+}
+
+void GateLookahead::on_step_end() {
+  if (next_) next_->on_step_end();
+}
+
+void GateLookahead::on_route(const RouteRecord& r) {
+  if (next_) next_->on_route(r);
+  if (r.n_tokens <= 0 || r.n_embd <= 0) return;
+  int target = r.layer;
+  for (int d = 0; d < cfg_.distance; ++d) {
+    do {
+      ++target;
+    } while (target < cfg_.n_layers && cfg_.n_experts[target] == 0);
+    if (target >= cfg_.n_layers) return;
+    const int n_exp = cfg_.n_experts[target];
+    const int k = std::min(cfg_.top_k, n_exp);
+    chosen_.clear();
+    conf_.clear();
+    const int t0 = std::max(0, r.n_tokens - cfg_.max_tokens);
+    for (int t = t0; t < r.n_tokens; ++t) {
+      router_(target, r.hidden.subspan(static_cast<size_t>(t) * r.n_embd, r.n_embd), logits_);
+      if (static_cast<int>(logits_.size()) < n_exp) return;
+      const float mx = *std::max_element(logits_.begin(), logits_.begin() + n_exp);
+      probs_.resize(n_exp);
+      double sum = 0;
+      for (int e = 0; e < n_exp; ++e) sum += probs_[e] = std::exp(logits_[e] - mx);
+      order_.resize(n_exp);
+      for (int e = 0; e < n_exp; ++e) order_[e] = e;
+      std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
+                        [&](int a, int b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b); });
+      for (int i = 0; i < k; ++i) {
+        const int e = order_[i];
+        if (std::find(chosen_.begin(), chosen_.end(), e) != chosen_.end()) continue;
+        chosen_.push_back(e);
+        conf_.push_back(static_cast<float>(probs_[e] / sum));
+      }
+    }
+    // One call per confidence so the prefetcher can order LOW tasks by it; farther layers are
+    // discounted, they are needed later.
+    const float discount = 1.0f / static_cast<float>(d + 1);
+    for (size_t i = 0; i < chosen_.size(); ++i) {
+      provider_.prefetch(target, std::span<const int>(&chosen_[i], 1), conf_[i] * discount);
+    }
+    predictions_ += chosen_.size();
+  }
+}
+
+}  // namespace moeflow

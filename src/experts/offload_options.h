@@ -1,0 +1,118 @@
+#pragma once
+// Command-line glue for the offloading tier, shared by `moeflow run` / `bench` / `serve`:
+//   add_offload_options(app, opts)        registers --expert-cache, --cache-rate, ...
+//   make_offload(opts, file)              builds the CachedExpertProvider (+ gate lookahead)
+//   session.attach(ctx, router)           plugs the lookahead predictor into the forward pass
+//   offload_stats_json(session)           statistics to merge into the command's JSON
+// The factory functions are inline on purpose: they call the policy module
+// (make_eviction_policy), which links after this one, so only the CLI instantiates them.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "experts/cached_provider.h"
+#include "experts/gate_lookahead.h"
+#include "gguf/gguf_file.h"
+#include "model/model.h"
+#include "policy/eviction_policy.h"
+
+namespace moeflow {
+
+struct OffloadOptions {
+  std::string expert_cache;      // "3GiB", "512MiB", bytes
+  double cache_rate = 0;         // fraction of all expert bytes
+  std::string policy = "lru";
+  bool per_layer = false;
+  int io_threads = 2;
+  std::string prefetch = "lookahead";  // none | lookahead
+  int lookahead = 1;
+  bool no_early_preemption = false;
+  bool buffered_io = false;
+  bool enabled() const { return !expert_cache.empty() || cache_rate > 0; }
+};
+
+// "3GiB", "1.5G", "512MiB", "800MB", "4096" -> bytes. Throws naming `option`.
+uint64_t parse_byte_size(const std::string& text, const std::string& option);
+// The byte budget the options ask for (0 when offloading is off).
+uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes);
+// top-k of the model from GGUF metadata ("<arch>.expert_used_count").
+int model_top_k(const GgufFile& f);
+
+inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
+  app.add_option("--expert-cache", o.expert_cache,
+                 "offload experts: RAM budget for cached experts (e.g. 3GiB)");
+  app.add_option("--cache-rate", o.cache_rate,
+                 "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)");
+  app.add_option("--cache-policy", o.policy, "eviction policy (lru, lfu, ...)");
+  app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
+  app.add_option("--io-threads", o.io_threads, "expert I/O worker threads");
+  app.add_option("--prefetch", o.prefetch, "expert prefetch predictor: none | lookahead");
+  app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead predictor");
+  app.add_flag("--no-early-preemption", o.no_early_preemption,
+               "on-demand loads only: do not raise routed experts to HIGH before acquire");
+  app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
+}
+
+struct OffloadSession {
+  std::shared_ptr<CachedExpertProvider> provider;
+  std::unique_ptr<GateLookahead> lookahead;
+  OffloadOptions options;
+
+  // Plugs the predictor into the forward pass (chaining any observer already set).
+  void attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing = nullptr) {
+    if (!provider || options.prefetch == "none") return;
+    LookaheadConfig lc;
+    lc.n_layers = provider->store().n_layers();
+    for (int l = 0; l < lc.n_layers; ++l) lc.n_experts.push_back(provider->store().n_experts(l));
+    lc.top_k = model_top_k(model.file());
+    lc.distance = options.lookahead;
+    lookahead = std::make_unique<GateLookahead>(*provider, model.router_fn(), lc);
+    lookahead->set_next(existing);
+    ctx.set_observer(lookahead.get());
+  }
+};
+
+inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
+  OffloadSession s;
+  s.options = o;
+  if (!o.enabled()) return s;
+  if (o.prefetch != "none" && o.prefetch != "lookahead")
+    fail("--prefetch: unknown predictor '{}' (known: none, lookahead)", o.prefetch);
+  auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
+  const int top_k = model_top_k(file);
+  OffloadConfig cfg;
+  cfg.budget_bytes = resolve_budget(o, store->total_expert_bytes());
+  cfg.per_layer = o.per_layer;
+  cfg.top_k = top_k;
+  cfg.io_threads = o.io_threads;
+  cfg.early_preemption = !o.no_early_preemption;
+  cfg.prefetch = o.prefetch != "none";
+  PolicyOptions po;
+  po.n_layers = store->n_layers();
+  po.n_experts = store->max_experts();
+  po.top_k = top_k;
+  const uint64_t slots = store->slot_bytes() ? cfg.budget_bytes / store->slot_bytes() : 0;
+  int moe_layers = 0;
+  for (int l = 0; l < store->n_layers(); ++l) moe_layers += store->is_moe_layer(l);
+  po.capacity_total = static_cast<int>(slots);
+  po.capacity_per_layer = moe_layers ? static_cast<int>(slots / moe_layers) : 0;
+  s.provider = std::make_shared<CachedExpertProvider>(std::move(store),
+                                                      make_eviction_policy(o.policy, po), cfg);
+  return s;
+}
+
+inline nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer = true) {
+  if (!s.provider) return nlohmann::json{{"enabled", false}};
+  nlohmann::json j = s.provider->stats().to_json(per_layer);
+  j["enabled"] = true;
+  j["prefetch"] = s.options.prefetch;
+  j["early_preemption"] = !s.options.no_early_preemption;
+  if (s.lookahead) j["predictions"] = s.lookahead->predictions();
+  return j;
+}
+
+}  // namespace moeflow
