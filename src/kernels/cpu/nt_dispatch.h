@@ -16,6 +16,10 @@
 namespace moeflow::kernels {
 static_assert(kMaxTokens == 4, "MOEFLOW_DOT_FN handles up to 4 tokens");
 
+// Internal linkage on purpose: this header is compiled with different -m flags in different
+// files, and one shared inline copy could carry AVX-512 code into the scalar path.
+namespace {
+
 template <typename T>
 inline const T* act_row(const void* a, size_t stride, int t) {
   return reinterpret_cast<const T*>(static_cast<const uint8_t*>(a) + (size_t)t * stride);
@@ -33,4 +37,5 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+}  // namespace
 }  // namespace moeflow::kernels

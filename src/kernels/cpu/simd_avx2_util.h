@@ -6,6 +6,7 @@
 #include <cstring>
 
 namespace moeflow::kernels::avx2 {
+namespace {  // internal linkage: see nt_dispatch.h
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -45,4 +46,5 @@ inline __m256i scale_pair(const int16_t* s) {
   return _mm256_shuffle_epi8(_mm256_set1_epi32(pair), ctl);
 }
 
+}  // namespace
 }  // namespace moeflow::kernels::avx2

@@ -1,8 +1,9 @@
 // AVX2 + FMA kernels. Integer products use maddubs (unsigned weight bytes x signed activation
 // bytes); per-block integer sums are scaled into float accumulators with one FMA per token.
-#include "core/fp16.h"
 #include "kernels/cpu/nt_dispatch.h"
 #include "kernels/cpu/simd_avx2_util.h"
+#include "kernels/cpu/unpack32_avx2.h"
+#include "kernels/cpu/kquant_avx2.h"
 #include "quant/blocks.h"
 
 namespace moeflow::kernels {
@@ -11,34 +12,6 @@ namespace {
 using namespace avx2;
 
 // ---- 32-element blocks x Q8_0 -----------------------------------------------------------------
-
-// Signed weight bytes of one 32-block, in element order.
-inline __m256i unpack(const BlockQ8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
-inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128((const __m128i*)qs);
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
-}
-inline __m256i unpack(const BlockQ4_0& b) {
-  return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8));
-}
-inline __m256i unpack(const BlockQ5_0& b) {
-  uint32_t qh;
-  std::memcpy(&qh, b.qh, 4);
-  // 5-bit value minus 16: keep the nibble where the high bit is set, else subtract 16.
-  const __m256i missing = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-  return _mm256_sub_epi8(nibbles(b.qs), missing);
-}
-inline __m256i lookup16(const int8_t* table, const uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128((const __m128i*)table);
-  return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles(qs));
-}
-inline __m256i unpack(const BlockIQ4_NL& b) { return lookup16(kIq4nlValues, b.qs); }
-inline __m256i unpack(const BlockMXFP4& b) { return lookup16(kMxfp4Values, b.qs); }
-inline float scale(const BlockQ8_0& b) { return fp16(b.d); }
-inline float scale(const BlockQ4_0& b) { return fp16(b.d); }
-inline float scale(const BlockQ5_0& b) { return fp16(b.d); }
-inline float scale(const BlockIQ4_NL& b) { return fp16(b.d); }
-inline float scale(const BlockMXFP4& b) { return e8m0_half(b.e); }
 
 template <typename B, int NT>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
@@ -90,27 +63,6 @@ inline __m256i load_act(const BlockQ8_K& a, int off) {
 }
 inline __m256i load_bsums(const BlockQ8_K& a) {
   return _mm256_loadu_si256((const __m256i*)a.bsums);
-}
-
-// Q4_K / Q5_K 6-bit scales and mins as bytes: sc[0..7] then m[0..7].
-inline void k4_scales(const uint8_t* s, uint8_t* scb, uint8_t* mnb) {
-  uint32_t u[3];
-  std::memcpy(u, s, 12);
-  const uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
-  const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
-  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
-  std::memcpy(scb, &sc_lo, 4);
-  std::memcpy(scb + 4, &sc_hi, 4);
-  std::memcpy(mnb, &m_lo, 4);
-  std::memcpy(mnb + 4, &m_hi, 4);
-}
-
-// Each of the 8 mins applies to two 16-element bsums.
-inline __m256i mins16(const uint8_t* mnb) {
-  uint64_t m;
-  std::memcpy(&m, mnb, 8);
-  const __m128i v = _mm_cvtsi64_si128((long long)m);
-  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
 }
 
 template <int NT>
@@ -348,7 +300,6 @@ inline __m256 load8(const uint16_t* p, bool bf16) {
   if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   return _mm256_cvtph_ps(h);
 }
-inline float to_f32(float v) { return v; }
 
 enum class FKind { F32, F16, BF16 };
 
@@ -360,8 +311,14 @@ inline __m256 wload(const void* w, int64_t i) {
 template <FKind K>
 inline float wscalar(const void* w, int64_t i) {
   if constexpr (K == FKind::F32) return static_cast<const float*>(w)[i];
-  else if constexpr (K == FKind::F16) return fp16_to_fp32(static_cast<const uint16_t*>(w)[i]);
-  else return bf16_to_fp32(static_cast<const uint16_t*>(w)[i]);
+  else if constexpr (K == FKind::F16) return fp16(static_cast<const uint16_t*>(w)[i]);
+  else {
+    // Not core/fp16.h: its inline functions must not be instantiated with AVX flags (ODR).
+    const uint32_t bits = (uint32_t)static_cast<const uint16_t*>(w)[i] << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
 }
 
 template <FKind K, int NT>
