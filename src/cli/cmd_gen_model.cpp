@@ -26,6 +26,7 @@ struct GenArgs {
   float router_scale = 4.0f;
   int threads = 0;
   bool quiet = false;
+  bool dry_run = false;
 };
 
 GgmlType parse_type(const std::string& name, const char* option) {
@@ -81,6 +82,22 @@ int run_gen_model(const GenArgs& a) {
   opt.router_scale = a.router_scale;
   opt.threads = a.threads > 0 ? a.threads : default_thread_count();
 
+  if (a.dry_run) {
+    // The plan alone (names, shapes, types, sizes): lets tests check the released shapes
+    // without writing tens of gigabytes.
+    nlohmann::json tensors = nlohmann::json::array();
+    int64_t params = 0;
+    uint64_t bytes = 0;
+    for (const PlannedTensor& t : plan_tensors(opt)) {
+      tensors.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"dims", t.dims}});
+      params += t.row_len() * t.n_rows();
+      bytes += t.nbytes();
+    }
+    nlohmann::json j = {{"arch", arch_gguf_name(opt.shape.arch)}, {"preset", opt.shape.preset},
+                        {"n_params", params}, {"tensor_bytes", bytes}, {"tensors", tensors}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
   ProgressBar bar(!a.quiet);
   const GenSummary s =
       generate_model(opt, a.out, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
@@ -116,6 +133,7 @@ const bool registered = register_command(
       sub.add_option("--expert-used", a->expert_used, "override the experts used per token");
       sub.add_option("-t,--threads", a->threads, "generator threads (default: all cores)");
       sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
+      sub.add_flag("--dry-run", a->dry_run, "print the tensor plan as JSON, write nothing");
       return CommandMain([a] { return run_gen_model(*a); });
     });
 

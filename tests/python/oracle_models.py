@@ -26,9 +26,10 @@ def moeflow_binary() -> str | None:
     b = os.environ.get("MOEFLOW_BINARY")
     if b and Path(b).exists():
         return b
-    for cand in sorted(ROOT.glob("build*/moeflow")):
-        if cand.is_file():
-            return str(cand)
+    # Outside ctest: the most recently built binary of any build directory.
+    cands = [c for c in ROOT.glob("build*/moeflow") if c.is_file()]
+    if cands:
+        return str(max(cands, key=lambda c: c.stat().st_mtime))
     return shutil.which("moeflow")
 
 
