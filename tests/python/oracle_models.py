@@ -65,6 +65,8 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
         raise ValueError(arch)
     cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 1, 2, None
     cfg._attn_implementation = "eager"
+    # The plain per-expert loop: grouped_mm kernels reject float64.
+    cfg._experts_implementation = "eager"
     return cfg
 
 
@@ -121,18 +123,22 @@ def round_like_gguf(model, outtype: str):
 
 
 def reference_greedy(model, prompt: list[int], n_greedy: int):
-    """(logits rows for prompt + fed generated tokens, generated ids), float64."""
+    """(logits rows for the prompt and each fed-back generated token, generated ids), float64:
+    one prefill, then one cached step per generated token (the last one is fed too, so there are
+    len(prompt) + n_greedy rows, as `moeflow eval` writes them)."""
     import torch
-    ids = list(prompt)
-    gen = []
+    gen, rows = [], []
     with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True)
+        rows.append(out.logits[0])
+        past = out.past_key_values
         for _ in range(n_greedy):
-            out = model(torch.tensor([ids])).logits[0]
-            nxt = int(torch.argmax(out[-1]))
+            nxt = int(torch.argmax(rows[-1][-1]))
             gen.append(nxt)
-            ids.append(nxt)
-        logits = model(torch.tensor([ids])).logits[0].numpy()
-    return logits, gen
+            out = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            rows.append(out.logits[0])
+    return torch.cat(rows).numpy(), gen
 
 
 def run_moeflow_eval(binary: str, model_path: str, tokens: list[int], n_greedy: int, out: Path,
