@@ -13,7 +13,7 @@ namespace {
 constexpr int8_t kIQ4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
 // E2M1 values times two (so they are integers); codes 8..15 are the negatives of 0..7.
-const Grid16 kIQ4Grid = make_grid16(kIQ4Levels);
+constexpr Grid16 kIQ4Grid = make_grid16(kIQ4Levels);
 constexpr int8_t kMXFP4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Nibble layout shared by IQ4_NL, IQ4_XS sub-blocks and MXFP4: byte j holds element j in its

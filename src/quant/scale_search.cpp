@@ -251,13 +251,6 @@ void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc
   }
 }
 
-Grid16 make_grid16(const int8_t* levels) {
-  Grid16 g;
-  for (int i = 0; i < 16; ++i) g.v[i] = levels[i];
-  for (int i = 0; i < 15; ++i) g.mid[i] = 0.5f * ((float)levels[i] + (float)levels[i + 1]);
-  return g;
-}
-
 float fit_grid_scale(const float* x, int n, const Grid16& g, uint8_t* idx) {
   const int8_t* v = g.v;
   const int nv = 16;

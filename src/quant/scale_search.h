@@ -29,17 +29,29 @@ struct SymResult {
 void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc_lo, int sc_hi,
                              SymResult& out, GgmlType t);
 
-// A sorted grid of 16 integer levels (the IQ4 code book) with its decision midpoints, so the
-// nearest level is a branch-free count instead of a mispredicting binary search.
+// A sorted grid of 16 integer levels in [-128, 127] (the IQ4 code book). Midpoints between
+// integer levels are multiples of 1/2, so the nearest level is constant on every half-unit
+// interval: a 512-entry table indexed by floor(2t) answers it exactly (ties aside) without the
+// mispredicting branches of a binary search.
 struct Grid16 {
   int8_t v[16];
-  float mid[15];
+  uint8_t lut[512];  // nearest level index for t in [k/2 - 128, (k+1)/2 - 128)
 };
-Grid16 make_grid16(const int8_t* levels);
+constexpr Grid16 make_grid16(const int8_t (&levels)[16]) {
+  Grid16 g{};
+  for (int i = 0; i < 16; ++i) g.v[i] = levels[i];
+  for (int k = 0; k < 512; ++k) {
+    const float t = 0.5f * (float)k - 128.0f + 0.25f;  // centre of the interval
+    int idx = 0;
+    for (int i = 0; i < 15; ++i) idx += t > 0.5f * ((float)levels[i] + (float)levels[i + 1]);
+    g.lut[k] = (uint8_t)idx;
+  }
+  return g;
+}
 inline int nearest_level(float t, const Grid16& g) {
-  int k = 0;
-  for (int i = 0; i < 15; ++i) k += t > g.mid[i];
-  return k;
+  t = t > -128.0f ? t : -128.0f;  // NaN -> lowest
+  t = t < 127.75f ? t : 127.75f;
+  return g.lut[(int)(2.0f * t + 256.0f)];
 }
 
 // Best scale s for x ~= s * g.v[idx[i]]; writes the chosen indices. Returns s (0 for an
