@@ -115,3 +115,27 @@ def test_bad_requests_fail_cleanly(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode != 0
         assert "error" in r.stderr and args[-1] in r.stderr, r.stderr
+
+
+def test_half_and_bfloat_rounding_over_the_whole_range(tmp_path):
+    # Round-to-nearest-even at every magnitude, subnormals, overflow and ties included.
+    rng = np.random.default_rng(13)
+    mags = 10.0 ** rng.uniform(-10, 6, 20000)
+    x = (mags * rng.choice([-1.0, 1.0], mags.size)).astype(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 65504, 65519.99, 65520, 6e-8, 2.9802322e-8,
+                        5.9604645e-8, 8.940697e-8, 1e-45, 3.4e38, 1.0009765625, 1.00048828125],
+                       dtype=np.float32)
+    x = np.concatenate([x, special])
+    x = np.concatenate([x, np.zeros((-x.size) % 32, dtype=np.float32)])
+    ours = run_tool(tmp_path, "quantize", "F16", x).view(np.uint16)
+    with np.errstate(over="ignore"):  # overflow to inf is the expected result
+        want = x.astype(np.float16).view(np.uint16)
+    np.testing.assert_array_equal(ours, want)
+    ours_bf = run_tool(tmp_path, "quantize", "BF16", x)
+    theirs_bf = gq_quantize(x.reshape(1, -1), T.BF16).reshape(-1).view(np.uint8)
+    np.testing.assert_array_equal(ours_bf, theirs_bf)
+    # and every half value decodes exactly
+    allh = np.arange(1 << 16, dtype=np.uint16)
+    allh = allh[((allh >> 10) & 31) != 31]
+    back = run_tool(tmp_path, "dequantize", "F16", allh.view(np.uint8))
+    np.testing.assert_array_equal(back, allh.view(np.float16).astype(np.float32))
