@@ -222,6 +222,33 @@ TEST(Kernels, ActivationQuantizationIsFaithful) {
   EXPECT_EQ(vec_dot(GgmlType::Q4_K, 256, w.data(), act.data()), 0.f);
 }
 
+TEST(Kernels, ActivationBytesIdenticalAtEveryLevel) {
+  std::mt19937 rng(11);
+  const int64_t n = 256 * 8;
+  auto x = random_floats(n, rng);
+  for (int64_t i = 256; i < 512; ++i) x[i] *= 1e-6f;        // tiny values (fp16 subnormal d)
+  for (int64_t i = 512; i < 768; ++i) x[i] = 0.f;           // all-zero block
+  x[800] = 5.f;                                             // +max and -max tie: first wins
+  x[900] = -5.f;
+  x[1100] = -7.f;
+  x[1200] = 7.f;
+  x[1300] = NAN;                                            // garbage in, same garbage out
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
+    std::vector<uint8_t> ref;
+    {
+      LevelGuard g("scalar");
+      quantize_activation(t, x.data(), n, ref);
+    }
+    for (const auto& level : levels()) {
+      LevelGuard g(level);
+      std::vector<uint8_t> got;
+      quantize_activation(t, x.data(), n, got);
+      ASSERT_EQ(got.size(), ref.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size())) << type_name(t) << " " << level;
+    }
+  }
+}
+
 TEST(Kernels, BadArgumentsThrow) {
   std::vector<uint8_t> act;
   std::vector<float> x(300, 1.f), y(4);

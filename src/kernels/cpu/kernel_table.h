@@ -31,9 +31,12 @@ void fill_scalar_table(DotTable& t);
 void fill_avx2_table(DotTable& t);
 void fill_avx512_table(DotTable& t);
 
-// Activation quantizers (scalar; cheap next to the weight traffic, and identical at every
-// SIMD level so activations never depend on the dispatch choice).
+// Activation quantizers. Every level produces the same bytes, so activations never depend on
+// the dispatch choice.
 void quantize_q8_0(const float* x, int64_t n, void* out);
 void quantize_q8_k(const float* x, int64_t n, void* out);
+// Byte-identical AVX2 versions (activation_avx2.cpp).
+void quantize_q8_0_avx2(const float* x, int64_t n, void* out);
+void quantize_q8_k_avx2(const float* x, int64_t n, void* out);
 
 }  // namespace moeflow::kernels

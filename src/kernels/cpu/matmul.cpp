@@ -16,8 +16,18 @@ using kernels::DotFn;
 void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
   switch (activation_type_for(w)) {
     case GgmlType::F32: std::memcpy(out, x, (size_t)n * sizeof(float)); break;
-    case GgmlType::Q8_0: kernels::quantize_q8_0(x, n, out); break;
-    case GgmlType::Q8_K: kernels::quantize_q8_k(x, n, out); break;
+    case GgmlType::Q8_0:
+      if (kernels::active_simd() >= kernels::Simd::Avx2)
+        kernels::quantize_q8_0_avx2(x, n, out);
+      else
+        kernels::quantize_q8_0(x, n, out);
+      break;
+    case GgmlType::Q8_K:
+      if (kernels::active_simd() >= kernels::Simd::Avx2)
+        kernels::quantize_q8_k_avx2(x, n, out);
+      else
+        kernels::quantize_q8_k(x, n, out);
+      break;
     default: fail("internal: no activation quantizer for {}", type_name(w));
   }
 }
