@@ -54,6 +54,7 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
   seen_.resize(hp.n_expert);
   union_.reserve(hp.n_expert);
   order_.reserve(hp.n_expert);
+  for (auto& r : rank_) r.reserve(hp.n_expert);
   xe_.allocate((size_t)max_tokens * d * sizeof(float));
   gu_.allocate((size_t)max_tokens * 2 * ff * sizeof(float));
   h_.allocate((size_t)max_tokens * ff * sizeof(float));
@@ -109,10 +110,15 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
   }
 
   // 3. reorder: resident, then in flight, then not started (stable within a class).
-  order_.assign(union_.begin(), union_.end());
-  std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
-    return (int)provider.residency(layer, a) < (int)provider.residency(layer, b);
-  });
+  // Residency is asked once per expert: a live cache may change its answer between calls,
+  // which would break the sort's ordering contract.
+  order_.clear();
+  for (int cls = 0; cls < 3; ++cls) rank_[cls].clear();
+  for (int e : union_) {
+    const int cls = std::clamp((int)provider.residency(layer, e), 0, 2);
+    rank_[cls].push_back(e);
+  }
+  for (int cls = 0; cls < 3; ++cls) order_.insert(order_.end(), rank_[cls].begin(), rank_[cls].end());
 
   // 4. expert by expert, batched over the tokens routed to it.
   float* xe = xe_.as<float>();

@@ -51,6 +51,7 @@ class MoeBlock {
   std::vector<int> experts_;
   std::vector<float> weights_;
   std::vector<int> union_, order_;
+  std::vector<int> rank_[3];  // experts of the step by residency class
   std::vector<std::vector<int>> slots_of_;  // per expert: indices t*k + rank routed to it
   std::vector<char> seen_;
   AlignedBuffer xe_, gu_, h_, ye_, yslot_;

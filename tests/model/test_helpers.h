@@ -1,0 +1,29 @@
+#pragma once
+// Shared fixtures for the model tests: temp paths, loading a tiny model into an Engine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace moeflow::test {
+
+inline std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("moeflow_model_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+// Max |a - b| over a row, relative to the row's largest magnitude (at least 1).
+template <typename A, typename B>
+double rel_max_diff(const A& a, const B& b, size_t n) {
+  double md = 0, scale = 1;
+  for (size_t i = 0; i < n; ++i) {
+    md = std::max(md, std::fabs((double)a[i] - (double)b[i]));
+    scale = std::max(scale, std::fabs((double)b[i]));
+  }
+  return md / scale;
+}
+
+}  // namespace moeflow::test
