@@ -167,6 +167,37 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
     }
     return err;
   };
+  // Rounding each sub-block scale / min to its integer independently is not optimal once the
+  // element codes re-round against it: try the neighbouring integers too.
+  for (int j = 0; j < nsub; ++j) {
+    const float* xs = x + j * sub;
+    double best = -1;
+    int bls = out.ls[j], blm = out.lm[j];
+    // A value at the top of its range anchors the super-scale (d = max / smax); keeping it
+    // there lets quantize(dequantize(q)) find the same grid again.
+    const int da = out.ls[j] == smax ? 0 : 1, db = out.lm[j] == smax ? 0 : 1;
+    for (int a = out.ls[j] - da; a <= out.ls[j] + da; ++a) {
+      if (a < 0 || a > smax) continue;
+      for (int b = out.lm[j] - db; b <= out.lm[j] + db; ++b) {
+        if (b < 0 || b > smax) continue;
+        const float sc = d * a, mn = dmin * b;
+        const float isc = sc > 0 ? 1.0f / sc : 0.0f;
+        double e = 0;
+        for (int i = 0; i < sub; ++i) {
+          const int l = sc > 0 ? clamp_round_fast((xs[i] + mn) * isc, 0, nmax) : 0;
+          const float r = sc * l - mn - xs[i];
+          e += (double)r * r;
+        }
+        if (best < 0 || e < best) {
+          best = e;
+          bls = a;
+          blm = b;
+        }
+      }
+    }
+    out.ls[j] = (uint8_t)bls;
+    out.lm[j] = (uint8_t)blm;
+  }
   double err = requant(d, dmin, out.L);
   uint8_t L2[256];
   for (int it = 0; it < 2; ++it) {

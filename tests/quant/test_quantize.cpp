@@ -121,15 +121,26 @@ TEST_P(QuantizeBounds, SpikesKeepSign) {
   for (int i = 0; i < 1024; i += 97) EXPECT_GT(y[i] * x[i], 0.0f) << type_name(t) << " @" << i;
 }
 
-// quantize(dequantize(q)) lands (almost) on the same values: the searches find the grid the
-// data already sits on.
+// quantize(dequantize(q)) lands on (almost) the same values: the max-abs formats reproduce
+// them exactly; the searches mostly find the grid the data already sits on (measured: second
+// pass adds 0-12% of the first pass error for Q5_K/Q6_K, ~0-4% for the others).
 TEST_P(QuantizeBounds, RequantizingIsNearlyIdempotent) {
   const Bound b = GetParam();
-  const auto x = gaussian(16 * 1024, 10);
-  const auto y1 = roundtrip(b.type, x, 1024);
-  const auto y2 = roundtrip(b.type, y1, 1024);
-  const double first = rel_rmse(x, y1), second = rel_rmse(y1, y2);
-  EXPECT_LE(second, 0.1 * first + 1e-7) << type_name(b.type) << " first " << first;
+  for (uint64_t seed : {10, 20, 30}) {
+    const auto x = gaussian(16 * 1024, seed);
+    const auto y1 = roundtrip(b.type, x, 1024);
+    const auto y2 = roundtrip(b.type, y1, 1024);
+    const double first = rel_rmse(x, y1), second = rel_rmse(y1, y2);
+    EXPECT_LE(second, 0.2 * first) << type_name(b.type) << " first " << first;
+    switch (b.type) {
+      case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+      case GgmlType::Q8_0: case GgmlType::MXFP4: case GgmlType::F16:
+      case GgmlType::BF16:
+        EXPECT_TRUE(y1 == y2) << type_name(b.type) << " is not reproduced exactly";
+        break;
+      default: break;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantizeBounds, ::testing::ValuesIn(kBounds),
