@@ -13,26 +13,39 @@ using namespace avx2;
 
 // ---- 32-element blocks x Q8_0 -----------------------------------------------------------------
 
+// One block into acc[t] for every token.
+template <typename B, int NT>
+inline void block32(const B& w, const BlockQ8_0* const* a, int64_t i, __m256* acc) {
+  const __m256i q = unpack(w);
+  const float dw = scale(w);
+  const __m256i aq = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), _mm256_set1_epi16(1));
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(a[t][i].d)), _mm256_cvtepi32_ps(p), acc[t]);
+  }
+}
+
+// Even and odd blocks go to separate accumulators to hide the FMA latency.
 template <typename B, int NT>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
   const BlockQ8_0* a[NT];
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) a[t] = act_row<BlockQ8_0>(act, stride, t);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc0[NT], acc1[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
   const int64_t nb = n / 32;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i q = unpack(wb[i]);
-    const float dw = scale(wb[i]);
-    const __m256i aq = _mm256_sign_epi8(q, q);
-    for (int t = 0; t < NT; ++t) {
-      const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
-      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)),
-                                          _mm256_set1_epi16(1));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(a[t][i].d)), _mm256_cvtepi32_ps(p), acc[t]);
-    }
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    block32<B, NT>(wb[i], a, i, acc0);
+    block32<B, NT>(wb[i + 1], a, i + 1, acc1);
   }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  if (i < nb) block32<B, NT>(wb[i], a, i, acc0);
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
 }
 
 template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
@@ -48,12 +61,14 @@ struct KAcc {
   const BlockQ8_K* a[NT];
   __m256 acc[NT];
   KAcc(const void* act, size_t stride) {
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       a[t] = act_row<BlockQ8_K>(act, stride, t);
       acc[t] = _mm256_setzero_ps();
     }
   }
   void finish(float* out) {
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   }
 };
@@ -72,16 +87,21 @@ void dot_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* o
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const BlockQ4_K& b = wb[i];
-    uint8_t scb[8], mnb[8];
-    k4_scales(b.scales, scb, mnb);
+    uint64_t sc8, mn8;
+    k4_scales(b.scales, sc8, mn8);
+    uint8_t scb[8];
+    std::memcpy(scb, &sc8, 8);
     const float d = fp16(b.d), dmin = fp16(b.dmin);
     __m256i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
       const __m256i lo = _mm256_and_si256(q, m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
       const __m256i s_lo = _mm256_set1_epi16(scb[2 * j]), s_hi = _mm256_set1_epi16(scb[2 * j + 1]);
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& a = k.a[t][i];
         const __m256i p_lo = _mm256_madd_epi16(mul_us(lo, load_act(a, 64 * j)), s_lo);
@@ -89,7 +109,8 @@ void dot_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* o
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p_lo, p_hi));
       }
     }
-    const __m256i mn = mins16(mnb);
+    const __m256i mn = mins16(mn8);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& a = k.a[t][i];
       const __m256i msum = _mm256_madd_epi16(mn, load_bsums(a));
@@ -108,12 +129,16 @@ void dot_q5_k(int64_t n, const void* w, const void* act, size_t stride, float* o
   const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const BlockQ5_K& b = wb[i];
-    uint8_t scb[8], mnb[8];
-    k4_scales(b.scales, scb, mnb);
+    uint64_t sc8, mn8;
+    k4_scales(b.scales, sc8, mn8);
+    uint8_t scb[8];
+    std::memcpy(scb, &sc8, 8);
     const float d = fp16(b.d), dmin = fp16(b.dmin);
     __m256i hb = _mm256_loadu_si256((const __m256i*)b.qh);
     __m256i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
@@ -122,6 +147,7 @@ void dot_q5_k(int64_t n, const void* w, const void* act, size_t stride, float* o
                                          _mm256_slli_epi16(_mm256_and_si256(hb, two), 3));
       hb = _mm256_srli_epi16(hb, 2);
       const __m256i s_lo = _mm256_set1_epi16(scb[2 * j]), s_hi = _mm256_set1_epi16(scb[2 * j + 1]);
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& a = k.a[t][i];
         const __m256i p_lo = _mm256_madd_epi16(mul_us(lo, load_act(a, 64 * j)), s_lo);
@@ -129,7 +155,8 @@ void dot_q5_k(int64_t n, const void* w, const void* act, size_t stride, float* o
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p_lo, p_hi));
       }
     }
-    const __m256i mn = mins16(mnb);
+    const __m256i mn = mins16(mn8);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& a = k.a[t][i];
       const __m256i msum = _mm256_madd_epi16(mn, load_bsums(a));
@@ -154,7 +181,9 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
     _mm256_store_si256((__m256i*)sc, sc16);
     const float d = fp16(b.d);
     __m256i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h));
       const __m256i l1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h + 32));
@@ -165,14 +194,17 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
       q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+#pragma GCC unroll 8
       for (int v = 0; v < 4; ++v) {
         const __m256i s = scale_pair(sc + 8 * h + 2 * v);
+#pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
           const __m256i p = _mm256_madd_epi16(mul_us(q[v], load_act(k.a[t][i], 128 * h + 32 * v)), s);
           sumi[t] = _mm256_add_epi32(sumi[t], p);
         }
       }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& a = k.a[t][i];
       const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load_bsums(a)), 5);
@@ -191,36 +223,32 @@ void dot_q3_k(int64_t n, const void* w, const void* act, size_t stride, float* o
   const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const BlockQ3_K& b = wb[i];
-    uint32_t u[3];
-    std::memcpy(u, b.scales, 12);
-    const uint32_t hi = u[2];
-    uint32_t s32[4];
-    s32[0] = (u[0] & 0x0f0f0f0f) | ((hi << 4) & 0x30303030);
-    s32[1] = (u[1] & 0x0f0f0f0f) | ((hi << 2) & 0x30303030);
-    s32[2] = ((u[0] >> 4) & 0x0f0f0f0f) | (hi & 0x30303030);
-    s32[3] = ((u[1] >> 4) & 0x0f0f0f0f) | ((hi >> 2) & 0x30303030);
-    const __m256i sc16 = _mm256_sub_epi16(
-        _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)s32)), _mm256_set1_epi16(32));
+    const __m256i sc16 = q3k_scales(b.scales);
     alignas(32) int16_t sc[16];
     _mm256_store_si256((__m256i*)sc, sc16);
     const float d = fp16(b.d);
     const __m256i hm = _mm256_loadu_si256((const __m256i*)b.hmask);
     __m256i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i qs = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * h));
+#pragma GCC unroll 8
       for (int v = 0; v < 4; ++v) {
         const int bit = 4 * h + v;
         const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * v), m3);
         const __m256i hb = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hm, bit), 2), m4);
         const __m256i q = _mm256_or_si256(lo, hb);
         const __m256i s = scale_pair(sc + 8 * h + 2 * v);
+#pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
           const __m256i p = _mm256_madd_epi16(mul_us(q, load_act(k.a[t][i], 128 * h + 32 * v)), s);
           sumi[t] = _mm256_add_epi32(sumi[t], p);
         }
       }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& a = k.a[t][i];
       const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load_bsums(a)), 2);
@@ -245,18 +273,23 @@ void dot_q2_k(int64_t n, const void* w, const void* act, size_t stride, float* o
     _mm256_store_si256((__m256i*)sc, sc16);
     const float d = fp16(b.d), dmin = fp16(b.dmin);
     __m256i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i qs = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * h));
+#pragma GCC unroll 8
       for (int v = 0; v < 4; ++v) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * v), m3);
         const __m256i s = scale_pair(sc + 8 * h + 2 * v);
+#pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
           const __m256i p = _mm256_madd_epi16(mul_us(q, load_act(k.a[t][i], 128 * h + 32 * v)), s);
           sumi[t] = _mm256_add_epi32(sumi[t], p);
         }
       }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& a = k.a[t][i];
       const __m256i msum = _mm256_madd_epi16(mn16, load_bsums(a));
@@ -275,17 +308,21 @@ void dot_iq4_xs(int64_t n, const void* w, const void* act, size_t stride, float*
     const BlockIQ4_XS& b = wb[i];
     const float d = fp16(b.d);
     __m256i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int ib = 0; ib < 8; ++ib) {
       const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
       const __m256i s = _mm256_set1_epi16((int16_t)(ls - 32));
       const __m256i q = lookup16(kIq4nlValues, b.qs + 16 * ib);
       const __m256i aq = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const __m256i y = _mm256_sign_epi8(load_act(k.a[t][i], 32 * ib), q);
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, y), s));
       }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
       k.acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * k.a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), k.acc[t]);
   }
@@ -325,6 +362,7 @@ template <FKind K, int NT>
 void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const float* x[NT];
   __m256 acc0[NT], acc1[NT];
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     x[t] = act_row<float>(act, stride, t);
     acc0[t] = acc1[t] = _mm256_setzero_ps();
@@ -332,6 +370,7 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 w0 = wload<K>(w, i), w1 = wload<K>(w, i + 8);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       acc0[t] = _mm256_fmadd_ps(w0, load8(x[t] + i), acc0[t]);
       acc1[t] = _mm256_fmadd_ps(w1, load8(x[t] + i + 8), acc1[t]);
@@ -339,8 +378,10 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   }
   for (; i + 8 <= n; i += 8) {
     const __m256 w0 = wload<K>(w, i);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) acc0[t] = _mm256_fmadd_ps(w0, load8(x[t] + i), acc0[t]);
   }
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     float tail = 0;
     for (int64_t j = i; j < n; ++j) tail += wscalar<K>(w, j) * x[t][j];

@@ -27,25 +27,39 @@ inline float hsum512(__m512 v) {
 
 // ---- 32-element blocks x Q8_0 -----------------------------------------------------------------
 
+// One block into acc[t] for every token.
+template <typename B, int NT>
+inline void block32(const B& w, const BlockQ8_0* const* a, int64_t i, __m256* acc) {
+  const __m256i q = unpack(w);
+  const float dw = scale(w);
+  const __m256i aq = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(y, q));
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(a[t][i].d)), _mm256_cvtepi32_ps(p), acc[t]);
+  }
+}
+
+// Even and odd blocks go to separate accumulators to hide the FMA latency.
 template <typename B, int NT>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
   const BlockQ8_0* a[NT];
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) a[t] = act_row<BlockQ8_0>(act, stride, t);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc0[NT], acc1[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
   const int64_t nb = n / 32;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i q = unpack(wb[i]);
-    const float dw = scale(wb[i]);
-    const __m256i aq = _mm256_sign_epi8(q, q);
-    for (int t = 0; t < NT; ++t) {
-      const __m256i y = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i*)a[t][i].qs), q);
-      const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, y);
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(a[t][i].d)), _mm256_cvtepi32_ps(p), acc[t]);
-    }
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    block32<B, NT>(wb[i], a, i, acc0);
+    block32<B, NT>(wb[i + 1], a, i + 1, acc1);
   }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  if (i < nb) block32<B, NT>(wb[i], a, i, acc0);
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
 }
 
 template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
@@ -83,28 +97,30 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
   const B* wb = static_cast<const B*>(w);
   const BlockQ8_K* a[NT];
   __m512 acc[NT];
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     a[t] = act_row<BlockQ8_K>(act, stride, t);
     acc[t] = _mm512_setzero_ps();
   }
   const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
   __m512i sidx[4], hshift[4];
+#pragma GCC unroll 8
   for (int j = 0; j < 4; ++j) {
     sidx[j] = idx_pair(2 * j, 2 * j + 1);
     hshift[j] = idx_pair(2 * j, 2 * j + 1);  // qh bit 2j feeds the low nibbles, 2j+1 the high
   }
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const B& b = wb[i];
-    uint8_t scb[8], mnb[8];
-    k4_scales(b.scales, scb, mnb);
-    uint64_t sc8;
-    std::memcpy(&sc8, scb, 8);
+    uint64_t sc8, mn8;
+    k4_scales(b.scales, sc8, mn8);
     const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
     const float d = fp16(b.d), dmin = fp16(b.dmin);
     __m512i qh;
     if constexpr (kFive) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)b.qh));
     __m512i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) {
       // Low nibbles of the 32 bytes (elements 64j..64j+31) then their high nibbles.
       const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * j)));
@@ -112,10 +128,12 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
       if constexpr (kFive)
         q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift[j]), one), 4));
       const __m512i s = _mm512_permutexvar_epi16(sidx[j], sc16);
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t)
         sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, load_act64(a[t][i], 64 * j)), s);
     }
-    const __m256i mn = mins16(mnb);
+    const __m256i mn = mins16(mn8);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& at = a[t][i];
       const __m256i msum = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i*)at.bsums));
@@ -124,6 +142,7 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
                                 _mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), acc[t]);
     }
   }
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
 }
 
@@ -135,6 +154,7 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
   const BlockQ6_K* wb = static_cast<const BlockQ6_K*>(w);
   const BlockQ8_K* a[NT];
   __m512 acc[NT];
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     a[t] = act_row<BlockQ8_K>(act, stride, t);
     acc[t] = _mm512_setzero_ps();
@@ -149,7 +169,9 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
     const __m512i sc16 = _mm512_castsi256_si512(sc16_256);
     const float d = fp16(b.d);
     __m512i sumi[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m512i l = _mm512_loadu_si512((const void*)(b.ql + 64 * h));
       const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qh + 32 * h)));
@@ -160,11 +182,13 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
                                          _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
       const __m512i sa = _mm512_permutexvar_epi16(sidx[2 * h], sc16);
       const __m512i sb = _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16);
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qa, load_act64(a[t][i], 128 * h)), sa);
         sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qb, load_act64(a[t][i], 128 * h + 64)), sb);
       }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& at = a[t][i];
       const __m256i bias = _mm256_slli_epi32(
@@ -173,8 +197,83 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
       acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * at.d), _mm512_cvtepi32_ps(tot), acc[t]);
     }
   }
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
 }
+
+// Q2_K / Q3_K: each zmm holds two 2-bit planes of the same 32 bytes (64 elements in order).
+// Q3_K adds its hmask bit and takes the -4 offset back through the bsums.
+template <int NT, bool kThree>
+void dot_q23_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
+  using B = std::conditional_t<kThree, BlockQ3_K, BlockQ2_K>;
+  const B* wb = static_cast<const B*>(w);
+  const BlockQ8_K* a[NT];
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) {
+    a[t] = act_row<BlockQ8_K>(act, stride, t);
+    acc[t] = _mm512_setzero_ps();
+  }
+  const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+  const __m512i sh_a = idx_pair(0, 2), sh_b = idx_pair(4, 6);
+  __m512i sidx[4], hsh[4];
+  for (int k = 0; k < 4; ++k) {
+    sidx[k] = idx_quad(4 * k);
+    hsh[k] = idx_pair(2 * k, 2 * k + 1);
+  }
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const B& b = wb[i];
+    __m256i sc16_256, mn16;
+    if constexpr (kThree) {
+      sc16_256 = q3k_scales(b.scales);
+    } else {
+      const __m128i raw = _mm_loadu_si128((const __m128i*)b.scales);
+      sc16_256 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+      mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+    }
+    const __m512i sc16 = _mm512_castsi256_si512(sc16_256);
+    const float d = fp16(b.d);
+    __m512i hm;
+    if constexpr (kThree) hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)b.hmask));
+    __m512i sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * h)));
+      __m512i qa = _mm512_and_si512(_mm512_srlv_epi16(qs, sh_a), m3);
+      __m512i qb = _mm512_and_si512(_mm512_srlv_epi16(qs, sh_b), m3);
+      if constexpr (kThree) {
+        qa = _mm512_or_si512(qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hsh[2 * h]), one), 2));
+        qb = _mm512_or_si512(qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hsh[2 * h + 1]), one), 2));
+      }
+      const __m512i sa = _mm512_permutexvar_epi16(sidx[2 * h], sc16);
+      const __m512i sb = _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qa, load_act64(a[t][i], 128 * h)), sa);
+        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qb, load_act64(a[t][i], 128 * h + 64)), sb);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& at = a[t][i];
+      const __m256i bs = _mm256_loadu_si256((const __m256i*)at.bsums);
+      if constexpr (kThree) {
+        const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(sc16_256, bs), 2);
+        const __m512i tot = _mm512_sub_epi32(sumi[t], _mm512_zextsi256_si512(bias));
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * at.d), _mm512_cvtepi32_ps(tot), acc[t]);
+      } else {
+        const __m256i msum = _mm256_madd_epi16(mn16, bs);
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * at.d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_set1_ps(fp16(b.dmin) * at.d),
+                                  _mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
+}
+
+template <int NT> void dot_q2_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_q23_k<NT, false>(n, w, a, s, o); }
+template <int NT> void dot_q3_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_q23_k<NT, true>(n, w, a, s, o); }
 
 // ---- float weights x float activations ------------------------------------------------------
 
@@ -202,6 +301,7 @@ template <FKind K, int NT>
 void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const float* x[NT];
   __m512 acc0[NT], acc1[NT];
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     x[t] = act_row<float>(act, stride, t);
     acc0[t] = acc1[t] = _mm512_setzero_ps();
@@ -209,6 +309,7 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512 w0 = wload16<K>(w, i), w1 = wload16<K>(w, i + 16);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + i), acc0[t]);
       acc1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x[t] + i + 16), acc1[t]);
@@ -216,8 +317,10 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   }
   for (; i + 16 <= n; i += 16) {
     const __m512 w0 = wload16<K>(w, i);
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + i), acc0[t]);
   }
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     float tail = 0;
     for (int64_t j = i; j < n; ++j) tail += wscalar<K>(w, j) * x[t][j];
@@ -241,6 +344,8 @@ void fill_avx512_table(DotTable& t) {
   set(GgmlType::Q8_0, MOEFLOW_DOT_FN(dot_q8_0));
   set(GgmlType::IQ4_NL, MOEFLOW_DOT_FN(dot_iq4_nl));
   set(GgmlType::MXFP4, MOEFLOW_DOT_FN(dot_mxfp4));
+  set(GgmlType::Q2_K, MOEFLOW_DOT_FN(dot_q2_k));
+  set(GgmlType::Q3_K, MOEFLOW_DOT_FN(dot_q3_k));
   set(GgmlType::Q4_K, MOEFLOW_DOT_FN(dot_q4_k));
   set(GgmlType::Q5_K, MOEFLOW_DOT_FN(dot_q5_k));
   set(GgmlType::Q6_K, MOEFLOW_DOT_FN(dot_q6_k));
