@@ -2,6 +2,7 @@
 // Prompts are text (through the model's tokenizer) or "ids:1,2,3"; without a tokenizer the
 // generated token ids are printed instead of text.
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "runtime/engine.h"
 #include "runtime/token_list.h"
 #include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace moeflow::cli {
 namespace {
@@ -25,27 +27,49 @@ struct RunArgs {
 };
 
 int run_run(RunArgs& a) {
-  std::vector<int32_t> prompt;
-  if (is_id_prompt(a.prompt)) {
-    prompt = parse_token_list(a.prompt, "-p");
-  } else {
-    fail("-p: text prompts need the tokenizer module, which is not available in this build; "
-         "pass token ids as -p \"ids:1,2,3\"");
-  }
   if (a.n_predict < 0) fail("-n must be >= 0, got {}", a.n_predict);
   EngineOptions opt;
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
   Engine eng(a.model, opt);
+  // A model without a usable vocabulary still runs on token ids; only text needs it.
+  std::unique_ptr<Tokenizer> tok;
+  std::string tok_error;
+  try {
+    tok = Tokenizer::from_gguf(eng.file());
+  } catch (const Error& e) {
+    tok_error = e.what();
+  }
+  std::vector<int32_t> prompt;
+  if (is_id_prompt(a.prompt)) {
+    prompt = parse_token_list(a.prompt, "-p");
+  } else {
+    if (!tok)
+      fail("-p: text prompts need the model's tokenizer ({}); pass token ids as -p \"ids:1,2,3\"",
+           tok_error);
+    prompt = tok->encode(a.prompt, true, true);
+    if (prompt.empty()) fail("-p: the prompt encodes to no tokens");
+  }
+  if (tok && !tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
   Sampler sampler(a.sp);
+  std::unique_ptr<StreamDecoder> dec;
+  if (tok) dec = std::make_unique<StreamDecoder>(*tok);
+  std::vector<int32_t> stop;
+  if (tok) stop = tok->eog_ids();
   bool first = true;
-  eng.generate(prompt, a.n_predict, sampler, [&](int32_t tok) {
-    std::printf(first ? "%d" : " %d", tok);
+  eng.generate(prompt, a.n_predict, sampler, [&](int32_t id) {
+    if (dec) {
+      if (tok->is_eog(id)) return false;
+      std::fputs(dec->push(id).c_str(), stdout);
+    } else {
+      std::printf(first ? "%d" : " %d", id);
+    }
     first = false;
     std::fflush(stdout);
     return true;
-  });
+  }, stop);
+  if (dec) std::fputs(dec->flush().c_str(), stdout);
   std::printf("\n");
   const GenerationStats& s = eng.stats();
   if (a.stats_json) {
