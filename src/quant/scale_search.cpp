@@ -125,6 +125,14 @@ float fit_sym(const float* x, int n, int nneg, int npos, int8_t* L) {
   return best_s;
 }
 
+// A refitted scale is only an offer: one that is negative or does not fit fp16 is declined
+// (the caller keeps its previous, valid scale) rather than failing valid input.
+bool fp16_scale(double v, uint16_t& h, bool allow_negative = false) {
+  if (!((allow_negative || v >= 0) && std::fabs(v) < 65504.0)) return false;
+  h = fp32_to_fp16((float)v);
+  return true;
+}
+
 float max_of(const float* v, int n) {
   float m = 0;
   for (int i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
@@ -220,9 +228,8 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
       nd = saa > 0 ? sax / saa : 0;
       ndm = dmin;
     }
-    if (nd < 0 || ndm < 0) break;
-    const uint16_t hd = store_scale((float)nd, t);
-    const uint16_t hdm = store_scale((float)ndm, t);
+    uint16_t hd, hdm;
+    if (!fp16_scale(nd, hd) || !fp16_scale(ndm, hdm)) break;
     const double e2 = requant(fp16_to_fp32(hd), fp16_to_fp32(hdm), L2);
     if (!(e2 < err)) break;
     err = e2;
@@ -272,8 +279,8 @@ void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc
       saa += a * a;
       sax += a * x[i];
     }
-    if (saa <= 0) break;
-    const uint16_t hd = store_scale((float)(sax / saa), t);
+    uint16_t hd;
+    if (saa <= 0 || !fp16_scale(sax / saa, hd, true)) break;
     const double e2 = requant(fp16_to_fp32(hd), L2);
     if (!(e2 < err)) break;
     err = e2;
