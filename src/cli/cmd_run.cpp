@@ -71,6 +71,7 @@ int run_run(RunArgs& a) {
   }, stop);
   if (dec) std::fputs(dec->flush().c_str(), stdout);
   std::printf("\n");
+  std::fflush(stdout);  // keep statistics on stderr after the text when both go to one pipe
   const GenerationStats& s = eng.stats();
   if (a.stats_json) {
     std::fprintf(stderr, "%s\n", s.to_json().c_str());
