@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/engine.h"
@@ -24,6 +25,7 @@ struct BenchArgs {
   int reps = 3;
   int batch = 512;
   bool json = false;
+  OffloadOptions offload;
 };
 
 double median(std::vector<double> v) {
@@ -39,7 +41,10 @@ int run_bench(const BenchArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = std::max(1, a.n_prompt + a.n_gen);
   opt.batch = std::max(1, std::min(a.batch, std::max(1, a.n_prompt)));
-  Engine eng(a.model, opt);
+  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
+  OffloadSession offload = make_offload(a.offload, *file);
+  Engine eng(file, opt, offload.provider);
+  offload.attach(eng.context(), eng.model());
   const int64_t V = eng.n_vocab();
   // Fixed pseudo-random ids (an LCG) so every run and every engine sees the same tokens.
   std::vector<int32_t> toks(std::max(a.n_prompt, a.n_gen));
@@ -58,6 +63,7 @@ int run_bench(const BenchArgs& a) {
     }
     if (a.n_gen > 0) {
       eng.reset();
+      if (offload.provider) offload.provider->reset_stats();  // report decode only
       const double t0 = now_seconds();
       for (int i = 0; i < a.n_gen; ++i) eng.decode(toks[i]);
       tg.push_back(a.n_gen / (now_seconds() - t0));
@@ -83,6 +89,7 @@ int run_bench(const BenchArgs& a) {
     j["expert_bytes"] = eng.model().total_expert_bytes();
     j["active_expert_bytes_per_token"] = eng.model().active_expert_bytes_per_token();
     j["non_expert_bytes"] = eng.model().weights().non_expert_bytes;
+    if (offload.provider) j["offload"] = offload_stats_json(offload, false);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s (%s, %.1f MiB), %d threads, %s\n", a.model.c_str(), hp.arch_name.c_str(),
@@ -102,6 +109,7 @@ const bool registered = register_command("bench", "Measure prefill and decode sp
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--reps", a->reps, "repetitions (median is reported)");
   app.add_flag("--json", a->json, "print one JSON object");
+  add_offload_options(app, a->offload);
   return CommandMain([a] { return run_bench(*a); });
 });
 

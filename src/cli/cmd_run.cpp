@@ -8,6 +8,8 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "experts/offload_options.h"
+#include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"
 #include "sampling/sampler.h"
@@ -24,6 +26,7 @@ struct RunArgs {
   int batch = 256;
   SamplerParams sp;
   bool stats_json = false;
+  OffloadOptions offload;
 };
 
 int run_run(RunArgs& a) {
@@ -32,7 +35,10 @@ int run_run(RunArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
-  Engine eng(a.model, opt);
+  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
+  OffloadSession offload = make_offload(a.offload, *file);
+  Engine eng(file, opt, offload.provider);
+  offload.attach(eng.context(), eng.model());
   // A model without a usable vocabulary still runs on token ids; only text needs it.
   std::unique_ptr<Tokenizer> tok;
   std::string tok_error;
@@ -74,7 +80,9 @@ int run_run(RunArgs& a) {
   std::fflush(stdout);  // keep statistics on stderr after the text when both go to one pipe
   const GenerationStats& s = eng.stats();
   if (a.stats_json) {
-    std::fprintf(stderr, "%s\n", s.to_json().c_str());
+    nlohmann::json j = nlohmann::json::parse(s.to_json());
+    if (offload.provider) j["offload"] = offload_stats_json(offload);
+    std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else {
     std::fprintf(stderr,
                  "prompt %d tokens, %.2f tok/s | generated %d tokens, TTFT %.1f ms, TPOT %.1f ms, "
@@ -101,6 +109,7 @@ const bool registered = register_command("run", "Generate text from a prompt", [
   app.add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1 = off)");
   app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
   app.add_flag("--stats-json", a->stats_json, "print statistics to stderr as JSON");
+  add_offload_options(app, a->offload);
   return CommandMain([a] { return run_run(*a); });
 });
 
