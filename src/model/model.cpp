@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "kernels/cpu/ops.h"
+#include "model/attn_math.h"
 #include "model/linear.h"
 #include "quant/quant.h"
 
@@ -95,6 +96,8 @@ void ForwardContext::attention(int layer, int n) {
   float* att = att_.as<float>();
   const float* K = kv_.k(layer, 0);
   const float* V = kv_.v(layer, 0);
+  const DotF32Fn dot_fn = attn_dot_fn();
+  const AxpyF32Fn axpy_fn = attn_axpy_fn();
   auto body = [&](int64_t b, int64_t e, int th) {
     float* s = scores_[th].as<float>();
     for (int64_t i = b; i < e; ++i) {
@@ -104,9 +107,7 @@ void ForwardContext::attention(int layer, int n) {
       float mx = -INFINITY;
       for (int64_t j = 0; j < n_pos; ++j) {
         const float* kr = K + j * kd + g * hd;
-        float dot = 0;
-        for (int64_t c = 0; c < hd; ++c) dot += qr[c] * kr[c];
-        s[j] = dot * scale;
+        s[j] = dot_fn(qr, kr, hd) * scale;
         mx = std::max(mx, s[j]);
       }
       float sum = 0;
@@ -118,9 +119,7 @@ void ForwardContext::attention(int layer, int n) {
       float* o = att + t * od + h * hdv;
       std::memset(o, 0, hdv * sizeof(float));
       for (int64_t j = 0; j < n_pos; ++j) {
-        const float* vr = V + j * vd + g * hdv;
-        const float p = s[j] * inv;
-        for (int64_t c = 0; c < hdv; ++c) o[c] += p * vr[c];
+        axpy_fn(o, V + j * vd + g * hdv, s[j] * inv, hdv);
       }
     }
   };
