@@ -100,4 +100,14 @@ inline uint16_t store_scale(float d, GgmlType t) {
   return h;
 }
 
+// Super-block scale as fp16, rounded up in magnitude when it lands among the fp16 subnormals:
+// there rounding to nearest can give 0 (or lose most bits), while rounding up keeps the block
+// alive and lets the integer sub-scales (which then stay <= their maximum) carry the precision.
+inline uint16_t store_super_scale(float d, GgmlType t) {
+  uint16_t h = store_scale(d, t);
+  const float a = std::fabs(d);
+  if (a > 0 && a < 6.103515625e-05f && std::fabs(fp16_to_fp32(h)) < a) ++h;  // next magnitude up
+  return h;
+}
+
 }  // namespace moeflow::quant_detail

@@ -92,7 +92,7 @@ void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
       s[j] = fit_grid_scale(src + 32 * j, 32, kIQ4Grid, idx + 32 * j);
       if (std::fabs(s[j]) > std::fabs(smax)) smax = s[j];
     }
-    uint16_t hd = store_scale(smax / -32.0f, GgmlType::IQ4_XS);
+    uint16_t hd = store_super_scale(smax / -32.0f, GgmlType::IQ4_XS);
     float d = fp16_to_fp32(hd);
     int ls[8];
     for (int j = 0; j < 8; ++j) ls[j] = d != 0 ? clamp_round(s[j] / d, -32, 31) : 0;

@@ -151,8 +151,8 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
     m[j] = f.m;
   }
   const float max_s = max_of(s, nsub), max_m = max_of(m, nsub);
-  out.d = store_scale(max_s / smax, t);
-  out.dmin = store_scale(max_m / smax, t);
+  out.d = store_super_scale(max_s / smax, t);
+  out.dmin = store_super_scale(max_m / smax, t);
   float d = fp16_to_fp32(out.d), dmin = fp16_to_fp32(out.dmin);
   for (int j = 0; j < nsub; ++j) {
     out.ls[j] = (uint8_t)(d > 0 ? clamp_round_fast(s[j] / d, 0, smax) : 0);
@@ -224,9 +224,12 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
     if (det > 1e-12 * saa * scc && scc > 0) {
       nd = (sax * scc - scx * sac) / det;
       ndm = (sax * sac - scx * saa) / det;
-    } else {
-      nd = saa > 0 ? sax / saa : 0;
+    } else if (saa > 0) {
+      nd = sax / saa;
       ndm = dmin;
+    } else {  // d underflowed to 0 in fp16 (tiny inputs): the mins alone carry the block
+      nd = 0;
+      ndm = scc > 0 && scx < 0 ? -scx / scc : 0;
     }
     uint16_t hd, hdm;
     if (!fp16_scale(nd, hd) || !fp16_scale(ndm, hdm)) break;
@@ -236,6 +239,15 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
     out.d = hd;
     out.dmin = hdm;
     std::memcpy(out.L, L2, sizeof(L2));
+  }
+  // Never worse than storing zeros (possible only when the scales underflow fp16).
+  double sxx = 0;
+  for (int i = 0; i < 256; ++i) sxx += (double)x[i] * x[i];
+  if (err > sxx) {
+    out.d = out.dmin = 0;
+    std::memset(out.ls, 0, sizeof(out.ls));
+    std::memset(out.lm, 0, sizeof(out.lm));
+    std::memset(out.L, 0, sizeof(out.L));
   }
 }
 
@@ -251,7 +263,7 @@ void quantize_superblock_sym(const float* x, int sub, int nneg, int npos, int sc
       smax = s[j];
     }
   }
-  out.d = store_scale(smax / sc_lo, t);
+  out.d = store_super_scale(smax / sc_lo, t);
   const float d = fp16_to_fp32(out.d);
   for (int j = 0; j < nsub; ++j)
     out.ls[j] = (int8_t)(d != 0 ? clamp_round_fast(s[j] / d, sc_lo, sc_hi) : 0);

@@ -88,7 +88,12 @@ TEST_P(QuantizeBounds, UniformErrorWithinBound) {
 // Scale invariance across magnitudes real weights (sigma ~0.02) and activations can have.
 TEST_P(QuantizeBounds, LargeAndSmallMagnitudes) {
   const Bound b = GetParam();
-  for (float sigma : {1000.0f, 0.02f}) {
+  // The searched 256-formats also keep their accuracy at 1e-4, where their fp16 super-scales
+  // are subnormal (rounded up, see store_super_scale); the max-abs 32-formats do not (their
+  // reference recipe rounds the scale to nearest), so they are checked down to 0.02 only.
+  std::vector<float> sigmas = {1000.0f, 0.02f};
+  if (type_traits(b.type).block_size == 256) sigmas.push_back(1e-4f);
+  for (float sigma : sigmas) {
     const auto x = gaussian(16 * 1024, 9, sigma);
     EXPECT_LT(rel_rmse(x, roundtrip(b.type, x, 1024)), b.gauss * 1.1)
         << type_name(b.type) << " sigma " << sigma;
@@ -102,10 +107,10 @@ TEST_P(QuantizeBounds, ZerosAndConstantRows) {
   for (float c : {0.7f, -1.3f, 3e-3f}) {
     const std::vector<float> x(512, c);
     // MXFP4 only has power-of-two scales and 8 magnitudes: nearest level is within 1/6. At
-    // 3e-3 the super-block scales of the 256-formats fall into fp16 subnormals (steps of 6e-8),
-    // which costs a few percent (a format limit, see docs/quant.md).
+    // 3e-3 the super-block scales of the 256-formats are fp16 subnormals (steps of 6e-8), so
+    // the integer sub-scales alone carry the precision (measured up to 1.6% for IQ4_XS).
     const bool sub = c == 3e-3f && type_traits(t).block_size == 256 && t != GgmlType::Q8_K;
-    const double tol = t == GgmlType::MXFP4 ? 0.17 : sub ? 0.05 : (t == GgmlType::BF16 ? 4e-3 : 1.2e-3);
+    const double tol = t == GgmlType::MXFP4 ? 0.17 : sub ? 0.03 : (t == GgmlType::BF16 ? 4e-3 : 1.2e-3);
     for (float v : roundtrip(t, x, 512))
       ASSERT_NEAR(v, c, tol * std::fabs(c)) << type_name(t) << " constant " << c;
   }
