@@ -82,9 +82,14 @@ TEST(OffloadMemory, ResidentMemoryStaysWithinBudgetAndPageCacheUntouched) {
     EXPECT_GT(prov.stats().total().evictions, 0u);
     EXPECT_GE(prov.stats().total().bytes_read, total);  // experts really were re-read
   }
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Sanitizer shadow memory makes RSS meaningless; the page-cache check below still applies.
+  (void)peak;
+#else
   const uint64_t slack = 4u << 20;  // I/O threads' stacks, allocator metadata
   EXPECT_LE(peak - before, cfg.budget_bytes + slack)
       << "RSS grew by " << (peak - before) << " bytes for a budget of " << cfg.budget_bytes;
+#endif
   if (!direct) GTEST_SKIP() << "filesystem refused O_DIRECT: page cache check not applicable";
   uint64_t resident = 0;
   for (int l = 1; l < 8; ++l) {
