@@ -43,13 +43,28 @@ GgufFile::Mapping::Mapping(const std::string& p) : path(p) {
   base = static_cast<const uint8_t*>(m);
 }
 
+GgufFile::Mapping::Mapping(const std::string& name, const void* data, uint64_t n) : path(name) {
+  if (n < kMinHeaderBytes)
+    fail("{}: file is truncated: {} bytes is too small for a GGUF header", name, n);
+  // Exactly n bytes on the heap, so a sanitizer flags any read past the end.
+  owned.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+  size = n;
+}
+
 GgufFile::Mapping::~Mapping() {
-  if (base) ::munmap(const_cast<uint8_t*>(base), size);
+  if (base && owned.empty()) ::munmap(const_cast<uint8_t*>(base), size);
 }
 
 GgufFile::~GgufFile() = default;
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) { return GgufParser::open(path); }
+
+std::unique_ptr<GgufFile> GgufFile::open_bytes(const std::string& name, const void* data,
+                                               uint64_t size) {
+  auto m = std::make_unique<Mapping>(name, data, size);
+  m->base = m->owned.data();
+  return GgufParser::open(std::move(m));
+}
 
 int64_t GgufTensorInfo::n_elements() const {
   int64_t n = 1;

@@ -37,6 +37,10 @@ class GgufFile {
   // Opens and validates; throws moeflow::Error ("model.gguf: tensor 'x' ends at byte N,
   // past the end of the file (M bytes)").
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Parses a GGUF image held in memory (a copy is kept), validated exactly like a file; `name`
+  // stands in for the path in messages. Split models must be opened from files.
+  static std::unique_ptr<GgufFile> open_bytes(const std::string& name, const void* data,
+                                              uint64_t size);
   ~GgufFile();
 
   const std::string& path() const { return paths_[0]; }

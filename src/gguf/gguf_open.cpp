@@ -52,7 +52,12 @@ std::string split_path(const std::string& prefix, int64_t no, int64_t count) {
 }  // namespace
 
 std::unique_ptr<GgufFile> GgufParser::open(const std::string& path) {
-  auto first = std::make_unique<GgufFile::Mapping>(path);
+  return open(std::make_unique<GgufFile::Mapping>(path));
+}
+
+std::unique_ptr<GgufFile> GgufParser::open(std::unique_ptr<GgufFile::Mapping> first) {
+  const std::string path = first->path;
+  const bool in_memory = !first->owned.empty();
   GgufPart p0 = parse(path, first->base, first->size, 0);
   first->data_start = p0.data_start;
   first->alignment = p0.alignment;
@@ -65,6 +70,8 @@ std::unique_ptr<GgufFile> GgufParser::open(const std::string& path) {
     fail("{}: metadata key 'split.no' = {} is out of range for {} parts", path, no, count);
 
   SplitName name;
+  if (count > 1 && in_memory)
+    fail("{}: split model (part {} of {}) must be opened from its files", path, no + 1, count);
   if (count > 1) {
     if (!parse_split_name(path, name) || name.count != count)
       fail("{}: file is part {} of a {}-part split model but its name does not end in "

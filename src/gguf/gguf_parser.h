@@ -16,8 +16,10 @@ struct GgufFile::Mapping {
   uint64_t size = 0;
   uint64_t data_start = 0;
   uint64_t alignment = 32;
+  std::vector<uint8_t> owned;  // in-memory images only
 
   explicit Mapping(const std::string& p);  // opens and maps; throws naming the file
+  Mapping(const std::string& name, const void* data, uint64_t n);  // owned heap copy
   ~Mapping();
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
@@ -38,6 +40,7 @@ class GgufParser {
                         uint32_t split);
   // Builds the complete GgufFile (all split parts).
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  static std::unique_ptr<GgufFile> open(std::unique_ptr<GgufFile::Mapping> first);
 };
 
 }  // namespace moeflow
