@@ -1,0 +1,48 @@
+// Every llama.cpp test vector (.inp/.out next to a ggml-vocab-*.gguf) must tokenize exactly.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "tokenizer/vocab_vectors.h"
+#include "tokenizer_test_util.h"
+
+namespace moeflow {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(VocabVectors, EveryVocabWithVectorsPasses) {
+  const std::string dir = test::vocab_dir();
+  if (!fs::exists(dir)) GTEST_SKIP() << "no " << dir;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string p = e.path().string();
+    if (e.path().extension() != ".gguf") continue;
+    if (!fs::exists(p + ".inp") || !fs::exists(p + ".out")) continue;
+    auto f = GgufFile::open(p);
+    auto tok = Tokenizer::from_gguf(*f);
+    const auto vecs = load_vocab_vectors(p + ".inp", p + ".out");
+    const auto r = check_vocab_vectors(*tok, vecs);
+    std::printf("[ vectors  ] %-40s %zu/%zu\n", e.path().filename().c_str(), r.passed, r.total);
+    EXPECT_GT(r.total, 10u) << p;
+    EXPECT_EQ(r.passed, r.total) << p;
+    for (size_t i : r.failed) {
+      ADD_FAILURE() << p << " #" << i << " '" << vecs[i].input << "'\n expected " << format_ids(vecs[i].expected)
+                    << "\n got      " << format_ids(tok->encode(vecs[i].input, false, false));
+    }
+    ++files;
+  }
+  EXPECT_GE(files, 6);
+}
+
+TEST(VocabVectors, LoaderRejectsCountMismatch) {
+  const std::string dir = test::vocab_dir();
+  if (!fs::exists(dir)) GTEST_SKIP();
+  // dbrx has 43 inputs, gpt-2 46 lines of ids.
+  EXPECT_THROW(load_vocab_vectors(dir + "/ggml-vocab-dbrx.gguf.inp", dir + "/ggml-vocab-gpt-2.gguf.out"), Error);
+  EXPECT_THROW(load_vocab_vectors(dir + "/missing.inp", dir + "/missing.out"), Error);
+}
+
+}  // namespace
+}  // namespace moeflow
