@@ -23,6 +23,8 @@ struct Entry {
 struct Pending {
   ExpertKey key;
   double issued;
+  uint64_t t;                      // logical time of the issuing layer
+  std::vector<ExpertKey> protect;  // experts of the issuing layer
 };
 
 // The whole replay of one trace for one configuration. Logical time for policies is
@@ -121,9 +123,19 @@ class Sim {
       if (start >= now) break;
       Pending p = pending_.front();
       pending_.pop_front();
+      Entry& en = at(p.key);
+      if (en.slot != Slot::pending) continue;
+      // The slot is taken when the copy starts (a queued prefetch evicts nothing), so a
+      // speculative task dropped by preemption never cost a resident expert.
+      en.slot = Slot::absent;
+      if (!make_room(p.key.layer, p.t, p.protect)) {
+        en.prefetched = false;
+        continue;
+      }
       link_free_ = start + xfer_ms_;
-      at(p.key).slot = Slot::inflight;
-      at(p.key).arrival = link_free_;
+      occupy(p.key, Slot::inflight, link_free_);
+      en.prefetched = true;
+      pol_->on_insert(p.key, p.t);
       res_.bytes_moved += c_.hw.expert_bytes;
       res_.prefetches++;
     }
@@ -176,7 +188,7 @@ class Sim {
     // Early preemption: speculative tasks for this layer that have not started are dropped.
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->key.layer == r.layer) {
-        release(it->key);
+        at(it->key) = {};
         it = pending_.erase(it);
       } else {
         ++it;
@@ -211,7 +223,7 @@ class Sim {
       } else {
         if (en.slot == Slot::pending) {  // promoted to a demand load
           pending_.erase(std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
-          release(k);
+          en = {};
         }
         bool cached = pol_->admit(k, tl) && make_room(r.layer, tl, protect);
         if (!cached && c_.hw.cpu_expert_ms > 0) {
@@ -254,11 +266,9 @@ class Sim {
       ExpertKey k{p.layer, p.expert};
       if (at(k).slot != Slot::absent) continue;
       if (std::find(layers_.begin(), layers_.end(), p.layer) == layers_.end()) continue;
-      if (!make_room(p.layer, tl, protect)) continue;
-      occupy(k, Slot::pending, 0);
+      at(k).slot = Slot::pending;
       at(k).prefetched = true;
-      pol_->on_insert(k, tl);
-      pending_.push_back({k, clock_});
+      pending_.push_back({k, clock_, tl, protect});
       issued++;
     }
   }
