@@ -25,11 +25,18 @@ void GateLookahead::on_route(const RouteRecord& r) {
   if (next_) next_->on_route(r);
   if (r.n_tokens <= 0 || r.n_embd <= 0) return;
   int target = r.layer;
+  bool wrapped = false;
   for (int d = 0; d < cfg_.distance; ++d) {
-    do {
+    for (;;) {
       ++target;
-    } while (target < cfg_.n_layers && cfg_.n_experts[target] == 0);
-    if (target >= cfg_.n_layers) return;
+      if (target >= cfg_.n_layers) {
+        if (!cfg_.wrap || wrapped) return;
+        wrapped = true;
+        target = 0;
+      }
+      if (cfg_.n_experts[target] > 0) break;
+    }
+    if (wrapped && target >= r.layer) return;
     const int n_exp = cfg_.n_experts[target];
     const int k = std::min(cfg_.top_k, n_exp);
     chosen_.clear();

@@ -18,6 +18,9 @@ struct LookaheadConfig {
   int top_k = 1;
   int distance = 1;       // how many MoE layers ahead to predict
   int max_tokens = 8;     // prefill steps: predict from the last max_tokens tokens only
+  // Past the last MoE layer, predict the next token's first MoE layers from the last hidden
+  // state (a rougher guess, but it overlaps the logits/sampling time with I/O).
+  bool wrap = true;
 };
 
 class GateLookahead final : public ForwardObserver {
