@@ -215,13 +215,20 @@ def main():
     ap.add_argument("--batch", type=int, default=24)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUT/ckpt.pt (same tokenizer) with a fresh time budget")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
 
     train_txt, held_txt = read_corpus(args.corpus, holdout=0.05)
-    tok = train_tokenizer(train_txt, args.vocab, os.path.join(args.out, "tokenizer.json"))
+    tok_path = os.path.join(args.out, "tokenizer.json")
+    if args.resume:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(tok_path)
+    else:
+        tok = train_tokenizer(train_txt, args.vocab, tok_path)
     train_ids = encode_stream(tok, train_txt)
     held_ids = encode_stream(tok, held_txt)
     print(f"tokens: train {len(train_ids)}  held-out {len(held_ids)}", flush=True)
@@ -230,6 +237,10 @@ def main():
                head_dim=32, n_ff=256, n_expert=8, n_expert_used=2, n_ctx=256,
                train_ctx=128, rope_base=10000.0, rms_eps=1e-5, aux_coef=0.01)
     model = Model(cfg)
+    if args.resume:
+        ck = torch.load(os.path.join(args.out, "ckpt.pt"))
+        cfg = ck["cfg"]
+        model.load_state_dict(ck["state"])
     print("params:", sum(p.numel() for p in model.parameters()), flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     ctx, budget = cfg["train_ctx"], args.minutes * 60
@@ -240,7 +251,7 @@ def main():
         if frac >= 1.0:
             break
         # Warm-up then cosine decay on wall-clock fraction, so the run length is fixed in time.
-        lr = args.lr * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        lr = args.lr * (1.0 if args.resume else min(1.0, step / 100)) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
         starts = torch.randint(0, len(train_ids) - ctx - 1, (args.batch,))
