@@ -26,11 +26,32 @@ struct RunArgs {
   int batch = 256;
   SamplerParams sp;
   bool stats_json = false;
+  std::string stats = "text";  // text | json | none
   OffloadOptions offload;
 };
 
+// One human-readable line of the offloading counters (the JSON form has them per layer).
+void print_offload_summary(const OffloadSession& s) {
+  const OffloadStats& st = s.provider->stats();
+  const LayerOffloadStats t = st.total();
+  const uint64_t uses = t.hits + t.misses + t.late;
+  std::fprintf(stderr,
+               "offload: budget %.1f of %.1f MiB experts (%d slots, %s, %s%s) | hit rate %.1f%% "
+               "(%llu hits, %llu late, %llu misses) | prefetch %llu issued, %llu used | read "
+               "%.1f MiB | stall %.1f ms\n",
+               st.budget_bytes / 1048576.0, st.total_expert_bytes / 1048576.0, st.n_slots,
+               st.policy.c_str(), st.io_backend.c_str(), st.direct_io ? ", O_DIRECT" : "",
+               uses ? 100.0 * t.hits / uses : 0.0, (unsigned long long)t.hits,
+               (unsigned long long)t.late, (unsigned long long)t.misses,
+               (unsigned long long)t.prefetch_issued, (unsigned long long)t.prefetch_used,
+               t.bytes_read / 1048576.0, t.stall_s * 1e3);
+}
+
 int run_run(RunArgs& a) {
   if (a.n_predict < 0) fail("-n must be >= 0, got {}", a.n_predict);
+  if (a.stats_json) a.stats = "json";
+  if (a.stats != "text" && a.stats != "json" && a.stats != "none")
+    fail("--stats must be text, json or none, not '{}'", a.stats);
   EngineOptions opt;
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
@@ -79,11 +100,12 @@ int run_run(RunArgs& a) {
   std::printf("\n");
   std::fflush(stdout);  // keep statistics on stderr after the text when both go to one pipe
   const GenerationStats& s = eng.stats();
-  if (a.stats_json) {
+  if (a.stats == "json") {
     nlohmann::json j = nlohmann::json::parse(s.to_json());
     if (offload.provider) j["offload"] = offload_stats_json(offload);
     std::fprintf(stderr, "%s\n", j.dump().c_str());
-  } else {
+  } else if (a.stats == "text") {
+    if (offload.provider) print_offload_summary(offload);
     std::fprintf(stderr,
                  "prompt %d tokens, %.2f tok/s | generated %d tokens, TTFT %.1f ms, TPOT %.1f ms, "
                  "%.2f tok/s | %d threads\n",
@@ -108,7 +130,9 @@ const bool registered = register_command("run", "Generate text from a prompt", [
   app.add_option("--min-p", a->sp.min_p, "min-p (0 = off)");
   app.add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1 = off)");
   app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
-  app.add_flag("--stats-json", a->stats_json, "print statistics to stderr as JSON");
+  app.add_option("--stats", a->stats,
+                 "statistics on stderr after the text: text | json (one object, the last line) | none");
+  app.add_flag("--stats-json", a->stats_json, "same as --stats json");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_run(*a); });
 });
