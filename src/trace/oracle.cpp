@@ -9,14 +9,34 @@ namespace {
 
 uint64_t pack(ExpertKey k) { return ((uint64_t)(uint32_t)k.layer << 32) | (uint32_t)k.expert; }
 
-class Belady final : public EvictionPolicy {
+class Belady final : public BeladyPolicy {
  public:
-  explicit Belady(const Trace& t) {
+  Belady(const Trace& t, bool bypass) : bypass_(bypass), L_(t.n_layers), E_(t.n_experts) {
     for (size_t s = 0; s < t.steps.size(); ++s)
       for (auto& r : t.steps[s].routes)
         for (int e : r.experts) uses_[pack({r.layer, e})].push_back(logical_time(s, r.layer, t.n_layers));
   }
-  std::string name() const override { return "belady"; }
+  std::string name() const override { return bypass_ ? "belady" : "belady-forced"; }
+  bool bypass() const override { return bypass_; }
+  // The bound may start warm: placement policies (static, DAOP) preload for free, so Belady
+  // preloads the experts used first. Classic MIN (forced) starts cold.
+  std::vector<ExpertKey> initial_residents(int layer, int capacity) override {
+    if (!bypass_) return {};
+    std::vector<std::pair<uint64_t, ExpertKey>> v;
+    for (int l = 0; l < L_; ++l) {
+      if (layer >= 0 && l != layer) continue;
+      for (int e = 0; e < E_; ++e) {
+        auto it = uses_.find(pack({l, e}));
+        if (it != uses_.end() && !it->second.empty()) v.push_back({it->second.front(), {l, e}});
+      }
+    }
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second.expert < b.second.expert;
+    });
+    std::vector<ExpertKey> out;
+    for (size_t i = 0; i < v.size() && (int)i < capacity; ++i) out.push_back(v[i].second);
+    return out;
+  }
   void on_access(ExpertKey, uint64_t) override {}
   void on_insert(ExpertKey, uint64_t) override {}
   void on_evict(ExpertKey) override {}
@@ -32,13 +52,16 @@ class Belady final : public EvictionPolicy {
     return best;
   }
 
- private:
-  uint64_t next_use(ExpertKey k, uint64_t t) const {
+  uint64_t next_use(ExpertKey k, uint64_t t) const override {
     auto it = uses_.find(pack(k));
     if (it == uses_.end()) return UINT64_MAX;
     auto p = std::upper_bound(it->second.begin(), it->second.end(), t);
     return p == it->second.end() ? UINT64_MAX : *p;
   }
+
+ private:
+  bool bypass_;
+  int L_, E_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> uses_;
 };
 
@@ -73,7 +96,7 @@ class Oracle final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_belady(const Trace& t) { return std::make_unique<Belady>(t); }
+std::unique_ptr<BeladyPolicy> make_belady(const Trace& t, bool bypass) { return std::make_unique<Belady>(t, bypass); }
 std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead) {
   return std::make_unique<Oracle>(t, lookahead);
 }

@@ -12,7 +12,19 @@ namespace moeflow::trace {
 // Logical time used by the simulator: step * n_layers + layer.
 inline uint64_t logical_time(size_t step, int layer, int n_layers) { return (uint64_t)step * n_layers + layer; }
 
-std::unique_ptr<EvictionPolicy> make_belady(const Trace& t);
+// Belady's MIN. With `bypass` (the policy named "belady") a miss is cached only if it is needed
+// again before some resident; the simulator then decides a whole route at once: of the residents
+// and the route's experts it keeps the `capacity` with the soonest next use. That is the optimum
+// number of demand misses of any policy, non-admitting ones (DAOP) included, so it is the lower
+// bound. Without bypass ("belady-forced") every miss is cached (classic MIN, forced admission).
+class BeladyPolicy : public EvictionPolicy {
+ public:
+  virtual bool bypass() const = 0;
+  // Logical time of k's first use after t; UINT64_MAX when it is never used again.
+  virtual uint64_t next_use(ExpertKey k, uint64_t t) const = 0;
+};
+
+std::unique_ptr<BeladyPolicy> make_belady(const Trace& t, bool bypass = true);
 // Predicts exactly the experts of the next `lookahead` (step, layer) routes after the current one.
 std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead);
 

@@ -18,6 +18,7 @@ struct Entry {
   Slot slot = Slot::absent;
   double arrival = 0;      // when the transfer completes (inflight/resident)
   bool prefetched = false; // brought by a prefetch and not used yet
+  bool speculative = false; // in flight at LOW priority (demand loads overtake it)
 };
 
 struct Pending {
@@ -50,6 +51,7 @@ class Sim {
 
   SimResult run(EvictionPolicy& pol, Predictor* pred) {
     pol_ = &pol;
+    belady_ = dynamic_cast<BeladyPolicy*>(&pol);
     pred_ = pred;
     preload();
     size_t s = 0;
@@ -128,33 +130,47 @@ class Sim {
       // The slot is taken when the copy starts (a queued prefetch evicts nothing), so a
       // speculative task dropped by preemption never cost a resident expert.
       en.slot = Slot::absent;
-      if (!make_room(p.key.layer, p.t, p.protect)) {
+      if (!make_room(p.key.layer, p.t, p.protect, &p.key)) {
         en.prefetched = false;
         continue;
       }
       link_free_ = start + xfer_ms_;
       occupy(p.key, Slot::inflight, link_free_);
       en.prefetched = true;
+      en.speculative = true;
       pol_->on_insert(p.key, p.t);
       res_.bytes_moved += c_.hw.expert_bytes;
       res_.prefetches++;
     }
   }
+  // A demand load is HIGH priority: it waits only for earlier demand loads; speculative copies
+  // in flight are preempted between chunks and finish after it (the prefetcher's two queues).
   double demand_transfer(double now) {
-    double start = std::max(link_free_, now);
-    link_free_ = start + xfer_ms_;
+    double start = std::max(demand_free_, now);
+    double end = start + xfer_ms_;
+    if (link_free_ > start) {
+      for (auto& e : ent_)
+        if (e.slot == Slot::inflight && e.speculative && e.arrival > start) e.arrival += xfer_ms_;
+      link_free_ += xfer_ms_;
+    } else {
+      link_free_ = end;
+    }
+    demand_free_ = end;
     res_.bytes_moved += c_.hw.expert_bytes;
     res_.demand_loads++;
-    return link_free_;
+    return end;
   }
   void settle(double now) {
     // In-flight transfers that completed become plain residents.
     for (auto& e : ent_)
-      if (e.slot == Slot::inflight && e.arrival <= now) e.slot = Slot::resident;
+      if (e.slot == Slot::inflight && e.arrival <= now) e.slot = Slot::resident, e.speculative = false;
   }
 
-  // Makes room for one more expert of `layer`; false if nothing may be evicted.
-  bool make_room(int layer, uint64_t t, const std::vector<ExpertKey>& protect) {
+  // Makes room for one more expert of `layer`; false if nothing may be evicted. For a prefetch
+  // (`incoming` set) a prefetch never evicts what it is worth less than ("do no harm"): experts
+  // the predictor currently expects are not candidates, and Belady keeps a resident needed
+  // sooner than the incoming expert.
+  bool make_room(int layer, uint64_t t, const std::vector<ExpertKey>& protect, const ExpertKey* incoming = nullptr) {
     if (used(layer) < cap()) return true;
     cands_.clear();
     auto consider = [&](int l) {
@@ -162,6 +178,7 @@ class Sim {
         ExpertKey k{l, e};
         if (at(k).slot != Slot::resident) continue;
         if (std::find(protect.begin(), protect.end(), k) != protect.end()) continue;
+        if (incoming && !belady_ && (pred_cur_[(size_t)l * E_ + e] || pred_next_[(size_t)l * E_ + e])) continue;
         cands_.push_back(k);
       }
     };
@@ -173,6 +190,7 @@ class Sim {
     if (cands_.empty()) return false;
     ExpertKey v = pol_->choose_victim(cands_, t);
     MOEFLOW_CHECK(at(v).slot == Slot::resident, "sim: policy '{}' chose a victim that is not a candidate", pol_->name());
+    if (incoming && belady_ && belady_->next_use(v, t) <= belady_->next_use(*incoming, t)) return false;
     pol_->on_evict(v);
     release(v);
     return true;
@@ -201,12 +219,21 @@ class Sim {
     for (int e : r.experts) protect.push_back({r.layer, e});
     const double per_expert = c_.hw.expert_compute_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0);
     std::vector<double> ready;
-    for (int e : r.experts) {
+    const size_t n = r.experts.size();
+    std::vector<char> hits(n), lates(n), keep(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      Entry& en = at({r.layer, r.experts[i]});
+      hits[i] = en.slot == Slot::resident;
+      lates[i] = en.slot == Slot::inflight;
+      if (lates[i]) en.speculative = false;  // raised to HIGH: nothing overtakes it any more
+    }
+    if (belady_ && belady_->bypass()) belady_route(r, tl, keep);
+    for (size_t i = 0; i < n; ++i) {
+      const int e = r.experts[i];
       ExpertKey k{r.layer, e};
       Entry& en = at(k);
-      bool hit = en.slot == Slot::resident;
-      bool late = en.slot == Slot::inflight;
-      if (en.prefetched && en.slot != Slot::pending) {
+      const bool hit = hits[i], late = lates[i];
+      if (en.prefetched && (hit || late)) {
         res_.prefetch_used++;
         if (hit) res_.prefetch_in_time++;
         en.prefetched = false;
@@ -225,7 +252,7 @@ class Sim {
           pending_.erase(std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
           en = {};
         }
-        bool cached = pol_->admit(k, tl) && make_room(r.layer, tl, protect);
+        bool cached = belady_ && belady_->bypass() ? keep[i] != 0 : pol_->admit(k, tl) && make_room(r.layer, tl, protect);
         if (!cached && c_.hw.cpu_expert_ms > 0) {
           // Computed where the weights are (host CPU), in parallel with the fast tier.
           ready.push_back(clock_ + c_.hw.cpu_expert_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0) - per_expert);
@@ -249,6 +276,49 @@ class Sim {
     res_.stall_ms += stall;
     for (int e : r.experts) pol_->on_access({r.layer, e}, tl);
     return cursor;
+  }
+
+  // Belady with bypass decides a route at once: of the residents in scope (the layer, or all
+  // layers for a global budget) and the route's missing experts, the ones with the soonest next
+  // use fill the free capacity; residents beyond it are evicted, misses beyond it are streamed.
+  void belady_route(const LayerRoute& r, uint64_t tl, std::vector<char>& keep) {
+    std::vector<std::pair<uint64_t, ExpertKey>> pool;
+    int fixed = 0;
+    auto scan = [&](int l) {
+      for (int e = 0; e < E_; ++e) {
+        ExpertKey k{l, e};
+        Slot sl = at(k).slot;
+        bool routed = l == r.layer && std::find(r.experts.begin(), r.experts.end(), e) != r.experts.end();
+        if (sl == Slot::inflight) {
+          fixed++;
+        } else if (sl == Slot::resident || routed) {
+          pool.push_back({belady_->next_use(k, tl), k});
+        }
+      }
+    };
+    if (global()) {
+      for (int l : layers_) scan(l);
+    } else {
+      scan(r.layer);
+    }
+    std::sort(pool.begin(), pool.end(), [&](auto& a, auto& b) {
+      if (a.first != b.first) return a.first < b.first;
+      bool ra = at(a.second).slot == Slot::resident, rb = at(b.second).slot == Slot::resident;
+      if (ra != rb) return ra;  // ties: keep what is already there
+      return a.second.layer != b.second.layer ? a.second.layer < b.second.layer : a.second.expert < b.second.expert;
+    });
+    const size_t free = (size_t)std::max(0, cap() - fixed);
+    for (size_t i = 0; i < pool.size(); ++i) {
+      ExpertKey k = pool[i].second;
+      bool kept = i < free && pool[i].first != UINT64_MAX;
+      if (k.layer == r.layer)
+        for (size_t j = 0; j < r.experts.size(); ++j)
+          if (r.experts[j] == k.expert) keep[j] = kept;
+      if (!kept && at(k).slot == Slot::resident) {
+        pol_->on_evict(k);
+        release(k);
+      }
+    }
   }
 
   void issue_prefetches(size_t step, const LayerRoute& r, std::vector<Prediction>& preds) {
@@ -349,9 +419,10 @@ class Sim {
   int total_occupied_ = 0;
   std::vector<ExpertKey> cands_;
   std::deque<Pending> pending_;
-  double clock_ = 0, link_free_ = 0, xfer_ms_ = 0;
+  double clock_ = 0, link_free_ = 0, demand_free_ = 0, xfer_ms_ = 0;
   std::vector<uint8_t> pred_cur_, pred_next_;
   EvictionPolicy* pol_ = nullptr;
+  BeladyPolicy* belady_ = nullptr;
   Predictor* pred_ = nullptr;
   SimResult res_;
 };
@@ -369,6 +440,7 @@ std::vector<double> routing_counts(const Trace& t) {
 std::vector<std::string> sim_policy_names() {
   auto v = eviction_policy_names();
   v.push_back("belady");
+  v.push_back("belady-forced");
   return v;
 }
 
@@ -398,8 +470,8 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
                 "sim: calibration trace '{}' has {}x{} experts, trace '{}' has {}x{}", calib.source, calib.n_layers,
                 calib.n_experts, t.source, t.n_layers, t.n_experts);
   std::unique_ptr<EvictionPolicy> pol;
-  if (cfg.policy == "belady") {
-    pol = make_belady(t);
+  if (cfg.policy == "belady" || cfg.policy == "belady-forced") {
+    pol = make_belady(t, cfg.policy == "belady");
   } else {
     PolicyOptions po;
     po.n_layers = t.n_layers;

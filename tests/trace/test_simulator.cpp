@@ -1,0 +1,276 @@
+// The trace-driven simulator on hand-made traces with known answers, Belady as a lower bound on
+// random traces, presets/auto, and the `moeflow sim --json` contract.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "policy/eviction_policy.h"
+#include "trace/hw_profile.h"
+#include "trace/presets.h"
+#include "trace/report.h"
+#include "trace/simulator.h"
+#include "trace_util.h"
+
+namespace moeflow::trace {
+namespace {
+
+using testing::letters;
+using testing::make_trace;
+
+// 1 ms per transfer, 1 ms per expert, no other cost: stalls are easy to count by hand.
+HwProfile unit_hw() {
+  HwProfile h;
+  h.name = "unit";
+  h.link_gb_s = 1.0;
+  h.latency_ms = 0;
+  h.expert_bytes = 1e6;
+  h.expert_compute_ms = 1.0;
+  h.layer_ms = 0;
+  h.cpu_expert_ms = 0;
+  return h;
+}
+
+SimResult sim(const Trace& t, const std::string& pol, double rate, const std::string& pred = "none") {
+  SimConfig c;
+  c.hw = unit_hw();
+  c.policy = pol;
+  c.predictor = pred;
+  c.cache_rate = rate;
+  if (pol == "hobbit") c.hobbit_weights = {0.4, 0.3, 0.1, 0.2};
+  return simulate(t, c);
+}
+
+TEST(Simulator, DemandOnlyHitsOnABCABC) {
+  Trace t = letters("ABCABC");  // 4 experts, 2 slots
+  EXPECT_EQ(sim(t, "lru", 0.5).hits, 0u);
+  EXPECT_EQ(sim(t, "lfu", 0.5).hits, 0u);
+  // Classic MIN, cold, every miss cached: A B C(evict B) A(hit) B(evict A) C(hit).
+  EXPECT_EQ(sim(t, "belady-forced", 0.5).hits, 2u);
+  // With bypass and a warm start (preloads A, B; C is never worth a slot): only the C's miss.
+  auto b = sim(t, "belady", 0.5);
+  EXPECT_EQ(b.hits, 4u);
+  EXPECT_EQ(b.uses, 6u);
+  EXPECT_DOUBLE_EQ(b.hit_rate, 4.0 / 6.0);
+}
+
+TEST(Simulator, LruVersusLfuOnAKnownSequence) {
+  // A A A B C A B C A with 2 slots: LFU keeps the frequent A (hits A A, then A twice), LRU
+  // cycles A B C through 2 slots and only hits the first repeats.
+  Trace t = letters("AAABCABCA");
+  EXPECT_EQ(sim(t, "lru", 0.5).hits, 2u);
+  EXPECT_EQ(sim(t, "lfu", 0.5).hits, 4u);
+  // On a cyclic pattern that is where frequency does not help, both get nothing.
+  EXPECT_EQ(sim(letters("ABCABCABC"), "lfu", 0.5).hits, sim(letters("ABCABCABC"), "lru", 0.5).hits);
+}
+
+TEST(Simulator, TimingOfMissesAndBytes) {
+  Trace t = letters("AAAA");
+  auto r = sim(t, "lru", 0.25);  // one slot
+  EXPECT_EQ(r.hits, 3u);
+  EXPECT_EQ(r.demand_loads, 1u);
+  EXPECT_DOUBLE_EQ(r.bytes_moved, 1e6);
+  // First token: 1 ms transfer stall + 1 ms compute; then 1 ms each.
+  EXPECT_NEAR(r.tpot_ms, (2.0 + 1 + 1 + 1) / 4, 1e-9);
+  EXPECT_NEAR(r.stall_ms, 1.0, 1e-9);
+  EXPECT_EQ(r.decode_tokens, 4u);
+}
+
+TEST(Simulator, InTimePrefetchBecomesAHitLatePrefetchDoesNot) {
+  // Layer 0 always expert 0; layer 1 alternates 1, 2 with one slot per layer: demand-only
+  // misses every layer-1 use.
+  std::vector<std::vector<std::vector<int>>> r;
+  for (int s = 0; s < 10; ++s) r.push_back({{0}, {1 + s % 2}});
+  Trace t = make_trace(2, 4, 1, r);
+  auto demand = sim(t, "lru", 0.25);
+  EXPECT_EQ(demand.hits, 9u);  // layer 0 after its cold miss
+  SimConfig c;
+  c.hw = unit_hw();
+  c.hw.layer_ms = 5;  // attention etc. long enough to hide a 1 ms copy
+  c.policy = "lru";
+  c.predictor = "oracle";
+  c.oracle_lookahead = 1;
+  c.cache_rate = 0.25;
+  auto pf = simulate(t, c);
+  EXPECT_EQ(pf.hits, 19u);  // everything but the very first use
+  EXPECT_EQ(pf.prefetches, 10u);
+  EXPECT_DOUBLE_EQ(pf.prefetch_accuracy, 1.0);
+  EXPECT_DOUBLE_EQ(pf.in_time_rate, 1.0);
+  EXPECT_DOUBLE_EQ(pf.pred_recall, 19.0 / 20.0);  // every use but the very first was predicted
+  // No time to hide the copy: the prefetch is still in flight when needed (late, not a hit),
+  // but it still shortens the stall.
+  c.hw.layer_ms = 0;
+  c.hw.expert_compute_ms = 0.25;
+  auto late = simulate(t, c);
+  EXPECT_EQ(late.hits, 9u);
+  EXPECT_EQ(late.late, 10u);
+  EXPECT_DOUBLE_EQ(late.in_time_rate, 0.0);
+  c.predictor = "none";
+  EXPECT_LT(late.stall_ms, simulate(t, c).stall_ms);
+}
+
+TEST(Simulator, DemandLoadsOvertakeSpeculativeCopies) {
+  // A wrong prefetch on the link must not delay a demand miss behind it by a whole transfer.
+  std::vector<std::vector<std::vector<int>>> r = {{{0}, {1}}, {{0}, {2}}};
+  Trace t = make_trace(2, 8, 1, r);
+  SimConfig c;
+  c.hw = unit_hw();
+  c.policy = "lru";
+  c.cache_rate = 0.5;
+  c.predictor = "none";
+  auto base = simulate(t, c);
+  c.predictor = "oracle";  // right but immediately needed: issued while layer 0 computes
+  auto o = simulate(t, c);
+  EXPECT_LE(o.tpot_ms, base.tpot_ms + 1e-9);
+}
+
+// Every demand-only policy, per-layer and global budgets, on random traces with locality:
+// none beats Belady (with bypass), and classic forced-admission MIN does not either.
+TEST(Simulator, NoDemandOnlyPolicyBeatsBeladyOnRandomTraces) {
+  std::mt19937 rng(2024);
+  int checked = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    int L = 1 + (int)(rng() % 3), E = 4 + (int)(rng() % 5), K = 1 + (int)(rng() % 2);
+    Trace t = testing::random_trace(rng, L, E, K, 40 + (int)(rng() % 40), 1 + (int)(rng() % 3), 0.3 + 0.1 * (rng() % 6));
+    for (bool global : {false, true})
+      for (double rate : {0.25, 0.5, 0.75}) {
+        SimConfig c;
+        c.hw = hw_profile("pcie4x16");
+        c.cache_rate = rate;
+        c.global_budget = global;
+        c.hobbit_weights = {0.4, 0.3, 0.1, 0.2};
+        c.policy = "belady";
+        auto best = simulate(t, c);
+        for (auto& p : sim_policy_names()) {
+          if (p == "belady") continue;
+          c.policy = p;
+          auto r = simulate(t, c);
+          EXPECT_LE(r.hits, best.hits) << p << " beats Belady: trial " << trial << " L=" << L << " E=" << E << " K=" << K
+                                       << " rate " << rate << (global ? " global" : "");
+          ++checked;
+        }
+      }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+TEST(Simulator, PerfectPrefetchWithBeladyNeverLosesHitsWhenCopiesAreFree) {
+  // With copies hidden entirely behind compute, Belady + perfect prediction is at least as good
+  // as demand-only Belady.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 4; ++trial) {
+    Trace t = testing::random_trace(rng, 3, 8, 2, 50, 1, 0.5);
+    SimConfig c;
+    c.hw = unit_hw();
+    c.hw.layer_ms = 50;
+    c.cache_rate = 0.5;
+    c.policy = "belady";
+    auto d = simulate(t, c);
+    c.predictor = "oracle";
+    auto p = simulate(t, c);
+    EXPECT_GE(p.hits, d.hits) << trial;
+  }
+}
+
+TEST(Presets, ResolveAndAutoIsNeverWorseThanAnyPreset) {
+  std::mt19937 rng(3);
+  Trace t = testing::random_trace(rng, 4, 8, 2, 60, 2, 0.6);
+  SimConfig base;
+  base.hw = hw_profile("nvme-gen4");
+  base.cache_rate = 0.5;
+  auto p = resolve_preset("moe-infinity", t, base);
+  EXPECT_EQ(p.policy, "moe-infinity");
+  EXPECT_EQ(p.predictor, "eamc");
+  EXPECT_EQ(resolve_preset("promoe", t, base).predictor, "token");  // no hidden states: the baseline
+  EXPECT_EQ(resolve_preset("hobbit", t, base).policy, "hobbit");
+  EXPECT_EQ(resolve_preset("daop", t, base).policy, "daop");
+  EXPECT_THROW(resolve_preset("nonsense", t, base), Error);
+  std::vector<SimResult> all;
+  SimResult a = auto_select(t, base, &all);
+  EXPECT_EQ(a.policy.rfind("auto:", 0), 0u);
+  for (auto& pn : preset_names()) {
+    if (pn == "auto" || pn == "ondemand") continue;
+    auto pr = resolve_preset(pn, t, base);
+    SimConfig c = base;
+    c.policy = pr.policy;
+    c.predictor = pr.predictor;
+    EXPECT_LE(a.tpot_ms, simulate(t, c).tpot_ms + 1e-9) << pn;
+  }
+  EXPECT_GT(all.size(), 10u);
+}
+
+TEST(HwProfiles, BuiltInsAndJson) {
+  auto p = hw_profile("pcie4x16");
+  EXPECT_GT(p.expert_bytes, 9e7);
+  EXPECT_NEAR(p.transfer_ms(), 0.01 + p.expert_bytes / 25e6, 1e-9);
+  EXPECT_GT(hw_profile("nvme-gen4").transfer_ms(), p.transfer_ms());
+  auto f = (std::filesystem::temp_directory_path() / ("hw_" + std::to_string(::getpid()) + ".json")).string();
+  {
+    std::FILE* o = std::fopen(f.c_str(), "w");
+    std::fputs("{\"name\": \"mine\", \"read_gb_s\": 2.0, \"expert_bytes\": 2e6}", o);
+    std::fclose(o);
+  }
+  auto j = hw_profile(f);
+  EXPECT_EQ(j.name, "mine");
+  EXPECT_DOUBLE_EQ(j.link_gb_s, 2.0);
+  EXPECT_NEAR(j.transfer_ms(), j.latency_ms + 1.0, 1e-9);
+  std::filesystem::remove(f);
+  EXPECT_THROW(hw_profile("no-such-profile"), Error);
+}
+
+TEST(Report, CsvAndSvg) {
+  Trace t = letters("ABCABCAB");
+  std::vector<SimResult> rs = {sim(t, "lru", 0.5), sim(t, "belady", 0.5), sim(t, "lru", 0.75)};
+  auto csv = results_csv(rs);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_EQ(csv.rfind("policy,predictor,cache_rate,hit_rate", 0), 0u);
+  auto svg = results_svg(rs, "t");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find(">belady<"), std::string::npos);
+  EXPECT_NE(svg.find(">lru<"), std::string::npos);
+}
+
+// The CLI contract: `moeflow sim --json` rows, with a `belady` row and predictor `none` for
+// demand-only rows.
+TEST(SimCli, JsonContract) {
+  std::mt19937 rng(5);
+  Trace t = testing::random_trace(rng, 2, 8, 2, 40, 2, 0.5);
+  auto path = (std::filesystem::temp_directory_path() / ("sim_cli_" + std::to_string(::getpid()) + ".mft")).string();
+  write_trace(t, path);
+  std::string cmd = std::string(MOEFLOW_BINARY) + " sim --trace " + path + " --policy all --predictor all --cache-rate 25,50 --hw nvme-gen4 --json 2>&1";
+  std::FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int rc = ::pclose(f);
+  std::filesystem::remove(path);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out);
+  ASSERT_TRUE(j["results"].is_array());
+  bool belady = false;
+  double belady_hit[2] = {-1, -1};
+  for (auto& row : j["results"]) {
+    for (const char* k : {"policy", "predictor", "cache_rate", "hit_rate", "bytes_moved", "tpot_ms", "prefetch_accuracy",
+                          "fetch_in_time_rate", "goodpred", "stall_ms"})
+      EXPECT_TRUE(row.contains(k)) << k;
+    int ri = row["cache_rate"].get<double>() < 0.3 ? 0 : 1;
+    if (row["policy"] == "belady" && row["predictor"] == "none") belady = true, belady_hit[ri] = row["hit_rate"];
+    if (row["predictor"] == "none") EXPECT_EQ(row["prefetches"].get<int>(), 0) << row.dump();
+  }
+  EXPECT_TRUE(belady);
+  for (auto& row : j["results"])
+    if (row["predictor"] == "none") {
+      int ri = row["cache_rate"].get<double>() < 0.3 ? 0 : 1;
+      EXPECT_LE(row["hit_rate"].get<double>(), belady_hit[ri] + 1e-12) << row.dump();
+    }
+}
+
+}  // namespace
+}  // namespace moeflow::trace
