@@ -4,10 +4,11 @@
 Two steps: this script writes an F32 GGUF in llama.cpp's layout for a Mixtral-style model
 (arch "llama" with experts; byte-level BPE tokenizer with llama.cpp's "gpt-2" pre-tokenizer)
 through gguf-py, then `moeflow quantize` re-encodes it with moeflow's own encoders and writer
-into the shipped file (default Q8_0 weights, F32 norms and routers).
+into the shipped file (default F16 weights: lossless for the trained F32 weights to within
+F16 rounding, so tests compare it with a float64 reference at 1e-3; F32 norms and routers).
 
 usage: tools/demo_model/export.py --ckpt build-demo-model --moeflow build/moeflow \
-           --type Q8_0 -o models/demo-moe.gguf
+           --type F16 -o models/demo-moe.gguf
 """
 import argparse
 import json
@@ -100,7 +101,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", default="build-demo-model", help="train.py's --out directory")
     ap.add_argument("--moeflow", default="build/moeflow")
-    ap.add_argument("--type", default="Q8_0", help="weight type of the shipped file")
+    ap.add_argument("--type", default="F16", help="weight type of the shipped file")
     ap.add_argument("-o", "--output", default="models/demo-moe.gguf")
     a = ap.parse_args()
     f32 = os.path.join(a.ckpt, "demo-moe-f32.gguf")
