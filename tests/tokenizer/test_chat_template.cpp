@@ -1,0 +1,534 @@
+// Chat templates: the Jinja subset against the real templates of the supported model families
+// (exact renderings), the language features one by one, errors, and the model-level wrapper
+// (ChatML fallback, BOS handling, special-token parsing).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "model/gen/gen_vocab.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+namespace moeflow::test {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+void expect_render_error(const char* tmpl, const ojson& ctx, const std::string& message) {
+  try {
+    ChatTemplate(tmpl).render(ctx);
+    FAIL() << "expected an error containing: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos) << e.what();
+  }
+}
+
+std::string r(const std::string& tmpl, const ojson& ctx = ojson::object()) {
+  return ChatTemplate(tmpl).render(ctx);
+}
+
+// Templates as published by the model authors (tokenizer_config.json chat_template).
+// The expected renderings were checked against jinja2 3.1.6 configured as transformers does
+// (trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False)).
+const char* const k_mixtral_v01 = R"TMPL({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})TMPL";
+const char* const k_mixtral_sys = R"TMPL({%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {%- if loop.first and system_message is defined %}
+            {{- ' [INST] ' + system_message + '\n\n' + message['content'] + ' [/INST]' }}
+        {%- else %}
+            {{- ' [INST] ' + message['content'] + ' [/INST]' }}
+        {%- endif %}
+    {%- elif message['role'] == 'assistant' %}
+        {{- ' ' + message['content'] + eos_token}}
+    {%- else %}
+        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
+    {%- endif %}
+{%- endfor %}
+)TMPL";
+const char* const k_qwen2 = R"TMPL({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})TMPL";
+const char* const k_qwen15moe = R"TMPL({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content']}}{% if (loop.last and add_generation_prompt) or not loop.last %}{{ '<|im_end|>' + '\n'}}{% endif %}{% endfor %}{% if add_generation_prompt and messages[-1]['role'] != 'assistant' %}{{ '<|im_start|>assistant\n' }}{% endif %})TMPL";
+const char* const k_qwen3 = R"TMPL({%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %})TMPL";
+const char* const k_olmoe = R"TMPL({{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}{% else %}{{ '<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}{% endfor %})TMPL";
+const char* const k_deepseek_v2 = R"TMPL({% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ message['content'] + '\n\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %})TMPL";
+const char* const k_phi35moe = R"TMPL({% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})TMPL";
+const char* const k_chatml = R"TMPL({%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %})TMPL";
+
+TEST(ChatTemplateReal, MixtralV01ThreeTurns) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "How are you?"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_mixtral_v01).render(ctx),
+      "<s>[INST] Hello [/INST]Hi there</s>[INST] How are you? [/INST]");
+}
+
+TEST(ChatTemplateReal, MixtralV01RolesMustAlternate) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  expect_render_error(k_mixtral_v01, ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+TEST(ChatTemplateReal, MixtralV01SystemRejected) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "s"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  expect_render_error(k_mixtral_v01, ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+TEST(ChatTemplateReal, MixtralSystemFoldedIntoFirstUser) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Bye"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_mixtral_sys).render(ctx),
+      "<s> [INST] Be brief.\n"
+      "\n"
+      "Hello [/INST] Hi</s> [INST] Bye [/INST]");
+}
+
+TEST(ChatTemplateReal, MixtralNoSystem) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_mixtral_sys).render(ctx),
+      "<s> [INST] Hello [/INST]");
+}
+
+TEST(ChatTemplateReal, Qwen2DefaultSystem) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen2).render(ctx),
+      "<|im_start|>system\n"
+      "You are a helpful assistant.<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Hello<|im_end|>\n"
+      "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateReal, Qwen2OwnSystemNoGenerationPrompt) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen2).render(ctx),
+      "<|im_start|>system\n"
+      "You are terse.<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Hi<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "Yo<|im_end|>\n");
+}
+
+TEST(ChatTemplateReal, Qwen15MoeLastAssistantOpen) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen15moe).render(ctx),
+      "<|im_start|>system\n"
+      "You are a helpful assistant<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Hi<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "Yo");
+}
+
+TEST(ChatTemplateReal, Qwen15MoeGenerationPrompt) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen15moe).render(ctx),
+      "<|im_start|>system\n"
+      "S<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Hi<|im_end|>\n"
+      "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateReal, Qwen3ThinkingHistory) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}, {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+      "<|im_start|>system\n"
+      "Sys<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Q1<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "A1<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Q2<|im_end|>\n"
+      "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateReal, Qwen3LastAssistantKeepsThink) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+      "<|im_start|>user\n"
+      "Q1<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "<think>\n"
+      "r1\n"
+      "</think>\n"
+      "\n"
+      "A1<|im_end|>\n");
+}
+
+TEST(ChatTemplateReal, Qwen3NoThinking) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "enable_thinking": false})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+      "<|im_start|>user\n"
+      "Hi<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "<think>\n"
+      "\n"
+      "</think>\n"
+      "\n");
+}
+
+TEST(ChatTemplateReal, Qwen3ToolsAndToolCalls) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2, "metric": true}}}]}, {"role": "tool", "content": "{\"temp\": 21}"}, {"role": "tool", "content": "sunny"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})JSON");
+  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+      "<|im_start|>system\n"
+      "Sys\n"
+      "\n"
+      "# Tools\n"
+      "\n"
+      "You may call one or more functions to assist with the user query.\n"
+      "\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n"
+      "<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+      "</tools>\n"
+      "\n"
+      "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+      "<tool_call>\n"
+      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+      "</tool_call><|im_end|>\n"
+      "<|im_start|>user\n"
+      "Weather in Paris?<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"metric\": true}}\n"
+      "</tool_call><|im_end|>\n"
+      "<|im_start|>user\n"
+      "<tool_response>\n"
+      "{\"temp\": 21}\n"
+      "</tool_response>\n"
+      "<tool_response>\n"
+      "sunny\n"
+      "</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateReal, OlmoeTwoTurns) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "More"}], "add_generation_prompt": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_olmoe).render(ctx),
+      "<|endoftext|><|system|>\n"
+      "S\n"
+      "<|user|>\n"
+      "Hi\n"
+      "<|assistant|>\n"
+      "Hello!<|endoftext|>\n"
+      "<|user|>\n"
+      "More\n"
+      "<|assistant|>\n");
+}
+
+TEST(ChatTemplateReal, OlmoeLastAssistant) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}], "add_generation_prompt": false, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_olmoe).render(ctx),
+      "<|endoftext|><|user|>\n"
+      "Hi\n"
+      "<|assistant|>\n"
+      "Hello!<|endoftext|>");
+}
+
+TEST(ChatTemplateReal, DeepSeekV2) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}], "add_generation_prompt": true, "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_deepseek_v2).render(ctx),
+      "<｜begin▁of▁sentence｜>Sys\n"
+      "\n"
+      "User: Hi\n"
+      "\n"
+      "Assistant: Hello<｜end▁of▁sentence｜>User: Again\n"
+      "\n"
+      "Assistant:");
+}
+
+TEST(ChatTemplateReal, Phi35MoeEmptySystemSkipped) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_phi35moe).render(ctx),
+      "<|user|>\n"
+      "Hi<|end|>\n"
+      "<|assistant|>\n"
+      "Hey<|end|>\n"
+      "<|endoftext|>");
+}
+
+TEST(ChatTemplateReal, Phi35MoeGenerationPrompt) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_phi35moe).render(ctx),
+      "<|system|>\n"
+      "Sys<|end|>\n"
+      "<|user|>\n"
+      "Hi<|end|>\n"
+      "<|assistant|>\n");
+}
+
+TEST(ChatTemplateReal, ChatMlFallback) {
+  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(k_chatml).render(ctx),
+      "<|im_start|>system\n"
+      "S<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Hi<|im_end|>\n"
+      "<|im_start|>assistant\n");
+}
+// ---- language features --------------------------------------------------------------------
+
+TEST(ChatTemplateJinja, WhitespaceControl) {
+  // trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before one goes.
+  EXPECT_EQ(r("{% if true %}\n  a\n{% endif %}\nb\n"), "  a\nb");
+  EXPECT_EQ(r("x  {%- if true -%}  y  {%- endif %}"), "xy");
+  EXPECT_EQ(r("  {{- 'a' -}}  \n b"), "ab");
+  EXPECT_EQ(r("a\n    {% if true %}b{% endif %}"), "a\nb");
+  EXPECT_EQ(r("a {# comment #} b"), "a  b");
+  EXPECT_EQ(r("a\n{#- comment -#}\nb"), "ab");
+}
+
+TEST(ChatTemplateJinja, ExpressionsAndOperators) {
+  EXPECT_EQ(r("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 7 / 2 }}|{{ 2 ** 10 }}"),
+            "7|3|-4|2|3.5|1024");
+  EXPECT_EQ(r("{{ 'a' ~ 1 ~ none ~ true }}|{{ 'ab' * 3 }}|{{ 'x' 'y' }}"), "a1NoneTrue|ababab|xy");
+  EXPECT_EQ(r("{{ 'b' in 'abc' }}{{ 3 in [1, 2] }}{{ 'k' in {'k': 1} }}{{ 4 not in [4] }}"),
+            "TrueFalseTrueFalse");
+  EXPECT_EQ(r("{{ 'yes' if 1 < 2 else 'no' }}|{{ 'x' if false }}|{{ 0 or 'd' }}|{{ 1 and 2 }}"), "yes||d|2");
+  EXPECT_EQ(r("{{ not 1 == 2 }}{{ not x is defined }}{{ (1, 2)[1] }}{{ [1, [2, 3]][1][0] }}"), "TrueTrue22");
+  EXPECT_EQ(r("{{ {'a': 1, 'b': [true, none]} }}|{{ [1.5, 'q'] }}|{{ 2.0 }}"), "{'a': 1, 'b': [True, None]}|[1.5, 'q']|2.0");
+}
+
+TEST(ChatTemplateJinja, SlicesAndIndexing) {
+  const ojson ctx = {{"xs", {1, 2, 3, 4, 5}}, {"s", "hello"}};
+  EXPECT_EQ(r("{{ xs[1:] }}{{ xs[:2] }}{{ xs[::-1] }}{{ xs[-2:] }}{{ xs[::2] }}{{ xs[-1] }}{{ xs[9] }}", ctx),
+            "[2, 3, 4, 5][1, 2][5, 4, 3, 2, 1][4, 5][1, 3, 5]5");
+  EXPECT_EQ(r("{{ s[1:3] }}|{{ s[::-1] }}|{{ s[0] }}", ctx), "el|olleh|h");
+}
+
+TEST(ChatTemplateJinja, LoopVariablesFilterElseBreak) {
+  const ojson ctx = {{"xs", {"a", "b", "c"}}};
+  EXPECT_EQ(r("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ x }}"
+              "{{ 'F' if loop.first }}{{ 'L' if loop.last }}{{ loop.length }};{% endfor %}", ctx),
+            "103aF3;212b3;321cL3;");
+  EXPECT_EQ(r("{% for x in xs if x != 'b' %}{{ loop.index }}{{ x }}{% endfor %}", ctx), "1a2c");
+  EXPECT_EQ(r("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(r("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", ctx), "a");
+  EXPECT_EQ(r("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% endfor %}", ctx), "ac");
+  EXPECT_EQ(r("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }},{% endfor %}"), "a=1,b=2,");
+  EXPECT_EQ(r("{% for i in range(3) %}{{ i }}{% endfor %}"), "012");
+}
+
+TEST(ChatTemplateJinja, ScopingAndNamespace) {
+  // A set inside a loop does not leak out; a namespace attribute does.
+  EXPECT_EQ(r("{% set x = 1 %}{% for i in [1, 2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}"), "10201");
+  EXPECT_EQ(r("{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"), "6");
+  EXPECT_EQ(r("{% set s %}a{{ 1 + 1 }}b{% endset %}[{{ s }}]"), "[a2b]");
+  EXPECT_EQ(r("{% if false %}a{% elif true %}b{% else %}c{% endif %}"), "b");
+}
+
+TEST(ChatTemplateJinja, FiltersTestsAndMethods) {
+  const ojson ctx = {{"ms", {{{"role", "user"}, {"n", 1}}, {{"role", "tool"}, {"n", 2}}, {{"role", "user"}, {"n", 3}}}}};
+  EXPECT_EQ(r("{{ '  a b \\n' | trim }}|{{ ms | length }}|{{ 'Ab' | upper }}{{ 'Ab' | lower }}|{{ x | default('d') }}", ctx),
+            "a b|3|ABab|d");
+  EXPECT_EQ(r("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='n') | list }}", ctx), "[1, 3]");
+  EXPECT_EQ(r("{{ ms | rejectattr('role', 'equalto', 'user') | list | length }}", ctx), "1");
+  EXPECT_EQ(r("{{ [1, 2, 3] | join(', ') }}|{{ ['x', 'y'] | first }}{{ ['x', 'y'] | last }}|{{ [1, 2] | reverse | list }}"),
+            "1, 2, 3|xy|[2, 1]");
+  EXPECT_EQ(r("{{ {'b': 1, 'a': [1, 'é', none, true, 1.5]} | tojson }}"), "{\"b\": 1, \"a\": [1, \"é\", null, true, 1.5]}");
+  EXPECT_EQ(r("{{ {'a': [1]} | tojson(indent=2) }}"), "{\n  \"a\": [\n    1\n  ]\n}");
+  EXPECT_EQ(r("{{ x is defined }}{{ none is none }}{{ 's' is string }}{{ 3 is number }}{{ {} is mapping }}"
+              "{{ false is false }}{{ 3 is odd }}{{ 4 is divisibleby(2) }}{{ 1 is not string }}"),
+            "FalseTrueTrueTrueTrueTrueTrueTrueTrue");
+  EXPECT_EQ(r("{{ ' x\\n'.strip() }}|{{ 'xxay'.lstrip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}"),
+            "x|ay|['a', 'b', '', 'c']|['a', 'b']");
+  EXPECT_EQ(r("{{ 'hello'.startswith('he') }}{{ 'hello'.endswith('lo') }}{{ 'a-b'.replace('-', '+') }}{{ 'ab cd' | title }}"),
+            "TrueTruea+bAb Cd");
+  EXPECT_EQ(r("{{ {'k': 1}.get('k') }}{{ {'k': 1}.get('z', 5) }}{{ {'k': 1}.keys() | list }}"), "15['k']");
+}
+
+TEST(ChatTemplateJinja, UndefinedIsLenientButPrintsNothing) {
+  EXPECT_EQ(r("[{{ missing }}][{{ missing.attr }}][{{ {'a': 1}.b }}]"), "[][][]");
+  EXPECT_EQ(r("{% for x in missing %}x{% endfor %}{% if missing %}y{% endif %}ok"), "ok");
+}
+
+TEST(ChatTemplateJinja, Errors) {
+  EXPECT_THROW(ChatTemplate("{% if x %}no end"), Error);
+  EXPECT_THROW(ChatTemplate("{{ 'unterminated }}"), Error);
+  EXPECT_THROW(ChatTemplate("{% for %}{% endfor %}"), Error);
+  EXPECT_THROW(ChatTemplate("{% macro m() %}{% endmacro %}"), Error);
+  EXPECT_THROW(ChatTemplate("{{ 1 + }}"), Error);
+  EXPECT_THROW(ChatTemplate("{% endif %}"), Error);
+  expect_render_error("{{ raise_exception('bad roles') }}", ojson::object(), "bad roles");
+  expect_render_error("{{ 'a' | nosuchfilter }}", ojson::object(), "unknown filter 'nosuchfilter'");
+  expect_render_error("{{ 'a' + 1 }}", ojson::object(), "unsupported operand");
+  expect_render_error("{{ 1 // 0 }}", ojson::object(), "division by zero");
+}
+
+TEST(ChatTemplateJinja, ChatMessagesOverload) {
+  const std::vector<ChatMessage> msgs = {{"user", "Hi"}, {"assistant", "Yo"}};
+  EXPECT_EQ(ChatTemplate(kChatMlTemplate).apply(msgs, false, "<s>", "</s>"),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
+}
+
+// ---- model-level wrapper ---------------------------------------------------------------------
+
+std::unique_ptr<GgufFile> synth_vocab_file(const std::string& tmpl) {
+  const gen::SynthVocab v = gen::make_synth_vocab(300);
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(v.tokens));
+  w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(v.scores));
+  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(v.types));
+  w.set_u32("tokenizer.ggml.bos_token_id", (uint32_t)v.bos_id);
+  w.set_u32("tokenizer.ggml.eos_token_id", (uint32_t)v.eos_id);
+  w.set_u32("tokenizer.ggml.unknown_token_id", (uint32_t)v.unk_id);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
+  const std::string path = ::testing::TempDir() + "/chat_tmpl_vocab.gguf";
+  w.write(path);
+  return GgufFile::open(path);
+}
+
+TEST(ModelChatTemplate, FallsBackToChatMlAndAddsBos) {
+  auto f = synth_vocab_file("");
+  auto tok = Tokenizer::from_gguf(*f);
+  const ModelChatTemplate t = model_chat_template(*tok);
+  EXPECT_TRUE(t.fallback);
+  EXPECT_NE(t.describe().find("ChatML"), std::string::npos);
+  EXPECT_EQ(t.bos_token, "<s>");
+  EXPECT_EQ(t.eos_token, "</s>");
+  const std::string text = t.format(ojson::parse(R"([{"role":"user","content":"hi"}])"));
+  EXPECT_EQ(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  const auto ids = t.tokenize(*tok, text);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], tok->bos_id());  // ChatML has no BOS of its own: the tokenizer adds it
+  EXPECT_EQ(tok->decode(ids), text);
+}
+
+TEST(ModelChatTemplate, UsesTheModelsTemplateWithoutDoubleBos) {
+  auto f = synth_vocab_file(k_mixtral_v01);
+  auto tok = Tokenizer::from_gguf(*f);
+  const ModelChatTemplate t = model_chat_template(*tok);
+  EXPECT_FALSE(t.fallback);
+  EXPECT_NE(t.describe().find("tokenizer.chat_template"), std::string::npos);
+  const std::string text = t.format(ojson::parse(R"([{"role":"user","content":"hi"}])"));
+  EXPECT_EQ(text, "<s>[INST] hi [/INST]");
+  const auto ids = t.tokenize(*tok, text);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], tok->bos_id());
+  EXPECT_NE(ids[1], tok->bos_id());  // "<s>" in the text is the BOS; no second one is added
+  // An override replaces the model's template.
+  const ModelChatTemplate o = model_chat_template(*tok, kChatMlTemplate);
+  EXPECT_FALSE(o.fallback);
+  EXPECT_EQ(o.format(ojson::parse(R"([{"role":"user","content":"hi"}])"), false), "<|im_start|>user\nhi<|im_end|>\n");
+}
+
+TEST(ModelChatTemplate, SpecialTokensOfARealVocabAreParsed) {
+  LoadedVocab v = load_vocab("phi-3");
+  if (!v.tok) GTEST_SKIP() << "no phi-3 vocabulary in " << vocab_dir();
+  const ModelChatTemplate t = model_chat_template(*v.tok, k_phi35moe);
+  const std::string text = t.format(ojson::parse(R"([{"role":"user","content":"Hi"}])"));
+  EXPECT_EQ(text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  const auto ids = t.tokenize(*v.tok, text);
+  const auto user = v.tok->find_token("<|user|>"), end = v.tok->find_token("<|end|>");
+  ASSERT_TRUE(user && end);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), *user), ids.end());
+  EXPECT_NE(std::find(ids.begin(), ids.end(), *end), ids.end());
+}
+
+}  // namespace
+}  // namespace moeflow::test
