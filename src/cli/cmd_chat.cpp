@@ -1,0 +1,158 @@
+// `moeflow chat`: an interactive conversation on stdin/stdout. Each line is a user turn; the
+// reply streams to stdout followed by a newline. The whole history goes through the model's
+// chat template every turn (ChatML when the model has none). Commands: /reset, /exit.
+// Works with a pipe as stdin (no prompts are printed then), e.g.
+//   printf 'Hello\nAnd then?\n' | moeflow chat -m model.gguf --temp 0
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "experts/offload_options.h"
+#include "gguf/gguf_file.h"
+#include "runtime/engine.h"
+#include "server/text_generation.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeflow::cli {
+namespace {
+
+struct ChatArgs {
+  std::string model, system, template_file;
+  int n_predict = -1;
+  int threads = 0;
+  int64_t ctx = 0;
+  int batch = 256;
+  bool verbose = false;
+  SamplerParams sp;
+  OffloadOptions offload;
+};
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+int run_chat(ChatArgs& a) {
+  EngineOptions opt;
+  opt.n_threads = a.threads;
+  opt.n_ctx = a.ctx;
+  opt.batch = a.batch;
+  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
+  OffloadSession offload = make_offload(a.offload, *file);
+  Engine eng(file, opt, offload.provider);
+  offload.attach(eng.context(), eng.model());
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = Tokenizer::from_gguf(eng.file());
+  } catch (const Error& e) {
+    fail("chat needs the model's tokenizer: {}", e.what());
+  }
+  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  std::string override_src;
+  if (!a.template_file.empty()) {
+    std::ifstream f(a.template_file, std::ios::binary);
+    if (!f) fail("--chat-template-file: cannot open '{}'", a.template_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    override_src = ss.str();
+  }
+  const ModelChatTemplate tmpl = model_chat_template(*tok, override_src);
+  std::fprintf(stderr, "moeflow chat: %s\n", tmpl.describe().c_str());
+
+  const bool tty = isatty(STDIN_FILENO);
+  const int64_t n_ctx = eng.context().n_ctx();
+  if (tty)
+    std::fprintf(stderr, "moeflow chat: context %lld tokens. /reset starts over, /exit (or Ctrl-D) quits.\n",
+                 (long long)n_ctx);
+  nlohmann::ordered_json history = nlohmann::ordered_json::array();
+  auto reset = [&] {
+    history = nlohmann::ordered_json::array();
+    if (!a.system.empty()) history.push_back({{"role", "system"}, {"content", a.system}});
+  };
+  reset();
+  TextGenParams params;
+  params.sampling = a.sp;
+  std::string line;
+  for (;;) {
+    if (tty) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    const std::string text = trim(line);
+    if (text.empty()) continue;
+    if (text == "/exit" || text == "/quit") break;
+    if (text == "/reset") {
+      reset();
+      std::fprintf(stderr, "moeflow chat: conversation reset\n");
+      continue;
+    }
+    history.push_back({{"role", "user"}, {"content", text}});
+    std::vector<int32_t> prompt;
+    try {
+      prompt = tmpl.tokenize(*tok, tmpl.format(history, true));
+    } catch (const Error& e) {
+      std::fprintf(stderr, "moeflow chat: %s\n", e.what());
+      history.erase(history.size() - 1);
+      continue;
+    }
+    if ((int64_t)prompt.size() >= n_ctx) {
+      std::fprintf(stderr,
+                   "moeflow chat: the conversation (%zu tokens) no longer fits the context (%lld); "
+                   "/reset to start over\n", prompt.size(), (long long)n_ctx);
+      history.erase(history.size() - 1);
+      continue;
+    }
+    const int64_t room = n_ctx - (int64_t)prompt.size();
+    params.max_tokens = (int)(a.n_predict < 0 ? room : std::min<int64_t>(a.n_predict, room));
+    const TextGenResult r = generate_text(eng, *tok, prompt, params, [](const std::string& d) {
+      std::fputs(d.c_str(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    history.push_back({{"role", "assistant"}, {"content", r.text}});
+    if (a.verbose) {
+      const GenerationStats& s = eng.stats();
+      std::fprintf(stderr, "moeflow chat: prompt %d tokens, generated %d (%s), TTFT %.1f ms, %.2f tok/s\n",
+                   r.n_prompt, r.n_generated, r.finish_reason.c_str(), s.ttft_s * 1e3, s.decode_tps());
+    }
+  }
+  return 0;
+}
+
+const bool registered = register_command("chat", "Interactive chat on stdin/stdout", [](CLI::App& app) {
+  auto a = std::make_shared<ChatArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model")->required();
+  app.add_option("-s,--system", a->system, "system message");
+  app.add_option("--chat-template-file", a->template_file, "Jinja chat template overriding the model's");
+  app.add_option("-n,--n-predict", a->n_predict, "max tokens per reply (-1 = up to the context)");
+  app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+  app.add_option("--seed", a->sp.seed, "sampling seed");
+  app.add_option("--temp", a->sp.temperature, "temperature (0 = greedy)");
+  app.add_option("--top-k", a->sp.top_k, "top-k (0 = off)");
+  app.add_option("--top-p", a->sp.top_p, "top-p (1 = off)");
+  app.add_option("--min-p", a->sp.min_p, "min-p (0 = off)");
+  app.add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
+  app.add_flag("-v,--verbose", a->verbose, "statistics of each reply on stderr");
+  add_offload_options(app, a->offload);
+  return CommandMain([a] { return run_chat(*a); });
+});
+
+}  // namespace
+}  // namespace moeflow::cli

@@ -1,0 +1,139 @@
+// `moeflow serve`: the OpenAI-compatible HTTP server (src/server/) over one model, with the
+// same engine, sampling and offloading options as `moeflow run`. SIGINT/SIGTERM stop it cleanly.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "experts/offload_options.h"
+#include "gguf/gguf_file.h"
+#include "runtime/engine.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeflow::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", alias, template_file;
+  int port = 8080;
+  int threads = 0;
+  int64_t ctx = 0;
+  int batch = 256;
+  int n_predict = -1;
+  int max_queue = 8;
+  int http_threads = 0;
+  bool verbose = false;
+  CLI::Option* seed_opt = nullptr;
+  SamplerParams sp;
+  OffloadOptions offload;
+};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("--chat-template-file: cannot open '{}'", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int run_serve(ServeArgs& a) {
+  // SIGINT/SIGTERM are taken by a waiting thread (blocked everywhere else, so every thread
+  // started below inherits the mask) which stops the server.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  EngineOptions opt;
+  opt.n_threads = a.threads;
+  opt.n_ctx = a.ctx;
+  opt.batch = a.batch;
+  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
+  OffloadSession offload = make_offload(a.offload, *file);
+  Engine eng(file, opt, offload.provider);
+  offload.attach(eng.context(), eng.model());
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = Tokenizer::from_gguf(eng.file());
+  } catch (const Error& e) {
+    fail("serve needs the model's tokenizer: {}", e.what());
+  }
+  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+
+  ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.model_id = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
+  so.max_queue = a.max_queue;
+  so.http_threads = a.http_threads;
+  so.sampling = a.sp;
+  so.random_seed = a.seed_opt->count() == 0;
+  so.default_max_tokens = a.n_predict;
+  so.log_requests = a.verbose;
+  if (!a.template_file.empty()) so.chat_template = read_text_file(a.template_file);
+  std::function<std::optional<OffloadStats>()> stats;
+  if (offload.provider) {
+    auto provider = offload.provider;
+    stats = [provider]() -> std::optional<OffloadStats> { return provider->stats(); };
+  }
+  Server server(eng, *tok, so, stats);
+  const int port = server.bind();
+  std::fprintf(stderr, "moeflow serve: %s\n", server.template_description().c_str());
+  std::fprintf(stderr, "moeflow serve: model '%s', context %lld, %d threads, offloading %s\n",
+               so.model_id.c_str(), (long long)eng.context().n_ctx(), eng.pool().size(),
+               offload.provider ? "on" : "off");
+  std::fprintf(stderr, "moeflow serve: listening on http://%s:%d (Ctrl-C to stop)\n", a.host.c_str(), port);
+  std::atomic<bool> exiting{false};
+  std::thread waiter([&server, &exiting, sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (exiting) return;  // the main thread's wake-up on exit
+    std::fprintf(stderr, "moeflow serve: signal %d, stopping\n", sig);
+    server.stop();
+  });
+  server.listen();
+  server.stop();
+  exiting = true;
+  pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if no signal came
+  waiter.join();
+  return 0;
+}
+
+const bool registered = register_command("serve", "OpenAI-compatible HTTP server", [](CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  app.add_option("-m,--model", a->model, "GGUF model")->required();
+  app.add_option("--host", a->host, "address to listen on (0.0.0.0: all interfaces)");
+  app.add_option("--port", a->port, "port (0: any free port, printed on stderr)");
+  app.add_option("--alias", a->alias, "model name reported by /v1/models (default: the file name)");
+  app.add_option("-t,--threads", a->threads, "compute threads (0 = all cores)");
+  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+  app.add_option("-n,--n-predict", a->n_predict, "default max_tokens (-1 = up to the context)");
+  app.add_option("--max-queue", a->max_queue, "requests waiting behind the running one before 503");
+  app.add_option("--http-threads", a->http_threads, "HTTP worker threads (0 = max-queue + 4)");
+  app.add_option("--chat-template-file", a->template_file, "Jinja chat template overriding the model's");
+  a->seed_opt = app.add_option("--seed", a->sp.seed, "seed for requests that give none (default: a random one each)");
+  app.add_option("--temp", a->sp.temperature, "default temperature (0 = greedy)");
+  app.add_option("--top-k", a->sp.top_k, "default top-k (0 = off)");
+  app.add_option("--top-p", a->sp.top_p, "default top-p (1 = off)");
+  app.add_option("--min-p", a->sp.min_p, "default min-p (0 = off)");
+  app.add_option("--repeat-penalty", a->sp.repeat_penalty, "default repetition penalty (1 = off)");
+  app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
+  app.add_flag("-v,--verbose", a->verbose, "log every request on stderr");
+  add_offload_options(app, a->offload);
+  return CommandMain([a] { return run_serve(*a); });
+});
+
+}  // namespace
+}  // namespace moeflow::cli

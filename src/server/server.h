@@ -1,0 +1,64 @@
+#pragma once
+// OpenAI-compatible HTTP server (cpp-httplib + nlohmann-json) over one Engine:
+//   POST /v1/chat/completions, POST /v1/completions   (JSON, or SSE with "stream": true)
+//   GET  /v1/models, GET /health, GET /metrics        (Prometheus text format)
+// HTTP requests are accepted on httplib's worker threads; generation runs on one engine thread
+// that takes requests from a bounded FIFO queue (full -> 503). A streaming client that goes
+// away cancels its generation. See docs/server.md.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "experts/offload_stats.h"
+#include "sampling/sampler.h"
+
+namespace moeflow {
+
+class Engine;
+class Tokenizer;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;           // 0: any free port (see Server::port())
+  std::string model_id;      // the name /v1/models reports and requests may give as "model"
+  int max_queue = 8;         // requests waiting behind the running one; beyond that: 503
+  int http_threads = 0;      // 0: max_queue + 4 (so /health and /metrics stay reachable)
+  SamplerParams sampling;    // defaults for the sampling fields a request leaves out
+  bool random_seed = true;   // a request without "seed" gets a random one (else sampling.seed)
+  int default_max_tokens = -1;  // max_tokens when a request gives none (-1: up to the context)
+  std::string chat_template;    // Jinja text overriding the model's ("" = the model's)
+  bool log_requests = false;    // one line per request on stderr
+};
+
+class Server {
+ public:
+  // The engine and tokenizer must outlive the server; only the server's engine thread uses the
+  // engine. offload_stats (optional) is called from request threads for /metrics.
+  Server(Engine& engine, const Tokenizer& tok, ServerOptions opt,
+         std::function<std::optional<OffloadStats>()> offload_stats = nullptr);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port; returns the port (the chosen one when port is 0). Throws on failure.
+  int bind();
+  // Serves until stop() (binds first if bind() was not called). Blocks.
+  void listen();
+  // bind() + listen() on a background thread; returns once the server accepts connections.
+  void start();
+  // Stops accepting, cancels queued and running requests, joins the threads. Idempotent.
+  void stop();
+  int port() const;
+  // Text of the chat template in use and the line describing it.
+  const std::string& template_description() const;
+  // The /metrics page.
+  std::string metrics() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeflow
