@@ -61,15 +61,22 @@ Cmd run_cmd(const std::string& args, bool merge_stderr = false) {
   return {WEXITSTATUS(st), out};
 }
 
-// The tiny generated Mixtral (SentencePiece vocabulary of 512, no chat template: ChatML).
-const std::string& tiny_model() {
-  static const std::string path = [] {
-    const std::string p = ::testing::TempDir() + "/server_tiny_mixtral.gguf";
-    const Cmd c = run_cmd("gen-model --arch mixtral --preset tiny -q -o " + shell_quote(p), true);
+// The tiny generated Mixtral (SentencePiece vocabulary of 512, no chat template: ChatML),
+// removed when the process exits.
+struct TinyModelFile {
+  std::string path;
+  TinyModelFile() {
+    // Per process: ctest runs each test as its own process, possibly in parallel.
+    path = ::testing::TempDir() + "/server_tiny_mixtral_" + std::to_string(getpid()) + ".gguf";
+    const Cmd c = run_cmd("gen-model --arch mixtral --preset tiny -q -o " + shell_quote(path), true);
     if (c.rc != 0) throw std::runtime_error("gen-model failed: " + c.out);
-    return p;
-  }();
-  return path;
+  }
+  ~TinyModelFile() { std::remove(path.c_str()); }
+};
+
+const std::string& tiny_model() {
+  static const TinyModelFile f;
+  return f.path;
 }
 
 // A resident provider whose acquire() can be held closed: keeps the engine thread busy on
@@ -597,7 +604,7 @@ TEST(ServerQueue, StopWhileBusyFinishesWaitingClients) {
 // ---- the binaries ---------------------------------------------------------------------------
 
 TEST(ServeBinary, OffloadingServesAndReportsExpertStatisticsThenStopsOnSigterm) {
-  const std::string log = ::testing::TempDir() + "/serve_offload.log";
+  const std::string log = ::testing::TempDir() + "/serve_offload_" + std::to_string(getpid()) + ".log";
   std::remove(log.c_str());
   const std::string bin = MOEFLOW_BINARY, model = tiny_model();
   std::vector<std::string> args = {bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1",

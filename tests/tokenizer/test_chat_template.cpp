@@ -3,6 +3,9 @@
 // (ChatML fallback, BOS handling, special-token parsing).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -478,7 +481,7 @@ std::unique_ptr<GgufFile> synth_vocab_file(const std::string& tmpl) {
   w.set_u32("tokenizer.ggml.unknown_token_id", (uint32_t)v.unk_id);
   w.set_bool("tokenizer.ggml.add_bos_token", true);
   if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
-  const std::string path = ::testing::TempDir() + "/chat_tmpl_vocab.gguf";
+  const std::string path = ::testing::TempDir() + "/chat_tmpl_vocab_" + std::to_string(getpid()) + ".gguf";
   w.write(path);
   return GgufFile::open(path);
 }
