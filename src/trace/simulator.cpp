@@ -333,6 +333,14 @@ class Sim {
       auto& tgt = p.layer > r.layer ? pred_cur_ : pred_next_;
       tgt[(size_t)p.layer * E_ + p.expert] = 1;
       if (issued >= c_.max_prefetch_per_call) continue;
+      // Stride rule (ProMoE): a copy that cannot finish before its use is not started; it would
+      // arrive late, cost an eviction and delay other copies.
+      if (c_.skip_late_prefetches) {
+        int ahead = p.layer > r.layer ? p.layer - r.layer : L_ - r.layer + p.layer;
+        double lead = ahead * (c_.hw.layer_ms + t_.top_k * c_.hw.expert_compute_ms);
+        double backlog = std::max(0.0, link_free_ - clock_) + (double)pending_.size() * xfer_ms_;
+        if (lead < backlog + xfer_ms_) continue;
+      }
       ExpertKey k{p.layer, p.expert};
       if (at(k).slot != Slot::absent) continue;
       if (std::find(layers_.begin(), layers_.end(), p.layer) == layers_.end()) continue;

@@ -23,6 +23,7 @@ struct SimConfig {
   int max_prefetch_per_call = 8;       // cap on prefetches issued after one layer routes
   int oracle_lookahead = 32;           // layers ahead the oracle predictor sees
   std::string predictor_model;         // trained predictor weights (promoe)
+  bool skip_late_prefetches = true;    // do not start a prefetch whose target runs before it can arrive
 };
 
 struct LayerStats {

@@ -102,10 +102,14 @@ TEST(Simulator, InTimePrefetchBecomesAHitLatePrefetchDoesNot) {
   EXPECT_DOUBLE_EQ(pf.prefetch_accuracy, 1.0);
   EXPECT_DOUBLE_EQ(pf.in_time_rate, 1.0);
   EXPECT_DOUBLE_EQ(pf.pred_recall, 19.0 / 20.0);  // every use but the very first was predicted
-  // No time to hide the copy: the prefetch is still in flight when needed (late, not a hit),
-  // but it still shortens the stall.
+  // No time to hide the copy: by default such a prefetch is not started at all (stride rule)...
   c.hw.layer_ms = 0;
   c.hw.expert_compute_ms = 0.25;
+  auto skipped = simulate(t, c);
+  EXPECT_EQ(skipped.prefetches, 0u);
+  EXPECT_EQ(skipped.hits, 9u);
+  // ...and when forced, it is still in flight when needed (late, not a hit) but shortens the stall.
+  c.skip_late_prefetches = false;
   auto late = simulate(t, c);
   EXPECT_EQ(late.hits, 9u);
   EXPECT_EQ(late.late, 10u);
