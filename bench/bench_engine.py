@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Engine speed benchmark: moeflow vs llama.cpp (llama-cpp-python) on the same GGUF file.
+
+Model: a Mixtral-8x7B-shaped model (real 8x7b layer shape: n_embd 4096, 8 experts of 14336, top-2,
+32 heads / 8 KV heads, vocab 32000) with only --layers layers (default 4, ~3.4 GB in Q4_K),
+written by `moeflow gen-model` and cached in /tmp.
+
+Per rep (interleaved, the order alternating between reps so drift hits both sides alike):
+  moeflow : `moeflow bench -m M -p P -n N --reps 1 --json -t T` (fresh process)
+  llama   : a fresh python process (this script, --llama-worker) with llama-cpp-python on the same
+            file, same threads, n_batch = n_ubatch = 512, default settings otherwise; times one
+            P-token prefill and N single-token decode steps from an empty context, on the same
+            token ids as `moeflow bench` (its LCG is replicated here).
+Medians over the reps are reported.
+
+Memory bandwidth: build/bench/bench_micro BM_membw_read (streaming read of a 640 MiB buffer with
+T threads), measured before and after the engine runs; the larger is used. Decode bandwidth
+fraction = active weight bytes per token / decode time per token / bandwidth, where active bytes =
+every non-expert tensor except token_embd (+ one token_embd row) + top-k experts of every layer.
+
+Targets (engine-core issue): decode >= 1.0x llama.cpp, decode >= 70% of measured bandwidth,
+prefill (512 tokens) >= 0.8x llama.cpp.
+
+usage: bench/bench_engine.py [--model M.gguf | --layers 4 --type Q4_K] [--moeflow build/moeflow]
+                             [-p 512] [-n 32] [-t 2] [--reps 3] [--out F.json] [--report F.md]
+One JSON object on stdout (and --out); a markdown table on stderr (and --report).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bench_tokens(n: int, n_vocab: int) -> list[int]:
+    """The ids `moeflow bench` feeds (src/cli/cmd_bench.cpp): a 64-bit LCG from 12345."""
+    s, out = 12345, []
+    for _ in range(n):
+        s = (s * 6364136223846793005 + 1442695040888963407) & (2**64 - 1)
+        out.append((s >> 33) % n_vocab)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# llama.cpp worker (run in its own process per rep)
+
+def llama_worker(model: str, n_prompt: int, n_gen: int, threads: int) -> None:
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=model, n_ctx=max(n_prompt, n_gen) + 64, n_batch=512,
+                          n_ubatch=512, n_threads=threads, n_threads_batch=threads,
+                          logits_all=False, verbose=False)
+    toks = bench_tokens(max(n_prompt, n_gen), llm.n_vocab())
+    res = {"llama_cpp_version": getattr(llama_cpp, "__version__", "?")}
+    if n_prompt > 0:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(toks[:n_prompt])
+        res["prefill_s"] = time.perf_counter() - t0
+        res["prefill_tps"] = n_prompt / res["prefill_s"]
+    if n_gen > 0:
+        llm.reset()  # n_tokens = 0: the next eval drops the KV cache from position 0
+        t0 = time.perf_counter()
+        for t in toks[:n_gen]:
+            llm.eval([t])
+        res["decode_s"] = time.perf_counter() - t0
+        res["decode_tps"] = n_gen / res["decode_s"]
+    print(json.dumps(res))
+
+
+# ----------------------------------------------------------------------------------------------
+
+def run_json(cmd: list[str], timeout: float | None = None) -> dict:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-4000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def ensure_model(a) -> str:
+    if a.model:
+        return a.model
+    path = f"/tmp/moeflow_bench_mixtral_{a.layers}l_{a.type.lower().replace('_', '')}.gguf"
+    if not os.path.exists(path):
+        tmp = f"{path}.part{os.getpid()}"
+        print(f"generating {path} (once; cached) ...", file=sys.stderr)
+        subprocess.run([a.moeflow, "gen-model", "--arch", "mixtral", "--preset", "8x7b", "--layers",
+                        str(a.layers), "--type", a.type, "-q", "-t", str(a.threads), "-o", tmp],
+                       check=True, stdout=subprocess.DEVNULL)
+        os.replace(tmp, path)
+    return path
+
+
+def model_bytes(path: str) -> dict:
+    """Byte counts from the GGUF tensor table (gguf-py): experts, non-experts, token_embd."""
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+
+    def kv(key):
+        f = r.fields.get(f"{arch}.{key}")
+        return int(f.parts[-1][0]) if f else 0
+
+    n_expert, n_used = kv("expert_count"), kv("expert_used_count")
+    expert = non_expert = embd = embd_row = 0
+    for t in r.tensors:
+        nb = int(t.n_bytes)
+        if "_exps." in t.name:
+            expert += nb
+        else:
+            non_expert += nb
+        if t.name == "token_embd.weight":
+            embd = nb
+            embd_row = nb // int(t.shape[1])
+    active_expert = expert // n_expert * n_used if n_expert else 0
+    # token_embd: only the token's row is read per step.
+    active = non_expert - embd + embd_row + active_expert
+    return {"arch": arch, "n_layer": kv("block_count"), "n_expert": n_expert,
+            "n_expert_used": n_used, "file_bytes": os.path.getsize(path), "expert_bytes": expert,
+            "non_expert_bytes": non_expert, "token_embd_bytes": embd,
+            "active_expert_bytes_per_token": active_expert, "active_bytes_per_token": active}
+
+
+def membw(a) -> dict:
+    """Streaming read bandwidth with a.threads threads (GB/s, 1e9)."""
+    binp = a.membw_bin
+    if binp and os.path.exists(binp):
+        p = subprocess.run([binp, "--benchmark_filter=membw", "--benchmark_format=json",
+                            "--benchmark_repetitions=3"], capture_output=True, text=True)
+        if p.returncode == 0:
+            j = json.loads(p.stdout)
+            want = f"thr:{a.threads}"
+            vals = [b["bytes_per_second"] for b in j["benchmarks"]
+                    if want in b["name"] and b.get("run_type") == "iteration"]
+            if vals:
+                return {"GBps": max(vals) / 1e9, "samples_GBps": [v / 1e9 for v in vals],
+                        "source": f"{os.path.relpath(binp, ROOT)} BM_membw_read/{want}"}
+    # Fallback: numpy sum over a 1 GiB buffer (single thread).
+    import numpy as np
+    x = np.ones(1 << 27, dtype=np.int64)
+    best = 0.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        x.sum()
+        best = max(best, x.nbytes / (time.perf_counter() - t0))
+    return {"GBps": best / 1e9, "samples_GBps": [best / 1e9], "source": "numpy sum (1 thread)"}
+
+
+def loadavg() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--moeflow", default=os.path.join(ROOT, "build", "moeflow"))
+    ap.add_argument("--membw-bin", default=os.path.join(ROOT, "build", "bench", "bench_micro"))
+    ap.add_argument("--model")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--type", default="Q4_K")
+    ap.add_argument("-p", type=int, default=512, help="prompt tokens")
+    ap.add_argument("-n", type=int, default=32, help="decode tokens")
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-llama", action="store_true", help="moeflow only")
+    ap.add_argument("--out")
+    ap.add_argument("--report")
+    ap.add_argument("--llama-worker", nargs=4, metavar=("MODEL", "P", "N", "T"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.llama_worker:
+        m, p, n, t = a.llama_worker
+        llama_worker(m, int(p), int(n), int(t))
+        return
+
+    model = ensure_model(a)
+    info = model_bytes(model)
+    load0 = loadavg()
+    bw0 = membw(a)
+    runs = []
+    for rep in range(a.reps):
+        order = ["moeflow", "llama.cpp"] if rep % 2 == 0 else ["llama.cpp", "moeflow"]
+        if a.no_llama:
+            order = ["moeflow"]
+        for eng in order:
+            if eng == "moeflow":
+                r = run_json([a.moeflow, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
+                              "--reps", "1", "--json", "-t", str(a.threads)])
+            else:
+                r = run_json([sys.executable, os.path.abspath(__file__), "--llama-worker", model,
+                              str(a.p), str(a.n), str(a.threads)])
+            r = {"engine": eng, "rep": rep, "prefill_tps": r.get("prefill_tps", 0.0),
+                 "decode_tps": r.get("decode_tps", 0.0),
+                 **({"simd": r["simd"], "threads": r["threads"]} if eng == "moeflow" else
+                    {"llama_cpp_version": r.get("llama_cpp_version")}),
+                 "loadavg": loadavg()}
+            print(f"rep {rep} {eng:9s}: prefill {r['prefill_tps']:8.2f} tok/s  decode "
+                  f"{r['decode_tps']:7.3f} tok/s  (load {r['loadavg'][0]})", file=sys.stderr)
+            runs.append(r)
+    bw1 = membw(a)
+    bw = max(bw0["GBps"], bw1["GBps"])
+
+    def med(eng, key):
+        v = [r[key] for r in runs if r["engine"] == eng]
+        return statistics.median(v) if v else None
+
+    res = {"model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
+           "reps": a.reps, "cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
+           "loadavg_start": load0, "loadavg_end": loadavg(),
+           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "runs": runs, "engines": {}}
+    for eng in ("moeflow", "llama.cpp"):
+        d = med(eng, "decode_tps")
+        if d is None:
+            continue
+        tpot = 1.0 / d if d else float("inf")
+        res["engines"][eng] = {
+            "prefill_tps": med(eng, "prefill_tps"), "decode_tps": d, "tpot_s": tpot,
+            "decode_GBps": info["active_bytes_per_token"] / tpot / 1e9,
+            "decode_bw_fraction": info["active_bytes_per_token"] / tpot / (bw * 1e9)}
+    mf = res["engines"]["moeflow"]
+    lc = res["engines"].get("llama.cpp")
+    targets = {"decode_bw_fraction_ge_0.70": {"value": mf["decode_bw_fraction"],
+                                              "met": mf["decode_bw_fraction"] >= 0.70}}
+    if lc:
+        dr = mf["decode_tps"] / lc["decode_tps"]
+        pr = mf["prefill_tps"] / lc["prefill_tps"] if a.p else None
+        res["decode_speedup_vs_llama"] = dr
+        res["prefill_speedup_vs_llama"] = pr
+        targets["decode_vs_llama_ge_1.0"] = {"value": dr, "met": dr >= 1.0}
+        if pr is not None:
+            targets["prefill_vs_llama_ge_0.8"] = {"value": pr, "met": pr >= 0.8}
+    res["targets"] = targets
+
+    s = json.dumps(res, indent=1)
+    print(s)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(s + "\n")
+    gib = 1 << 30
+    lines = [
+        f"model `{model}` ({info['n_layer']} layers, {info['file_bytes'] / gib:.2f} GiB, "
+        f"active {info['active_bytes_per_token'] / 1e6:.0f} MB/token), {a.threads} threads, "
+        f"median of {a.reps} reps, memory bandwidth {bw:.2f} GB/s ({bw0['source']})",
+        "",
+        f"| engine | prefill pp{a.p} tok/s | decode tg{a.n} tok/s | ms/token | decode GB/s | % of membw |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for eng, e in res["engines"].items():
+        lines.append(f"| {eng} | {e['prefill_tps']:.2f} | {e['decode_tps']:.3f} | {e['tpot_s'] * 1e3:.1f} | "
+                     f"{e['decode_GBps']:.2f} | {100 * e['decode_bw_fraction']:.1f}% |")
+    lines.append("")
+    for k, v in targets.items():
+        lines.append(f"- {k}: {v['value']:.3f} -> {'met' if v['met'] else 'NOT met'}")
+    md = "\n".join(lines) + "\n"
+    print(md, file=sys.stderr)
+    if a.report:
+        with open(a.report, "w") as f:
+            f.write(md)
+
+
+if __name__ == "__main__":
+    main()
