@@ -208,7 +208,9 @@ def main():
         v = [r[key] for r in runs if r["engine"] == eng]
         return statistics.median(v) if v else None
 
-    res = {"model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    res = {"moeflow_commit": git, "model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
            "reps": a.reps, "cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": loadavg(),
            "membw": {"GBps": bw, "before": bw0, "after": bw1}, "runs": runs, "engines": {}}
