@@ -17,8 +17,14 @@ run_suite() {  # dir, cmake args..., then ctest args after --
   (cd "$dir" && ctest --output-on-failure -j "$JOBS" "${ct[@]}")
 }
 
+echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores;" \
+  "SIMD: $(grep -m1 -o -w -E 'avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "== release build: all tests"
 run_suite build -DCMAKE_BUILD_TYPE=Release --
+# The same C++ tests with the kernels capped to the portable scalar level: what a CPU without
+# AVX2 runs (CI machines differ; a binary must work on any x86-64).
+echo "== release build: C++ tests at MOEFLOW_SIMD=scalar"
+(cd build && MOEFLOW_SIMD=scalar ctest --output-on-failure -j "$JOBS" -LE 'python|slow')
 
 if [ "${1:-}" != --fast ]; then
   echo "== ASan+UBSan build: C++ tests"

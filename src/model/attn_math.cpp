@@ -1,5 +1,7 @@
 #include "model/attn_math.h"
 
+#include "kernels/cpu/dispatch.h"
+
 namespace moeflow {
 namespace {
 
@@ -17,10 +19,8 @@ void axpy_generic(float* y, const float* x, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-bool have_avx2_fma() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
+// The matmul dispatcher's level (which honours MOEFLOW_SIMD) decides for attention too.
+bool have_avx2_fma() { return kernels::best_simd() >= kernels::Simd::Avx2; }
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 // Runtime choice of instruction set. Detection runs once; tests may force a lower level to
 // check every kernel family on one machine.
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -24,14 +26,28 @@ Simd detect() {
   return Simd::Scalar;
 }
 
+// MOEFLOW_SIMD=scalar|avx2 caps the level for the whole process, as if the CPU had nothing
+// better: CI uses it to run the suite the way a machine without AVX2 would.
+Simd capped(Simd hw) {
+  const char* e = std::getenv("MOEFLOW_SIMD");
+  if (e == nullptr || *e == '\0') return hw;
+  if (std::strcmp(e, "scalar") == 0) return Simd::Scalar;
+  if (std::strcmp(e, "avx2") == 0) return std::min(hw, Simd::Avx2);
+  if (std::strcmp(e, "avx512") == 0) return hw;
+  fail("MOEFLOW_SIMD='{}' is not a SIMD level (expected scalar, avx2 or avx512)", e);
+}
+
 struct Tables {
   DotTable level[3];  // each already merged with the fallbacks below it
   Simd best;
-  Tables() : best(detect()) {
+  Tables() : best(capped(detect())) {
+    // The fill functions live in files compiled for their instruction set, so even storing
+    // the pointers may use that set's instructions (the compiler vectorises the stores): call
+    // only the ones this CPU can run.
     DotTable raw[3];
     fill_scalar_table(raw[0]);
-    fill_avx2_table(raw[1]);
-    fill_avx512_table(raw[2]);
+    if (best >= Simd::Avx2) fill_avx2_table(raw[1]);
+    if (best >= Simd::Avx512) fill_avx512_table(raw[2]);
     for (int l = 0; l < 3; ++l)
       for (int k = 0; k < kTypeSlots; ++k) {
         DotFn f = nullptr;
