@@ -18,6 +18,17 @@ inline void k4_scales(const uint8_t* s, uint64_t& sc8, uint64_t& mn8) {
   mn8 = m_lo | (uint64_t)m_hi << 32;
 }
 
+// The 8 scales as int16 in both 128-bit lanes, ready for scale_bcast.
+inline __m256i scales16x2(uint64_t sc8) {
+  return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+}
+
+// Scale k (0..7) of scales16x2 in all 16 int16 lanes: one in-lane shuffle with a constant
+// control, cheaper than a scalar extract + vmovd + vpbroadcastw per scale.
+inline __m256i scale_bcast(__m256i sc, int k) {
+  return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * k) | (2 * k + 1) << 8)));
+}
+
 // Each of the 8 mins applies to two 16-element bsums.
 inline __m256i mins16(uint64_t mn8) {
   const __m128i v = _mm_cvtsi64_si128((long long)mn8);

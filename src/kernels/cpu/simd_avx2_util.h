@@ -28,6 +28,21 @@ inline __m256i dot_ss_i32(__m256i x, __m256i y) {
 
 inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 
+// Software prefetch for the DRAM-bound dot loops: called once per weight block of `Bytes` bytes,
+// it touches every cache line of the block that lies kPrefetchAhead bytes further on (one
+// prefetch per 64 bytes of block, so consecutive calls cover the stream without gaps; rows are
+// contiguous, so near a row's end it fetches the next row). Measured on Zen 3, Q4_K matvec from
+// DRAM with 2 threads: one prefetch per block 1 KiB ahead reached ~60% of the streaming-read
+// bandwidth, every line 2-4 KiB ahead ~84% (distances 2-6 KiB are within noise of each other).
+// Prefetches never fault, so running past the end of the weights is harmless.
+constexpr int kPrefetchAhead = 3072;
+template <size_t Bytes>
+inline void prefetch_block(const void* block) {
+  const char* p = static_cast<const char*>(block) + kPrefetchAhead;
+#pragma GCC unroll 8
+  for (size_t l = 0; l < (Bytes + 63) / 64; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+}
+
 // 32 bytes, byte k = 0xFF if bit k of `bits` is set.
 inline __m256i bits_to_bytes(uint32_t bits) {
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
