@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../model/test_helpers.h"
+#include "../model/run_binary.h"
 #include "../model/tiny_model.h"
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -21,21 +22,7 @@
 namespace moeflow::test {
 namespace {
 
-struct Cmd {
-  int rc;
-  std::string out;
-};
-
-Cmd run_cmd(const std::string& args) {
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WEXITSTATUS(st), out};
-}
+Cmd run_cmd(const std::string& args) { return run_moeflow(args); }
 
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../model/test_helpers.h"
+#include "../model/run_binary.h"
 #include "../model/tiny_model.h"
 #include "gguf/gguf_file.h"
 #include "quant/quant.h"
@@ -20,15 +21,9 @@ namespace moeflow::test {
 namespace {
 
 int run_quiet(const std::string& args, std::string* out = nullptr) {
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) s.append(buf, n);
-  const int st = pclose(p);
-  if (out) *out = s;
-  return WEXITSTATUS(st);
+  Cmd c = run_moeflow(args);
+  if (out) *out = c.out;
+  return c.rc;
 }
 
 std::vector<double> decode(const GgufFile& f, const GgufTensorInfo& t) {

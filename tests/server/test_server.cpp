@@ -27,6 +27,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "../model/run_binary.h"
 #include "core/error.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
@@ -45,20 +46,8 @@ using json = nlohmann::ordered_json;
 
 std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
-struct Cmd {
-  int rc;
-  std::string out;
-};
-
 Cmd run_cmd(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WEXITSTATUS(st), out};
+  return run_moeflow(args, merge_stderr);
 }
 
 // The tiny generated Mixtral (SentencePiece vocabulary of 512, no chat template: ChatML),
