@@ -30,7 +30,7 @@ if [ "${1:-}" != --fast ]; then
   echo "== ASan+UBSan build: C++ tests"
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DMOEFLOW_SANITIZE=address -- -LE 'python|slow'
   echo "== TSan build: C++ tests"
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
     run_suite build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEFLOW_SANITIZE=thread -- -LE 'python|slow'
 fi
 echo "== all test suites passed"
