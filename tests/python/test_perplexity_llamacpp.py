@@ -8,7 +8,8 @@ in float64); ppl = exp(mean NLL). llama.cpp runs with an F32 KV cache (as moeflo
 attention.
 
 Text: the held-out tail (last 5% of the lines, which tools/demo_model/train.py never trained
-on) of ../shared/data/corpus/wikipedia_texts.txt; n_ctx 256 (the demo model's GGUF context_length).
+on) of ../shared/data/corpus/wikipedia_texts.txt; n_ctx 256 (the demo model's GGUF
+context_length).
 
 Checks:
   * F16 demo model, every chunk: same token count, same number of scored tokens, relative
