@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
@@ -52,13 +53,7 @@ int run_chat(ChatArgs& a) {
   OffloadSession offload = make_offload(a.offload, *file);
   Engine eng(file, opt, offload.provider);
   offload.attach(eng.context(), eng.model());
-  std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = Tokenizer::from_gguf(eng.file());
-  } catch (const Error& e) {
-    fail("chat needs the model's tokenizer: {}", e.what());
-  }
-  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  std::unique_ptr<Tokenizer> tok = require_tokenizer(eng.file(), "chat");
   std::string override_src;
   if (!a.template_file.empty()) {
     std::ifstream f(a.template_file, std::ios::binary);
@@ -143,12 +138,7 @@ const bool registered = register_command("chat", "Interactive chat on stdin/stdo
   app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--seed", a->sp.seed, "sampling seed");
-  app.add_option("--temp", a->sp.temperature, "temperature (0 = greedy)");
-  app.add_option("--top-k", a->sp.top_k, "top-k (0 = off)");
-  app.add_option("--top-p", a->sp.top_p, "top-p (1 = off)");
-  app.add_option("--min-p", a->sp.min_p, "min-p (0 = off)");
-  app.add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1 = off)");
-  app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
+  add_sampling_options(app, a->sp);
   app.add_flag("-v,--verbose", a->verbose, "statistics of each reply on stderr");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_chat(*a); });

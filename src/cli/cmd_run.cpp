@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
@@ -124,12 +125,7 @@ const bool registered = register_command("run", "Generate text from a prompt", [
   app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--seed", a->sp.seed, "sampling seed");
-  app.add_option("--temp", a->sp.temperature, "temperature (0 = greedy)");
-  app.add_option("--top-k", a->sp.top_k, "top-k (0 = off)");
-  app.add_option("--top-p", a->sp.top_p, "top-p (1 = off)");
-  app.add_option("--min-p", a->sp.min_p, "min-p (0 = off)");
-  app.add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1 = off)");
-  app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
+  add_sampling_options(app, a->sp);
   app.add_option("--stats", a->stats,
                  "statistics on stderr after the text: text | json (one object, the last line) | none");
   app.add_flag("--stats-json", a->stats_json, "same as --stats json");

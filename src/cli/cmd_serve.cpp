@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
@@ -63,13 +64,7 @@ int run_serve(ServeArgs& a) {
   OffloadSession offload = make_offload(a.offload, *file);
   Engine eng(file, opt, offload.provider);
   offload.attach(eng.context(), eng.model());
-  std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = Tokenizer::from_gguf(eng.file());
-  } catch (const Error& e) {
-    fail("serve needs the model's tokenizer: {}", e.what());
-  }
-  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  std::unique_ptr<Tokenizer> tok = require_tokenizer(eng.file(), "serve");
 
   ServerOptions so;
   so.host = a.host;
@@ -124,12 +119,7 @@ const bool registered = register_command("serve", "OpenAI-compatible HTTP server
   app.add_option("--http-threads", a->http_threads, "HTTP worker threads (0 = max-queue + 4)");
   app.add_option("--chat-template-file", a->template_file, "Jinja chat template overriding the model's");
   a->seed_opt = app.add_option("--seed", a->sp.seed, "seed for requests that give none (default: a random one each)");
-  app.add_option("--temp", a->sp.temperature, "default temperature (0 = greedy)");
-  app.add_option("--top-k", a->sp.top_k, "default top-k (0 = off)");
-  app.add_option("--top-p", a->sp.top_p, "default top-p (1 = off)");
-  app.add_option("--min-p", a->sp.min_p, "default min-p (0 = off)");
-  app.add_option("--repeat-penalty", a->sp.repeat_penalty, "default repetition penalty (1 = off)");
-  app.add_option("--repeat-last-n", a->sp.repeat_last_n, "penalty window (-1 = all)");
+  add_sampling_options(app, a->sp, "default ");
   app.add_flag("-v,--verbose", a->verbose, "log every request on stderr");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_serve(*a); });

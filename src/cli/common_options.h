@@ -1,0 +1,42 @@
+#pragma once
+// Pieces shared by the commands that generate text (run, chat, serve), so that a flag means the
+// same thing, with the same help, everywhere.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeflow::cli {
+
+// llama.cpp's sampling flags. `prefix` goes before each description ("default " for serve,
+// whose values are defaults that requests override). The seed is left to the caller: its
+// meaning differs between commands.
+inline void add_sampling_options(CLI::App& app, SamplerParams& sp, const std::string& prefix = "") {
+  app.add_option("--temp", sp.temperature, prefix + "temperature (0 = greedy)");
+  app.add_option("--top-k", sp.top_k, prefix + "top-k (0 = off)");
+  app.add_option("--top-p", sp.top_p, prefix + "top-p (1 = off)");
+  app.add_option("--min-p", sp.min_p, prefix + "min-p (0 = off)");
+  app.add_option("--repeat-penalty", sp.repeat_penalty, prefix + "repetition penalty (1 = off)");
+  app.add_option("--repeat-last-n", sp.repeat_last_n, "penalty window (-1 = all)");
+}
+
+// The model's tokenizer for a command that cannot work on token ids alone; warnings about the
+// vocabulary go to stderr.
+inline std::unique_ptr<Tokenizer> require_tokenizer(const GgufFile& file, const char* command) {
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = Tokenizer::from_gguf(file);
+  } catch (const Error& e) {
+    fail("{} needs the model's tokenizer: {}", command, e.what());
+  }
+  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  return tok;
+}
+
+}  // namespace moeflow::cli
