@@ -48,6 +48,7 @@ struct PredictorOptions {
   int n_experts = 0;
   int top_k = 0;
   int lookahead = 1;            // layers ahead
+  int hidden_dim = 0;           // width of the hidden state the predictor sees (0 = unknown)
   std::string model_path;       // trained predictor weights, if any
 };
 

@@ -1,5 +1,6 @@
 #include "policy/promoe_mlp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -89,11 +90,16 @@ PromoeModel PromoeModel::load(const std::string& path) {
   return p;
 }
 
+bool promoe_held_out(const std::vector<PromoeSample>& samples, size_t i) {
+  const int64_t key = samples[i].split_key >= 0 ? samples[i].split_key : (int64_t)i;
+  return key % 10 == 9;
+}
+
 double promoe_recall(const PromoeModel& m, const std::vector<PromoeSample>& samples, bool held_out_only) {
   size_t hit = 0, tot = 0;
   std::vector<float> lg;
   for (size_t i = 0; i < samples.size(); ++i) {
-    if (held_out_only != (i % 10 == 9)) continue;
+    if (held_out_only != promoe_held_out(samples, i)) continue;
     const auto& s = samples[i];
     m.forward(s.layer, s.hidden.data(), lg);
     auto top = predictors::top_indices(lg, m.top_k);
@@ -109,16 +115,23 @@ PromoeTrainReport train_promoe(PromoeModel& m, const std::vector<PromoeSample>& 
     MOEFLOW_CHECK(s.layer >= 0 && s.layer < m.n_layers && (int)s.hidden.size() == m.hidden_dim,
                   "promoe: sample {} has layer {} / hidden size {} (model: {} layers, hidden {})", i, s.layer, s.hidden.size(),
                   m.n_layers, m.hidden_dim);
-    (i % 10 == 9 ? rep.test_samples : rep.train_samples)++;
+    (promoe_held_out(samples, i) ? rep.test_samples : rep.train_samples)++;
   }
+  if (rep.train_samples == 0 || rep.test_samples == 0)
+    fail("promoe: the 9:1 split leaves {} training and {} held-out samples; both must be non-empty (a request "
+         "split needs at least 10 requests)", rep.train_samples, rep.test_samples);
   std::vector<size_t> order;
   for (size_t i = 0; i < samples.size(); ++i)
-    if (i % 10 != 9) order.push_back(i);
+    if (!promoe_held_out(samples, i)) order.push_back(i);
   std::mt19937 rng(7);
   std::vector<float> lg, act, ga(m.width);
+  const size_t total_updates = order.size() * (size_t)epochs;
+  size_t update = 0;
   for (int ep = 0; ep < epochs; ++ep) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
+      // Linear decay to 5% of --lr: late updates refine instead of bouncing around the optimum.
+      const float step_lr = lr * (1.f - 0.95f * (float)update++ / (float)total_updates);
       const auto& s = samples[i];
       const int l = s.layer;
       m.forward(l, s.hidden.data(), lg, &act);
@@ -127,14 +140,14 @@ PromoeTrainReport train_promoe(PromoeModel& m, const std::vector<PromoeSample>& 
         float y = std::find(s.target.begin(), s.target.end(), e) != s.target.end() ? 1.f : 0.f;
         float g = 1.f / (1.f + std::exp(-lg[e])) - y;
         float* w = &m.w2[l][(size_t)e * m.width];
-        for (int j = 0; j < m.width; ++j) ga[j] += g * w[j], w[j] -= lr * g * act[j];
-        m.b2[l][e] -= lr * g;
+        for (int j = 0; j < m.width; ++j) ga[j] += g * w[j], w[j] -= step_lr * g * act[j];
+        m.b2[l][e] -= step_lr * g;
       }
       for (int j = 0; j < m.width; ++j) {
         if (act[j] <= 0) continue;
         float* w = &m.w1[l][(size_t)j * m.hidden_dim];
-        for (int q = 0; q < m.hidden_dim; ++q) w[q] -= lr * ga[j] * s.hidden[q];
-        m.b1[l][j] -= lr * ga[j];
+        for (int q = 0; q < m.hidden_dim; ++q) w[q] -= step_lr * ga[j] * s.hidden[q];
+        m.b1[l][j] -= step_lr * ga[j];
       }
     }
   }
@@ -151,6 +164,16 @@ class Promoe final : public Predictor {
   explicit Promoe(const PredictorOptions& o) : o_(o) {
     MOEFLOW_CHECK(!o.model_path.empty(), "predictor 'promoe': needs trained weights (--predictor-model FILE from `moeflow train-predictor`)");
     m_ = PromoeModel::load(o.model_path);
+    // A predictor trained on another model's traces would silently predict nothing (or
+    // nonsense): say so instead. 0 = the caller does not know that dimension.
+    auto check = [&](const char* what, int mine, int want) {
+      if (want > 0 && mine != want)
+        fail("predictor 'promoe': '{}' was trained for {} {}, this model has {} (retrain with `moeflow "
+             "train-predictor` on a trace of this model)", o.model_path, mine, what, want);
+    };
+    check("layers", m_.n_layers, o.n_layers);
+    check("experts", m_.n_experts, o.n_experts);
+    check("hidden dimensions", m_.hidden_dim, o.hidden_dim);
   }
   std::string name() const override { return "promoe"; }
   void on_layer(const PredictorInput& in, std::vector<Prediction>& out) override {

@@ -9,9 +9,14 @@
 
 namespace moeflow::trace {
 
-// Throws naming the trace if it has no hidden states or stride is out of range. Steps keep
-// their trace order, so the 9:1 split of train_promoe holds out every 10th (token, layer).
-std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode_only,
+enum class SplitBy {
+  request,  // every 10th request is held out: the test tokens' contexts were never trained on
+  sample,   // every 10th (token, layer) sample in trace order: neighbours of a test token train
+};
+
+// Throws naming the trace if it has no hidden states, stride is out of range, nothing pairs up,
+// or a request split has fewer than 10 requests.
+std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode_only, SplitBy split,
                                           const std::string& what);
 
 }  // namespace moeflow::trace

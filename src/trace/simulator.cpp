@@ -500,6 +500,7 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
     po.n_experts = t.n_experts;
     po.top_k = t.top_k;
     po.model_path = cfg.predictor_model;
+    po.hidden_dim = t.hidden_dim;
     pred = make_predictor(cfg.predictor, po);
     if (!t.routers.empty()) {
       const Trace* tp = &t;
