@@ -1,14 +1,16 @@
 #pragma once
 // Command-line glue for the offloading tier, shared by `moeflow run` / `bench` / `serve`:
 //   add_offload_options(app, opts)        registers --expert-cache, --cache-rate, ...
-//   make_offload(opts, file)              builds the CachedExpertProvider (+ gate lookahead)
-//   session.attach(ctx, router)           plugs the lookahead predictor into the forward pass
+//   make_offload(opts, file)              builds the CachedExpertProvider (+ its predictor)
+//   session.attach(ctx, model)            plugs the predictor (lookahead, promoe, ...) into the forward pass
 //   offload_stats_json(session)           statistics to merge into the command's JSON
 // The factory functions are inline on purpose: they call the policy module
 // (make_eviction_policy), which links after this one, so only the CLI instantiates them.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -19,6 +21,7 @@
 #include "gguf/gguf_file.h"
 #include "model/model.h"
 #include "policy/eviction_policy.h"
+#include "policy/predictor_prefetch.h"
 
 namespace moeflow {
 
@@ -28,7 +31,8 @@ struct OffloadOptions {
   std::string policy = "lru";
   bool per_layer = false;
   int io_threads = 2;
-  std::string prefetch = "lookahead";  // none | lookahead
+  std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
+  std::string predictor_model;         // trained weights (--prefetch promoe)
   int lookahead = 1;
   bool no_early_preemption = false;
   bool buffered_io = false;
@@ -50,7 +54,10 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--cache-policy", o.policy, "eviction policy (lru, lfu, ...)");
   app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
   app.add_option("--io-threads", o.io_threads, "expert I/O worker threads");
-  app.add_option("--prefetch", o.prefetch, "expert prefetch predictor: none | lookahead");
+  app.add_option("--prefetch", o.prefetch,
+                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc");
+  app.add_option("--predictor-model", o.predictor_model,
+                 "trained predictor weights for --prefetch promoe (moeflow train-predictor)");
   app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead predictor");
   app.add_flag("--no-early-preemption", o.no_early_preemption,
                "on-demand loads only: do not raise routed experts to HIGH before acquire");
@@ -60,11 +67,18 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
 struct OffloadSession {
   std::shared_ptr<CachedExpertProvider> provider;
   std::unique_ptr<GateLookahead> lookahead;
+  std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch <policy/ predictor>
   OffloadOptions options;
 
   // Plugs the predictor into the forward pass (chaining any observer already set).
   void attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing = nullptr) {
     if (!provider || options.prefetch == "none") return;
+    if (predictor) {
+      predictor->set_router(model.router_fn());
+      predictor->set_next(existing);
+      ctx.set_observer(predictor.get());
+      return;
+    }
     LookaheadConfig lc;
     lc.n_layers = provider->store().n_layers();
     for (int l = 0; l < lc.n_layers; ++l) lc.n_experts.push_back(provider->store().n_experts(l));
@@ -80,8 +94,15 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   OffloadSession s;
   s.options = o;
   if (!o.enabled()) return s;
-  if (o.prefetch != "none" && o.prefetch != "lookahead")
-    fail("--prefetch: unknown predictor '{}' (known: none, lookahead)", o.prefetch);
+  const std::vector<std::string> known = predictor_names();
+  const bool policy_predictor = o.prefetch != "none" && o.prefetch != "lookahead";
+  if (policy_predictor && std::find(known.begin(), known.end(), o.prefetch) == known.end()) {
+    std::string names = "none, lookahead";
+    for (const std::string& n : known) names += ", " + n;
+    fail("--prefetch: unknown predictor '{}' (known: {})", o.prefetch, names);
+  }
+  if (!o.predictor_model.empty() && o.prefetch != "promoe")
+    fail("--predictor-model is read by --prefetch promoe only (got --prefetch {})", o.prefetch);
   auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
   const int top_k = model_top_k(file);
   OffloadConfig cfg;
@@ -102,6 +123,15 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   po.capacity_per_layer = moe_layers ? static_cast<int>(slots / moe_layers) : 0;
   s.provider = std::make_shared<CachedExpertProvider>(std::move(store),
                                                       make_eviction_policy(o.policy, po), cfg);
+  if (policy_predictor) {
+    PredictorOptions pr;
+    pr.n_layers = s.provider->store().n_layers();
+    pr.n_experts = s.provider->store().max_experts();
+    pr.top_k = top_k;
+    pr.hidden_dim = static_cast<int>(file.get_int(file.get_string("general.architecture") + ".embedding_length"));
+    pr.model_path = o.predictor_model;
+    s.predictor = std::make_unique<PredictorPrefetch>(*s.provider, make_predictor(o.prefetch, pr), pr.n_layers);
+  }
   return s;
 }
 
@@ -112,6 +142,7 @@ inline nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer
   j["prefetch"] = s.options.prefetch;
   j["early_preemption"] = !s.options.no_early_preemption;
   if (s.lookahead) j["predictions"] = s.lookahead->predictions();
+  if (s.predictor) j["predictions"] = s.predictor->predictions();
   return j;
 }
 
