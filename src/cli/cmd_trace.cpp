@@ -30,6 +30,7 @@ struct TraceArgs {
   int hidden_every = 0;
   bool hidden_all = false;
   bool routers = false;
+  bool ignore_eos = false;
   SamplerParams sp;
 };
 
@@ -126,7 +127,7 @@ int run_trace(const TraceArgs& a) {
     const int n = (int)std::min<int64_t>(a.n_predict, room);
     for (int i = 0; i < n; ++i) {
       const int32_t next = sampler.sample(row, history);
-      if (next == tok->eos_id()) break;
+      if (!a.ignore_eos && tok->is_eog(next)) break;
       history.push_back(next);
       ++n_generated;
       if (i + 1 < n) row = eng.decode(next);
@@ -153,6 +154,7 @@ const bool registered = register_command("trace", "Record the routing of a live 
   app.add_flag("--hidden", a->hidden_all, "record the hidden state entering every MoE block");
   app.add_option("--hidden-every", a->hidden_every, "record hidden states of every K-th token only");
   app.add_flag("--routers", a->routers, "store the router matrices (for the simulator's gate lookahead)");
+  app.add_flag("--ignore-eos", a->ignore_eos, "generate all -n tokens even past end-of-generation");
   app.add_option("--seed", a->sp.seed, "sampling seed");
   add_sampling_options(app, a->sp);
   return CommandMain([a] { return run_trace(*a); });

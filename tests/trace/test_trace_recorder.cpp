@@ -13,7 +13,9 @@
 #include "../model/test_helpers.h"
 #include "../model/tiny_model.h"
 #include "core/error.h"
+#include "gguf/gguf_file.h"
 #include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
 #include "trace/hw_profile.h"
 #include "trace/recorder.h"
 #include "trace/simulator.h"
@@ -123,10 +125,12 @@ class TraceCli : public ::testing::Test {
 };
 
 TEST_F(TraceCli, RecordsRequestsPhasesAndHiddenStatesThatTheSimulatorReplays) {
+  const std::vector<std::string> texts = {"hello world", "the cat", "some more text here"};
   const std::string prompts = write("prompts.txt", "hello world\n\n{\"prompt\": \"the cat\"}\nsome more text here\n");
   const std::string out = temp_path("cli.trace");
-  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out +
-                            "' -n 5 --hidden --routers -t 2");
+  const int n = 5;
+  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out + "' -n " +
+                            std::to_string(n) + " --hidden --routers --ignore-eos -t 2");
   ASSERT_EQ(c.rc, 0) << c.out;
   const trace::Trace t = trace::read_trace(out);
   EXPECT_GT(t.hidden_dim, 0);
@@ -135,11 +139,17 @@ TEST_F(TraceCli, RecordsRequestsPhasesAndHiddenStatesThatTheSimulatorReplays) {
   for (const auto& s : t.steps) {
     ASSERT_LT(s.request, 3u);
     (s.phase == Phase::decode ? decode_steps : prefill_steps)[s.request]++;
+    EXPECT_EQ((int)s.routes.size(), t.n_layers);
     for (const auto& r : s.routes) EXPECT_EQ((int)r.hidden.size(), t.hidden_dim);
   }
+  // Prefill: the prompt's tokens as the model's tokenizer encodes them (with BOS); decode: the
+  // n - 1 forwards that produce tokens 2..n (prefill's logits give the first; the last sampled
+  // token is not fed back).
+  const std::unique_ptr<GgufFile> f = GgufFile::open(model_);
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*f);
   for (int r = 0; r < 3; ++r) {
-    EXPECT_GT(prefill_steps[r], 0) << r;
-    EXPECT_LE(decode_steps[r], 4) << r;  // n - 1 decode steps: the last sampled token is not fed
+    EXPECT_EQ(prefill_steps[r], (int)tok->encode(texts[r], true).size()) << r;
+    EXPECT_EQ(decode_steps[r], n - 1) << r;
   }
   trace::SimConfig cfg;
   cfg.policy = "lru";
