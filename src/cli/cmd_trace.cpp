@@ -3,8 +3,10 @@
 // tokens are the prefill phase, the generated tokens the decode phase.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,29 +36,50 @@ struct TraceArgs {
   SamplerParams sp;
 };
 
-// One prompt per line; a line starting with '{' is JSON with a "prompt" (or "text") field.
+// The prompt of one JSON line, or nullopt when the line is not a JSON object with a string
+// "prompt" (or "text") field; `why` says what is wrong.
+std::optional<std::string> json_prompt(const std::string& line, std::string& why) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    why = "not a JSON object";
+    return std::nullopt;
+  }
+  const char* key = j.contains("prompt") ? "prompt" : "text";
+  if (!j.contains(key) || !j[key].is_string()) {
+    why = "JSON line without a string \"prompt\" or \"text\"";
+    return std::nullopt;
+  }
+  return j[key].get<std::string>();
+}
+
+// A prompts file is JSON lines (every line an object with a "prompt" or "text" string) when it
+// is named *.jsonl / *.json or its first non-empty line is such an object; otherwise every
+// non-empty line is one prompt, verbatim (plain text may well start with '{': code, LaTeX).
 std::vector<std::string> read_prompts(const std::string& path) {
   std::ifstream f(path);
   if (!f) fail("--prompts: cannot open '{}'", path);
-  std::vector<std::string> out;
+  std::vector<std::pair<int, std::string>> lines;
   std::string line;
   for (int no = 1; std::getline(f, line); ++no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    if (line[line.find_first_not_of(" \t")] != '{') {
-      out.push_back(line);
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.emplace_back(no, line);
+  }
+  auto ends_with = [&](const char* ext) {
+    const size_t n = std::strlen(ext);
+    return path.size() >= n && path.compare(path.size() - n, n, ext) == 0;
+  };
+  std::string why;
+  const bool jsonl = ends_with(".jsonl") || ends_with(".json") ||
+                     (!lines.empty() && json_prompt(lines.front().second, why).has_value());
+  std::vector<std::string> out;
+  for (const auto& [no, text] : lines) {
+    if (!jsonl) {
+      out.push_back(text);
       continue;
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      fail("--prompts '{}' line {}: not valid JSON ({})", path, no, e.what());
-    }
-    const char* key = j.contains("prompt") ? "prompt" : "text";
-    if (!j.contains(key) || !j[key].is_string())
-      fail("--prompts '{}' line {}: JSON line without a string \"prompt\" or \"text\"", path, no);
-    out.push_back(j[key].get<std::string>());
+    std::optional<std::string> p = json_prompt(text, why);
+    if (!p) fail("--prompts '{}' line {}: {} (a JSON-lines prompts file needs one on every line)", path, no, why);
+    out.push_back(std::move(*p));
   }
   if (out.empty()) fail("--prompts '{}': no prompts", path);
   return out;

@@ -125,8 +125,10 @@ class TraceCli : public ::testing::Test {
 };
 
 TEST_F(TraceCli, RecordsRequestsPhasesAndHiddenStatesThatTheSimulatorReplays) {
+  // JSON lines ("prompt" or "text"); the plain-text form is checked in PlainTextPrompts...
   const std::vector<std::string> texts = {"hello world", "the cat", "some more text here"};
-  const std::string prompts = write("prompts.txt", "hello world\n\n{\"prompt\": \"the cat\"}\nsome more text here\n");
+  const std::string prompts = write("prompts.jsonl", "{\"prompt\": \"hello world\"}\n\n{\"text\": \"the cat\"}\n"
+                                                     "{\"prompt\": \"some more text here\", \"id\": 3}\n");
   const std::string out = temp_path("cli.trace");
   const int n = 5;
   const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out + "' -n " +
@@ -160,17 +162,39 @@ TEST_F(TraceCli, RecordsRequestsPhasesAndHiddenStatesThatTheSimulatorReplays) {
   EXPECT_LE(res.hit_rate, 1.0);
 }
 
+TEST_F(TraceCli, PlainTextPromptsAreOnePerLineVerbatimEvenWhenTheyStartWithABrace) {
+  const std::vector<std::string> texts = {"hello world", "{not json: \\frac{a}{b}", "x"};
+  const std::string prompts = write("plain.txt", texts[0] + "\n\n" + texts[1] + "\r\n" + texts[2] + "\n");
+  const std::string out = temp_path("plain.trace");
+  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out + "' -n 1 -t 2");
+  ASSERT_EQ(c.rc, 0) << c.out;
+  const trace::Trace t = trace::read_trace(out);
+  EXPECT_EQ(t.hidden_dim, 0);
+  const std::unique_ptr<GgufFile> f = GgufFile::open(model_);
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*f);
+  std::vector<int> prefill_steps(3, 0);
+  for (const auto& s : t.steps) {
+    ASSERT_LT(s.request, 3u);
+    EXPECT_EQ(s.phase, Phase::prefill);  // -n 1: the first token comes from the prefill logits
+    for (const auto& r : s.routes) EXPECT_TRUE(r.hidden.empty());
+    prefill_steps[s.request]++;
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(prefill_steps[r], (int)tok->encode(texts[r], true).size()) << texts[r];
+}
+
 TEST_F(TraceCli, BadInputsAreClearErrors) {
   const std::string out = temp_path("bad.trace");
   const std::string empty = write("empty.txt", "\n  \n");
   const std::string badjson = write("bad.jsonl", "{\"prompt\": \n");
   const std::string nokey = write("nokey.jsonl", "{\"q\": \"x\"}\n");
+  const std::string mixed = write("mixed.txt", "{\"prompt\": \"a\"}\nplain text\n");
   const std::string good = write("good.txt", "hello\n");
   struct Case { std::string args, expect; };
   for (const Case& k : {Case{"--prompts /nonexistent/p.txt", "cannot open"},
                         Case{"--prompts '" + empty + "'", "no prompts"},
                         Case{"--prompts '" + badjson + "'", "line 1"},
                         Case{"--prompts '" + nokey + "'", "\"prompt\""},
+                        Case{"--prompts '" + mixed + "'", "line 2: not a JSON object"},
                         Case{"--prompts '" + empty + "' --hidden-every -1", "--hidden-every"},
                         Case{"--prompts '" + good + "' --routers", "--routers needs hidden"}}) {
     const Cmd c = run_moeflow("trace -m '" + model_ + "' -o '" + out + "' " + k.args);
