@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "experts/offload_options.h"
@@ -41,10 +42,9 @@ int run_bench(const BenchArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = std::max(1, a.n_prompt + a.n_gen);
   opt.batch = std::max(1, std::min(a.batch, std::max(1, a.n_prompt)));
-  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
-  OffloadSession offload = make_offload(a.offload, *file);
-  Engine eng(file, opt, offload.provider);
-  offload.attach(eng.context(), eng.model());
+  LoadedEngine loaded = load_engine(a.model, opt, a.offload);
+  Engine& eng = *loaded.engine;
+  const OffloadSession& offload = loaded.offload;
   const int64_t V = eng.n_vocab();
   // Fixed pseudo-random ids (an LCG) so every run and every engine sees the same tokens.
   std::vector<int32_t> toks(std::max(a.n_prompt, a.n_gen));

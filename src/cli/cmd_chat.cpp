@@ -49,10 +49,8 @@ int run_chat(ChatArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
-  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
-  OffloadSession offload = make_offload(a.offload, *file);
-  Engine eng(file, opt, offload.provider);
-  offload.attach(eng.context(), eng.model());
+  LoadedEngine loaded = load_engine(a.model, opt, a.offload);
+  Engine& eng = *loaded.engine;
   std::unique_ptr<Tokenizer> tok = require_tokenizer(eng.file(), "chat");
   std::string override_src;
   if (!a.template_file.empty()) {

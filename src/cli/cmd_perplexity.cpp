@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
@@ -91,9 +92,9 @@ int run_perplexity_cmd(PplArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = ctx;
   opt.batch = a.batch;
-  OffloadSession offload = make_offload(a.offload, *file);
-  Engine eng(file, opt, offload.provider);
-  offload.attach(eng.context(), eng.model());
+  LoadedEngine loaded = load_engine(file, opt, a.offload);
+  Engine& eng = *loaded.engine;
+  const OffloadSession& offload = loaded.offload;
 
   const HParams& hp = eng.model().hparams();
   LogitsFileHeader now;

@@ -60,10 +60,9 @@ int run_serve(ServeArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
-  std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
-  OffloadSession offload = make_offload(a.offload, *file);
-  Engine eng(file, opt, offload.provider);
-  offload.attach(eng.context(), eng.model());
+  LoadedEngine loaded = load_engine(a.model, opt, a.offload);
+  Engine& eng = *loaded.engine;
+  const OffloadSession& offload = loaded.offload;
   std::unique_ptr<Tokenizer> tok = require_tokenizer(eng.file(), "serve");
 
   ServerOptions so;

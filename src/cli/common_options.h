@@ -1,6 +1,6 @@
 #pragma once
-// Pieces shared by the commands that generate text (run, chat, serve), so that a flag means the
-// same thing, with the same help, everywhere.
+// Pieces shared by the commands that run a model (run, chat, serve, bench, perplexity), so that
+// a flag means the same thing, with the same help, everywhere, and loading is done one way.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "experts/offload_options.h"
+#include "runtime/engine.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +39,28 @@ inline std::unique_ptr<Tokenizer> require_tokenizer(const GgufFile& file, const 
   }
   if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
   return tok;
+}
+
+// An engine over `file` with the offloading options applied: the cached expert provider when a
+// budget is set, and its predictor plugged into the forward pass. Members are destroyed engine
+// first, so the provider outlives every forward pass that uses it.
+struct LoadedEngine {
+  OffloadSession offload;
+  std::unique_ptr<Engine> engine;
+};
+
+inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, const EngineOptions& opt,
+                                const OffloadOptions& offload) {
+  LoadedEngine le;
+  le.offload = make_offload(offload, *file);
+  le.engine = std::make_unique<Engine>(std::move(file), opt, le.offload.provider);
+  le.offload.attach(le.engine->context(), le.engine->model());
+  return le;
+}
+
+inline LoadedEngine load_engine(const std::string& path, const EngineOptions& opt,
+                                const OffloadOptions& offload) {
+  return load_engine(std::shared_ptr<const GgufFile>(GgufFile::open(path)), opt, offload);
 }
 
 }  // namespace moeflow::cli
