@@ -174,25 +174,23 @@ TEST(PredictorPrefetch, QueuesWhatTheTrainedPromoeNetworkPredicts) {
 class LivePredictorCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = new std::string(temp_path("live_pred.gguf"));
-    Cmd c = run_moeflow("gen-model --arch mixtral --preset tiny -q -o '" + *model_ + "'");
+    const std::string model = temp_path("live_pred.gguf");
+    Cmd c = run_moeflow("gen-model --arch mixtral --preset tiny -q -o '" + model + "'");
     ASSERT_EQ(c.rc, 0) << c.out;
     const std::string prompts = temp_path("live_prompts.txt");
     std::ofstream(prompts) << "the cat sat\nhello world again\nsome more text here\na b c d e f\nzebra\n";
     const std::string tr = temp_path("live.mft");
-    c = run_moeflow("trace -m '" + *model_ + "' --prompts '" + prompts + "' -o '" + tr + "' -n 24 --hidden -t 2");
+    c = run_moeflow("trace -m '" + model + "' --prompts '" + prompts + "' -o '" + tr + "' -n 24 --hidden -t 2");
     ASSERT_EQ(c.rc, 0) << c.out;
-    weights_ = new std::string(temp_path("live_promoe.bin"));
-    c = run_moeflow("train-predictor -t '" + tr + "' -o '" + *weights_ + "' --split sample --with-prefill --epochs 5");
+    const std::string weights = temp_path("live_promoe.bin");
+    c = run_moeflow("train-predictor -t '" + tr + "' -o '" + weights + "' --split sample --with-prefill --epochs 5");
     ASSERT_EQ(c.rc, 0) << c.out;
+    model_ = model, weights_ = weights;  // set only once everything exists
   }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete weights_;
-  }
+  void SetUp() override { ASSERT_FALSE(weights_.empty()) << "suite set-up failed"; }
   // Generated text (stdout) and the offload statistics (the last line, JSON on stderr).
   static std::pair<std::string, nlohmann::json> run(const std::string& extra) {
-    const std::string base = "run -m '" + *model_ + "' -p 'the cat sat on' -n 24 -t 2 " + extra;
+    const std::string base = "run -m '" + model_ + "' -p 'the cat sat on' -n 24 -t 2 " + extra;
     const Cmd text = run_moeflow(base + " --stats none", false);
     EXPECT_EQ(text.rc, 0) << extra;
     const Cmd stats = run_moeflow(base + " --stats json");
@@ -204,17 +202,14 @@ class LivePredictorCli : public ::testing::Test {
     nlohmann::json j = nlohmann::json::parse(last, nullptr, false);
     return {text.out, j.is_discarded() ? nlohmann::json{} : j};
   }
-  static std::string* model_;
-  static std::string* weights_;
+  static inline std::string model_, weights_;
 };
-std::string* LivePredictorCli::model_ = nullptr;
-std::string* LivePredictorCli::weights_ = nullptr;
 
 TEST_F(LivePredictorCli, EveryPredictorPrefetchesAndKeepsTheOutputExact) {
   const std::string reference = run("").first;
   ASSERT_GT(reference.size(), 1u);
   std::map<std::string, std::string> runs = {
-      {"promoe", "--prefetch promoe --predictor-model '" + *weights_ + "'"}, {"token", "--prefetch token"},
+      {"promoe", "--prefetch promoe --predictor-model '" + weights_ + "'"}, {"token", "--prefetch token"},
       {"gate", "--prefetch gate"}, {"stacked", "--prefetch stacked"}, {"duoserve", "--prefetch duoserve"},
       {"eamc", "--prefetch eamc"}, {"lookahead", "--prefetch lookahead"}};
   for (const auto& [name, flags] : runs) {
@@ -237,8 +232,8 @@ TEST_F(LivePredictorCli, BadPredictorOptionsAreClearErrors) {
                         Case{"--prefetch promoe", "needs trained weights"},
                         Case{"--prefetch promoe --predictor-model /nonexistent.bin", "cannot open"},
                         Case{"--prefetch promoe --predictor-model '" + other + "'", "was trained for"},
-                        Case{"--prefetch lookahead --predictor-model '" + *weights_ + "'", "--prefetch promoe only"}}) {
-    const Cmd c = run_moeflow("run -m '" + *model_ + "' -p 'x' -n 2 --cache-rate 0.5 " + k.args);
+                        Case{"--prefetch lookahead --predictor-model '" + weights_ + "'", "--prefetch promoe only"}}) {
+    const Cmd c = run_moeflow("run -m '" + model_ + "' -p 'x' -n 2 --cache-rate 0.5 " + k.args);
     EXPECT_NE(c.rc, 0) << k.args;
     EXPECT_NE(c.out.find(k.expect), std::string::npos) << k.args << ": " << c.out;
   }
