@@ -3,6 +3,11 @@
 // expert slice whose size is a multiple of 4 KiB (true for real Mixtral/Qwen shapes in K-quants)
 // starts on a 4 KiB boundary: O_DIRECT reads it exactly, with no superset bytes.
 // `moeflow pack --measure -m FILE` measures O_DIRECT read bandwidth of the expert slices.
+// `--low TYPE` adds a low-precision copy of every expert tensor (HOBBIT's mixed precision,
+// docs/lossy-modes.md): "blk.N.ffn_X_exps.low" beside "blk.N.ffn_X_exps.weight", same shape,
+// quantized to TYPE from the dequantized expert, stored right after the layer's experts; the
+// metadata key moeflow.low.type names TYPE. Rows whose length TYPE's blocks do not divide get
+// the same fallback type `moeflow quantize` would use (the tensor's own type says which).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -10,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,11 +23,14 @@
 #include "cli/command.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
 #include "experts/expert_store.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "model/gen/model_generator.h"
+#include "quant/quant.h"
 
 namespace moeflow::cli {
 namespace {
@@ -31,6 +40,7 @@ struct PackArgs {
   bool measure = false;
   int threads = 4;
   double seconds = 3.0;
+  std::string low;  // type of the low-precision expert copies; empty: none
 };
 
 bool is_expert_tensor(const std::string& name, int& layer) {
@@ -39,14 +49,46 @@ bool is_expert_tensor(const std::string& name, int& layer) {
   return true;
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+GgmlType parse_low_type(const std::string& name) {
+  const auto t = type_from_name(name);
+  if (!t || !can_quantize(*t))
+    fail("pack --low: '{}' is not a type moeflow can write (use one of Q2_K, Q3_K, Q4_0, Q4_1, "
+         "Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, IQ4_NL)",
+         name);
+  return *t;
+}
+
+// Dequantizes each row of the expert tensor and re-encodes it in `to`, rows split over the pool.
+void make_low_copy(ThreadPool& pool, const uint8_t* src, GgmlType from, uint8_t* dst, GgmlType to,
+                   int64_t row_len, int64_t rows) {
+  const size_t in_rb = row_bytes(from, row_len), out_rb = row_bytes(to, row_len);
+  pool.parallel_for(rows, [&](int64_t b, int64_t e, int) {
+    std::vector<float> buf(static_cast<size_t>(row_len));
+    for (int64_t r = b; r < e; ++r) {
+      dequantize_row(from, src + r * in_rb, buf.data(), row_len);
+      quantize_row(to, buf.data(), dst + r * out_rb, row_len);
+    }
+  });
+}
+
 int run_pack(const PackArgs& a) {
   auto in = GgufFile::open(a.in);
   const ExpertIndex idx = build_expert_index(*in);
+  const bool low = !a.low.empty();
+  const GgmlType low_type = low ? parse_low_type(a.low) : GgmlType::F32;
+  if (low && idx.total_expert_bytes() == 0)
+    fail("pack --low: {} has no expert tensors (blk.N.ffn_*_exps.weight) to copy", a.in);
   GgufWriter w(kDirectAlign);
   for (const GgufKV& kv : in->metadata()) {
     if (kv.key == "general.alignment") continue;
+    if (low && kv.key.rfind("moeflow.low.", 0) == 0) continue;  // replaced below
     w.set(kv.key, kv.value);
   }
+  if (low) w.set_string("moeflow.low.type", type_name(low_type));
   w.set_u32("general.alignment", static_cast<uint32_t>(kDirectAlign));
   w.set_bool("moeflow.packed", true);
   w.set_u32("moeflow.packed.alignment", static_cast<uint32_t>(kDirectAlign));
@@ -54,14 +96,18 @@ int run_pack(const PackArgs& a) {
   std::vector<const GgufTensorInfo*> dense, experts;
   for (const auto& t : in->tensors()) {
     int layer = 0;
+    // --low rebuilds the copies of a file that already has some.
+    if (low && is_expert_tensor(t.name, layer) && ends_with(t.name, ".low")) continue;
     (is_expert_tensor(t.name, layer) ? experts : dense).push_back(&t);
   }
-  // Expert tensors grouped by layer (gate, up, down of a layer adjacent), after the rest.
+  // Expert tensors grouped by layer (gate, up, down of a layer adjacent; low copies after the
+  // layer's own experts), after the rest.
   std::stable_sort(experts.begin(), experts.end(), [](const GgufTensorInfo* x, const GgufTensorInfo* y) {
     int lx = 0, ly = 0;
     is_expert_tensor(x->name, lx);
     is_expert_tensor(y->name, ly);
-    return lx < ly;
+    const bool xl = ends_with(x->name, ".low"), yl = ends_with(y->name, ".low");
+    return lx != ly ? lx < ly : xl < yl;
   });
   uint64_t unaligned = 0, slices = 0;
   for (const auto& li : idx.layers) {
@@ -75,14 +121,51 @@ int run_pack(const PackArgs& a) {
   }
   w.set_bool("moeflow.packed.slices_aligned", unaligned == 0);
   const GgufFile& f = *in;
-  for (const auto* list : {&dense, &experts}) {
-    for (const GgufTensorInfo* t : *list) {
-      w.add_tensor(t->name, t->type, t->dims, [&f, t](uint8_t* dst, uint64_t n) {
-        std::memcpy(dst, f.data(*t), std::min<uint64_t>(n, t->nbytes));
+  auto pool = std::make_shared<ThreadPool>(
+      a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  int n_low = 0, n_fallback = 0;
+  const auto add_copy = [&](const GgufTensorInfo* t) {
+    w.add_tensor(t->name, t->type, t->dims, [&f, t](uint8_t* dst, uint64_t n) {
+      std::memcpy(dst, f.data(*t), std::min<uint64_t>(n, t->nbytes));
+    });
+  };
+  for (const GgufTensorInfo* t : dense) add_copy(t);
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const GgufTensorInfo* t = experts[i];
+    add_copy(t);
+    // After the last tensor of a layer's experts: that layer's low copies.
+    int l = 0, next = -1;
+    is_expert_tensor(t->name, l);
+    if (i + 1 < experts.size()) is_expert_tensor(experts[i + 1]->name, next);
+    if (!low || next == l) continue;
+    for (size_t j = 0; j <= i; ++j) {
+      const GgufTensorInfo* src = experts[j];
+      int lj = 0;
+      is_expert_tensor(src->name, lj);
+      if (lj != l || !ends_with(src->name, ".weight")) continue;
+      if (!can_dequantize(src->type))
+        fail("pack --low: tensor '{}' is {}, which moeflow cannot decode", src->name,
+             type_name(src->type));
+      const GgmlType to = gen::resolve_type(low_type, src->dims[0]);
+      n_fallback += to != low_type;
+      ++n_low;
+      if (row_bytes(to, src->dims[0]) >= row_bytes(src->type, src->dims[0]))
+        std::fprintf(stderr, "pack: warning: the %s copy of %s is not smaller than its %s original\n",
+                     type_name(to), src->name.c_str(), type_name(src->type));
+      const std::string name = src->name.substr(0, src->name.size() - 6) + "low";
+      const GgmlType from = src->type;
+      const int64_t row_len = src->dims[0], rows = src->rows();
+      const uint8_t* data = f.data(*src);
+      w.add_tensor(name, to, src->dims, [pool, data, from, to, row_len, rows](uint8_t* dst, uint64_t) {
+        make_low_copy(*pool, data, from, dst, to, row_len, rows);
       });
     }
   }
   w.write(a.out);
+  if (low)
+    std::fprintf(stderr, "pack: %d low-precision expert copies in %s (%d in a fallback type: row "
+                 "length not a multiple of its block)\n",
+                 n_low, type_name(low_type), n_fallback);
   std::fprintf(stderr, "packed %s -> %s: %zu tensors, %llu expert slices, %llu not 4 KiB-aligned%s\n",
                a.in.c_str(), a.out.c_str(), in->tensors().size(), (unsigned long long)slices,
                (unsigned long long)unaligned,
@@ -158,7 +241,10 @@ const bool registered = register_command(
       app.add_option("-m,--model", a->in, "input GGUF")->required();
       app.add_option("-o,--output", a->out, "output GGUF");
       app.add_flag("--measure", a->measure, "measure O_DIRECT expert read bandwidth of -m instead");
-      app.add_option("--threads", a->threads, "reader threads for --measure");
+      app.add_option("--threads", a->threads, "reader threads for --measure, quantizer threads for --low");
+      app.add_option("--low", a->low,
+                     "also store a low-precision copy of every expert in this type (Q2_K, Q3_K, "
+                     "Q4_0, ...) for --mode hobbit");
       app.add_option("--seconds", a->seconds, "time limit for --measure");
       return CommandMain([a] {
         if (a->measure) return run_measure(*a);

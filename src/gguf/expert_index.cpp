@@ -22,7 +22,8 @@ const char* slot_name(int s) {
   return names[s];
 }
 
-ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& lt) {
+ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& lt,
+                             const std::string& suffix) {
   const std::string& path = f.path();
   for (int s = 0; s < 4; ++s) {
     const GgufTensorInfo* t = lt.t[s];
@@ -40,8 +41,8 @@ ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& l
   for (int s : {int(ExpertProj::Gate), int(ExpertProj::Up), int(ExpertProj::Down)}) {
     if (fused && s != int(ExpertProj::Down)) continue;
     if (!lt.t[s])
-      fail("{}: layer {} has expert tensors but no blk.{}.{}.weight", path, layer, layer,
-           slot_name(s));
+      fail("{}: layer {} has expert tensors but no blk.{}.{}.{}", path, layer, layer,
+           slot_name(s), suffix);
   }
 
   const int64_t n_expert = down->dims[2];
@@ -106,8 +107,11 @@ uint64_t ExpertIndex::expert_bytes(int layer, int expert) const {
   return total;
 }
 
-ExpertIndex build_expert_index(const GgufFile& f) {
-  static const std::regex re(R"(^blk\.([0-9]{1,6})\.(ffn_gate_exps|ffn_up_exps|ffn_down_exps|ffn_gate_up_exps)\.weight$)");
+ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
+  MOEFLOW_CHECK(!suffix.empty() && std::regex_match(suffix, std::regex("[a-z_]+")),
+                "expert index: bad tensor suffix '{}'", suffix);
+  const std::regex re(R"(^blk\.([0-9]{1,6})\.(ffn_gate_exps|ffn_up_exps|ffn_down_exps|ffn_gate_up_exps)\.)" +
+                      suffix + "$");
   static const std::regex blk(R"(^blk\.([0-9]{1,6})\.)");
   std::map<int, LayerTensors> found;
   int max_layer = -1;
@@ -141,7 +145,7 @@ ExpertIndex build_expert_index(const GgufFile& f) {
   idx.layers.resize(static_cast<size_t>(n_layers));
   for (int l = 0; l < idx.n_layers; ++l) idx.layers[static_cast<size_t>(l)].layer = l;
   for (const auto& [layer, lt] : found)
-    idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt);
+    idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt, suffix);
   return idx;
 }
 

@@ -5,6 +5,7 @@
 // of rows * row_bytes(cols) bytes.
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "quant/ggml_type.h"
@@ -40,7 +41,10 @@ struct ExpertIndex {
   uint64_t expert_bytes(int layer, int expert) const;
 };
 
-// Builds the index from tensor names "blk.N.ffn_{gate,up,down,gate_up}_exps.weight".
-ExpertIndex build_expert_index(const GgufFile& f);
+// Builds the index from tensor names "blk.N.ffn_{gate,up,down,gate_up}_exps.<suffix>": the
+// model's own experts use "weight"; `moeflow pack --low` stores low-precision copies of them
+// as "low" (docs/lossy-modes.md). A file without tensors of that suffix gives an index whose
+// layers all have n_expert == 0.
+ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix = "weight");
 
 }  // namespace moeflow
