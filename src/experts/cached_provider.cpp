@@ -9,16 +9,20 @@ namespace moeflow {
 
 namespace {
 
-CacheConfig cache_config(const ExpertStore& store, const OffloadConfig& cfg) {
+CacheConfig cache_config(const ExpertStore& store, const OffloadConfig& cfg, Precision p) {
   CacheConfig c;
-  c.budget_bytes = cfg.budget_bytes;
-  c.slot_bytes = store.slot_bytes();
+  c.budget_bytes = p == Precision::Low ? cfg.low_budget_bytes : cfg.budget_bytes;
+  c.slot_bytes = store.slot_bytes(p);
   c.per_layer = cfg.per_layer;
   c.top_k = cfg.top_k;
   c.n_layers = store.n_layers();
   c.max_experts = store.max_experts();
   for (int l = 0; l < store.n_layers(); ++l) {
     if (store.is_moe_layer(l)) c.moe_layers.push_back(l);
+  }
+  if (p == Precision::Low) {
+    c.what = "low-precision expert cache";
+    c.raise_with = "--low-cache or --low-cache-rate";
   }
   return c;
 }
@@ -27,93 +31,132 @@ CacheConfig cache_config(const ExpertStore& store, const OffloadConfig& cfg) {
 
 CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
                                            std::unique_ptr<EvictionPolicy> policy,
-                                           const OffloadConfig& cfg)
-    : store_(std::move(store)),
-      cfg_(cfg),
-      cache_(cache_config(*store_, cfg), std::move(policy)) {
-  io_.resize(cache_.n_slots());
-  stats_.policy = cache_.policy().name();
+                                           const OffloadConfig& cfg,
+                                           std::unique_ptr<EvictionPolicy> low_policy)
+    : store_(std::move(store)), cfg_(cfg) {
+  high_.cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High),
+                                              std::move(policy));
+  high_.io.resize(high_.cache->n_slots());
+  if (cfg.low_budget_bytes > 0) {
+    MOEFLOW_CHECK(store_->has_low(),
+                  "{}: a low-precision cache was asked for, but the file has no low-precision "
+                  "expert copies (pack it with `moeflow pack --low TYPE`)",
+                  store_->path());
+    MOEFLOW_CHECK(low_policy != nullptr, "expert cache: no eviction policy for the low tier");
+    low_ = std::make_unique<Tier>();
+    low_->prec = Precision::Low;
+    low_->cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::Low),
+                                                std::move(low_policy));
+    low_->io.resize(low_->cache->n_slots());
+  }
+  stats_.policy = high_.cache->policy().name();
   stats_.io_backend = "pread";
   stats_.direct_io = store_->direct_io();
   stats_.per_layer_budget = cfg.per_layer;
   stats_.budget_bytes = cfg.budget_bytes;
-  stats_.slot_bytes = cache_.slot_bytes();
-  stats_.n_slots = cache_.n_slots();
+  stats_.slot_bytes = high_.cache->slot_bytes();
+  stats_.n_slots = high_.cache->n_slots();
   stats_.io_threads = cfg.io_threads;
   stats_.total_expert_bytes = store_->total_expert_bytes();
+  if (low_) {
+    stats_.has_low = true;
+    stats_.low_budget_bytes = cfg.low_budget_bytes;
+    stats_.low_slot_bytes = low_->cache->slot_bytes();
+    stats_.low_n_slots = low_->cache->n_slots();
+    stats_.total_low_expert_bytes = store_->total_expert_bytes(Precision::Low);
+  }
   stats_.layers.resize(store_->n_layers());
   prefetcher_ = std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), cfg.io_threads);
 }
 
 CachedExpertProvider::~CachedExpertProvider() { prefetcher_.reset(); }
 
+CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) {
+  return const_cast<Tier&>(static_cast<const CachedExpertProvider*>(this)->tier(p));
+}
+
+const CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) const {
+  if (p == Precision::High) return high_;
+  if (!low_)
+    fail("expert cache: a low-precision expert was asked for, but no low-precision cache is set "
+         "up (--mode hobbit on a file packed with `moeflow pack --low TYPE`)");
+  return *low_;
+}
+
+int CachedExpertProvider::n_slots(Precision p) const { return tier(p).cache->n_slots(); }
+
 // ---- scheduling (all under mu_) ----
 
-void CachedExpertProvider::schedule(int s, Priority p, float confidence) {
-  const Slot& sl = cache_.slot(s);
-  SlotIo& io = io_[s];
+void CachedExpertProvider::schedule(Tier& T, int s, Priority p, float confidence) {
+  const Slot& sl = T.cache->slot(s);
+  SlotIo& io = T.io[s];
   const uint8_t cls = io.request_class;  // set by the caller for this very request
   io = SlotIo{};
   io.request_class = cls;
+  const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
-    if (store_->chunk(sl.key.layer, sl.key.expert, proj).aligned_len == 0) continue;
+    if (store_->chunk(sl.key.layer, sl.key.expert, proj, T.prec).aligned_len == 0) continue;
     io.ticket[proj] = ++next_ticket_;
     io.state[proj] = ChunkState::Queued;
     io.prio[proj] = p;
     ++io.pending;
     ++in_flight_;
     prefetcher_->push({static_cast<uint32_t>(s), static_cast<uint8_t>(proj), io.ticket[proj],
-                       sl.key.layer, sl.key.expert, confidence, 0},
+                       sl.key.layer, sl.key.expert, confidence, 0, tier_id},
                       p);
   }
-  if (io.pending == 0) cache_.slot(s).state = SlotState::Ready;
+  if (io.pending == 0) T.cache->slot(s).state = SlotState::Ready;
 }
 
-void CachedExpertProvider::promote(int s) {
-  const Slot& sl = cache_.slot(s);
-  SlotIo& io = io_[s];
+void CachedExpertProvider::promote(Tier& T, int s) {
+  const Slot& sl = T.cache->slot(s);
+  SlotIo& io = T.io[s];
+  const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
     if (io.state[proj] != ChunkState::Queued || io.prio[proj] != Priority::Low) continue;
     // A new ticket makes the queued LOW task stale; the HIGH copy is the one that runs.
     io.ticket[proj] = ++next_ticket_;
     io.prio[proj] = Priority::High;
     prefetcher_->push({static_cast<uint32_t>(s), static_cast<uint8_t>(proj), io.ticket[proj],
-                       sl.key.layer, sl.key.expert, 1.0f, 0},
+                       sl.key.layer, sl.key.expert, 1.0f, 0, tier_id},
                       Priority::High);
   }
 }
 
-bool CachedExpertProvider::cancel_low(int s) {
-  Slot& sl = cache_.slot(s);
-  SlotIo& io = io_[s];
+bool CachedExpertProvider::cancel_low(Tier& T, int s) {
+  Slot& sl = T.cache->slot(s);
+  SlotIo& io = T.io[s];
   if (sl.state != SlotState::Loading || sl.pins > 0 || sl.wanted) return false;
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
     if (io.state[proj] == ChunkState::None) continue;
     if (io.state[proj] != ChunkState::Queued || io.prio[proj] != Priority::Low) return false;
   }
   const uint32_t slot = static_cast<uint32_t>(s);
+  const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
   const uint64_t t0 = io.ticket[0], t1 = io.ticket[1], t2 = io.ticket[2];
   prefetcher_->drop_low_if([&](const ChunkTask& t) {
-    return t.slot == slot && (t.ticket == t0 || t.ticket == t1 || t.ticket == t2);
+    return t.slot == slot && t.tier == tier_id &&
+           (t.ticket == t0 || t.ticket == t1 || t.ticket == t2);
   });
   in_flight_ -= io.pending;
   LayerOffloadStats& st = ls(sl.key.layer);
   ++st.prefetch_cancelled;
   ++st.prefetch_wasted;
   io = SlotIo{};
-  cache_.free_slot(s);
+  T.cache->free_slot(s);
   cv_.notify_all();
   return true;
 }
 
-void CachedExpertProvider::classify(int s, uint8_t cls) {
-  SlotIo& io = io_[s];
+void CachedExpertProvider::classify(Tier& T, int s, uint8_t cls) {
+  SlotIo& io = T.io[s];
   if (io.request_class != 0) return;
   io.request_class = cls;
-  LayerOffloadStats& st = ls(cache_.slot(s).key.layer);
-  if (cls == 1) ++st.hits;
-  if (cls == 2) ++st.misses;
-  if (cls == 3) ++st.late;
+  LayerOffloadStats& st = ls(T.cache->slot(s).key.layer);
+  const bool low = T.prec == Precision::Low;
+  if (cls == 1) ++st.hits, st.hits_low += low;
+  if (cls == 2) ++st.misses, st.misses_low += low;
+  if (cls == 3) ++st.late, st.late_low += low;
 }
 
 void CachedExpertProvider::note_eviction(const ExpertKey& k, bool unused) {
@@ -122,48 +165,88 @@ void CachedExpertProvider::note_eviction(const ExpertKey& k, bool unused) {
   if (unused) ++ls(k.layer).prefetch_wasted;
 }
 
-void CachedExpertProvider::free_failed(int s) {
-  Slot& sl = cache_.slot(s);
+void CachedExpertProvider::free_failed(Tier& T, int s) {
+  Slot& sl = T.cache->slot(s);
   if (sl.prefetched) ++ls(sl.key.layer).prefetch_wasted;
-  io_[s] = SlotIo{};
-  cache_.free_slot(s);
+  T.io[s] = SlotIo{};
+  T.cache->free_slot(s);
+}
+
+// HOBBIT's multidimensional policy counts uses per precision (its LHU term); every policy sees
+// the step's routed experts with the precision each was asked for.
+void CachedExpertProvider::route_policies(int layer, std::span<const int> experts,
+                                          std::span<const Precision> precisions) {
+  route_prec_.resize(experts.size());
+  for (size_t i = 0; i < experts.size(); ++i)
+    route_prec_[i] = static_cast<uint8_t>(i < precisions.size() ? precisions[i] : Precision::High);
+  RouteEvent ev{layer, step_, false, experts, {}};
+  ev.precisions = route_prec_;
+  high_.cache->policy().on_route(ev);
+  if (low_) low_->cache->policy().on_route(ev);
 }
 
 // ---- protocol ----
 
 void CachedExpertProvider::on_route(int layer, std::span<const int> experts) {
-  if (!cfg_.early_preemption) return;
   std::lock_guard lk(mu_);
-  for (int e : experts) {
-    int s = cache_.find(layer, e);
+  all_high_.assign(experts.size(), Precision::High);
+  route_locked(layer, experts, all_high_);
+}
+
+void CachedExpertProvider::on_route_mixed(int layer, std::span<const int> experts,
+                                          std::span<const Precision> precisions) {
+  MOEFLOW_CHECK(precisions.size() == experts.size(),
+                "on_route_mixed: {} experts but {} precisions", experts.size(), precisions.size());
+  std::lock_guard lk(mu_);
+  route_locked(layer, experts, precisions);
+}
+
+void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
+                                        std::span<const Precision> precisions) {
+  route_policies(layer, experts, precisions);
+  if (!cfg_.early_preemption) return;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (precisions[i] == Precision::Low && !low_) continue;  // acquire() reports it
+    Tier& T = tier(precisions[i]);
+    const int e = experts[i];
+    int s = T.cache->find(layer, e);
     if (s < 0) {
       ExpertKey ev;
       bool unused = false;
-      s = cache_.allocate(layer, e, /*steal_wanted=*/false, ev, unused);
+      s = T.cache->allocate(layer, e, /*steal_wanted=*/false, ev, unused);
       if (s < 0) continue;  // no slot now: acquire() will load it on demand
       note_eviction(ev, unused);
-      classify(s, 2);
-      schedule(s, Priority::High, 1.0f);
+      classify(T, s, 2);
+      schedule(T, s, Priority::High, 1.0f);
     } else {
-      const SlotState st = cache_.slot(s).state;
-      classify(s, st == SlotState::Loading ? 3 : 1);
-      if (st == SlotState::Loading) promote(s);
+      const SlotState st = T.cache->slot(s).state;
+      classify(T, s, st == SlotState::Loading ? 3 : 1);
+      if (st == SlotState::Loading) promote(T, s);
     }
-    cache_.slot(s).wanted = true;
+    T.cache->slot(s).wanted = true;
   }
   // Speculative loads for this layer that the router did not pick are now useless.
   const int n = store_->n_experts(layer);
-  for (int e = 0; e < n; ++e) {
-    const int s = cache_.find(layer, e);
-    if (s >= 0 && !cache_.slot(s).wanted) cancel_low(s);
+  for (Tier* T : {&high_, low_.get()}) {
+    if (!T) continue;
+    for (int e = 0; e < n; ++e) {
+      const int s = T->cache->find(layer, e);
+      if (s >= 0 && !T->cache->slot(s).wanted) cancel_low(*T, s);
+    }
   }
 }
 
 Residency CachedExpertProvider::residency(int layer, int expert) const {
+  return residency_mixed(layer, expert, Precision::High);
+}
+
+Residency CachedExpertProvider::residency_mixed(int layer, int expert, Precision p) const {
   std::lock_guard lk(mu_);
-  const int s = cache_.find(layer, expert);
+  if (p == Precision::Low && !low_) return Residency::NotStarted;
+  const Tier& T = tier(p);
+  const int s = T.cache->find(layer, expert);
   if (s < 0) return Residency::NotStarted;
-  switch (cache_.slot(s).state) {
+  switch (T.cache->slot(s).state) {
     case SlotState::Ready:
       return Residency::Resident;
     case SlotState::Loading:
@@ -173,115 +256,135 @@ Residency CachedExpertProvider::residency(int layer, int expert) const {
   }
 }
 
-ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision) {
+ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   MOEFLOW_CHECK(expert >= 0 && expert < store_->n_experts(layer),
                 "acquire: layer {} has no expert {}", layer, expert);
   std::unique_lock lk(mu_);
+  Tier& T = tier(p);
+  ExpertCache& cache = *T.cache;
   const double t0 = now_seconds();
   bool waited = false;
   int s = -1;
   for (;;) {
-    s = cache_.find(layer, expert);
+    s = cache.find(layer, expert);
     if (s >= 0) break;
     ExpertKey ev;
     bool unused = false;
-    s = cache_.allocate(layer, expert, /*steal_wanted=*/true, ev, unused);
+    s = cache.allocate(layer, expert, /*steal_wanted=*/true, ev, unused);
     if (s >= 0) {
       note_eviction(ev, unused);
-      classify(s, 2);
-      schedule(s, Priority::High, 1.0f);
+      classify(T, s, 2);
+      schedule(T, s, Priority::High, 1.0f);
       break;
     }
-    if (cache_.all_pinned(layer)) {
-      fail("expert cache: all {} slots are acquired and not released; the budget ({} bytes) "
-           "is too small for the experts layer {} holds at once (raise --expert-cache)",
-           cache_.n_slots(), cfg_.budget_bytes, layer);
+    if (cache.all_pinned(layer)) {
+      const bool low = p == Precision::Low;
+      fail("{}: all {} slots are acquired and not released; the budget ({} bytes) is too small "
+           "for the experts layer {} holds at once (raise {})",
+           low ? "low-precision expert cache" : "expert cache", cache.n_slots(),
+           low ? cfg_.low_budget_bytes : cfg_.budget_bytes, layer,
+           low ? "--low-cache" : "--expert-cache");
     }
     // Every slot is loading: one will finish and become evictable.
     waited = true;
     cv_.wait(lk);
   }
-  Slot& sl = cache_.slot(s);
-  classify(s, sl.state == SlotState::Loading ? 3 : 1);
-  if (sl.state == SlotState::Loading) promote(s);
+  Slot& sl = cache.slot(s);
+  classify(T, s, sl.state == SlotState::Loading ? 3 : 1);
+  if (sl.state == SlotState::Loading) promote(T, s);
   ++sl.pins;
   sl.wanted = false;
   LayerOffloadStats& st = ls(layer);
   ++st.acquires;
+  if (p == Precision::Low) ++st.acquires_low;
   if (sl.prefetched) {
     sl.prefetched = false;
     ++st.prefetch_used;
   }
-  cache_.touch(s);
+  cache.touch(s);
   if (sl.state == SlotState::Loading) {
     waited = true;
     cv_.wait(lk, [&] { return sl.state != SlotState::Loading; });
   }
   if (waited) st.stall_s += now_seconds() - t0;
-  io_[s].request_class = 0;
+  T.io[s].request_class = 0;
   if (sl.state == SlotState::Failed) {
-    const std::string err = io_[s].error;
-    if (--sl.pins == 0) free_failed(s);
+    const std::string err = T.io[s].error;
+    if (--sl.pins == 0) free_failed(T, s);
     cv_.notify_all();
     throw Error(err);
   }
   ExpertView v;
-  const uint8_t* base = cache_.slot_data(s);
-  const auto& slices = store_->index().layers[layer].slices[expert];
-  for (int p = 0; p < kNumExpertProj; ++p) {
-    const ChunkLoc& c = store_->chunk(layer, expert, p);
-    v.type[p] = slices[p].type;
-    v.rows[p] = slices[p].rows;
-    v.cols[p] = slices[p].cols;
-    v.data[p] = c.nbytes ? base + store_->slot_region(layer, expert, p) + c.inner_offset : nullptr;
+  const uint8_t* base = cache.slot_data(s);
+  const auto& slices = store_->index(p).layers[layer].slices[expert];
+  for (int proj = 0; proj < kNumExpertProj; ++proj) {
+    const ChunkLoc& c = store_->chunk(layer, expert, proj, p);
+    v.type[proj] = slices[proj].type;
+    v.rows[proj] = slices[proj].rows;
+    v.cols[proj] = slices[proj].cols;
+    v.data[proj] =
+        c.nbytes ? base + store_->slot_region(layer, expert, proj, p) + c.inner_offset : nullptr;
   }
   return v;
 }
 
-void CachedExpertProvider::release(int layer, int expert, Precision) {
+void CachedExpertProvider::release(int layer, int expert, Precision p) {
   std::lock_guard lk(mu_);
-  const int s = cache_.find(layer, expert);
-  MOEFLOW_CHECK(s >= 0 && cache_.slot(s).pins > 0,
+  Tier& T = tier(p);
+  const int s = T.cache->find(layer, expert);
+  MOEFLOW_CHECK(s >= 0 && T.cache->slot(s).pins > 0,
                 "release: expert {} of layer {} is not acquired", expert, layer);
-  --cache_.slot(s).pins;
+  --T.cache->slot(s).pins;
   cv_.notify_all();
 }
 
 void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, float confidence) {
+  prefetch_mixed(layer, experts, confidence, Precision::High);
+}
+
+void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> experts,
+                                          float confidence, Precision p) {
   if (!cfg_.prefetch) return;
   std::lock_guard lk(mu_);
+  if (p == Precision::Low && !low_) return;
+  Tier& T = tier(p);
   for (int e : experts) {
     if (e < 0 || e >= store_->n_experts(layer)) continue;
-    if (cache_.find(layer, e) >= 0) continue;
+    if (T.cache->find(layer, e) >= 0) continue;
     ExpertKey ev;
     bool unused = false;
-    const int s = cache_.allocate(layer, e, /*steal_wanted=*/false, ev, unused);
+    const int s = T.cache->allocate(layer, e, /*steal_wanted=*/false, ev, unused);
     if (s < 0) {
       ++ls(layer).prefetch_dropped;
       continue;
     }
     note_eviction(ev, unused);
-    cache_.slot(s).prefetched = true;
+    T.cache->slot(s).prefetched = true;
     ++ls(layer).prefetch_issued;
-    schedule(s, Priority::Low, confidence);
+    schedule(T, s, Priority::Low, confidence);
   }
 }
 
 void CachedExpertProvider::end_step() {
   std::lock_guard lk(mu_);
-  for (int s = 0; s < cache_.n_slots(); ++s) {
-    cache_.slot(s).wanted = false;
-    io_[s].request_class = 0;
+  ++step_;
+  for (Tier* T : {&high_, low_.get()}) {
+    if (!T) continue;
+    for (int s = 0; s < T->cache->n_slots(); ++s) {
+      T->cache->slot(s).wanted = false;
+      T->io[s].request_class = 0;
+    }
   }
 }
 
-unsigned CachedExpertProvider::ready_chunks(int layer, int expert) const {
+unsigned CachedExpertProvider::ready_chunks(int layer, int expert, Precision p) const {
   std::lock_guard lk(mu_);
-  const int s = cache_.find(layer, expert);
+  const Tier& T = tier(p);
+  const int s = T.cache->find(layer, expert);
   if (s < 0) return 0;
   unsigned m = 0;
-  for (int p = 0; p < kNumExpertProj; ++p) {
-    if (io_[s].state[p] == ChunkState::Ready) m |= 1u << p;
+  for (int proj = 0; proj < kNumExpertProj; ++proj) {
+    if (T.io[s].state[proj] == ChunkState::Ready) m |= 1u << proj;
   }
   return m;
 }
@@ -305,7 +408,7 @@ void CachedExpertProvider::drain() {
 
 bool CachedExpertProvider::begin(const ChunkTask& t) {
   std::lock_guard lk(mu_);
-  SlotIo& io = io_[t.slot];
+  SlotIo& io = tier_of(t).io[t.slot];
   if (io.ticket[t.proj] != t.ticket || io.state[t.proj] != ChunkState::Queued) return false;
   io.state[t.proj] = ChunkState::Reading;
   return true;
@@ -313,34 +416,39 @@ bool CachedExpertProvider::begin(const ChunkTask& t) {
 
 void CachedExpertProvider::run(const ChunkTask& t) {
   // The slot cannot be freed or rebound while a chunk is Reading, so no lock is needed here.
+  Tier& T = tier_of(t);
   const double t0 = now_seconds();
   store_->read(t.layer, t.expert, t.proj,
-               cache_.slot_data(static_cast<int>(t.slot)) +
-                   store_->slot_region(t.layer, t.expert, t.proj));
+               T.cache->slot_data(static_cast<int>(t.slot)) +
+                   store_->slot_region(t.layer, t.expert, t.proj, T.prec),
+               T.prec);
   const double dt = now_seconds() - t0;
   std::lock_guard lk(mu_);
   LayerOffloadStats& st = ls(t.layer);
   st.read_s += dt;
-  st.bytes_read += store_->chunk(t.layer, t.expert, t.proj).aligned_len;
+  const uint64_t n = store_->chunk(t.layer, t.expert, t.proj, T.prec).aligned_len;
+  st.bytes_read += n;
+  if (T.prec == Precision::Low) st.bytes_read_low += n;
   ++st.chunks_read;
 }
 
 void CachedExpertProvider::finish(const ChunkTask& t, const std::string& error) {
   std::lock_guard lk(mu_);
+  Tier& T = tier_of(t);
   const int s = static_cast<int>(t.slot);
-  SlotIo& io = io_[s];
+  SlotIo& io = T.io[s];
   io.state[t.proj] = ChunkState::Ready;
   if (!error.empty() && io.error.empty()) io.error = error;
   --in_flight_;
   if (--io.pending == 0) {
-    Slot& sl = cache_.slot(s);
+    Slot& sl = T.cache->slot(s);
     if (io.error.empty()) {
       sl.state = SlotState::Ready;
     } else {
       sl.state = SlotState::Failed;
       // Nobody waits on a failed prefetch: forget it so the next acquire retries the read
       // and reports the error itself.
-      if (sl.pins == 0) free_failed(s);
+      if (sl.pins == 0) free_failed(T, s);
     }
   }
   cv_.notify_all();

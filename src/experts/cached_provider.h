@@ -8,6 +8,10 @@
 //                 ready (never reads on the caller's thread); throws the I/O error if any
 //   release    -> unpins
 //   prefetch   -> LOW tasks ordered by confidence, only into slots that can be evicted now
+// With low-precision copies (HOBBIT mode, docs/lossy-modes.md) there are two caches, one per
+// precision, each with its own budget, slot size and eviction policy; every call above takes
+// the precision and works on that cache. The I/O queue is shared, so a routed expert of either
+// precision preempts every speculative load.
 // All state is guarded by one mutex; I/O runs on the prefetcher's threads without it.
 #include <condition_variable>
 #include <memory>
@@ -32,12 +36,17 @@ struct OffloadConfig {
   bool early_preemption = true;
   // Off = prefetch() calls are ignored (on-demand / no-predictor baselines).
   bool prefetch = true;
+  // A second cache for the store's low-precision copies, with this budget (0: no low tier;
+  // then only Precision::High may be asked for).
+  uint64_t low_budget_bytes = 0;
 };
 
 class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
  public:
+  // `low_policy` is required when cfg.low_budget_bytes > 0.
   CachedExpertProvider(std::unique_ptr<ExpertStore> store, std::unique_ptr<EvictionPolicy> policy,
-                       const OffloadConfig& cfg);
+                       const OffloadConfig& cfg,
+                       std::unique_ptr<EvictionPolicy> low_policy = nullptr);
   ~CachedExpertProvider() override;
 
   void on_route(int layer, std::span<const int> experts) override;
@@ -45,16 +54,22 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
   void release(int layer, int expert, Precision p = Precision::High) override;
   void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) override;
+  bool has_low_precision() const override { return low_ != nullptr; }
+  void on_route_mixed(int layer, std::span<const int> experts,
+                      std::span<const Precision> precisions) override;
+  Residency residency_mixed(int layer, int expert, Precision p) const override;
+  void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
+                      Precision p) override;
   void begin_step() override {}
   void end_step() override;
 
   // Bit i set when chunk i (gate, up, down) of the expert is in memory; 0 if not cached.
-  unsigned ready_chunks(int layer, int expert) const;
+  unsigned ready_chunks(int layer, int expert, Precision p = Precision::High) const;
   OffloadStats stats() const;
   void reset_stats();
   const ExpertStore& store() const { return *store_; }
   ExpertStore& store() { return *store_; }
-  int n_slots() const { return cache_.n_slots(); }
+  int n_slots(Precision p = Precision::High) const;
   // Waits until no I/O is queued or running (tests and benchmarks).
   void drain();
 
@@ -68,26 +83,42 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     uint8_t request_class = 0;  // 0 unset, 1 hit, 2 miss, 3 late (set on first request)
     std::string error;
   };
+  // One precision's cache and the I/O state of its slots.
+  struct Tier {
+    Precision prec = Precision::High;
+    std::unique_ptr<ExpertCache> cache;
+    std::vector<SlotIo> io;
+  };
 
   // ChunkSink (called by the prefetcher's workers)
   bool begin(const ChunkTask& t) override;
   void run(const ChunkTask& t) override;
   void finish(const ChunkTask& t, const std::string& error) override;
 
-  void schedule(int s, Priority p, float confidence);  // under mu_
-  void promote(int s);                                 // under mu_
-  bool cancel_low(int s);                              // under mu_
-  void classify(int s, uint8_t cls);                   // under mu_
-  void note_eviction(const ExpertKey& k, bool unused);  // under mu_
-  void free_failed(int s);                             // under mu_
+  Tier& tier(Precision p);              // throws when the low tier is absent
+  const Tier& tier(Precision p) const;
+  Tier& tier_of(const ChunkTask& t) { return t.tier ? *low_ : high_; }
+  void schedule(Tier& T, int s, Priority p, float confidence);  // under mu_
+  void promote(Tier& T, int s);                                 // under mu_
+  bool cancel_low(Tier& T, int s);                              // under mu_
+  void classify(Tier& T, int s, uint8_t cls);                   // under mu_
+  void note_eviction(const ExpertKey& k, bool unused);          // under mu_
+  void free_failed(Tier& T, int s);                             // under mu_
+  void route_locked(int layer, std::span<const int> experts,
+                    std::span<const Precision> precisions);  // under mu_
+  void route_policies(int layer, std::span<const int> experts,
+                      std::span<const Precision> precisions);  // under mu_
   LayerOffloadStats& ls(int layer) { return stats_.layers[layer]; }
 
   std::unique_ptr<ExpertStore> store_;
   OffloadConfig cfg_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  ExpertCache cache_;
-  std::vector<SlotIo> io_;
+  Tier high_;
+  std::unique_ptr<Tier> low_;
+  std::vector<Precision> all_high_;     // scratch: on_route's precisions
+  std::vector<uint8_t> route_prec_;     // scratch: precisions handed to the policies
+  uint64_t step_ = 0;
   uint64_t next_ticket_ = 0;
   int in_flight_ = 0;  // chunks queued or reading
   OffloadStats stats_;

@@ -18,11 +18,11 @@ ExpertCache::ExpertCache(const CacheConfig& cfg, std::unique_ptr<EvictionPolicy>
   const uint64_t per_part = n_total / n_parts;
   const uint64_t mib = 1 << 20;
   if (per_part < static_cast<uint64_t>(cfg_.top_k)) {
-    fail("expert cache budget {:.2f} MiB holds {} expert slot(s) of {:.2f} MiB{}, fewer than "
-         "one layer's top-k ({}); need at least {:.2f} MiB: raise --expert-cache or --cache-rate",
-         double(cfg_.budget_bytes) / mib, per_part, double(cfg_.slot_bytes) / mib,
+    fail("{} budget {:.2f} MiB holds {} expert slot(s) of {:.2f} MiB{}, fewer than "
+         "one layer's top-k ({}); need at least {:.2f} MiB: raise {}",
+         cfg_.what, double(cfg_.budget_bytes) / mib, per_part, double(cfg_.slot_bytes) / mib,
          cfg_.per_layer ? " per layer" : "", cfg_.top_k,
-         double(cfg_.slot_bytes) * cfg_.top_k * n_parts / mib);
+         double(cfg_.slot_bytes) * cfg_.top_k * n_parts / mib, cfg_.raise_with);
   }
   // More slots than experts would never be used.
   uint64_t max_useful = 0;

@@ -40,6 +40,10 @@ struct CacheConfig {
   int n_layers = 0;
   std::vector<int> moe_layers;
   int max_experts = 0;
+  // Names the budget in errors ("expert cache" / "low-precision expert cache") and the options
+  // that raise it.
+  std::string what = "expert cache";
+  std::string raise_with = "--expert-cache or --cache-rate";
 };
 
 class ExpertCache {
@@ -53,6 +57,7 @@ class ExpertCache {
   Slot& slot(int s) { return slots_[s]; }
   const Slot& slot(int s) const { return slots_[s]; }
   const EvictionPolicy& policy() const { return *policy_; }
+  EvictionPolicy& policy() { return *policy_; }
 
   // Slot holding (layer, expert) in any state but Free, or -1.
   int find(int layer, int expert) const;

@@ -9,6 +9,8 @@
 //   residency(l, e) for each e     used to reorder: resident -> in flight -> not started
 //   acquire(l, e, p) ... release   blocks until the weights are usable; pinned in between
 //   prefetch(l', experts, ...)     predictors queue speculative loads for later layers/tokens
+// In the lossy modes (HOBBIT) the block asks for (layer, expert, precision) through the
+// *_mixed variants; the plain calls mean Precision::High.
 #include <cstdint>
 #include <span>
 
@@ -47,6 +49,25 @@ class ExpertProvider {
 
   // Protocol step 5: speculative load, lower priority than any on_route() expert.
   virtual void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) {}
+
+  // Mixed precision (docs/lossy-modes.md). A provider that holds low-precision copies of the
+  // experts says so here and overrides the *_mixed calls; the defaults serve providers with
+  // one precision, which the lossless mode is all that ever asks for.
+  virtual bool has_low_precision() const { return false; }
+  // Protocol step 1 when some experts are wanted in low precision: experts[i] in
+  // precisions[i] (an expert may appear twice, once per precision, in a prefill step).
+  virtual void on_route_mixed(int layer, std::span<const int> experts,
+                              std::span<const Precision> precisions) {
+    on_route(layer, experts);
+  }
+  virtual Residency residency_mixed(int layer, int expert, Precision p) const {
+    return residency(layer, expert);
+  }
+  // Precision-aware speculative load (HOBBIT's prefetch of the copy the rule will ask for).
+  virtual void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
+                              Precision p) {
+    if (p == Precision::High) prefetch(layer, experts, confidence);
+  }
 
   // Step boundaries (one decode token or one prefill chunk).
   virtual void begin_step() {}

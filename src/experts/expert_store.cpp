@@ -37,27 +37,60 @@ bool direct_read_works(int fd) {
 
 }  // namespace
 
-ExpertStore::ExpertStore(std::vector<std::string> paths, ExpertIndex index, StoreOptions opt)
-    : paths_(std::move(paths)), index_(std::move(index)) {
+ExpertStore::ExpertStore(std::vector<std::string> paths, ExpertIndex index, StoreOptions opt,
+                         ExpertIndex low)
+    : paths_(std::move(paths)) {
   MOEFLOW_CHECK(!paths_.empty(), "expert store: no model file given");
-  locs_.resize(index_.layers.size());
-  regions_.resize(index_.layers.size());
-  for (size_t l = 0; l < index_.layers.size(); ++l) {
-    const ExpertLayerIndex& li = index_.layers[l];
+  tiers_[0].index = std::move(index);
+  build_tier(tiers_[0], "expert");
+  for (const ExpertLayerIndex& li : low.layers) has_low_ |= li.n_expert > 0;
+  if (has_low_) {
+    const ExpertIndex& hi = tiers_[0].index;
+    MOEFLOW_CHECK(low.layers.size() == hi.layers.size(),
+                  "{}: the low-precision expert copies cover {} layers, the model has {}",
+                  paths_[0], low.layers.size(), hi.layers.size());
+    for (size_t l = 0; l < hi.layers.size(); ++l) {
+      const ExpertLayerIndex& h = hi.layers[l];
+      const ExpertLayerIndex& w = low.layers[l];
+      MOEFLOW_CHECK(h.n_expert == w.n_expert && h.fused_gate_up == w.fused_gate_up,
+                    "{}: layer {} has {} experts but {} low-precision copies (re-run moeflow pack "
+                    "--low)",
+                    paths_[0], l, h.n_expert, w.n_expert);
+      for (int e = 0; e < h.n_expert; ++e)
+        for (int p = 0; p < kNumExpertProj; ++p) {
+          const ExpertSlice& a = h.slices[e][p];
+          const ExpertSlice& b = w.slices[e][p];
+          MOEFLOW_CHECK(a.rows == b.rows && a.cols == b.cols,
+                        "{}: layer {}: the low-precision copy of expert {} ({}) is {}x{}, the "
+                        "expert is {}x{}",
+                        paths_[0], l, e, proj_name(p), b.rows, b.cols, a.rows, a.cols);
+        }
+    }
+    tiers_[1].index = std::move(low);
+    build_tier(tiers_[1], "low-precision expert");
+  }
+  open_files(opt.direct_io);
+}
+
+void ExpertStore::build_tier(Tier& t, const char* what) {
+  t.locs.resize(t.index.layers.size());
+  t.regions.resize(t.index.layers.size());
+  for (size_t l = 0; l < t.index.layers.size(); ++l) {
+    const ExpertLayerIndex& li = t.index.layers[l];
     max_experts_ = std::max(max_experts_, li.n_expert);
     MOEFLOW_CHECK(li.slices.size() == static_cast<size_t>(li.n_expert),
-                  "{}: expert index of layer {} lists {} slices for {} experts", paths_[0], l,
+                  "{}: {} index of layer {} lists {} slices for {} experts", paths_[0], what, l,
                   li.slices.size(), li.n_expert);
-    locs_[l].resize(static_cast<size_t>(li.n_expert) * kNumExpertProj);
-    regions_[l].resize(locs_[l].size());
+    t.locs[l].resize(static_cast<size_t>(li.n_expert) * kNumExpertProj);
+    t.regions[l].resize(t.locs[l].size());
     for (int e = 0; e < li.n_expert; ++e) {
       uint64_t region = 0;
       for (int p = 0; p < kNumExpertProj; ++p) {
         const ExpertSlice& s = li.slices[e][p];
-        ChunkLoc& c = locs_[l][e * kNumExpertProj + p];
+        ChunkLoc& c = t.locs[l][e * kNumExpertProj + p];
         MOEFLOW_CHECK(s.split < paths_.size(),
-                      "{}: expert {} of layer {} ({}) lives in split {}, but only {} files given",
-                      paths_[0], e, l, proj_name(p), s.split, paths_.size());
+                      "{}: {} {} of layer {} ({}) lives in split {}, but only {} files given",
+                      paths_[0], what, e, l, proj_name(p), s.split, paths_.size());
         c.split = s.split;
         c.nbytes = s.nbytes;
         if (s.nbytes > 0) {
@@ -65,18 +98,26 @@ ExpertStore::ExpertStore(std::vector<std::string> paths, ExpertIndex index, Stor
           c.inner_offset = s.file_offset - c.aligned_offset;
           c.aligned_len = round_up(s.file_offset + s.nbytes, kDirectAlign) - c.aligned_offset;
         }
-        regions_[l][e * kNumExpertProj + p] = region;
+        t.regions[l][e * kNumExpertProj + p] = region;
         region += c.aligned_len;
-        total_bytes_ += s.nbytes;
+        t.total_bytes += s.nbytes;
       }
-      slot_bytes_ = std::max(slot_bytes_, region);
+      t.slot_bytes = std::max(t.slot_bytes, region);
     }
   }
-  open_files(opt.direct_io);
+}
+
+const ExpertStore::Tier& ExpertStore::tier(Precision p) const {
+  if (p == Precision::Low && !has_low_)
+    fail("{}: the model has no low-precision expert copies (pack it with `moeflow pack --low "
+         "TYPE`)",
+         paths_[0]);
+  return tiers_[p == Precision::Low ? 1 : 0];
 }
 
 std::unique_ptr<ExpertStore> ExpertStore::open(const GgufFile& f, StoreOptions opt) {
-  return std::make_unique<ExpertStore>(f.split_paths(), build_expert_index(f), opt);
+  return std::make_unique<ExpertStore>(f.split_paths(), build_expert_index(f), opt,
+                                       build_expert_index(f, "low"));
 }
 
 void ExpertStore::open_files(bool want_direct) {
@@ -120,19 +161,20 @@ ExpertStore::~ExpertStore() {
 }
 
 int ExpertStore::n_experts(int layer) const {
-  if (layer < 0 || static_cast<size_t>(layer) >= index_.layers.size()) return 0;
-  return index_.layers[layer].n_expert;
+  const ExpertIndex& idx = tiers_[0].index;
+  if (layer < 0 || static_cast<size_t>(layer) >= idx.layers.size()) return 0;
+  return idx.layers[layer].n_expert;
 }
 
-const ChunkLoc& ExpertStore::chunk(int layer, int expert, int proj) const {
+const ChunkLoc& ExpertStore::chunk(int layer, int expert, int proj, Precision p) const {
   MOEFLOW_CHECK(expert >= 0 && expert < n_experts(layer) && proj >= 0 && proj < kNumExpertProj,
                 "{}: no expert {} (proj {}) in layer {}", paths_[0], expert, proj, layer);
-  return locs_[layer][expert * kNumExpertProj + proj];
+  return tier(p).locs[layer][expert * kNumExpertProj + proj];
 }
 
-uint64_t ExpertStore::slot_region(int layer, int expert, int proj) const {
-  chunk(layer, expert, proj);  // validates
-  return regions_[layer][expert * kNumExpertProj + proj];
+uint64_t ExpertStore::slot_region(int layer, int expert, int proj, Precision p) const {
+  chunk(layer, expert, proj, p);  // validates
+  return tier(p).regions[layer][expert * kNumExpertProj + proj];
 }
 
 void ExpertStore::set_fault_hook(FaultHook hook) {
@@ -140,8 +182,9 @@ void ExpertStore::set_fault_hook(FaultHook hook) {
   hook_ = std::move(hook);
 }
 
-void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst) const {
-  const ChunkLoc& c = chunk(layer, expert, proj);
+void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst, Precision p) const {
+  const ChunkLoc& c = chunk(layer, expert, proj, p);
+  const char* prec = p == Precision::Low ? " low-precision copy" : "";
   if (c.aligned_len == 0) return;
   const int fd = fds_[c.split];
   // The aligned superset may run past the end of the file (last tensor): a short read is an
@@ -164,17 +207,17 @@ void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst) const {
   if (result == 0) result = static_cast<int64_t>(done);
   {
     std::lock_guard lk(hook_mu_);
-    if (hook_) hook_(ReadEvent{layer, expert, proj, &c}, result);
+    if (hook_) hook_(ReadEvent{layer, expert, proj, &c, p}, result);
   }
   if (result < 0) {
-    fail("{}: read error at offset {} ({} bytes) for expert {} of layer {} ({}): {}",
-         paths_[c.split], c.aligned_offset, c.aligned_len, expert, layer, proj_name(proj),
+    fail("{}: read error at offset {} ({} bytes) for expert {}{} of layer {} ({}): {}",
+         paths_[c.split], c.aligned_offset, c.aligned_len, expert, prec, layer, proj_name(proj),
          std::strerror(static_cast<int>(-result)));
   }
   if (static_cast<uint64_t>(result) < c.inner_offset + c.nbytes) {
-    fail("{}: short read for expert {} of layer {} ({}): got {} of {} bytes at offset {} "
+    fail("{}: short read for expert {}{} of layer {} ({}): got {} of {} bytes at offset {} "
          "(file truncated?)",
-         paths_[c.split], expert, layer, proj_name(proj), result, c.inner_offset + c.nbytes,
+         paths_[c.split], expert, prec, layer, proj_name(proj), result, c.inner_offset + c.nbytes,
          c.aligned_offset);
   }
 }

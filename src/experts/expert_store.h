@@ -7,6 +7,10 @@
 // covers the 4 KiB-aligned superset of the slice and the caller points into it at
 // `inner_offset`. If the filesystem refuses O_DIRECT (tmpfs), the store falls back to
 // buffered reads, warns once on stderr and reports direct_io() == false in the statistics.
+//
+// A file packed with `moeflow pack --low TYPE` also holds a low-precision copy of every
+// expert (tensors "blk.N.ffn_*_exps.low"); the store then knows both precisions' byte ranges
+// and every accessor takes the precision (default: the model's own, high).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_provider.h"
 #include "gguf/expert_index.h"
 
 namespace moeflow {
@@ -38,6 +43,7 @@ struct ReadEvent {
   int expert = -1;
   int proj = -1;
   const ChunkLoc* loc = nullptr;
+  Precision precision = Precision::High;
 };
 // `result` is the byte count read (or -errno); the hook may overwrite it.
 using FaultHook = std::function<void(const ReadEvent&, int64_t& result)>;
@@ -48,47 +54,58 @@ struct StoreOptions {
 
 class ExpertStore {
  public:
-  // `paths` are the split files in order; `index` their expert byte ranges.
-  ExpertStore(std::vector<std::string> paths, ExpertIndex index, StoreOptions opt = {});
-  // Convenience for a model opened with GgufFile (uses build_expert_index).
+  // `paths` are the split files in order; `index` their expert byte ranges, `low` those of the
+  // low-precision copies (an index without experts: none). Throws if `low` does not have the
+  // layers, experts and shapes of `index`.
+  ExpertStore(std::vector<std::string> paths, ExpertIndex index, StoreOptions opt = {},
+              ExpertIndex low = {});
+  // Convenience for a model opened with GgufFile (uses build_expert_index for both).
   static std::unique_ptr<ExpertStore> open(const GgufFile& f, StoreOptions opt = {});
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
 
-  const ExpertIndex& index() const { return index_; }
+  const ExpertIndex& index(Precision p = Precision::High) const { return tier(p).index; }
+  bool has_low() const { return has_low_; }
   const std::string& path(uint32_t split = 0) const { return paths_.at(split); }
-  int n_layers() const { return index_.n_layers; }
+  int n_layers() const { return tiers_[0].index.n_layers; }
   int n_experts(int layer) const;
   int max_experts() const { return max_experts_; }
   bool is_moe_layer(int layer) const { return n_experts(layer) > 0; }
 
-  const ChunkLoc& chunk(int layer, int expert, int proj) const;
+  const ChunkLoc& chunk(int layer, int expert, int proj, Precision p = Precision::High) const;
   // Offset of projection `proj` inside an expert slot (4 KiB-aligned regions back to back).
-  uint64_t slot_region(int layer, int expert, int proj) const;
+  uint64_t slot_region(int layer, int expert, int proj, Precision p = Precision::High) const;
   // Bytes one slot needs to hold the largest expert (sum of its aligned chunk reads).
-  uint64_t slot_bytes() const { return slot_bytes_; }
-  // Sum of every expert's slice bytes (what --cache-rate is a fraction of).
-  uint64_t total_expert_bytes() const { return total_bytes_; }
+  uint64_t slot_bytes(Precision p = Precision::High) const { return tier(p).slot_bytes; }
+  // Sum of every expert's slice bytes (what --cache-rate / --low-cache-rate are fractions of).
+  uint64_t total_expert_bytes(Precision p = Precision::High) const { return tier(p).total_bytes; }
 
   // Reads the chunk into `dst` (4 KiB-aligned, >= aligned_len bytes). Thread-safe. Throws
   // moeflow::Error naming the file, expert and offset on an I/O error or a short read.
-  void read(int layer, int expert, int proj, uint8_t* dst) const;
+  void read(int layer, int expert, int proj, uint8_t* dst, Precision p = Precision::High) const;
 
   bool direct_io() const { return direct_; }
   void set_fault_hook(FaultHook hook);
 
  private:
+  // One precision's byte ranges.
+  struct Tier {
+    ExpertIndex index;
+    // locs[layer][expert * 3 + proj], regions likewise
+    std::vector<std::vector<ChunkLoc>> locs;
+    std::vector<std::vector<uint64_t>> regions;
+    uint64_t slot_bytes = 0;
+    uint64_t total_bytes = 0;
+  };
+  void build_tier(Tier& t, const char* what);
+  const Tier& tier(Precision p) const;
   void open_files(bool want_direct);
 
   std::vector<std::string> paths_;
-  ExpertIndex index_;
+  Tier tiers_[2];
+  bool has_low_ = false;
   int max_experts_ = 0;
-  // locs_[layer][expert * 3 + proj], regions_ likewise
-  std::vector<std::vector<ChunkLoc>> locs_;
-  std::vector<std::vector<uint64_t>> regions_;
-  uint64_t slot_bytes_ = 0;
-  uint64_t total_bytes_ = 0;
 
   // Fixed after construction (O_DIRECT support is probed once), so reads need no lock.
   std::vector<int> fds_;

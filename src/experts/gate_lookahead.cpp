@@ -40,6 +40,7 @@ void GateLookahead::on_route(const RouteRecord& r) {
     const int n_exp = cfg_.n_experts[target];
     const int k = std::min(cfg_.top_k, n_exp);
     chosen_.clear();
+    chosen_prec_.clear();
     conf_.clear();
     const int t0 = std::max(0, r.n_tokens - cfg_.max_tokens);
     for (int t = t0; t < r.n_tokens; ++t) {
@@ -53,18 +54,32 @@ void GateLookahead::on_route(const RouteRecord& r) {
       for (int e = 0; e < n_exp; ++e) order_[e] = e;
       std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
                         [&](int a, int b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b); });
+      topw_.resize(k);
+      uses_.resize(k);
+      for (int i = 0; i < k; ++i) topw_[i] = static_cast<float>(probs_[order_[i]] / sum);
+      decide_uses(cfg_.mode, topw_.data(), k, uses_.data());
       for (int i = 0; i < k; ++i) {
+        if (uses_[i] == ExpertUse::Skip) continue;
         const int e = order_[i];
-        if (std::find(chosen_.begin(), chosen_.end(), e) != chosen_.end()) continue;
+        const Precision p = uses_[i] == ExpertUse::Low ? Precision::Low : Precision::High;
+        bool dup = false;
+        for (size_t j = 0; j < chosen_.size(); ++j) dup |= chosen_[j] == e && chosen_prec_[j] == p;
+        if (dup) continue;
         chosen_.push_back(e);
-        conf_.push_back(static_cast<float>(probs_[e] / sum));
+        chosen_prec_.push_back(p);
+        conf_.push_back(topw_[i]);
       }
     }
     // One call per confidence so the prefetcher can order LOW tasks by it; farther layers are
     // discounted, they are needed later.
     const float discount = 1.0f / static_cast<float>(d + 1);
     for (size_t i = 0; i < chosen_.size(); ++i) {
-      provider_.prefetch(target, std::span<const int>(&chosen_[i], 1), conf_[i] * discount);
+      const std::span<const int> one(&chosen_[i], 1);
+      if (cfg_.mode.mode == ExpertMode::Hobbit) {
+        provider_.prefetch_mixed(target, one, conf_[i] * discount, chosen_prec_[i]);
+      } else {
+        provider_.prefetch(target, one, conf_[i] * discount);
+      }
     }
     predictions_ += chosen_.size();
   }

@@ -1,12 +1,13 @@
 #pragma once
 // The simplest predictor, wired live: when layer l routes, apply the router of the next MoE
 // layer(s) to layer l's hidden state and prefetch their top-k experts at LOW priority, with
-// the router probability as confidence. Plugs into the forward pass as a ForwardObserver and
+// the router probability as confidence (in the precision the lossy mode will want). Plugs into the forward pass as a ForwardObserver and
 // chains to another observer (trace recorder) if one is set.
 #include <memory>
 #include <vector>
 
 #include "experts/expert_provider.h"
+#include "experts/precision_mode.h"
 #include "model/observer.h"
 #include "policy/predictor.h"
 
@@ -21,6 +22,9 @@ struct LookaheadConfig {
   // Past the last MoE layer, predict the next token's first MoE layers from the last hidden
   // state (a rougher guess, but it overlaps the logits/sampling time with I/O).
   bool wrap = true;
+  // Lossy modes: predicted experts are prefetched in the precision the mode will ask for
+  // (HOBBIT's rule applied to the predicted weights); ones it would skip are not prefetched.
+  PrecisionModeConfig mode;
 };
 
 class GateLookahead final : public ForwardObserver {
@@ -41,7 +45,9 @@ class GateLookahead final : public ForwardObserver {
   ForwardObserver* next_ = nullptr;
   std::vector<float> logits_, probs_;
   std::vector<int> order_, chosen_;
-  std::vector<float> conf_;
+  std::vector<Precision> chosen_prec_;
+  std::vector<float> conf_, topw_;
+  std::vector<ExpertUse> uses_;
   uint64_t predictions_ = 0;
 };
 

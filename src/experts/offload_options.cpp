@@ -50,3 +50,81 @@ int model_top_k(const GgufFile& f) {
 }
 
 }  // namespace moeflow
+
+namespace moeflow {
+
+PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) {
+  PrecisionModeConfig m;
+  m.mode = parse_expert_mode(o.mode);
+  const bool hobbit = m.mode == ExpertMode::Hobbit, skip = m.mode == ExpertMode::Skip;
+  // A threshold given for another mode would silently do nothing: say so instead.
+  if (!hobbit && (o.hobbit_t1 || o.hobbit_t2))
+    fail("--hobbit-t1 / --hobbit-t2 apply to --mode hobbit (the mode is {})", o.mode);
+  if (!skip && o.skip_threshold)
+    fail("--skip-threshold applies to --mode skip (the mode is {})", o.mode);
+  if (!hobbit && (!o.low_cache.empty() || o.low_cache_rate != 0))
+    fail("--low-cache / --low-cache-rate apply to --mode hobbit (the mode is {})", o.mode);
+  m.t1 = o.hobbit_t1.value_or(m.t1);
+  m.t2 = o.hobbit_t2.value_or(m.t2);
+  m.skip_threshold = o.skip_threshold.value_or(skip ? kDefaultSkipThreshold : 0.0);
+  validate(m);
+  if (hobbit) {
+    bool has_low = false;
+    for (const ExpertLayerIndex& l : build_expert_index(file, "low").layers)
+      has_low |= l.n_expert > 0;
+    if (!has_low)
+      fail("--mode hobbit: {} has no low-precision expert copies; make them with `moeflow pack "
+           "-m {} -o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
+           file.path(), file.path());
+  }
+  return m;
+}
+
+uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
+                            uint64_t high_budget, uint64_t total_high, uint64_t total_low,
+                            uint64_t min_low) {
+  if (!mode.needs_low()) return 0;
+  if (!o.low_cache.empty() && o.low_cache_rate != 0)
+    fail("--low-cache and --low-cache-rate are exclusive: give one of them");
+  if (!o.low_cache.empty()) return parse_byte_size(o.low_cache, "--low-cache");
+  if (o.low_cache_rate != 0) {
+    if (!(o.low_cache_rate > 0 && o.low_cache_rate <= 1.0))
+      fail("--low-cache-rate must be in (0, 1], got {}", o.low_cache_rate);
+    return static_cast<uint64_t>(std::ceil(o.low_cache_rate * static_cast<double>(total_low)));
+  }
+  // Default: the low copies get the share of their bytes that the experts get of theirs.
+  const double frac = total_high ? static_cast<double>(high_budget) / static_cast<double>(total_high) : 0;
+  const uint64_t same = static_cast<uint64_t>(std::ceil(std::min(1.0, frac) * static_cast<double>(total_low)));
+  return std::max(same, min_low);
+}
+
+void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
+  j["mode"] = expert_mode_name(s.mode.mode);
+  if (s.mode.mode == ExpertMode::Hobbit) {
+    j["hobbit_t1"] = s.mode.t1;
+    j["hobbit_t2"] = s.mode.t2;
+  }
+  if (s.mode.mode == ExpertMode::Skip) j["skip_threshold"] = s.mode.skip_threshold;
+  if (!s.usage) return;
+  const std::vector<PrecisionUsage::Counts> layers = s.usage->snapshot();
+  PrecisionUsage::Counts tot;
+  for (const auto& c : layers) tot.high += c.high, tot.low += c.low, tot.skip += c.skip;
+  j["uses"] = usage_json(tot);
+  if (!per_layer) return;
+  if (j.contains("layers") && j["layers"].is_array()) {
+    for (auto& l : j["layers"]) {
+      const size_t i = l.value("layer", size_t{0});
+      l["uses"] = usage_json(i < layers.size() ? layers[i] : PrecisionUsage::Counts{});
+    }
+  } else {
+    nlohmann::json arr = nlohmann::json::array();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      nlohmann::json u = usage_json(layers[i]);
+      u["layer"] = i;
+      arr.push_back(std::move(u));
+    }
+    j["uses_per_layer"] = std::move(arr);
+  }
+}
+
+}  // namespace moeflow

@@ -4,11 +4,14 @@
 //   make_offload(opts, file)              builds the CachedExpertProvider (+ its predictor)
 //   session.attach(ctx, model)            plugs the predictor (lookahead, promoe, ...) into the forward pass
 //   offload_stats_json(session)           statistics to merge into the command's JSON
+// The lossy expert modes (--mode hobbit|skip, docs/lossy-modes.md) live here too, so every
+// command that takes the offload options (run, chat, serve, bench, perplexity) takes them.
 // The factory functions are inline on purpose: they call the policy module
 // (make_eviction_policy), which links after this one, so only the CLI instantiates them.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "core/error.h"
 #include "experts/cached_provider.h"
 #include "experts/gate_lookahead.h"
+#include "experts/precision_mode.h"
 #include "gguf/gguf_file.h"
 #include "model/model.h"
 #include "policy/eviction_policy.h"
@@ -36,8 +40,26 @@ struct OffloadOptions {
   int lookahead = 1;
   bool no_early_preemption = false;
   bool buffered_io = false;
+  // Lossy modes (all opt-in): exact | hobbit | skip.
+  std::string mode = "exact";
+  std::optional<double> hobbit_t1, hobbit_t2;  // default 0.6 / 0.9 (HOBBIT's Mixtral values)
+  std::optional<double> skip_threshold;        // default kDefaultSkipThreshold
+  std::string low_cache;                       // low-precision cache budget ("256MiB")
+  double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
   bool enabled() const { return !expert_cache.empty() || cache_rate > 0; }
 };
+
+constexpr double kDefaultSkipThreshold = 0.1;
+
+// The mode the options ask for, checked against `file` (HOBBIT needs low-precision copies) and
+// for options that belong to another mode. Throws naming the option at fault.
+PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file);
+// Budget of the low-precision cache: --low-cache / --low-cache-rate, or by default the same
+// fraction of the low copies as the high budget is of the experts (at least top-k slots per
+// partition). 0 unless the mode uses low copies and offloading is on.
+uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
+                            uint64_t high_budget, uint64_t total_high, uint64_t total_low,
+                            uint64_t min_low);
 
 // "3GiB", "1.5G", "512MiB", "800MB", "4096" -> bytes. Throws naming `option`.
 uint64_t parse_byte_size(const std::string& text, const std::string& option);
@@ -62,6 +84,20 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_flag("--no-early-preemption", o.no_early_preemption,
                "on-demand loads only: do not raise routed experts to HIGH before acquire");
   app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
+  app.add_option("--mode", o.mode,
+                 "expert mode: exact (default, lossless) | hobbit (low-precision copies, needs "
+                 "moeflow pack --low) | skip (drop low-weight experts); lossy modes change output");
+  app.add_option("--hobbit-t1", o.hobbit_t1,
+                 "hobbit: high precision while the weight ranked above is <= T1 (default 0.6)");
+  app.add_option("--hobbit-t2", o.hobbit_t2,
+                 "hobbit: low precision while the weight ranked above is <= T2, else skip (default 0.9)");
+  app.add_option("--skip-threshold", o.skip_threshold,
+                 "skip: drop experts whose normalised gate weight is below this (default 0.1; "
+                 "the top-1 expert is always kept)");
+  app.add_option("--low-cache", o.low_cache,
+                 "hobbit + offload: RAM budget for low-precision expert copies (e.g. 256MiB)");
+  app.add_option("--low-cache-rate", o.low_cache_rate,
+                 "hobbit + offload: low-precision budget as a fraction of all low-copy bytes");
 }
 
 struct OffloadSession {
@@ -69,9 +105,13 @@ struct OffloadSession {
   std::unique_ptr<GateLookahead> lookahead;
   std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch <policy/ predictor>
   OffloadOptions options;
+  PrecisionModeConfig mode;                  // --mode and its thresholds
+  std::shared_ptr<PrecisionUsage> usage;     // high/low/skip counts (lossy modes)
 
-  // Plugs the predictor into the forward pass (chaining any observer already set).
+  // Sets the expert mode on the forward pass and plugs the predictor into it (chaining any
+  // observer already set).
   void attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing = nullptr) {
+    ctx.moe().set_mode(mode, usage);
     if (!provider || options.prefetch == "none") return;
     if (predictor) {
       predictor->set_router(model.router_fn());
@@ -84,6 +124,7 @@ struct OffloadSession {
     for (int l = 0; l < lc.n_layers; ++l) lc.n_experts.push_back(provider->store().n_experts(l));
     lc.top_k = model_top_k(model.file());
     lc.distance = options.lookahead;
+    lc.mode = mode;
     lookahead = std::make_unique<GateLookahead>(*provider, model.router_fn(), lc);
     lookahead->set_next(existing);
     ctx.set_observer(lookahead.get());
@@ -93,7 +134,14 @@ struct OffloadSession {
 inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
   OffloadSession s;
   s.options = o;
-  if (!o.enabled()) return s;
+  s.mode = resolve_mode(o, file);
+  if (!s.mode.lossless()) s.usage = std::make_shared<PrecisionUsage>();
+  if (!o.enabled()) {
+    if (!o.low_cache.empty() || o.low_cache_rate != 0)
+      fail("--low-cache / --low-cache-rate size the low-precision part of the expert cache: "
+           "give --expert-cache or --cache-rate too");
+    return s;
+  }
   const std::vector<std::string> known = predictor_names();
   const bool policy_predictor = o.prefetch != "none" && o.prefetch != "lookahead";
   if (policy_predictor && std::find(known.begin(), known.end(), o.prefetch) == known.end()) {
@@ -112,17 +160,32 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   cfg.io_threads = o.io_threads;
   cfg.early_preemption = !o.no_early_preemption;
   cfg.prefetch = o.prefetch != "none";
+  int moe_layers = 0;
+  for (int l = 0; l < store->n_layers(); ++l) moe_layers += store->is_moe_layer(l);
+  if (s.mode.needs_low()) {  // resolve_mode checked that the file has low copies
+    const uint64_t parts = cfg.per_layer ? static_cast<uint64_t>(moe_layers) : 1;
+    cfg.low_budget_bytes = resolve_low_budget(
+        o, s.mode, cfg.budget_bytes, store->total_expert_bytes(),
+        store->total_expert_bytes(Precision::Low),
+        store->slot_bytes(Precision::Low) * static_cast<uint64_t>(top_k) * parts);
+  }
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();
   po.top_k = top_k;
   const uint64_t slots = store->slot_bytes() ? cfg.budget_bytes / store->slot_bytes() : 0;
-  int moe_layers = 0;
-  for (int l = 0; l < store->n_layers(); ++l) moe_layers += store->is_moe_layer(l);
   po.capacity_total = static_cast<int>(slots);
   po.capacity_per_layer = moe_layers ? static_cast<int>(slots / moe_layers) : 0;
-  s.provider = std::make_shared<CachedExpertProvider>(std::move(store),
-                                                      make_eviction_policy(o.policy, po), cfg);
+  std::unique_ptr<EvictionPolicy> low_policy;
+  if (cfg.low_budget_bytes > 0) {
+    PolicyOptions lpo = po;
+    const uint64_t low_slots = cfg.low_budget_bytes / store->slot_bytes(Precision::Low);
+    lpo.capacity_total = static_cast<int>(low_slots);
+    lpo.capacity_per_layer = moe_layers ? static_cast<int>(low_slots / moe_layers) : 0;
+    low_policy = make_eviction_policy(o.policy, lpo);
+  }
+  s.provider = std::make_shared<CachedExpertProvider>(
+      std::move(store), make_eviction_policy(o.policy, po), cfg, std::move(low_policy));
   if (policy_predictor) {
     PredictorOptions pr;
     pr.n_layers = s.provider->store().n_layers();
@@ -135,10 +198,18 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   return s;
 }
 
+// Adds the mode, its thresholds and the per-layer high/low/skip use counts to `j`.
+void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer);
+
 inline nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer = true) {
-  if (!s.provider) return nlohmann::json{{"enabled", false}};
+  if (!s.provider) {
+    nlohmann::json j{{"enabled", false}};
+    add_mode_json(j, s, per_layer);
+    return j;
+  }
   nlohmann::json j = s.provider->stats().to_json(per_layer);
   j["enabled"] = true;
+  add_mode_json(j, s, per_layer);
   j["prefetch"] = s.options.prefetch;
   j["early_preemption"] = !s.options.no_early_preemption;
   if (s.lookahead) j["predictions"] = s.lookahead->predictions();

@@ -17,6 +17,11 @@ void LayerOffloadStats::add(const LayerOffloadStats& o) {
   chunks_read += o.chunks_read;
   stall_s += o.stall_s;
   read_s += o.read_s;
+  acquires_low += o.acquires_low;
+  hits_low += o.hits_low;
+  misses_low += o.misses_low;
+  late_low += o.late_low;
+  bytes_read_low += o.bytes_read_low;
 }
 
 LayerOffloadStats OffloadStats::total() const {
@@ -43,6 +48,12 @@ nlohmann::json layer_json(const LayerOffloadStats& s) {
        s.prefetch_issued ? double(s.prefetch_used) / double(s.prefetch_issued) : 0.0},
       {"evictions", s.evictions},
       {"bytes_read", s.bytes_read},
+      {"bytes_read_high", s.bytes_read - s.bytes_read_low},
+      {"bytes_read_low", s.bytes_read_low},
+      {"acquires_low", s.acquires_low},
+      {"hits_low", s.hits_low},
+      {"misses_low", s.misses_low},
+      {"late_low", s.late_low},
       {"chunks_read", s.chunks_read},
       {"stall_s", s.stall_s},
       {"read_s", s.read_s},
@@ -61,6 +72,11 @@ nlohmann::json OffloadStats::to_json(bool per_layer) const {
       {"n_slots", n_slots},
       {"io_threads", io_threads},
       {"total_expert_bytes", total_expert_bytes},
+      {"has_low", has_low},
+      {"low_budget_bytes", low_budget_bytes},
+      {"low_slot_bytes", low_slot_bytes},
+      {"low_n_slots", low_n_slots},
+      {"total_low_expert_bytes", total_low_expert_bytes},
       {"total", layer_json(total())},
   };
   if (per_layer) {

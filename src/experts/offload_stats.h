@@ -19,10 +19,16 @@ struct LayerOffloadStats {
   uint64_t prefetch_dropped = 0;  // not issued: no evictable slot
   uint64_t prefetch_cancelled = 0;
   uint64_t evictions = 0;
-  uint64_t bytes_read = 0;        // aligned bytes read from the store
+  uint64_t bytes_read = 0;        // aligned bytes read from the store (both precisions)
   uint64_t chunks_read = 0;
   double stall_s = 0;             // time acquire() waited (critical-path stall)
   double read_s = 0;              // summed read time of this layer's chunks (all workers)
+  // The low-precision tier's share of the counters above (HOBBIT mode; zero otherwise).
+  uint64_t acquires_low = 0;
+  uint64_t hits_low = 0;
+  uint64_t misses_low = 0;
+  uint64_t late_low = 0;
+  uint64_t bytes_read_low = 0;
 
   void add(const LayerOffloadStats& o);
 };
@@ -37,6 +43,12 @@ struct OffloadStats {
   int n_slots = 0;
   int io_threads = 0;
   uint64_t total_expert_bytes = 0;
+  // Low-precision tier (files packed with --low): its own budget and slots.
+  bool has_low = false;
+  uint64_t low_budget_bytes = 0;
+  uint64_t low_slot_bytes = 0;
+  int low_n_slots = 0;
+  uint64_t total_low_expert_bytes = 0;
   std::vector<LayerOffloadStats> layers;  // indexed by model layer
 
   LayerOffloadStats total() const;

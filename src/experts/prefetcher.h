@@ -30,6 +30,7 @@ struct ChunkTask {
   int expert = -1;
   float confidence = 1.0f;
   uint64_t seq = 0;  // set by the queue (FIFO tie-break)
+  uint8_t tier = 0;  // which of the sink's caches the slot belongs to (0 high, 1 low precision)
 };
 
 class ChunkSink {

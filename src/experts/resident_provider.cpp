@@ -7,25 +7,25 @@
 
 namespace moeflow {
 
-ResidentExpertProvider::ResidentExpertProvider(const GgufFile& file)
-    : index_(build_expert_index(file)) {
-  views_.resize(index_.layers.size());
+std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
+    const GgufFile& file, const ExpertIndex& index, const std::string& suffix) {
+  std::vector<std::vector<ExpertView>> views(index.layers.size());
   static const char* kProjName[kNumExpertProj] = {"gate", "up", "down"};
-  for (size_t li = 0; li < index_.layers.size(); ++li) {
-    const ExpertLayerIndex& L = index_.layers[li];
+  for (size_t li = 0; li < index.layers.size(); ++li) {
+    const ExpertLayerIndex& L = index.layers[li];
     if (L.n_expert == 0) continue;
     const int layer = L.layer >= 0 ? L.layer : (int)li;
     // Slices carry absolute file offsets; translate them through the stacked tensor's own
     // mapping so that split files need no separate base pointer.
     const GgufTensorInfo* tensors[kNumExpertProj] = {};
     for (int p = 0; p < kNumExpertProj; ++p) {
-      std::string name = fmt::format("blk.{}.ffn_{}_exps.weight", layer, kProjName[p]);
+      std::string name = fmt::format("blk.{}.ffn_{}_exps.{}", layer, kProjName[p], suffix);
       if (p == (int)ExpertProj::Gate && L.fused_gate_up)
-        name = fmt::format("blk.{}.ffn_gate_up_exps.weight", layer);
+        name = fmt::format("blk.{}.ffn_gate_up_exps.{}", layer, suffix);
       if (p == (int)ExpertProj::Up && L.fused_gate_up) continue;
       tensors[p] = &file.tensor(name);
     }
-    auto& vs = views_[li];
+    auto& vs = views[li];
     vs.resize(L.n_expert);
     for (int e = 0; e < L.n_expert; ++e) {
       for (int p = 0; p < kNumExpertProj; ++p) {
@@ -43,13 +43,43 @@ ResidentExpertProvider::ResidentExpertProvider(const GgufFile& file)
       }
     }
   }
+  return views;
 }
 
-ExpertView ResidentExpertProvider::acquire(int layer, int expert, Precision) {
-  if (layer < 0 || layer >= (int)views_.size() || expert < 0 ||
-      expert >= (int)views_[layer].size())
+ResidentExpertProvider::ResidentExpertProvider(const GgufFile& file)
+    : index_(build_expert_index(file)) {
+  views_[0] = make_views(file, index_, "weight");
+  const ExpertIndex low = build_expert_index(file, "low");
+  for (const ExpertLayerIndex& l : low.layers) has_low_ |= l.n_expert > 0;
+  if (!has_low_) return;
+  for (size_t l = 0; l < index_.layers.size(); ++l) {
+    const int want = index_.layers[l].n_expert;
+    const int got = l < low.layers.size() ? low.layers[l].n_expert : 0;
+    if (want != got)
+      fail("{}: layer {} has {} experts but {} low-precision copies (re-run moeflow pack --low)",
+           file.path(), l, want, got);
+    for (int e = 0; e < want; ++e)
+      for (int p = 0; p < kNumExpertProj; ++p) {
+        const ExpertSlice& a = index_.layers[l].slices[e][p];
+        const ExpertSlice& b = low.layers[l].slices[e][p];
+        if (a.rows != b.rows || a.cols != b.cols)
+          fail("{}: layer {}: the low-precision copy of expert {} has shape {}x{}, the expert "
+               "{}x{}",
+               file.path(), l, e, b.rows, b.cols, a.rows, a.cols);
+      }
+  }
+  views_[1] = make_views(file, low, "low");
+}
+
+ExpertView ResidentExpertProvider::acquire(int layer, int expert, Precision p) {
+  if (p == Precision::Low && !has_low_)
+    fail("expert {} of layer {} was asked for in low precision, but the model has no "
+         "low-precision copies (pack it with `moeflow pack --low TYPE`)",
+         expert, layer);
+  const auto& views = views_[p == Precision::Low ? 1 : 0];
+  if (layer < 0 || layer >= (int)views.size() || expert < 0 || expert >= (int)views[layer].size())
     fail("no expert {} in layer {}", expert, layer);
-  return views_[layer][expert];
+  return views[layer][expert];
 }
 
 }  // namespace moeflow

@@ -3,6 +3,7 @@
 // acquire is a pointer lookup. The baseline the offloading tier is compared against, and the
 // reference the exactness tests check other providers against.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "experts/expert_provider.h"
@@ -18,12 +19,19 @@ class ResidentExpertProvider : public ExpertProvider {
   explicit ResidentExpertProvider(const GgufFile& file);
 
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
+  // Files packed with --low also serve the low-precision copies ("blk.N.ffn_*_exps.low").
+  bool has_low_precision() const override { return has_low_; }
   const ExpertIndex& index() const { return index_; }
 
  private:
+  // views[layer][expert] of the tensors with the given name suffix.
+  static std::vector<std::vector<ExpertView>> make_views(const GgufFile& file,
+                                                         const ExpertIndex& index,
+                                                         const std::string& suffix);
   ExpertIndex index_;
-  // views_[layer][expert], precomputed so acquire never allocates or searches.
-  std::vector<std::vector<ExpertView>> views_;
+  // views_[p][layer][expert], precomputed so acquire never allocates or searches.
+  std::vector<std::vector<ExpertView>> views_[2];
+  bool has_low_ = false;
 };
 
 }  // namespace moeflow

@@ -45,16 +45,21 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
     : hp_(hp), max_tokens_(max_tokens), k_(hp.n_expert_used) {
   const int64_t d = hp.n_embd;
   const int64_t ff = std::max(hp.n_ff_exp, hp.n_ff_shexp);
+  const int units = 2 * hp.n_expert;
   logits_.resize((size_t)max_tokens * hp.n_expert);
   probs_scratch_.resize(hp.n_expert);
   experts_.resize((size_t)max_tokens * k_);
   weights_.resize((size_t)max_tokens * k_);
-  slots_of_.resize(hp.n_expert);
+  uses_.resize((size_t)max_tokens * k_, ExpertUse::High);
+  slots_of_.resize(units);
   for (auto& s : slots_of_) s.reserve(max_tokens);
-  seen_.resize(hp.n_expert);
-  union_.reserve(hp.n_expert);
-  order_.reserve(hp.n_expert);
-  for (auto& r : rank_) r.reserve(hp.n_expert);
+  seen_.resize(units);
+  union_.reserve(units);
+  union_experts_.reserve(units);
+  union_prec_.reserve(units);
+  order_.reserve(units);
+  order_prec_.reserve(units);
+  for (auto& r : rank_) r.reserve(units);
   xe_.allocate((size_t)max_tokens * d * sizeof(float));
   gu_.allocate((size_t)max_tokens * 2 * ff * sizeof(float));
   h_.allocate((size_t)max_tokens * ff * sizeof(float));
@@ -63,37 +68,72 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
   shgate_.resize(max_tokens);
 }
 
+void MoeBlock::set_mode(const PrecisionModeConfig& mode, std::shared_ptr<PrecisionUsage> usage) {
+  validate(mode);
+  mode_ = mode;
+  usage_ = std::move(usage);
+}
+
 void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, const int32_t* tokens,
                    int64_t pos0, ExpertProvider& provider, ForwardObserver* observer, float* out,
                    ThreadPool* pool) {
   if (n <= 0 || n > max_tokens_) fail("MoE block: {} tokens exceed the batch size {}", n, max_tokens_);
   const int E = hp_.n_expert, k = k_;
   const int64_t d = hp_.n_embd;
+  const bool mixed = mode_.mode == ExpertMode::Hobbit;
+  if (mixed && !provider.has_low_precision())
+    fail("--mode hobbit needs low-precision copies of the experts, and this model has none: "
+         "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)");
   last_n_ = n;
 
   // 1. route
   linear(L.gate_inp, xn, n, logits_.data(), pool);
-  for (int t = 0; t < n; ++t)
+  for (int t = 0; t < n; ++t) {
     select_topk(logits_.data() + (size_t)t * E, E, k, hp_.norm_topk, experts_.data() + t * k,
                 weights_.data() + t * k, probs_scratch_.data());
+    decide_uses(mode_, weights_.data() + t * k, k, uses_.data() + t * k);
+  }
 
-  // Union of the chosen experts in rank order (all tokens' first choices, then second ...).
+  // Union of the (expert, precision) units in rank order (all tokens' first choices, then
+  // second ...); skipped choices are not part of it.
   union_.clear();
+  union_experts_.clear();
+  union_prec_.clear();
   std::fill(seen_.begin(), seen_.end(), 0);
   for (auto& s : slots_of_) s.clear();
+  PrecisionUsage::Counts counts;
   for (int r = 0; r < k; ++r)
     for (int t = 0; t < n; ++t) {
-      const int e = experts_[t * k + r];
-      if (!seen_[e]) {
-        seen_[e] = 1;
-        union_.push_back(e);
+      const ExpertUse use = uses_[t * k + r];
+      if (use == ExpertUse::Skip) {
+        ++counts.skip;
+        continue;
+      }
+      (use == ExpertUse::Low ? counts.low : counts.high) += 1;
+      const Precision p = use == ExpertUse::Low ? Precision::Low : Precision::High;
+      const int u = experts_[t * k + r] * 2 + (int)p;
+      if (!seen_[u]) {
+        seen_[u] = 1;
+        union_.push_back(u);
+        union_experts_.push_back(u / 2);
+        union_prec_.push_back(p);
       }
     }
   for (int t = 0; t < n; ++t)
-    for (int r = 0; r < k; ++r) slots_of_[experts_[t * k + r]].push_back(t * k + r);
+    for (int r = 0; r < k; ++r) {
+      const ExpertUse use = uses_[t * k + r];
+      if (use == ExpertUse::Skip) continue;
+      slots_of_[experts_[t * k + r] * 2 + (use == ExpertUse::Low ? 1 : 0)].push_back(t * k + r);
+    }
+  stats_.skipped += counts.skip;
+  if (usage_) usage_->add(layer, counts);
 
   // 2. exact experts to the provider first, then the observer (its predictions are LOW).
-  provider.on_route(layer, union_);
+  if (mixed) {
+    provider.on_route_mixed(layer, union_experts_, union_prec_);
+  } else {
+    provider.on_route(layer, union_experts_);
+  }
   if (observer) {
     RouteRecord rec;
     rec.layer = layer;
@@ -110,49 +150,62 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
   }
 
   // 3. reorder: resident, then in flight, then not started (stable within a class).
-  // Residency is asked once per expert: a live cache may change its answer between calls,
+  // Residency is asked once per unit: a live cache may change its answer between calls,
   // which would break the sort's ordering contract.
   order_.clear();
+  order_prec_.clear();
   for (int cls = 0; cls < 3; ++cls) rank_[cls].clear();
-  for (int e : union_) {
-    const int cls = std::clamp((int)provider.residency(layer, e), 0, 2);
-    rank_[cls].push_back(e);
+  for (int u : union_) {
+    const Precision p = (Precision)(u % 2);
+    const Residency res =
+        mixed ? provider.residency_mixed(layer, u / 2, p) : provider.residency(layer, u / 2);
+    rank_[std::clamp((int)res, 0, 2)].push_back(u);
   }
-  for (int cls = 0; cls < 3; ++cls) order_.insert(order_.end(), rank_[cls].begin(), rank_[cls].end());
+  for (int cls = 0; cls < 3; ++cls)
+    for (int u : rank_[cls]) {
+      order_.push_back(u / 2);
+      order_prec_.push_back((Precision)(u % 2));
+    }
 
-  // 4. expert by expert, batched over the tokens routed to it.
+  // 4. unit by unit, batched over the tokens routed to it.
   float* xe = xe_.as<float>();
   float* ye = ye_.as<float>();
   float* yslot = yslot_.as<float>();
-  for (int e : order_) {
-    const auto& slots = slots_of_[e];
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const int e = order_[i];
+    const Precision p = order_prec_[i];
+    const auto& slots = slots_of_[e * 2 + (int)p];
     const int m = (int)slots.size();
-    for (int i = 0; i < m; ++i)
-      std::memcpy(xe + (size_t)i * d, xn + (size_t)(slots[i] / k) * d, d * sizeof(float));
-    ExpertView v = provider.acquire(layer, e, Precision::High);
+    for (int j = 0; j < m; ++j)
+      std::memcpy(xe + (size_t)j * d, xn + (size_t)(slots[j] / k) * d, d * sizeof(float));
+    ExpertView v = provider.acquire(layer, e, p);
     try {
       if (v.cols[0] != d || v.rows[2] != d)
         fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
              layer, e, v.rows[2], v.cols[0], d);
       swiglu_ffn(v, xe, m, gu_.as<float>(), h_.as<float>(), ye, pool);
     } catch (...) {
-      provider.release(layer, e, Precision::High);
+      provider.release(layer, e, p);
       throw;
     }
-    provider.release(layer, e, Precision::High);
+    provider.release(layer, e, p);
     stats_.expert_calls++;
-    for (int p = 0; p < kNumExpertProj; ++p)
-      if (v.data[p]) stats_.expert_bytes += row_bytes(v.type[p], v.cols[p]) * (uint64_t)v.rows[p];
-    for (int i = 0; i < m; ++i)
-      std::memcpy(yslot + (size_t)slots[i] * d, ye + (size_t)i * d, d * sizeof(float));
+    if (p == Precision::Low) stats_.expert_calls_low++;
+    for (int q = 0; q < kNumExpertProj; ++q)
+      if (v.data[q]) stats_.expert_bytes += row_bytes(v.type[q], v.cols[q]) * (uint64_t)v.rows[q];
+    for (int j = 0; j < m; ++j)
+      std::memcpy(yslot + (size_t)slots[j] * d, ye + (size_t)j * d, d * sizeof(float));
   }
 
-  // 5. combine in fixed order: token ascending, router rank ascending.
+  // 5. combine in fixed order: token ascending, router rank ascending. Skipped experts add
+  // nothing, and the kept weights are not renormalised (docs/lossy-modes.md).
   for (int t = 0; t < n; ++t) {
     float* o = out + (size_t)t * d;
     std::memset(o, 0, d * sizeof(float));
-    for (int r = 0; r < k; ++r)
+    for (int r = 0; r < k; ++r) {
+      if (uses_[t * k + r] == ExpertUse::Skip) continue;
       scale_add_inplace(o, yslot + (size_t)(t * k + r) * d, weights_[t * k + r], d);
+    }
   }
 
   // Shared expert (qwen2moe): always on, scaled by sigmoid(gate_inp_shexp . x).

@@ -3,13 +3,18 @@
 // experts resident, in flight, not started -> per expert acquire / SwiGLU over its tokens /
 // release -> combine in a fixed order (ascending token, then router rank), so exact modes are
 // bit-identical whatever order the experts ran in.
+// The lossy modes (docs/lossy-modes.md) decide per token and router rank whether the expert
+// runs in high precision, from its low-precision copy, or not at all; an expert is then run
+// once per precision over the tokens that asked for it, and skipped ones add nothing.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 #include "experts/expert_provider.h"
+#include "experts/precision_mode.h"
 #include "model/hparams.h"
 #include "model/observer.h"
 #include "model/weights.h"
@@ -23,7 +28,9 @@ void select_topk(const float* logits, int n_expert, int k, bool renorm, int* exp
 
 struct MoeStepStats {
   uint64_t expert_calls = 0;    // acquire/release pairs
+  uint64_t expert_calls_low = 0;  // of which on low-precision copies
   uint64_t expert_bytes = 0;    // bytes of the acquired expert slices
+  uint64_t skipped = 0;         // (token, routed expert) pairs the mode dropped
 };
 
 class MoeBlock {
@@ -35,11 +42,20 @@ class MoeBlock {
            int64_t pos0, ExpertProvider& provider, ForwardObserver* observer, float* out,
            ThreadPool* pool);
 
+  // Lossy modes: how routed experts are served from now on. `usage` (optional) receives the
+  // per-layer counts of high / low / skipped uses. Throws on an invalid configuration.
+  void set_mode(const PrecisionModeConfig& mode, std::shared_ptr<PrecisionUsage> usage = nullptr);
+  const PrecisionModeConfig& mode() const { return mode_; }
+
   // Router decision of the last run(): n x top_k each.
   std::span<const int> last_experts() const { return {experts_.data(), (size_t)last_n_ * k_}; }
   std::span<const float> last_weights() const { return {weights_.data(), (size_t)last_n_ * k_}; }
-  // The order experts were executed in by the last run() (for tests and statistics).
+  // What the mode made of each of them (n x top_k).
+  std::span<const ExpertUse> last_uses() const { return {uses_.data(), (size_t)last_n_ * k_}; }
+  // The order experts were executed in by the last run() (for tests and statistics), and the
+  // precision of each execution.
   const std::vector<int>& last_exec_order() const { return order_; }
+  const std::vector<Precision>& last_exec_precisions() const { return order_prec_; }
   MoeStepStats& stats() { return stats_; }
 
  private:
@@ -50,9 +66,17 @@ class MoeBlock {
   std::vector<float> logits_, probs_scratch_;
   std::vector<int> experts_;
   std::vector<float> weights_;
-  std::vector<int> union_, order_;
-  std::vector<int> rank_[3];  // experts of the step by residency class
-  std::vector<std::vector<int>> slots_of_;  // per expert: indices t*k + rank routed to it
+  PrecisionModeConfig mode_;
+  std::shared_ptr<PrecisionUsage> usage_;
+  std::vector<ExpertUse> uses_;
+  // A "unit" is an expert in one precision: unit = expert * 2 + precision.
+  std::vector<int> union_;                  // units of the step, router rank order
+  std::vector<int> union_experts_;          // their experts / precisions (for the provider)
+  std::vector<Precision> union_prec_;
+  std::vector<int> order_;                  // executed experts, and their precisions
+  std::vector<Precision> order_prec_;
+  std::vector<int> rank_[3];  // units of the step by residency class
+  std::vector<std::vector<int>> slots_of_;  // per unit: indices t*k + rank routed to it
   std::vector<char> seen_;
   AlignedBuffer xe_, gu_, h_, ye_, yslot_;
   std::vector<float> shgate_;

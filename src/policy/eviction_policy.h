@@ -23,6 +23,9 @@ struct RouteEvent {
   bool prefill = false;
   std::span<const int> experts;        // chosen experts, rank order
   std::span<const float> weights;      // their gate weights (same length), may be empty
+  // Precision each expert was used in (0 high, 1 low; HOBBIT mode of the live cache), same
+  // length as experts, or empty when unknown (traces, the simulator).
+  std::span<const uint8_t> precisions = {};
 };
 
 class EvictionPolicy {

@@ -14,9 +14,10 @@ namespace {
 // four normalised "keep" scores and the lowest sum is evicted:
 //  LRU  recency of the last use (1 = most recent among the candidates),
 //  LFU  uses in the current sequence,
-//  LHU  "high-precision" uses in the current sequence: uses whose gate weight is at least the
-//       mean weight 1/top_k (HOBBIT loads only these at full precision, so keeping them saves
-//       the expensive loads),
+//  LHU  high-precision uses in the current sequence: in the live cache, the precision each
+//       use was served in (RouteEvent::precisions, set by the mixed-precision modes); without
+//       it (traces) uses whose gate weight is at least the mean weight 1/top_k, which HOBBIT's
+//       loader would have served at full precision. Keeping them saves the expensive loads,
 //  FLD  closeness of the expert's layer to the layer about to run (layers just executed are
 //       the farthest away in a forward pass).
 // LFU/LHU counts reset at each sequence start (sequence-level reset). The weights are fitted on
@@ -37,7 +38,9 @@ class Hobbit final : public EvictionPolicy {
     for (size_t i = 0; i < ev.experts.size(); ++i) {
       auto& s = st_[pack({ev.layer, ev.experts[i]})];
       s.freq += 1;
-      bool high = ev.weights.size() == ev.experts.size() ? ev.weights[i] >= 1.0f / (float)k - 1e-6f : i == 0;
+      bool high = ev.precisions.size() == ev.experts.size() ? ev.precisions[i] == 0
+                  : ev.weights.size() == ev.experts.size() ? ev.weights[i] >= 1.0f / (float)k - 1e-6f
+                                                           : i == 0;
       if (high) s.high += 1;
     }
   }

@@ -1,0 +1,66 @@
+#pragma once
+// Which copy of each routed expert a token uses: the lossy modes of docs/lossy-modes.md.
+//   exact   every routed expert at full precision (the default; bit-identical to the model)
+//   hobbit  HOBBIT's token-level rule: rank the token's experts by normalised gate weight,
+//           s_r = sum of the normalised weights ranked above r (the top-1 has s = 0);
+//           high precision if s_r <= T1, the low-precision copy if s_r <= T2, else skipped
+//   skip    AdapMoE-style: drop experts whose normalised weight is below a threshold (the
+//           top-ranked expert is always kept, so every token keeps at least one expert)
+// "Normalised" is w_r / sum of the token's top-k weights, whatever the model's own top-k
+// renormalisation; the weights applied in the combine are the router's, and those of the kept
+// experts are NOT renormalised after a skip (see docs/lossy-modes.md for why).
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace moeflow {
+
+enum class ExpertMode : uint8_t { Exact = 0, Hobbit = 1, Skip = 2 };
+
+// Per (token, rank): what the MoE block does with that routed expert.
+enum class ExpertUse : uint8_t { High = 0, Low = 1, Skip = 2 };
+
+struct PrecisionModeConfig {
+  ExpertMode mode = ExpertMode::Exact;
+  double t1 = 0.6;              // HOBBIT: high precision while s <= t1 (Mixtral default)
+  double t2 = 0.9;              // HOBBIT: low precision while s <= t2, skipped beyond
+  double skip_threshold = 0.0;  // skip: drop a non-top-1 expert whose normalised weight < this
+
+  bool lossless() const { return mode == ExpertMode::Exact; }
+  bool needs_low() const { return mode == ExpertMode::Hobbit; }
+};
+
+// "exact" | "hobbit" | "skip"; throws moeflow::Error listing them.
+ExpertMode parse_expert_mode(const std::string& name);
+const char* expert_mode_name(ExpertMode m);
+// Throws naming the option at fault (T1 > T2, thresholds outside [0, 1], NaN).
+void validate(const PrecisionModeConfig& c);
+
+// Decides the use of each of one token's k experts (rank order, weights as the router gave
+// them). Deterministic: depends only on the weights and the configuration.
+void decide_uses(const PrecisionModeConfig& c, const float* weights, int k, ExpertUse* out);
+
+// Per-layer counts of the decisions (token x routed expert), shared by the MoE block (writer,
+// the compute thread) and the statistics (readers, any thread).
+class PrecisionUsage {
+ public:
+  struct Counts {
+    uint64_t high = 0, low = 0, skip = 0;
+  };
+  void add(int layer, const Counts& c);
+  std::vector<Counts> snapshot() const;
+  void reset();
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Counts> layers_;
+};
+
+// {"high":..,"low":..,"skip":..} of one layer's counts.
+nlohmann::json usage_json(const PrecisionUsage::Counts& c);
+
+}  // namespace moeflow
