@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,13 +14,13 @@
 
 #include "cli/command.h"
 #include "cli/common_options.h"
+#include "cli/scoring_text.h"
 #include "core/error.h"
 #include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/logits_file.h"
 #include "runtime/perplexity.h"
-#include "tokenizer/tokenizer.h"
 
 namespace moeflow::cli {
 namespace {
@@ -37,20 +35,6 @@ struct PplArgs {
   OffloadOptions offload;
 };
 
-std::string read_text(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    fail("-f: '{}' is not a readable file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("-f: cannot open '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    fail("-f: '{}' contains no text", path);
-  return text;
-}
-
 std::string model_name(const GgufFile& f, const std::string& path) {
   if (f.has("general.name")) return f.get_string("general.name");
   return std::filesystem::path(path).filename().string();
@@ -60,7 +44,7 @@ int run_perplexity_cmd(PplArgs& a) {
   if (a.ctx != 0 && a.ctx < 3) fail("-c: the context size must be at least 3, got {}", a.ctx);
   if (a.chunks == 0) fail("--chunks 0 scores nothing (a positive count, or -1 for all)");
   if (a.batch <= 0) fail("-b: the batch size must be positive, got {}", a.batch);
-  const std::string text = read_text(a.text_file);
+  const std::string text = read_text_file(a.text_file);
   std::shared_ptr<const GgufFile> file(GgufFile::open(a.model));
   const std::string arch = file->get_string("general.architecture");
   const int64_t n_ctx_train = file->get_int(arch + ".context_length", 0);
@@ -70,22 +54,13 @@ int run_perplexity_cmd(PplArgs& a) {
     std::fprintf(stderr, "moeflow: warning: -c %lld is beyond the model's trained context %lld\n",
                  (long long)ctx, (long long)n_ctx_train);
 
-  std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = Tokenizer::from_gguf(*file);
-  } catch (const Error& e) {
-    fail("perplexity needs the model's tokenizer to read text: {}", e.what());
-  }
-  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
-  // llama.cpp refuses such vocabularies too: an EOS appended to the text would be scored.
-  if (tok->add_eos_token()) fail("perplexity: the vocabulary appends EOS to every text (add_eos_token)");
-  // As llama.cpp: the whole text at once, BOS added, special-token text not parsed.
-  const std::vector<int32_t> tokens = tok->encode(text, true, false);
+  const ScoringTokens st = tokenize_for_scoring(*file, text, "perplexity");
+  const std::vector<int32_t>& tokens = st.tokens;
 
   PerplexityConfig cfg;
   cfg.n_ctx = ctx;
   cfg.n_chunks = a.chunks;
-  cfg.bos_id = tok->add_bos_token() ? tok->bos_id() : -1;
+  cfg.bos_id = st.bos_id;
   const ChunkPlan plan = plan_chunks(tokens.size(), cfg);  // text-length errors before loading
 
   EngineOptions opt;

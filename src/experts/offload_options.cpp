@@ -56,14 +56,16 @@ namespace moeflow {
 PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) {
   PrecisionModeConfig m;
   m.mode = parse_expert_mode(o.mode);
-  const bool hobbit = m.mode == ExpertMode::Hobbit, skip = m.mode == ExpertMode::Skip;
+  const bool hobbit = m.needs_low(), skip = m.mode == ExpertMode::Skip;
   // A threshold given for another mode would silently do nothing: say so instead.
   if (!hobbit && (o.hobbit_t1 || o.hobbit_t2))
-    fail("--hobbit-t1 / --hobbit-t2 apply to --mode hobbit (the mode is {})", o.mode);
+    fail("--hobbit-t1 / --hobbit-t2 apply to --mode hobbit or hobbit-all (the mode is {})", o.mode);
   if (!skip && o.skip_threshold)
     fail("--skip-threshold applies to --mode skip (the mode is {})", o.mode);
-  if (!hobbit && (!o.low_cache.empty() || o.low_cache_rate != 0))
-    fail("--low-cache / --low-cache-rate apply to --mode hobbit (the mode is {})", o.mode);
+  if (!hobbit && (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share))
+    fail("--low-cache / --low-cache-rate / --low-share apply to --mode hobbit or hobbit-all "
+         "(the mode is {})",
+         o.mode);
   m.t1 = o.hobbit_t1.value_or(m.t1);
   m.t2 = o.hobbit_t2.value_or(m.t2);
   m.skip_threshold = o.skip_threshold.value_or(skip ? kDefaultSkipThreshold : 0.0);
@@ -73,34 +75,42 @@ PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) 
     for (const ExpertLayerIndex& l : build_expert_index(file, "low").layers)
       has_low |= l.n_expert > 0;
     if (!has_low)
-      fail("--mode hobbit: {} has no low-precision expert copies; make them with `moeflow pack "
+      fail("--mode {}: {} has no low-precision expert copies; make them with `moeflow pack "
            "-m {} -o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
-           file.path(), file.path());
+           o.mode, file.path(), file.path());
   }
   return m;
 }
 
 uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
-                            uint64_t high_budget, uint64_t total_high, uint64_t total_low,
-                            uint64_t min_low) {
+                            uint64_t budget, uint64_t total_low, uint64_t min_low) {
   if (!mode.needs_low()) return 0;
-  if (!o.low_cache.empty() && o.low_cache_rate != 0)
-    fail("--low-cache and --low-cache-rate are exclusive: give one of them");
-  if (!o.low_cache.empty()) return parse_byte_size(o.low_cache, "--low-cache");
-  if (o.low_cache_rate != 0) {
+  const int given = !o.low_cache.empty() + (o.low_cache_rate != 0) + o.low_share.has_value();
+  if (given > 1) fail("--low-cache, --low-cache-rate and --low-share are exclusive: give one of them");
+  uint64_t low = 0;
+  if (!o.low_cache.empty()) {
+    low = parse_byte_size(o.low_cache, "--low-cache");
+  } else if (o.low_cache_rate != 0) {
     if (!(o.low_cache_rate > 0 && o.low_cache_rate <= 1.0))
       fail("--low-cache-rate must be in (0, 1], got {}", o.low_cache_rate);
-    return static_cast<uint64_t>(std::ceil(o.low_cache_rate * static_cast<double>(total_low)));
+    low = static_cast<uint64_t>(std::ceil(o.low_cache_rate * static_cast<double>(total_low)));
+  } else {
+    const double share = o.low_share.value_or(kDefaultLowShare);
+    if (!(share > 0 && share < 1)) fail("--low-share must be in (0, 1), got {}", share);
+    low = static_cast<uint64_t>(std::ceil(share * static_cast<double>(budget)));
   }
-  // Default: the low copies get the share of their bytes that the experts get of theirs.
-  const double frac = total_high ? static_cast<double>(high_budget) / static_cast<double>(total_high) : 0;
-  const uint64_t same = static_cast<uint64_t>(std::ceil(std::min(1.0, frac) * static_cast<double>(total_low)));
-  return std::max(same, min_low);
+  low = std::max(low, min_low);
+  if (low >= budget)
+    fail("the low-precision expert cache ({} bytes, at least one layer's top-k low copies) "
+         "takes the whole expert budget ({} bytes): raise --expert-cache / --cache-rate or "
+         "lower --low-cache / --low-cache-rate / --low-share",
+         low, budget);
+  return low;
 }
 
 void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
   j["mode"] = expert_mode_name(s.mode.mode);
-  if (s.mode.mode == ExpertMode::Hobbit) {
+  if (s.mode.needs_low()) {
     j["hobbit_t1"] = s.mode.t1;
     j["hobbit_t2"] = s.mode.t2;
   }

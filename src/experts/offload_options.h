@@ -40,26 +40,33 @@ struct OffloadOptions {
   int lookahead = 1;
   bool no_early_preemption = false;
   bool buffered_io = false;
-  // Lossy modes (all opt-in): exact | hobbit | skip.
+  // Lossy modes (all opt-in): exact | hobbit | hobbit-all | skip | daop.
   std::string mode = "exact";
   std::optional<double> hobbit_t1, hobbit_t2;  // default 0.6 / 0.9 (HOBBIT's Mixtral values)
   std::optional<double> skip_threshold;        // default kDefaultSkipThreshold
+  // The hobbit modes split the expert budget between the two precisions: the low-precision
+  // cache takes one of these out of it, the high-precision cache the rest.
   std::string low_cache;                       // low-precision cache budget ("256MiB")
   double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
+  std::optional<double> low_share;             // ... as a fraction of the expert budget
   bool enabled() const { return !expert_cache.empty() || cache_rate > 0; }
 };
 
 constexpr double kDefaultSkipThreshold = 0.1;
+// Share of the expert budget the hobbit modes give the low-precision cache by default
+// (measured in docs/lossy-modes.md: the low copies are used on some misses only, so a small
+// cache of them holds their working set).
+constexpr double kDefaultLowShare = 0.2;
 
 // The mode the options ask for, checked against `file` (HOBBIT needs low-precision copies) and
 // for options that belong to another mode. Throws naming the option at fault.
 PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file);
-// Budget of the low-precision cache: --low-cache / --low-cache-rate, or by default the same
-// fraction of the low copies as the high budget is of the experts (at least top-k slots per
-// partition). 0 unless the mode uses low copies and offloading is on.
+// The part of the expert budget that goes to the low-precision cache: --low-cache,
+// --low-cache-rate (of all low-copy bytes) or --low-share (of the budget; default
+// kDefaultLowShare), at least min_low (one layer's top-k low slots per partition). 0 unless
+// the mode uses low copies. Throws when it leaves the high-precision cache nothing.
 uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
-                            uint64_t high_budget, uint64_t total_high, uint64_t total_low,
-                            uint64_t min_low);
+                            uint64_t budget, uint64_t total_low, uint64_t min_low);
 
 // "3GiB", "1.5G", "512MiB", "800MB", "4096" -> bytes. Throws naming `option`.
 uint64_t parse_byte_size(const std::string& text, const std::string& option);
@@ -85,19 +92,23 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                "on-demand loads only: do not raise routed experts to HIGH before acquire");
   app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
   app.add_option("--mode", o.mode,
-                 "expert mode: exact (default, lossless) | hobbit (low-precision copies, needs "
-                 "moeflow pack --low) | skip (drop low-weight experts); lossy modes change output");
+                 "expert mode: exact (default, lossless) | hobbit (cache misses of less critical "
+                 "experts load low-precision copies, needs moeflow pack --low) | hobbit-all (the "
+                 "same rule for every expert) | skip (drop low-weight experts) | daop (replace a "
+                 "token's second miss by a cached expert); lossy modes change output");
   app.add_option("--hobbit-t1", o.hobbit_t1,
                  "hobbit: high precision while the weight ranked above is <= T1 (default 0.6)");
   app.add_option("--hobbit-t2", o.hobbit_t2,
                  "hobbit: low precision while the weight ranked above is <= T2, else skip (default 0.9)");
+  app.add_option("--low-share", o.low_share,
+                 "hobbit + offload: share of the expert budget for low-precision copies (default 0.2)");
   app.add_option("--skip-threshold", o.skip_threshold,
                  "skip: drop experts whose normalised gate weight is below this (default 0.1; "
                  "the top-1 expert is always kept)");
   app.add_option("--low-cache", o.low_cache,
-                 "hobbit + offload: RAM budget for low-precision expert copies (e.g. 256MiB)");
+                 "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
   app.add_option("--low-cache-rate", o.low_cache_rate,
-                 "hobbit + offload: low-precision budget as a fraction of all low-copy bytes");
+                 "hobbit + offload: low-precision part as a fraction of all low-copy bytes");
 }
 
 struct OffloadSession {
@@ -137,9 +148,9 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   s.mode = resolve_mode(o, file);
   if (!s.mode.lossless()) s.usage = std::make_shared<PrecisionUsage>();
   if (!o.enabled()) {
-    if (!o.low_cache.empty() || o.low_cache_rate != 0)
-      fail("--low-cache / --low-cache-rate size the low-precision part of the expert cache: "
-           "give --expert-cache or --cache-rate too");
+    if (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share)
+      fail("--low-cache / --low-cache-rate / --low-share size the low-precision part of the "
+           "expert cache: give --expert-cache or --cache-rate too");
     return s;
   }
   const std::vector<std::string> known = predictor_names();
@@ -165,9 +176,9 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   if (s.mode.needs_low()) {  // resolve_mode checked that the file has low copies
     const uint64_t parts = cfg.per_layer ? static_cast<uint64_t>(moe_layers) : 1;
     cfg.low_budget_bytes = resolve_low_budget(
-        o, s.mode, cfg.budget_bytes, store->total_expert_bytes(),
-        store->total_expert_bytes(Precision::Low),
+        o, s.mode, cfg.budget_bytes, store->total_expert_bytes(Precision::Low),
         store->slot_bytes(Precision::Low) * static_cast<uint64_t>(top_k) * parts);
+    cfg.budget_bytes -= cfg.low_budget_bytes;  // one budget for both precisions
   }
   PolicyOptions po;
   po.n_layers = store->n_layers();

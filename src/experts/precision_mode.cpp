@@ -9,14 +9,18 @@ namespace moeflow {
 ExpertMode parse_expert_mode(const std::string& name) {
   if (name == "exact") return ExpertMode::Exact;
   if (name == "hobbit") return ExpertMode::Hobbit;
+  if (name == "hobbit-all") return ExpertMode::HobbitAll;
   if (name == "skip") return ExpertMode::Skip;
-  fail("--mode: unknown mode '{}' (known: exact, hobbit, skip)", name);
+  if (name == "daop") return ExpertMode::Daop;
+  fail("--mode: unknown mode '{}' (known: exact, hobbit, hobbit-all, skip, daop)", name);
 }
 
 const char* expert_mode_name(ExpertMode m) {
   switch (m) {
     case ExpertMode::Hobbit: return "hobbit";
+    case ExpertMode::HobbitAll: return "hobbit-all";
     case ExpertMode::Skip: return "skip";
+    case ExpertMode::Daop: return "daop";
     default: return "exact";
   }
 }
@@ -34,7 +38,7 @@ void validate(const PrecisionModeConfig& c) {
 }
 
 void decide_uses(const PrecisionModeConfig& c, const float* w, int k, ExpertUse* out) {
-  if (c.mode == ExpertMode::Exact || k <= 0) {
+  if (c.mode == ExpertMode::Exact || c.mode == ExpertMode::Daop || k <= 0) {
     for (int r = 0; r < k; ++r) out[r] = ExpertUse::High;
     return;
   }
@@ -46,7 +50,7 @@ void decide_uses(const PrecisionModeConfig& c, const float* w, int k, ExpertUse*
   double above = 0;  // normalised weight of the experts ranked above r
   for (int r = 0; r < k; ++r) {
     const double wn = w[r] * inv;
-    if (c.mode == ExpertMode::Hobbit) {
+    if (c.needs_low()) {
       out[r] = above <= c.t1 ? ExpertUse::High : above <= c.t2 ? ExpertUse::Low : ExpertUse::Skip;
     } else {
       out[r] = r > 0 && wn < c.skip_threshold ? ExpertUse::Skip : ExpertUse::High;
@@ -63,6 +67,7 @@ void PrecisionUsage::add(int layer, const Counts& c) {
   d.high += c.high;
   d.low += c.low;
   d.skip += c.skip;
+  d.substituted += c.substituted;
 }
 
 std::vector<PrecisionUsage::Counts> PrecisionUsage::snapshot() const {
@@ -76,7 +81,7 @@ void PrecisionUsage::reset() {
 }
 
 nlohmann::json usage_json(const PrecisionUsage::Counts& c) {
-  return {{"high", c.high}, {"low", c.low}, {"skip", c.skip}};
+  return {{"high", c.high}, {"low", c.low}, {"skip", c.skip}, {"substituted", c.substituted}};
 }
 
 }  // namespace moeflow

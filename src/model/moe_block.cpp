@@ -47,7 +47,8 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
   const int64_t ff = std::max(hp.n_ff_exp, hp.n_ff_shexp);
   const int units = 2 * hp.n_expert;
   logits_.resize((size_t)max_tokens * hp.n_expert);
-  probs_scratch_.resize(hp.n_expert);
+  probs_.resize((size_t)max_tokens * hp.n_expert);
+  cached_.resize(hp.n_expert);
   experts_.resize((size_t)max_tokens * k_);
   weights_.resize((size_t)max_tokens * k_);
   uses_.resize((size_t)max_tokens * k_, ExpertUse::High);
@@ -74,25 +75,72 @@ void MoeBlock::set_mode(const PrecisionModeConfig& mode, std::shared_ptr<Precisi
   usage_ = std::move(usage);
 }
 
+// What the cache holds is asked once per expert and step, before the provider hears of the
+// routing: the decision must see the cache as the previous steps and the predictors left it.
+void MoeBlock::revise_for_cache(int layer, int n, ExpertProvider& provider,
+                                PrecisionUsage::Counts& counts) {
+  const int E = hp_.n_expert, k = k_;
+  for (int e = 0; e < E; ++e) cached_[e] = provider.residency(layer, e) != Residency::NotStarted;
+  if (mode_.mode == ExpertMode::Hobbit) {
+    // HOBBIT changes only misses: a cached high-precision copy is used whatever the score.
+    for (int i = 0; i < n * k; ++i)
+      if (uses_[i] != ExpertUse::High && cached_[experts_[i]]) uses_[i] = ExpertUse::High;
+    return;
+  }
+  // DAOP's graceful degradation is a decode-time rule (prefill loads each expert once for
+  // many tokens, so a substitution would cost accuracy for little I/O).
+  if (mode_.mode != ExpertMode::Daop || n != 1) return;
+  for (int t = 0; t < n; ++t) {
+    int* ex = experts_.data() + t * k;
+    const float* p = probs_.data() + (size_t)t * E;
+    bool kept_miss = false, changed = false;
+    for (int r = 0; r < k; ++r) {
+      if (cached_[ex[r]]) continue;
+      if (!kept_miss) {  // the highest-ranked miss is loaded as routed
+        kept_miss = true;
+        continue;
+      }
+      int best = -1;
+      for (int c = 0; c < E; ++c) {
+        if (!cached_[c] || std::find(ex, ex + k, c) != ex + k) continue;
+        if (best < 0 || p[c] > p[best]) best = c;
+      }
+      if (best < 0) continue;  // nothing cached to fall back on: load it after all
+      ex[r] = best;
+      changed = true;
+      ++counts.substituted;
+    }
+    if (!changed) continue;
+    float* w = weights_.data() + t * k;
+    float s = 0;
+    for (int r = 0; r < k; ++r) s += w[r] = p[ex[r]];
+    if (hp_.norm_topk && s > 0)
+      for (int r = 0; r < k; ++r) w[r] /= s;
+  }
+}
+
 void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, const int32_t* tokens,
                    int64_t pos0, ExpertProvider& provider, ForwardObserver* observer, float* out,
                    ThreadPool* pool) {
   if (n <= 0 || n > max_tokens_) fail("MoE block: {} tokens exceed the batch size {}", n, max_tokens_);
   const int E = hp_.n_expert, k = k_;
   const int64_t d = hp_.n_embd;
-  const bool mixed = mode_.mode == ExpertMode::Hobbit;
+  const bool mixed = mode_.needs_low();
   if (mixed && !provider.has_low_precision())
-    fail("--mode hobbit needs low-precision copies of the experts, and this model has none: "
-         "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)");
+    fail("--mode {} needs low-precision copies of the experts, and this model has none: "
+         "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)",
+         expert_mode_name(mode_.mode));
   last_n_ = n;
 
   // 1. route
   linear(L.gate_inp, xn, n, logits_.data(), pool);
   for (int t = 0; t < n; ++t) {
     select_topk(logits_.data() + (size_t)t * E, E, k, hp_.norm_topk, experts_.data() + t * k,
-                weights_.data() + t * k, probs_scratch_.data());
+                weights_.data() + t * k, probs_.data() + (size_t)t * E);
     decide_uses(mode_, weights_.data() + t * k, k, uses_.data() + t * k);
   }
+  PrecisionUsage::Counts counts;
+  if (mode_.cache_aware()) revise_for_cache(layer, n, provider, counts);
 
   // Union of the (expert, precision) units in rank order (all tokens' first choices, then
   // second ...); skipped choices are not part of it.
@@ -101,7 +149,6 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
   union_prec_.clear();
   std::fill(seen_.begin(), seen_.end(), 0);
   for (auto& s : slots_of_) s.clear();
-  PrecisionUsage::Counts counts;
   for (int r = 0; r < k; ++r)
     for (int t = 0; t < n; ++t) {
       const ExpertUse use = uses_[t * k + r];

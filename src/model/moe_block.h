@@ -5,7 +5,9 @@
 // bit-identical whatever order the experts ran in.
 // The lossy modes (docs/lossy-modes.md) decide per token and router rank whether the expert
 // runs in high precision, from its low-precision copy, or not at all; an expert is then run
-// once per precision over the tokens that asked for it, and skipped ones add nothing.
+// once per precision over the tokens that asked for it, and skipped ones add nothing. The
+// cache-aware modes (hobbit, daop) ask the provider what it holds before deciding, so they
+// only change what would have been a cache miss.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -59,11 +61,14 @@ class MoeBlock {
   MoeStepStats& stats() { return stats_; }
 
  private:
+  void revise_for_cache(int layer, int n, ExpertProvider& provider, PrecisionUsage::Counts& counts);
+
   const HParams& hp_;
   int max_tokens_;
   int k_;
   int last_n_ = 0;
-  std::vector<float> logits_, probs_scratch_;
+  std::vector<float> logits_, probs_;  // router logits and softmax probabilities, n x n_expert
+  std::vector<char> cached_;               // cache-aware modes: expert's high copy held or coming
   std::vector<int> experts_;
   std::vector<float> weights_;
   PrecisionModeConfig mode_;

@@ -300,19 +300,21 @@ TEST_F(LossyModes, HobbitWithEverythingHighIsBitIdenticalToExact) {
   auto f = packed();
   OffloadOptions exact;
   const RunResult ref = run_engine(f, 5, &exact);
-  for (double rate : {0.0, 0.3}) {
-    SCOPED_TRACE(rate);
-    OffloadOptions o;
-    o.mode = "hobbit";
-    o.hobbit_t1 = 1.0;
-    o.hobbit_t2 = 1.0;
-    o.cache_rate = rate;
-    const RunResult got = run_engine(f, 5, &o);
-    EXPECT_TRUE(bit_identical(got, ref));
-    EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::high), 2 * kRoutings);
-    EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::low), 0u);
-    if (rate > 0) {
-      EXPECT_EQ(got.stats.total().bytes_read_low, 0u);
+  for (const char* mode : {"hobbit", "hobbit-all"}) {
+    for (double rate : {0.0, 0.3}) {
+      SCOPED_TRACE(std::string(mode) + " " + std::to_string(rate));
+      OffloadOptions o;
+      o.mode = mode;
+      o.hobbit_t1 = 1.0;
+      o.hobbit_t2 = 1.0;
+      o.cache_rate = rate;
+      const RunResult got = run_engine(f, 5, &o);
+      EXPECT_TRUE(bit_identical(got, ref));
+      EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::high), 2 * kRoutings);
+      EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::low), 0u);
+      if (rate > 0) {
+        EXPECT_EQ(got.stats.total().bytes_read_low, 0u);
+      }
     }
   }
 }
@@ -330,7 +332,7 @@ TEST_F(LossyModes, HobbitLowForEveryNonTop1MatchesTheLowCopies) {
   for (double rate : {0.0, 0.3}) {
     SCOPED_TRACE(rate);
     OffloadOptions o;
-    o.mode = "hobbit";
+    o.mode = "hobbit-all";
     o.hobbit_t1 = 0.0;
     o.hobbit_t2 = 1.0;
     o.cache_rate = rate;
@@ -364,13 +366,17 @@ TEST_F(LossyModes, HobbitDefaultThresholdsFollowTheRule) {
   auto ref_prov = std::make_shared<RuleReference>(*f, rule);
   const RunResult ref = run_engine(f, 1, nullptr, ref_prov, ref_prov.get());
   OffloadOptions o;
-  o.mode = "hobbit";
+  o.mode = "hobbit-all";
   ASSERT_GT(ref_prov->count(Serve::Low), 0u) << "the model never reaches the low band";
   const RunResult got = run_engine(f, 1, &o);
   EXPECT_TRUE(bit_identical(got, ref)) << "max |diff| " << max_abs_diff(got, ref);
   EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::high), ref_prov->count(Serve::High));
   EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::low), ref_prov->count(Serve::Low));
   EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::skip), ref_prov->count(Serve::Zero));
+  // HOBBIT proper changes only cache misses: with every expert resident it is exact.
+  o.mode = "hobbit";
+  OffloadOptions exact;
+  EXPECT_TRUE(bit_identical(run_engine(f, 1, &o), run_engine(f, 1, &exact)));
 }
 
 TEST_F(LossyModes, SkipThresholdZeroIsExactAndHighThresholdDropsExperts) {
@@ -407,7 +413,7 @@ TEST_F(LossyModes, SkipThresholdZeroIsExactAndHighThresholdDropsExperts) {
 TEST_F(LossyModes, PrecisionAwarePrefetchLoadsLowCopies) {
   auto f = packed();
   OffloadOptions o;
-  o.mode = "hobbit";
+  o.mode = "hobbit-all";
   o.hobbit_t1 = 0.0;
   o.hobbit_t2 = 1.0;
   o.cache_rate = 0.5;
@@ -466,11 +472,16 @@ TEST_F(LossyModes, BadOptionsGiveClearErrors) {
   o = {};
   o.mode = "hobbit";
   o.cache_rate = 0.3;
-  o.low_cache = "1KiB";
+  o.low_cache = "1TiB";  // more than the whole budget
   expect_error(*f, o, "--low-cache");
   o.low_cache.clear();
   o.low_cache_rate = 2;
   expect_error(*f, o, "--low-cache-rate");
+  o.low_cache_rate = 0;
+  o.low_share = 1.0;
+  expect_error(*f, o, "--low-share");
+  o.low_cache = "1MiB";
+  expect_error(*f, o, "exclusive");
   o = {};
   o.mode = "hobbit";
   o.low_cache = "1MiB";  // no offloading to size

@@ -1,0 +1,293 @@
+// The cache-aware lossy modes (docs/lossy-modes.md): HOBBIT proper (`--mode hobbit`: only
+// cache misses of less critical experts get the low copy or are skipped) and DAOP's graceful
+// degradation (`--mode daop`: a token's second miss is replaced by the most probable cached
+// expert). A provider that reports a fixed set of experts as cached makes every decision
+// known in advance; the test recomputes it from the router (applied to the hidden state the
+// block saw) and compares it with what the block asked the provider for.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experts/offload_options.h"
+#include "experts/resident_provider.h"
+#include "gguf/gguf_file.h"
+#include "model/moe_block.h"
+#include "runtime/engine.h"
+
+namespace moeflow {
+namespace {
+
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("moeflow_cacheaware_" + name + "_" + std::to_string(::getpid()) + ".gguf"))
+      .string();
+}
+
+int sh(const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()); }
+
+using Held = std::function<bool(int layer, int expert)>;
+
+// Serves every expert from the file in both precisions, but says only the `held` ones are
+// cached; records what the block routed to it (experts and precisions) for each layer, and
+// checks it, when the observer hook fires, against the test's own reading of the mode.
+class FixedCache final : public ResidentExpertProvider, public ForwardObserver {
+ public:
+  using Expect = std::function<void(const RouteRecord& r, const std::vector<int>& experts,
+                                    const std::vector<Precision>& precisions)>;
+  FixedCache(const GgufFile& f, Held held) : ResidentExpertProvider(f), held_(std::move(held)) {}
+  void set_expect(Expect e) { expect_ = std::move(e); }
+
+  Residency residency(int layer, int expert) const override {
+    return held_(layer, expert) ? Residency::Resident : Residency::NotStarted;
+  }
+  Residency residency_mixed(int layer, int expert, Precision p) const override {
+    return p == Precision::High ? residency(layer, expert) : Residency::NotStarted;
+  }
+  void on_route(int layer, std::span<const int> experts) override {
+    experts_.assign(experts.begin(), experts.end());
+    prec_.assign(experts.size(), Precision::High);
+  }
+  void on_route_mixed(int layer, std::span<const int> experts,
+                      std::span<const Precision> precisions) override {
+    experts_.assign(experts.begin(), experts.end());
+    prec_.assign(precisions.begin(), precisions.end());
+  }
+  void on_route(const RouteRecord& r) override {
+    if (expect_) expect_(r, experts_, prec_);
+  }
+
+ private:
+  Held held_;
+  Expect expect_;
+  std::vector<int> experts_;
+  std::vector<Precision> prec_;
+};
+
+class CacheAwareModes : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    plain_ = new std::string(tmp_path("plain"));
+    packed_ = new std::string(tmp_path("packed"));
+    const std::string bin = MOEFLOW_BINARY;
+    ASSERT_EQ(0, sh(bin + " gen-model --arch mixtral --preset tiny --type F16 --seed 5 -q -o " + *plain_));
+    ASSERT_EQ(0, sh(bin + " pack -m " + *plain_ + " -o " + *packed_ + " --low Q4_0"));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*plain_);
+    std::filesystem::remove(*packed_);
+    delete plain_;
+    delete packed_;
+  }
+  static std::shared_ptr<const GgufFile> packed() {
+    return std::shared_ptr<const GgufFile>(GgufFile::open(*packed_));
+  }
+  static std::string* plain_;
+  static std::string* packed_;
+};
+std::string* CacheAwareModes::plain_ = nullptr;
+std::string* CacheAwareModes::packed_ = nullptr;
+
+const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 8, 300, 11, 12};
+constexpr int kDecode = 16;
+
+struct Outcome {
+  std::vector<float> logits;
+  std::vector<PrecisionUsage::Counts> uses;
+  OffloadStats stats;
+};
+
+// Greedy run, prefill in chunks of `batch`, then kDecode single-token steps. The mode comes
+// from `o` (applied the way the CLI does); `cache` (optional) replaces the session's provider.
+Outcome run(std::shared_ptr<const GgufFile> f, const OffloadOptions& o, int batch,
+        std::shared_ptr<FixedCache> cache = nullptr) {
+  EngineOptions opt;
+  opt.n_threads = 2;
+  opt.n_ctx = 64;
+  opt.batch = batch;
+  OffloadSession s = make_offload(o, *f);
+  std::shared_ptr<ExpertProvider> provider = s.provider;
+  if (cache) provider = cache;
+  Engine eng(f, opt, provider);
+  s.attach(eng.context(), eng.model());
+  if (cache) eng.context().set_observer(cache.get());
+  Outcome r;
+  std::vector<float> last;
+  eng.prefill(kPrompt, false, &last);
+  r.logits = last;
+  for (int i = 0; i < kDecode; ++i) {
+    const int32_t tok = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    auto row = eng.decode(tok);
+    last.assign(row.begin(), row.end());
+    r.logits.insert(r.logits.end(), row.begin(), row.end());
+  }
+  if (s.usage) r.uses = s.usage->snapshot();
+  if (s.provider) r.stats = s.provider->stats();
+  return r;
+}
+
+bool same(const Outcome& a, const Outcome& b) { return a.logits == b.logits; }
+
+uint64_t total(const std::vector<PrecisionUsage::Counts>& u, uint64_t PrecisionUsage::Counts::*f) {
+  uint64_t s = 0;
+  for (const auto& c : u) s += c.*f;
+  return s;
+}
+
+// The router's own top-k of one token, recomputed from the hidden state the block saw.
+struct Routing {
+  std::vector<int> experts;
+  std::vector<float> weights, probs;
+};
+Routing route(const Model& m, const RouteRecord& r, int t) {
+  const HParams& hp = m.hparams();
+  std::vector<float> logits;
+  m.router_logits(r.layer, r.hidden.subspan((size_t)t * r.n_embd, r.n_embd), logits);
+  Routing g;
+  g.experts.resize(hp.n_expert_used);
+  g.weights.resize(hp.n_expert_used);
+  g.probs.resize(hp.n_expert);
+  select_topk(logits.data(), hp.n_expert, hp.n_expert_used, hp.norm_topk, g.experts.data(),
+              g.weights.data(), g.probs.data());
+  return g;
+}
+
+TEST_F(CacheAwareModes, HobbitChangesOnlyMisses) {
+  auto f = packed();
+  const Held held = [](int l, int e) { return (e + l) % 3 == 0; };
+  OffloadOptions o;
+  o.mode = "hobbit";
+  o.hobbit_t1 = 0.0;  // every miss but the top-1's loads the low copy
+  o.hobbit_t2 = 1.0;
+  auto cache = std::make_shared<FixedCache>(*f, held);
+  EngineOptions probe_opt;
+  Engine probe(f, probe_opt);
+  uint64_t checked = 0, low = 0, held_high = 0;
+  cache->set_expect([&](const RouteRecord& r, const std::vector<int>& ex, const std::vector<Precision>& pr) {
+    ASSERT_EQ(r.n_tokens, 1);
+    const Routing g = route(probe.model(), r, 0);
+    ASSERT_EQ(ex.size(), g.experts.size());
+    for (size_t i = 0; i < ex.size(); ++i) {
+      const bool h = held(r.layer, g.experts[i]);
+      const Precision want = i == 0 || h ? Precision::High : Precision::Low;
+      EXPECT_EQ(ex[i], g.experts[i]) << "layer " << r.layer << " rank " << i;
+      EXPECT_EQ(pr[i], want) << "layer " << r.layer << " rank " << i;
+      low += want == Precision::Low;
+      held_high += i > 0 && h;
+      ++checked;
+    }
+  });
+  const Outcome got = run(f, o, 1, cache);
+  EXPECT_EQ(checked, (kPrompt.size() + kDecode) * 4 * 2);
+  EXPECT_GT(low, 0u);
+  EXPECT_GT(held_high, 0u) << "no cached second expert: the test would not see the rule";
+  EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::low), low);
+
+  // The same rule with nothing cached is hobbit-all's; with everything cached it is exact.
+  OffloadOptions all = o;
+  all.mode = "hobbit-all";
+  const Outcome none_cached = run(f, o, 1, std::make_shared<FixedCache>(*f, [](int, int) { return false; }));
+  EXPECT_TRUE(same(none_cached, run(f, all, 1)));
+  OffloadOptions exact;
+  EXPECT_TRUE(same(run(f, o, 1), run(f, exact, 1)));
+}
+
+TEST_F(CacheAwareModes, DaopReplacesTheSecondMissByTheBestCachedExpert) {
+  auto f = packed();
+  const Held held = [](int l, int e) { return (e + l) % 2 == 0; };
+  OffloadOptions o;
+  o.mode = "daop";
+  auto cache = std::make_shared<FixedCache>(*f, held);
+  EngineOptions probe_opt;
+  Engine probe(f, probe_opt);
+  const HParams& hp = probe.model().hparams();
+  uint64_t substituted = 0, decode_checked = 0;
+  cache->set_expect([&](const RouteRecord& r, const std::vector<int>& ex, const std::vector<Precision>&) {
+    for (int t = 0; t < r.n_tokens; ++t) {
+      Routing g = route(probe.model(), r, t);
+      std::vector<int> want = g.experts;
+      std::vector<float> wantw = g.weights;
+      if (r.n_tokens == 1) {  // decode: DAOP's rule, read from the paper
+        ++decode_checked;
+        bool kept = false;
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (held(r.layer, want[i])) continue;
+          if (!kept) {
+            kept = true;
+            continue;
+          }
+          int best = -1;
+          for (int c = 0; c < hp.n_expert; ++c)
+            if (held(r.layer, c) && std::find(want.begin(), want.end(), c) == want.end() &&
+                (best < 0 || g.probs[c] > g.probs[best]))
+              best = c;
+          ASSERT_GE(best, 0);
+          want[i] = best;
+          ++substituted;
+          double s = 0;
+          for (int e : want) s += g.probs[e];
+          for (size_t j = 0; j < want.size(); ++j)
+            wantw[j] = hp.norm_topk ? (float)(g.probs[want[j]] / s) : g.probs[want[j]];
+        }
+      }
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(r.experts[t * want.size() + i], want[i]) << "layer " << r.layer << " token " << t;
+        EXPECT_NEAR(r.weights[t * want.size() + i], wantw[i], 1e-6);
+      }
+    }
+    if (r.n_tokens == 1) {
+      std::vector<int> want_units(r.experts.begin(), r.experts.end());
+      EXPECT_EQ(ex, want_units);
+    }
+  });
+  const Outcome got = run(f, o, 4, cache);
+  EXPECT_EQ(decode_checked, (uint64_t)kDecode * 4);
+  EXPECT_GT(substituted, 0u) << "no token missed twice: the test would not see the rule";
+  EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::substituted), substituted);
+  OffloadOptions exact;
+  EXPECT_FALSE(same(got, run(f, exact, 4)));
+  // With everything resident nothing is replaced: exact.
+  const Outcome resident = run(f, o, 4);
+  EXPECT_TRUE(same(resident, run(f, exact, 4)));
+  EXPECT_EQ(total(resident.uses, &PrecisionUsage::Counts::substituted), 0u);
+}
+
+TEST_F(CacheAwareModes, OneBudgetForBothPrecisions) {
+  auto f = packed();
+  for (const char* mode : {"hobbit", "daop"}) {
+    SCOPED_TRACE(mode);
+    OffloadOptions o;
+    o.mode = mode;
+    o.cache_rate = 0.4;
+    o.prefetch = "lookahead";
+    const Outcome got = run(f, o, 1);
+    ASSERT_GT(got.logits.size(), 0u);
+    const uint64_t budget = (uint64_t)std::ceil(0.4 * (double)got.stats.total_expert_bytes);
+    // The low-precision cache comes out of the expert budget, not on top of it.
+    EXPECT_LE(got.stats.budget_bytes + got.stats.low_budget_bytes, budget);
+    if (std::string(mode) == "hobbit") {
+      EXPECT_GT(got.stats.low_budget_bytes, 0u);
+      EXPECT_NEAR((double)got.stats.low_budget_bytes, 0.2 * budget, 0.01 * budget + 1);
+    } else {
+      EXPECT_EQ(got.stats.low_budget_bytes, 0u);
+    }
+  }
+  OffloadOptions o;
+  o.mode = "hobbit";
+  o.cache_rate = 0.4;
+  o.low_share = 0.5;
+  const Outcome half = run(f, o, 1);
+  EXPECT_NEAR((double)half.stats.low_budget_bytes, (double)half.stats.budget_bytes,
+              0.01 * (double)half.stats.budget_bytes + 1);
+}
+
+}  // namespace
+}  // namespace moeflow
