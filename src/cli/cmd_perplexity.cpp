@@ -117,6 +117,7 @@ int run_perplexity_cmd(PplArgs& a) {
     j["perplexity_stderr"] = r.ppl_stderr();
     j["n_tokens"] = tokens.size();
     j["n_tokens_scored"] = r.count;
+    j["n_tokens_evaluated"] = r.n_evaluated;
     j["n_chunks"] = r.n_chunks;
     j["ctx"] = plan.n_ctx;
     j["chunk_ppl"] = r.chunk_ppl;

@@ -118,7 +118,10 @@ void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
   if (!s.usage) return;
   const std::vector<PrecisionUsage::Counts> layers = s.usage->snapshot();
   PrecisionUsage::Counts tot;
-  for (const auto& c : layers) tot.high += c.high, tot.low += c.low, tot.skip += c.skip;
+  for (const auto& c : layers) {
+    tot.high += c.high, tot.low += c.low, tot.skip += c.skip;
+    tot.substituted += c.substituted;
+  }
   j["uses"] = usage_json(tot);
   if (!per_layer) return;
   if (j.contains("layers") && j["layers"].is_array()) {

@@ -56,7 +56,7 @@ constexpr double kDefaultSkipThreshold = 0.1;
 // Share of the expert budget the hobbit modes give the low-precision cache by default
 // (measured in docs/lossy-modes.md: the low copies are used on some misses only, so a small
 // cache of them holds their working set).
-constexpr double kDefaultLowShare = 0.2;
+constexpr double kDefaultLowShare = 0.1;
 
 // The mode the options ask for, checked against `file` (HOBBIT needs low-precision copies) and
 // for options that belong to another mode. Throws naming the option at fault.
@@ -101,7 +101,7 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--hobbit-t2", o.hobbit_t2,
                  "hobbit: low precision while the weight ranked above is <= T2, else skip (default 0.9)");
   app.add_option("--low-share", o.low_share,
-                 "hobbit + offload: share of the expert budget for low-precision copies (default 0.2)");
+                 "hobbit + offload: share of the expert budget for low-precision copies (default 0.1)");
   app.add_option("--skip-threshold", o.skip_threshold,
                  "skip: drop experts whose normalised gate weight is below this (default 0.1; "
                  "the top-1 expert is always kept)");

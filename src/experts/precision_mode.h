@@ -11,8 +11,8 @@
 //   skip        AdapMoE-style: drop experts whose normalised weight is below a threshold (the
 //               top-ranked expert is always kept, so every token keeps at least one expert)
 //   daop        DAOP's graceful degradation (decode steps): when two or more of a token's
-//               experts miss the cache, the highest-ranked miss is kept and every other missed
-//               one is replaced by the most probable cached expert the token does not use yet;
+//               experts are not resident, the highest-ranked one is kept and every other one
+//               is replaced by the most probable resident expert the token does not use yet;
 //               the weights are the router's probabilities of the new set (renormalised when
 //               the model renormalises its top-k)
 // "Normalised" is w_r / sum of the token's top-k weights, whatever the model's own top-k

@@ -80,7 +80,14 @@ void MoeBlock::set_mode(const PrecisionModeConfig& mode, std::shared_ptr<Precisi
 void MoeBlock::revise_for_cache(int layer, int n, ExpertProvider& provider,
                                 PrecisionUsage::Counts& counts) {
   const int E = hp_.n_expert, k = k_;
-  for (int e = 0; e < E; ++e) cached_[e] = provider.residency(layer, e) != Residency::NotStarted;
+  // HOBBIT: a high copy already on its way costs no further bytes, so it counts as cached.
+  // DAOP replaces what would stall the token: only a resident expert is a substitute, and an
+  // expert still loading is as much a miss as one not started.
+  const bool in_flight_counts = mode_.mode == ExpertMode::Hobbit;
+  for (int e = 0; e < E; ++e) {
+    const Residency r = provider.residency(layer, e);
+    cached_[e] = r == Residency::Resident || (in_flight_counts && r == Residency::InFlight);
+  }
   if (mode_.mode == ExpertMode::Hobbit) {
     // HOBBIT changes only misses: a cached high-precision copy is used whatever the score.
     for (int i = 0; i < n * k; ++i)
