@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "experts/offload_options.h"
+#include "low_copy_models.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
 #include "model/moe_block.h"
@@ -25,14 +26,6 @@
 
 namespace moeflow {
 namespace {
-
-std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("moeflow_cacheaware_" + name + "_" + std::to_string(::getpid()) + ".gguf"))
-      .string();
-}
-
-int sh(const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()); }
 
 using Held = std::function<bool(int layer, int expert)>;
 
@@ -75,24 +68,22 @@ class FixedCache final : public ResidentExpertProvider, public ForwardObserver {
 class CacheAwareModes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    plain_ = new std::string(tmp_path("plain"));
-    packed_ = new std::string(tmp_path("packed"));
-    const std::string bin = MOEFLOW_BINARY;
-    ASSERT_EQ(0, sh(bin + " gen-model --arch mixtral --preset tiny --type F16 --seed 5 -q -o " + *plain_));
-    ASSERT_EQ(0, sh(bin + " pack -m " + *plain_ + " -o " + *packed_ + " --low Q4_0"));
+    models_ = new test::LowCopyModels();
+    const std::string failed = models_->make("cacheaware", 5);
+    ASSERT_EQ(failed, "");
+    plain_ = &models_->plain;
+    packed_ = &models_->packed;
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove(*plain_);
-    std::filesystem::remove(*packed_);
-    delete plain_;
-    delete packed_;
+    models_->remove();
+    delete models_;
   }
-  static std::shared_ptr<const GgufFile> packed() {
-    return std::shared_ptr<const GgufFile>(GgufFile::open(*packed_));
-  }
+  static std::shared_ptr<const GgufFile> packed() { return models_->open_packed(); }
+  static test::LowCopyModels* models_;
   static std::string* plain_;
   static std::string* packed_;
 };
+test::LowCopyModels* CacheAwareModes::models_ = nullptr;
 std::string* CacheAwareModes::plain_ = nullptr;
 std::string* CacheAwareModes::packed_ = nullptr;
 

@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "experts/offload_options.h"
+#include "low_copy_models.h"
 #include "experts/precision_mode.h"
 #include "gguf/gguf_file.h"
 #include "quant/quant.h"
@@ -28,13 +29,9 @@
 namespace moeflow {
 namespace {
 
-std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("moeflow_lossy_" + name + "_" + std::to_string(::getpid()) + ".gguf"))
-      .string();
-}
+std::string tmp_path(const std::string& name) { return test::temp_gguf("lossy", name); }
 
-int sh(const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()); }
+int sh(const std::string& cmd) { return test::sh_quiet(cmd); }
 
 const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 8, 300, 11, 12};
 constexpr int kDecode = 12;
@@ -154,24 +151,22 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
 class LossyModes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    plain_ = new std::string(tmp_path("plain"));
-    packed_ = new std::string(tmp_path("packed"));
-    const std::string bin = MOEFLOW_BINARY;
-    ASSERT_EQ(0, sh(bin + " gen-model --arch mixtral --preset tiny --type F16 --seed 11 -q -o " + *plain_));
-    ASSERT_EQ(0, sh(bin + " pack -m " + *plain_ + " -o " + *packed_ + " --low Q4_0"));
+    models_ = new test::LowCopyModels();
+    const std::string failed = models_->make("lossy", 11);
+    ASSERT_EQ(failed, "");
+    plain_ = &models_->plain;
+    packed_ = &models_->packed;
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove(*plain_);
-    std::filesystem::remove(*packed_);
-    delete plain_;
-    delete packed_;
+    models_->remove();
+    delete models_;
   }
-  static std::shared_ptr<const GgufFile> packed() {
-    return std::shared_ptr<const GgufFile>(GgufFile::open(*packed_));
-  }
+  static std::shared_ptr<const GgufFile> packed() { return models_->open_packed(); }
+  static test::LowCopyModels* models_;
   static std::string* plain_;
   static std::string* packed_;
 };
+test::LowCopyModels* LossyModes::models_ = nullptr;
 std::string* LossyModes::plain_ = nullptr;
 std::string* LossyModes::packed_ = nullptr;
 
