@@ -2,6 +2,7 @@
 // Test models for the lossy modes: a tiny Mixtral-style model in F16 and its copy packed with
 // low-precision expert copies (`moeflow pack --low Q4_0`), in the temp folder under names that
 // carry the process id (ctest runs test binaries in parallel).
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -46,6 +47,29 @@ struct LowCopyModels {
   std::shared_ptr<const GgufFile> open_packed() const {
     return std::shared_ptr<const GgufFile>(GgufFile::open(packed));
   }
+};
+
+// A GoogleTest suite that makes the two models once (seed picks the weights; one suite per
+// seed) and removes them at the end.
+template <int Seed>
+class LowCopySuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new LowCopyModels();
+    const std::string failed = models_->make("lowcopy" + std::to_string(Seed), Seed);
+    ASSERT_EQ(failed, "");
+    plain_ = &models_->plain;
+    packed_ = &models_->packed;
+  }
+  static void TearDownTestSuite() {
+    models_->remove();
+    delete models_;
+    models_ = nullptr;
+  }
+  static std::shared_ptr<const GgufFile> packed() { return models_->open_packed(); }
+  static inline LowCopyModels* models_ = nullptr;
+  static inline std::string* plain_ = nullptr;
+  static inline std::string* packed_ = nullptr;
 };
 
 }  // namespace moeflow::test

@@ -65,27 +65,7 @@ class FixedCache final : public ResidentExpertProvider, public ForwardObserver {
   std::vector<Precision> prec_;
 };
 
-class CacheAwareModes : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    models_ = new test::LowCopyModels();
-    const std::string failed = models_->make("cacheaware", 5);
-    ASSERT_EQ(failed, "");
-    plain_ = &models_->plain;
-    packed_ = &models_->packed;
-  }
-  static void TearDownTestSuite() {
-    models_->remove();
-    delete models_;
-  }
-  static std::shared_ptr<const GgufFile> packed() { return models_->open_packed(); }
-  static test::LowCopyModels* models_;
-  static std::string* plain_;
-  static std::string* packed_;
-};
-test::LowCopyModels* CacheAwareModes::models_ = nullptr;
-std::string* CacheAwareModes::plain_ = nullptr;
-std::string* CacheAwareModes::packed_ = nullptr;
+class CacheAwareModes : public test::LowCopySuite<5> {};
 
 const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 8, 300, 11, 12};
 constexpr int kDecode = 16;

@@ -148,27 +148,7 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
   uint64_t counts_[3] = {0, 0, 0};
 };
 
-class LossyModes : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    models_ = new test::LowCopyModels();
-    const std::string failed = models_->make("lossy", 11);
-    ASSERT_EQ(failed, "");
-    plain_ = &models_->plain;
-    packed_ = &models_->packed;
-  }
-  static void TearDownTestSuite() {
-    models_->remove();
-    delete models_;
-  }
-  static std::shared_ptr<const GgufFile> packed() { return models_->open_packed(); }
-  static test::LowCopyModels* models_;
-  static std::string* plain_;
-  static std::string* packed_;
-};
-test::LowCopyModels* LossyModes::models_ = nullptr;
-std::string* LossyModes::plain_ = nullptr;
-std::string* LossyModes::packed_ = nullptr;
+class LossyModes : public test::LowCopySuite<11> {};
 
 uint64_t total(const std::vector<PrecisionUsage::Counts>& u, uint64_t PrecisionUsage::Counts::*f) {
   uint64_t s = 0;
