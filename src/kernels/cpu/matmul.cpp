@@ -98,11 +98,12 @@ void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   const DotFn fn = kernels::dot_fn(w);
   // Groups of R rows go through the multi-row kernel where the level has one (bit-identical
   // to fn per row); the rest of each thread's range row by row.
-  const kernels::RowsKernel multi = kernels::rows_fn(w);
+  const size_t wbytes = row_bytes(w, cols);
+  const kernels::RowsKernel multi =
+      wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
   std::vector<uint8_t>& act = scratch();
   act.resize(act_row_bytes(w, cols));
   quantize_into(w, x, cols, act.data());
-  const size_t wbytes = row_bytes(w, cols);
   const uint8_t* Wb = static_cast<const uint8_t*>(W);
   const uint8_t* a = act.data();
   auto body = [&](int64_t r0, int64_t r1, int) {

@@ -459,7 +459,7 @@ template <int NT> void dot_f32(int64_t n, const void* w, const void* a, size_t s
 template <int NT> void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::F16, NT>(n, w, a, s, o); }
 template <int NT> void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::BF16, NT>(n, w, a, s, o); }
 
-constexpr int kQ4kRows = 4;
+constexpr int kQ4kRows = 8;
 
 }  // namespace
 
