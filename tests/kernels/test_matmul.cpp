@@ -2,6 +2,7 @@
 // float64 reference built from independent decoders (ref_formats.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -165,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, KernelTest, ::testing::ValuesIn(kernel_types(
 // the type and rows are at least kMultiRowMinBytes = 4 KiB long) and the remainder row by row.
 // Odd row counts, thread splits and column counts on both sides of the 4 KiB threshold exercise
 // both paths and group boundaries; every row must equal the single-row kernel (vec_dot) bit for
-// bit and the float64 reference, at every level.
+// bit, the matmul (prefill) row of the same token and the float64 reference, at every level.
 TEST(Kernels, MultiRowMatvecMatchesSingleRowBitForBit) {
   ThreadPool pool2(2), pool3(3);
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K}) {
@@ -195,6 +196,14 @@ TEST(Kernels, MultiRowMatvecMatchesSingleRowBitForBit) {
                     << " row " << r;
               }
             }
+            // matmul (prefill; single-row kernel over token tiles) row 1 == this matvec.
+            std::vector<float> X(2 * cols), Y(2 * rows);
+            std::copy(x.begin(), x.end(), X.begin() + cols);
+            std::copy(x.rbegin(), x.rend(), X.begin());
+            matmul(t, W.data(), rows, cols, X.data(), 2, Y.data(), pool);
+            ASSERT_EQ(0, std::memcmp(Y.data() + rows, y.data(), rows * 4))
+                << type_name(t) << " " << level << " rows=" << rows << " cols=" << cols
+                << ": matmul token row != matvec";
           }
         }
       }
