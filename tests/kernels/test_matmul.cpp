@@ -2,6 +2,7 @@
 // float64 reference built from independent decoders (ref_formats.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -160,6 +161,55 @@ TEST_P(KernelTest, MatvecAndMatmulAreExactAndThreadInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, KernelTest, ::testing::ValuesIn(kernel_types()),
                          [](const auto& info) { return std::string(type_name(info.param)); });
+
+// Decode matvec sends groups of rows through the multi-row kernels (where a level has one for
+// the type and rows are at least kMultiRowMinBytes = 4 KiB long) and the remainder row by row.
+// Odd row counts, thread splits and column counts on both sides of the 4 KiB threshold exercise
+// both paths and group boundaries; every row must equal the single-row kernel (vec_dot) bit for
+// bit, the matmul (prefill) row of the same token and the float64 reference, at every level.
+TEST(Kernels, MultiRowMatvecMatchesSingleRowBitForBit) {
+  ThreadPool pool2(2), pool3(3);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K}) {
+    const std::vector<int64_t> cols_list{256, 2304, 7680};  // 7680: Q4_K 4320-byte rows
+    for (const auto& level : levels()) {
+      LevelGuard g(level);
+      std::mt19937 rng(4321 + (int)t);
+      for (int64_t rows : {1, 3, 7, 8, 9, 15, 16, 17, 33, 67}) {
+        for (int64_t cols : cols_list) {
+          const auto W = random_weights(t, rows, cols, rng);
+          const size_t rb = row_bytes(t, cols);
+          const auto x = random_floats(cols, rng);
+          std::vector<uint8_t> act;
+          quantize_activation(t, x.data(), cols, act);
+          for (ThreadPool* pool : {(ThreadPool*)nullptr, &pool2, &pool3}) {
+            std::vector<float> y(rows, -1.f);
+            matvec(t, W.data(), rows, cols, x.data(), y.data(), pool);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float v = vec_dot(t, cols, W.data() + r * rb, act.data());
+              ASSERT_EQ(0, std::memcmp(&v, &y[r], 4))
+                  << type_name(t) << " " << level << " rows=" << rows << " cols=" << cols
+                  << " row " << r << ": matvec " << y[r] << " != single-row " << v;
+              if (pool == nullptr) {
+                const Ref ref = reference(t, W.data() + r * rb, cols, act, x.data());
+                EXPECT_NEAR(y[r], ref.dot, 2e-5 * ref.bound + 1e-30)
+                    << type_name(t) << " " << level << " rows=" << rows << " cols=" << cols
+                    << " row " << r;
+              }
+            }
+            // matmul (prefill; single-row kernel over token tiles) row 1 == this matvec.
+            std::vector<float> X(2 * cols), Y(2 * rows);
+            std::copy(x.begin(), x.end(), X.begin() + cols);
+            std::copy(x.rbegin(), x.rend(), X.begin());
+            matmul(t, W.data(), rows, cols, X.data(), 2, Y.data(), pool);
+            ASSERT_EQ(0, std::memcmp(Y.data() + rows, y.data(), rows * 4))
+                << type_name(t) << " " << level << " rows=" << rows << " cols=" << cols
+                << ": matmul token row != matvec";
+          }
+        }
+      }
+    }
+  }
+}
 
 TEST(Kernels, SimdLevelsCrossCheck) {
   // Every level must agree with scalar to within float rounding on the same activation.

@@ -50,9 +50,15 @@ struct Tables {
     if (best >= Simd::Avx512) fill_avx512_table(raw[2]);
     for (int l = 0; l < 3; ++l)
       for (int k = 0; k < kTypeSlots; ++k) {
-        DotFn f = nullptr;
-        for (int m = l; m >= 0 && !f; --m) f = raw[m].fn[k];
-        level[l].fn[k] = f;
+        int m = l;
+        while (m > 0 && !raw[m].fn[k]) --m;
+        level[l].fn[k] = raw[m].fn[k];
+        // The multi-row kernel comes from the same level as the single-row one, never from a
+        // lower level: only same-level kernels are bit-identical to each other.
+        if (raw[m].fn[k] && raw[m].rows_fn[k] && raw[m].rows[k] > 1) {
+          level[l].rows_fn[k] = raw[m].rows_fn[k];
+          level[l].rows[k] = raw[m].rows[k];
+        }
       }
   }
 };
@@ -80,6 +86,13 @@ DotFn dot_fn(GgmlType w) {
   DotFn f = id < (uint32_t)kTypeSlots ? tables().level[(int)active_simd()].fn[id] : nullptr;
   if (!f) fail("no CPU dot kernel for weight type {}", type_name(w));
   return f;
+}
+
+RowsKernel rows_fn(GgmlType w) {
+  const uint32_t id = (uint32_t)w;
+  if (id >= (uint32_t)kTypeSlots) return {};
+  const DotTable& t = tables().level[(int)active_simd()];
+  return t.rows_fn[id] ? RowsKernel{t.rows_fn[id], t.rows[id]} : RowsKernel{};
 }
 
 }  // namespace kernels

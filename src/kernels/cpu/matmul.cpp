@@ -96,17 +96,25 @@ void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
     return;
   }
   const DotFn fn = kernels::dot_fn(w);
+  // Groups of R rows go through the multi-row kernel where the level has one (bit-identical
+  // to fn per row); the rest of each thread's range row by row.
+  const size_t wbytes = row_bytes(w, cols);
+  const kernels::RowsKernel multi =
+      wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
   std::vector<uint8_t>& act = scratch();
   act.resize(act_row_bytes(w, cols));
   quantize_into(w, x, cols, act.data());
-  const size_t wbytes = row_bytes(w, cols);
   const uint8_t* Wb = static_cast<const uint8_t*>(W);
   const uint8_t* a = act.data();
   auto body = [&](int64_t r0, int64_t r1, int) {
-    for (int64_t r = r0; r < r1; ++r) fn(cols, Wb + (size_t)r * wbytes, a, 0, 1, y + r);
+    int64_t r = r0;
+    if (multi.fn)
+      for (; r + multi.rows <= r1; r += multi.rows)
+        multi.fn(cols, Wb + (size_t)r * wbytes, wbytes, a, y + r);
+    for (; r < r1; ++r) fn(cols, Wb + (size_t)r * wbytes, a, 0, 1, y + r);
   };
   if (pool && pool->size() > 1 && rows > 1)
-    pool->parallel_for(rows, body, 4);
+    pool->parallel_for(rows, body, std::max<int64_t>(4, multi.rows));
   else
     body(0, rows, 0);
 }

@@ -122,6 +122,67 @@ void dot_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* o
   k.finish(out);
 }
 
+// Multi-row prefetch: while at block i, each of the R row streams fetches its block
+// i + kRowsPrefetchBlocks; past the row's end that is the same row of the next group of R rows
+// (rows are contiguous, so the next group's row k starts (R - 1) rows after row k's end).
+constexpr int64_t kRowsPrefetchBlocks = 8;
+template <int R, size_t Bytes>
+inline void prefetch_rows(const uint8_t* w, size_t stride, int64_t i, int64_t nb) {
+  const int64_t pi = i + kRowsPrefetchBlocks;
+  const size_t off = (size_t)pi * Bytes + (pi >= nb ? (size_t)(R - 1) * stride : 0);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const char* p = reinterpret_cast<const char*>(w + r * stride + off);
+#pragma GCC unroll 4
+    for (size_t l = 0; l < (Bytes + 63) / 64; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+  }
+}
+
+// R weight rows x one activation row. Per row exactly the float operations of dot_q4_k<1>
+// (same fmadd / fnmadd per block in block order, same hsum); the activation quants and bsums
+// are loaded once per block for all R rows.
+template <int R>
+void dot_q4_k_rows(int64_t n, const void* w, size_t stride, const void* act, float* out) {
+  const uint8_t* wr = static_cast<const uint8_t*>(w);
+  const BlockQ8_K* a = static_cast<const BlockQ8_K*>(act);
+  const int64_t nb = n / QK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    prefetch_rows<R, sizeof(BlockQ4_K)>(wr, stride, i, nb);
+    const BlockQ8_K& ai = a[i];
+    __m256i y[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) y[k] = load_act(ai, 32 * k);
+    const __m256i bs = load_bsums(ai);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(wr + r * stride)[i];
+      uint64_t sc8, mn8;
+      k4_scales(b.scales, sc8, mn8);
+      const __m256i sc = scales16x2(sc8);
+      const float d = fp16(b.d), dmin = fp16(b.dmin);
+      __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i p_lo = _mm256_madd_epi16(mul_us(lo, y[2 * j]), scale_bcast(sc, 2 * j));
+        const __m256i p_hi = _mm256_madd_epi16(mul_us(hi, y[2 * j + 1]), scale_bcast(sc, 2 * j + 1));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
+      }
+      const __m256i msum = _mm256_madd_epi16(mins16(mn8), bs);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ai.d), _mm256_cvtepi32_ps(sumi), acc[r]);
+      acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * ai.d), _mm256_cvtepi32_ps(msum), acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
+}
+
 template <int NT>
 void dot_q5_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const BlockQ5_K* wb = static_cast<const BlockQ5_K*>(w);
@@ -398,6 +459,8 @@ template <int NT> void dot_f32(int64_t n, const void* w, const void* a, size_t s
 template <int NT> void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::F16, NT>(n, w, a, s, o); }
 template <int NT> void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::BF16, NT>(n, w, a, s, o); }
 
+constexpr int kQ4kRows = 8;
+
 }  // namespace
 
 void fill_avx2_table(DotTable& t) {
@@ -416,6 +479,11 @@ void fill_avx2_table(DotTable& t) {
   set(GgmlType::Q5_K, MOEFLOW_DOT_FN(dot_q5_k));
   set(GgmlType::Q6_K, MOEFLOW_DOT_FN(dot_q6_k));
   set(GgmlType::IQ4_XS, MOEFLOW_DOT_FN(dot_iq4_xs));
+  auto rows = [&](GgmlType ty, RowsFn f, int r) {
+    t.rows_fn[(int)ty] = f;
+    t.rows[(int)ty] = r;
+  };
+  rows(GgmlType::Q4_K, dot_q4_k_rows<kQ4kRows>, kQ4kRows);
 }
 
 }  // namespace moeflow::kernels
