@@ -37,6 +37,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# llama-cpp-python built for this CPU by scripts/setup-deps.sh (site-packages may hold a foreign one)
+sys.path.insert(0, os.path.join(ROOT, ".deps", "python"))
 
 
 def bench_tokens(n: int, n_vocab: int) -> list[int]:

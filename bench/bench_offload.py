@@ -28,6 +28,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# llama-cpp-python built for this CPU by scripts/setup-deps.sh (site-packages may hold a foreign one)
+sys.path.insert(0, os.path.join(ROOT, ".deps", "python"))
 
 
 def run(cmd):
