@@ -100,7 +100,7 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("bench", "Measure prefill and decode speed", [](CLI::App& app) {
+const bool registered_bench = register_command("bench", "Measure prefill and decode speed", [](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("-m,--model", a->model, "GGUF model")->required();
   app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens");

@@ -102,7 +102,7 @@ int run_calibrate(const CalibrateArgs& a) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_calibrate = register_command(
     "calibrate", "Fit HOBBIT's thresholds (T1, T2) to a model for a perplexity / KL target",
     [](CLI::App& app) {
       auto a = std::make_shared<CalibrateArgs>();

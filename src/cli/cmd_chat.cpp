@@ -126,7 +126,7 @@ int run_chat(ChatArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("chat", "Interactive chat on stdin/stdout", [](CLI::App& app) {
+const bool registered_chat = register_command("chat", "Interactive chat on stdin/stdout", [](CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   app.add_option("-m,--model", a->model, "GGUF model")->required();
   app.add_option("-s,--system", a->system, "system message");

@@ -68,7 +68,7 @@ int run_eval(const EvalArgs& a) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_eval = register_command(
     "eval", "Score token ids: prefill + greedy steps, dump logits (oracle contract)",
     [](CLI::App& app) {
       auto a = std::make_shared<EvalArgs>();

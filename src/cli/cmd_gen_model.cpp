@@ -114,7 +114,7 @@ int run_gen_model(const GenArgs& a) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_gen_model = register_command(
     "gen-model", "Write a random-weight GGUF of a real MoE architecture", [](CLI::App& sub) {
       auto a = std::make_shared<GenArgs>();
       sub.add_option("--arch", a->arch, "mixtral | qwen2moe | qwen3moe | olmoe")->required();

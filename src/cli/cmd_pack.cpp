@@ -235,7 +235,7 @@ int run_measure(const PackArgs& a) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_pack = register_command(
     "pack", "Repack a GGUF for expert offloading (4 KiB-aligned expert slices)", [](CLI::App& app) {
       auto a = std::make_shared<PackArgs>();
       app.add_option("-m,--model", a->in, "input GGUF")->required();

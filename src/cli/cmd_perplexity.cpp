@@ -154,7 +154,7 @@ int run_perplexity_cmd(PplArgs& a) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_perplexity = register_command(
     "perplexity", "Perplexity of a text file (llama.cpp's chunking) and KL divergence vs an exact run",
     [](CLI::App& app) {
       auto a = std::make_shared<PplArgs>();

@@ -72,7 +72,7 @@ int run(const Options& o) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_quant_tool = register_command(
     "quant-tool", "Convert raw f32 <-> quantized blocks (testing aid)", [](CLI::App& sub) {
       auto o = std::make_shared<Options>();
       sub.group("");  // hidden from --help: a test aid, not a user command

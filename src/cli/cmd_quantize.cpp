@@ -107,7 +107,7 @@ int run_quantize(const QuantizeArgs& a) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool registered_quantize = register_command(
     "quantize", "Rewrite a GGUF with its weights in another block format", [](CLI::App& sub) {
       auto a = std::make_shared<QuantizeArgs>();
       sub.add_option("-m,--model", a->in, "input GGUF")->required();

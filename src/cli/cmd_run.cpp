@@ -115,7 +115,7 @@ int run_run(RunArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("run", "Generate text from a prompt", [](CLI::App& app) {
+const bool registered_run = register_command("run", "Generate text from a prompt", [](CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("-m,--model", a->model, "GGUF model")->required();
   app.add_option("-p,--prompt", a->prompt, "prompt text, or ids:1,2,3")->required();

@@ -104,7 +104,7 @@ int run_serve(ServeArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("serve", "OpenAI-compatible HTTP server", [](CLI::App& app) {
+const bool registered_serve = register_command("serve", "OpenAI-compatible HTTP server", [](CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   app.add_option("-m,--model", a->model, "GGUF model")->required();
   app.add_option("--host", a->host, "address to listen on (0.0.0.0: all interfaces)");

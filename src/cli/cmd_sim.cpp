@@ -126,7 +126,7 @@ int run_sim(const SimArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("sim", "Replay a routing trace against cache policies, predictors and a hardware profile",
+const bool registered_sim = register_command("sim", "Replay a routing trace against cache policies, predictors and a hardware profile",
                                          [](CLI::App& sub) {
   auto a = std::make_shared<SimArgs>();
   sub.add_option("--trace,-t", a->trace, "trace file(s): binary .mft, speculative-moe JSONL, or vLLM-logger layer files")

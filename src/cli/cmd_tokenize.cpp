@@ -44,7 +44,7 @@ int run_vectors(const Tokenizer& tok, const TokenizeOpts& o) {
   return r.passed == r.total ? 0 : 2;
 }
 
-const bool registered = register_command("tokenize", "Tokenize text with a model's vocabulary", [](CLI::App& sub) {
+const bool registered_tokenize = register_command("tokenize", "Tokenize text with a model's vocabulary", [](CLI::App& sub) {
   auto o = std::make_shared<TokenizeOpts>();
   sub.add_option("-m,--model", o->model, "GGUF file with tokenizer.ggml.* metadata")->required();
   sub.add_option("-p,--prompt", o->prompt, "Text to tokenize");

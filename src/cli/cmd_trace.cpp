@@ -165,7 +165,7 @@ int run_trace(const TraceArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("trace", "Record the routing of a live run into a trace file", [](CLI::App& app) {
+const bool registered_trace = register_command("trace", "Record the routing of a live run into a trace file", [](CLI::App& app) {
   auto a = std::make_shared<TraceArgs>();
   a->sp.temperature = 0.f;
   app.add_option("-m,--model", a->model, "GGUF model")->required();

@@ -56,7 +56,7 @@ int run_train(const TrainArgs& a) {
   return 0;
 }
 
-const bool registered = register_command("train-predictor", "Train ProMoE's learned expert predictor from a trace", [](CLI::App& app) {
+const bool registered_train_predictor = register_command("train-predictor", "Train ProMoE's learned expert predictor from a trace", [](CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   app.add_option("-t,--trace", a->trace, "trace with hidden states (moeflow trace --hidden)")->required();
   app.add_option("-o,--output", a->out, "predictor weights to write")->required();

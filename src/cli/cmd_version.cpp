@@ -6,7 +6,7 @@
 namespace moeflow::cli {
 namespace {
 
-const bool registered = register_command("version", "Print version and SIMD level", [](CLI::App&) {
+const bool registered_version = register_command("version", "Print version and SIMD level", [](CLI::App&) {
   return CommandMain([] {
     std::printf("moeflow 0.1.0\n");
     return 0;

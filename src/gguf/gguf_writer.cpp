@@ -14,7 +14,7 @@ namespace moeflow {
 namespace {
 
 constexpr uint64_t kDefaultAlignment = 32;
-constexpr int kMaxDims = 4;
+constexpr int kMaxTensorDims = 4;
 
 bool power_of_two(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
@@ -138,8 +138,8 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<
                             FillFn fill) {
   for (const auto& t : tensors_)
     if (t.name == name) fail("GGUF writer: duplicate tensor name '{}'", name);
-  if (dims.empty() || dims.size() > kMaxDims)
-    fail("GGUF writer: tensor '{}' has {} dimensions (must be 1..{})", name, dims.size(), kMaxDims);
+  if (dims.empty() || dims.size() > kMaxTensorDims)
+    fail("GGUF writer: tensor '{}' has {} dimensions (must be 1..{})", name, dims.size(), kMaxTensorDims);
   if (!is_known_type(static_cast<uint32_t>(type)))
     fail("GGUF writer: unknown tensor type id {} in tensor '{}'", static_cast<uint32_t>(type),
          name);

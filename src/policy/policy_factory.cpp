@@ -7,10 +7,10 @@
 namespace moeflow {
 namespace {
 
-using Maker = std::unique_ptr<EvictionPolicy> (*)(const PolicyOptions&);
+using PolicyMaker = std::unique_ptr<EvictionPolicy> (*)(const PolicyOptions&);
 
-const std::vector<std::pair<std::string, Maker>>& table() {
-  static const std::vector<std::pair<std::string, Maker>> t = {
+const std::vector<std::pair<std::string, PolicyMaker>>& policy_table() {
+  static const std::vector<std::pair<std::string, PolicyMaker>> t = {
       {"lru", policies::make_lru},
       {"lfu", policies::make_lfu},
       {"static", policies::make_static},
@@ -24,7 +24,7 @@ const std::vector<std::pair<std::string, Maker>>& table() {
 }  // namespace
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name, const PolicyOptions& opt) {
-  for (auto& [n, make] : table())
+  for (auto& [n, make] : policy_table())
     if (n == name) return make(opt);
   std::string known;
   for (auto& n : eviction_policy_names()) known += (known.empty() ? "" : ", ") + n;
@@ -33,7 +33,7 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name, co
 
 std::vector<std::string> eviction_policy_names() {
   std::vector<std::string> v;
-  for (auto& [n, make] : table()) v.push_back(n);
+  for (auto& [n, make] : policy_table()) v.push_back(n);
   return v;
 }
 

@@ -6,10 +6,10 @@
 namespace moeflow {
 namespace {
 
-using Maker = std::unique_ptr<Predictor> (*)(const PredictorOptions&);
+using PredictorMaker = std::unique_ptr<Predictor> (*)(const PredictorOptions&);
 
-const std::vector<std::pair<std::string, Maker>>& table() {
-  static const std::vector<std::pair<std::string, Maker>> t = {
+const std::vector<std::pair<std::string, PredictorMaker>>& predictor_table() {
+  static const std::vector<std::pair<std::string, PredictorMaker>> t = {
       {"gate", predictors::make_gate},         {"stacked", predictors::make_stacked},
       {"token", predictors::make_token},       {"promoe", predictors::make_promoe},
       {"duoserve", predictors::make_duoserve}, {"eamc", predictors::make_eamc},
@@ -20,7 +20,7 @@ const std::vector<std::pair<std::string, Maker>>& table() {
 }  // namespace
 
 std::unique_ptr<Predictor> make_predictor(const std::string& name, const PredictorOptions& opt) {
-  for (auto& [n, make] : table())
+  for (auto& [n, make] : predictor_table())
     if (n == name) return make(opt);
   std::string known;
   for (auto& n : predictor_names()) known += (known.empty() ? "" : ", ") + n;
@@ -29,7 +29,7 @@ std::unique_ptr<Predictor> make_predictor(const std::string& name, const Predict
 
 std::vector<std::string> predictor_names() {
   std::vector<std::string> v;
-  for (auto& [n, make] : table()) v.push_back(n);
+  for (auto& [n, make] : predictor_table()) v.push_back(n);
   return v;
 }
 

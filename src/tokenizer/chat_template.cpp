@@ -675,17 +675,17 @@ std::vector<Segment> segment(const std::string& src) {
   return segs;
 }
 
-struct Node;
-using NodeP = std::unique_ptr<Node>;
+struct TemplateNode;
+using NodeP = std::unique_ptr<TemplateNode>;
 using Body = std::vector<NodeP>;
-struct Node {
+struct TemplateNode {
   enum Kind { Text, Output, If, For, Set, SetBlock, Break, Continue, Scope } kind;
   std::string text;
   ExprP expr, cond;
   std::vector<std::pair<ExprP, Body>> branches;  // If: (condition or null for else, body)
   std::vector<std::string> targets;              // For: loop variables; Set: name or ns, attr
   Body body, else_body;
-  explicit Node(Kind k) : kind(k) {}
+  explicit TemplateNode(Kind k) : kind(k) {}
 };
 
 class TemplateParser {
@@ -715,14 +715,14 @@ class TemplateParser {
     while (i_ < segs_.size()) {
       const Segment& s = segs_[i_++];
       if (s.kind == Segment::Text) {
-        auto n = std::make_unique<Node>(Node::Text);
+        auto n = std::make_unique<TemplateNode>(TemplateNode::Text);
         n->text = s.s;
         out.push_back(std::move(n));
         continue;
       }
       if (s.kind == Segment::Var) {
         ExprParser p(lex_expr(s.s), s.s);
-        auto n = std::make_unique<Node>(Node::Output);
+        auto n = std::make_unique<TemplateNode>(TemplateNode::Output);
         n->expr = p.parse_expr();
         p.expect_end();
         out.push_back(std::move(n));
@@ -744,7 +744,7 @@ class TemplateParser {
 
   NodeP statement(const std::string& kw, const std::string& rest, const std::string& src) {
     if (kw == "if") {
-      auto n = std::make_unique<Node>(Node::If);
+      auto n = std::make_unique<TemplateNode>(TemplateNode::If);
       std::string cond_src = rest;
       for (;;) {
         ExprP cond;
@@ -770,7 +770,7 @@ class TemplateParser {
       return n;
     }
     if (kw == "for") {
-      auto n = std::make_unique<Node>(Node::For);
+      auto n = std::make_unique<TemplateNode>(TemplateNode::For);
       ExprParser p(lex_expr(rest), src);
       n->targets.push_back(p.name());
       while (p.accept_op(",")) n->targets.push_back(p.name());
@@ -789,22 +789,22 @@ class TemplateParser {
       std::vector<std::string> target{p.name()};
       if (p.accept_op(".")) target.push_back(p.name());
       if (p.at_end()) {  // {% set x %}...{% endset %}
-        auto n = std::make_unique<Node>(Node::SetBlock);
+        auto n = std::make_unique<TemplateNode>(TemplateNode::SetBlock);
         n->targets = target;
         std::string end;
         n->body = body({"endset"}, &end);
         return n;
       }
       p.expect_op("=");
-      auto n = std::make_unique<Node>(Node::Set);
+      auto n = std::make_unique<TemplateNode>(TemplateNode::Set);
       n->targets = target;
       n->expr = p.parse_expr();
       p.expect_end();
       return n;
     }
-    if (kw == "break" || kw == "continue") return std::make_unique<Node>(kw == "break" ? Node::Break : Node::Continue);
+    if (kw == "break" || kw == "continue") return std::make_unique<TemplateNode>(kw == "break" ? TemplateNode::Break : TemplateNode::Continue);
     if (kw == "generation") {  // transformers' assistant-mask marker: renders its body
-      auto n = std::make_unique<Node>(Node::Scope);
+      auto n = std::make_unique<TemplateNode>(TemplateNode::Scope);
       std::string end;
       n->body = body({"endgeneration"}, &end);
       return n;
@@ -842,11 +842,11 @@ class Renderer {
     return nullptr;
   }
 
-  void exec(const Node& n, std::string& out) {
+  void exec(const TemplateNode& n, std::string& out) {
     switch (n.kind) {
-      case Node::Text: out += n.text; return;
-      case Node::Output: out += to_str(eval(*n.expr)); return;
-      case Node::If:
+      case TemplateNode::Text: out += n.text; return;
+      case TemplateNode::Output: out += to_str(eval(*n.expr)); return;
+      case TemplateNode::If:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) {
             exec(body, out);
@@ -854,17 +854,17 @@ class Renderer {
           }
         }
         return;
-      case Node::For: exec_for(n, out); return;
-      case Node::Set: assign(n.targets, eval(*n.expr).j); return;
-      case Node::SetBlock: {
+      case TemplateNode::For: exec_for(n, out); return;
+      case TemplateNode::Set: assign(n.targets, eval(*n.expr).j); return;
+      case TemplateNode::SetBlock: {
         std::string s;
         exec(n.body, s);
         assign(n.targets, s);
         return;
       }
-      case Node::Break: throw LoopBreak{};
-      case Node::Continue: throw LoopContinue{};
-      case Node::Scope: exec(n.body, out); return;
+      case TemplateNode::Break: throw LoopBreak{};
+      case TemplateNode::Continue: throw LoopContinue{};
+      case TemplateNode::Scope: exec(n.body, out); return;
     }
   }
 
@@ -878,7 +878,7 @@ class Renderer {
     (*ns)[t[1]] = std::move(v);
   }
 
-  void exec_for(const Node& n, std::string& out) {
+  void exec_for(const TemplateNode& n, std::string& out) {
     Value seq = eval(*n.expr);
     std::vector<json> items;
     if (seq.undef || seq.j.is_null()) {

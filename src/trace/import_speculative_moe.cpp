@@ -11,7 +11,7 @@ namespace moeflow::trace {
 
 namespace {
 
-struct Row {
+struct RoutingRow {
   int layer;
   std::vector<int> experts;
   std::vector<float> weights;
@@ -23,7 +23,7 @@ Trace import_speculative_moe(const std::string& path, int n_layers, int n_expert
   std::ifstream f(path);
   if (!f) fail("trace '{}': cannot open", path);
   // (problem, phase, pos) -> routes by layer
-  std::map<std::tuple<int, int, int>, std::map<int, Row>> steps;
+  std::map<std::tuple<int, int, int>, std::map<int, RoutingRow>> steps;
   std::map<std::pair<int, int>, int> next_pos, decode_count;  // (problem, layer) counters for token_pos files
   std::map<std::pair<int, int>, bool> in_decode;
   std::string line;
@@ -41,7 +41,7 @@ Trace import_speculative_moe(const std::string& path, int n_layers, int n_expert
     }
     try {
       int prob = j.value("problem_id", 0);
-      Row r;
+      RoutingRow r;
       r.layer = j.at("layer").get<int>();
       r.experts = j.at("experts").get<std::vector<int>>();
       if (j.contains("gating_probs")) r.weights = j.at("gating_probs").get<std::vector<float>>();

@@ -11,7 +11,7 @@ namespace moeflow::trace {
 
 namespace {
 
-struct Row {
+struct LoggerRow {
   std::vector<int> ids;
   std::vector<float> w;
 };
@@ -20,7 +20,7 @@ struct LayerLog {
   int layer = -1;
   int top_k = 0;
   std::string model;
-  std::vector<std::vector<Row>> batches;
+  std::vector<std::vector<LoggerRow>> batches;
 };
 
 LayerLog read_layer(const std::string& path) {
@@ -47,7 +47,7 @@ LayerLog read_layer(const std::string& path) {
       MOEFLOW_CHECK(layer == log.layer, "trace '{}' line {}: layer {} in a file of layer {} (one layer per file expected)", path,
                     lineno, layer, log.layer);
       int idx = j.at("token_idx").get<int>();
-      Row r{j.at("topk_ids").get<std::vector<int>>(), j.value("topk_weights", std::vector<float>{})};
+      LoggerRow r{j.at("topk_ids").get<std::vector<int>>(), j.value("topk_weights", std::vector<float>{})};
       MOEFLOW_CHECK(!r.ids.empty(), "trace '{}' line {}: empty topk_ids", path, lineno);
       for (int e : r.ids) MOEFLOW_CHECK(e >= 0 && e < 65536, "trace '{}' line {}: bad expert id {}", path, lineno, e);
       if (!r.w.empty() && r.w.size() != r.ids.size()) fail("trace '{}' line {}: weights/ids length mismatch", path, lineno);
@@ -64,7 +64,7 @@ LayerLog read_layer(const std::string& path) {
   size_t drop = 0;
   while (drop < log.batches.size() && log.batches[drop].size() > 1 &&
          std::all_of(log.batches[drop].begin(), log.batches[drop].end(),
-                     [&](const Row& r) { return r.ids == log.batches[drop][0].ids; }))
+                     [&](const LoggerRow& r) { return r.ids == log.batches[drop][0].ids; }))
     ++drop;
   log.batches.erase(log.batches.begin(), log.batches.begin() + (long)drop);
   if (log.batches.empty()) fail("trace '{}': only warm-up rows", path);
