@@ -1,6 +1,7 @@
 // Chat templates: the Jinja subset against the real templates of the supported model families
 // (exact renderings), the language features one by one, errors, and the model-level wrapper
 // (ChatML fallback, BOS handling, special-token parsing).
+#include <cstdio>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -483,7 +484,9 @@ std::unique_ptr<GgufFile> synth_vocab_file(const std::string& tmpl) {
   if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
   const std::string path = ::testing::TempDir() + "/chat_tmpl_vocab_" + std::to_string(getpid()) + ".gguf";
   w.write(path);
-  return GgufFile::open(path);
+  auto file = GgufFile::open(path);
+  std::remove(path.c_str());  // the mapping outlives the name: nothing is left in the temp dir
+  return file;
 }
 
 TEST(ModelChatTemplate, FallsBackToChatMlAndAddsBos) {
