@@ -9,10 +9,20 @@
 
 namespace moeflow::test {
 
+// One folder per test process, removed when the process exits (files still mapped stay
+// readable after the unlink).
 inline std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("moeflow_model_test_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  struct ProcessTempDir {
+    std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                 ("moeflow_model_test_" + std::to_string(getpid()));
+    ~ProcessTempDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static ProcessTempDir dir;
+  std::filesystem::create_directories(dir.path);
+  return (dir.path / name).string();
 }
 
 // Max |a - b| over a row, relative to the row's largest magnitude (at least 1).
