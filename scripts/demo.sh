@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 PROMPT=${1:-"The history of the city"}
 MODEL=models/demo-moe.gguf
 
-MOEFLOW_SKIP_PY=1 bash scripts/setup-deps.sh  # the demo needs no Python test oracles
-if [ ! -f build/build.ninja ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+MOEFLOW_BUILD_ONLY=1 bash scripts/setup-deps.sh  # no test frameworks, no Python oracles
+if [ ! -f build/build.ninja ]; then  # scripts/test.sh turns the tests on in the same folder
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLOW_TESTS=OFF -DMOEFLOW_BENCH=OFF >/dev/null
 fi
 echo "== building moeflow"
 cmake --build build -j "$(nproc)" --target moeflow | grep -v '^\[' || true

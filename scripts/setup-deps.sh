@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything moeflow needs to build and test on a fresh Debian 12 machine.
 # Idempotent: skips what is already there.
+# MOEFLOW_BUILD_ONLY=1: only what building the `moeflow` binary needs (the demo's first run);
+# MOEFLOW_SKIP_PY=1: no Python test oracles.
 set -euo pipefail
 
-APT_PKGS=(cmake ninja-build g++ pkg-config googletest libgtest-dev libbenchmark-dev libcli11-dev
-          nlohmann-json3-dev libfmt-dev libcpp-httplib-dev liburing-dev libopenblas-dev)
+APT_PKGS=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
+          libcpp-httplib-dev liburing-dev)
+[ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] || APT_PKGS+=(googletest libgtest-dev libbenchmark-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -17,7 +20,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ "${MOEFLOW_SKIP_PY:-0}" != 1 ]; then
+if [ "${MOEFLOW_SKIP_PY:-0}" != 1 ] && [ "${MOEFLOW_BUILD_ONLY:-0}" != 1 ]; then
   # Test oracles: transformers+torch (reference logits), gguf (independent writer/reader),
   # llama-cpp-python (llama.cpp built from source: reference for quantized models and the
   # baseline of the benchmarks).

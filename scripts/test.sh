@@ -12,7 +12,7 @@ run_suite() {  # dir, cmake args..., then ctest args after --
   local dir=$1; shift
   local cm=() ct=()
   while (($#)); do [ "$1" = -- ] && { shift; ct=("$@"); break; }; cm+=("$1"); shift; done
-  cmake -S . -B "$dir" -G Ninja -DMOEFLOW_BENCH=OFF "${cm[@]}" >/dev/null
+  cmake -S . -B "$dir" -G Ninja -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF "${cm[@]}" >/dev/null
   cmake --build "$dir" -j "$JOBS"
   (cd "$dir" && ctest --output-on-failure -j "$JOBS" "${ct[@]}")
 }
