@@ -27,6 +27,7 @@ const B* blocks(const void* p) {
 void put(RefRow& r, int64_t i, double scale_part, double min_part) {
   r.val[i] = scale_part - min_part;
   r.mag[i] = std::fabs(scale_part) + std::fabs(min_part);
+  r.add[i] = -min_part;
 }
 
 }  // namespace
@@ -35,6 +36,7 @@ RefRow ref_decode(GgmlType t, const void* row, int64_t n) {
   RefRow r;
   r.val.assign(n, 0);
   r.mag.assign(n, 0);
+  r.add.assign(n, 0);
   switch (t) {
     case GgmlType::F32:
       for (int64_t i = 0; i < n; ++i) put(r, i, static_cast<const float*>(row)[i], 0);
@@ -221,12 +223,26 @@ std::vector<double> ref_decode_activation(GgmlType w, const void* act, int64_t n
         for (int j = 0; j < 256; ++j) out[b * 256 + j] = (double)x.d * x.qs[j];
       }
       break;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const auto& x = blocks<BlockQ8_1>(act)[b];
+        for (int j = 0; j < 32; ++j) out[b * 32 + j] = h(x.d) * x.qs[j];
+      }
+      break;
     default:
       for (int64_t b = 0; b < n / 32; ++b) {
         const auto& x = blocks<BlockQ8_0>(act)[b];
         for (int j = 0; j < 32; ++j) out[b * 32 + j] = h(x.d) * x.qs[j];
       }
   }
+  return out;
+}
+
+std::vector<double> ref_activation_block_sums(GgmlType w, const void* act, int64_t n) {
+  std::vector<double> out;
+  if (w != GgmlType::Q4_1 && w != GgmlType::Q5_1) return out;
+  for (int64_t b = 0; b < n / 32; ++b) out.push_back(h(blocks<BlockQ8_1>(act)[b].s));
   return out;
 }
 

@@ -13,12 +13,16 @@ namespace moeflow::test {
 struct RefRow {
   std::vector<double> val;  // decoded element values
   std::vector<double> mag;  // |d*sc*q| + |dmin*m| per element (== |val| without mins)
+  std::vector<double> add;  // the additive (minimum) part of each value; 0 without mins
 };
 
 // Decodes n elements of weight type t.
 RefRow ref_decode(GgmlType t, const void* row, int64_t n);
 // Decodes an activation produced by quantize_activation(w, ...).
 std::vector<double> ref_decode_activation(GgmlType w, const void* act, int64_t n);
+// Q4_1/Q5_1 weights take Q8_1 activations, whose blocks carry a stored sum s (fp16 of d*sum(q))
+// that the kernels multiply by the block's minimum: s per 32-block; empty for other types.
+std::vector<double> ref_activation_block_sums(GgmlType w, const void* act, int64_t n);
 
 // Random but valid weight bytes: payload bits uniformly random, scale fields set to finite
 // values of a sensible range.

@@ -68,11 +68,15 @@ Ref reference(GgmlType t, const uint8_t* row, int64_t n, const std::vector<uint8
   const auto a = ref_decode_activation(t, act.data(), n);
   Ref r{0, 0, 0, 0};
   const int64_t ab = type_traits(activation_type_for(t)).block_size;
+  // With Q8_1 activations the minimum of block b multiplies the block's stored sum, not the
+  // sum of its decoded values.
+  const auto sums = test::ref_activation_block_sums(t, act.data(), n);
   for (int64_t i = 0; i < n; ++i) {
-    r.dot += w.val[i] * a[i];
+    r.dot += (sums.empty() ? w.val[i] : w.val[i] - w.add[i]) * a[i];
     r.bound += w.mag[i] * std::fabs(a[i]);
     r.dot_f += w.val[i] * x[i];
   }
+  for (size_t b = 0; b < sums.size(); ++b) r.dot += w.add[b * ab] * sums[b];
   // Per activation block: |error| <= |w| * (half a step + fp16 rounding of the scale).
   for (int64_t b = 0; b < n / ab; ++b) {
     double amax = 0, wsum = 0;
@@ -227,6 +231,34 @@ TEST(Kernels, SimdLevelsCrossCheck) {
           << type_name(t) << " " << level;
     }
   }
+}
+
+TEST(Kernels, Q8_1BlockSumIsTheFp16OfTheScaledQuantSum) {
+  // Q4_1/Q5_1 activations: the same quants and scale as Q8_0, plus s = fp16(d * sum(q)), the
+  // value the kernels multiply the weight block's minimum by.
+  std::mt19937 rng(5);
+  const int64_t n = 1024;
+  auto x = random_floats(n, rng);
+  for (int j = 64; j < 96; ++j) x[j] = 0;  // an all-zero block: d = s = 0
+  std::vector<uint8_t> a1, a0;
+  quantize_activation(GgmlType::Q4_1, x.data(), n, a1);
+  quantize_activation(GgmlType::Q4_0, x.data(), n, a0);
+  ASSERT_EQ(a1.size(), (size_t)n / 32 * 36);
+  const auto v1 = ref_decode_activation(GgmlType::Q4_1, a1.data(), n);
+  const auto v0 = ref_decode_activation(GgmlType::Q4_0, a0.data(), n);
+  EXPECT_EQ(v1, v0);
+  const auto sums = test::ref_activation_block_sums(GgmlType::Q4_1, a1.data(), n);
+  ASSERT_EQ(sums.size(), (size_t)n / 32);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    double s = 0, amax = 0;
+    for (int64_t i = b * 32; i < (b + 1) * 32; ++i) {
+      s += v1[i];
+      amax = std::fmax(amax, std::fabs(x[i]));
+    }
+    // fp16 rounding of s and of d: at most 2^-11 each, relative, plus the scale's share.
+    EXPECT_NEAR(sums[b], s, std::fabs(s) * 2.0 / 1024 + 32 * amax / 127 / 1024 + 1e-30) << b;
+  }
+  EXPECT_EQ(sums[2], 0.0);
 }
 
 TEST(Kernels, ActivationQuantizationIsFaithful) {

@@ -15,13 +15,13 @@ K-quants and IQ4_XS), so the two engines compute the same integer dot products a
 in float32 summation order (~1e-7). Rows agree to ~1e-7 until, somewhere in a sequence, that
 noise flips one 8-bit activation rounding; from then on the KV cache carries the difference and
 later rows differ at the level of the activation quantization noise itself (~1e-2), with the
-occasional router top-k flip (a single row up to ~0.5). Q4_1/Q5_1 differ from the first row:
-llama.cpp stores the Q8_1 activation block sum in fp16, moeflow uses the exact integer sum.
+occasional router top-k flip (a single row up to ~0.5). Q4_1/Q5_1 take Q8_1 activations, whose
+block sum is stored in fp16 (moeflow follows that; with the exact integer sum, as moeflow did
+before, no row agreed exactly and top-1 fell to 97.75-98.1%).
 Hence three checks per type:
-  * per arch, the 95th percentile of row errors < bound (3e-2; 4e-2 for Q4_1/Q5_1),
-  * top-1 (argmax) agreement over the type's 1024 rows >= 98% (96% for Q4_1/Q5_1),
-  * at least 20% of rows agree to 1e-5 (not for Q4_1/Q5_1): the arithmetic is the same, not
-    merely close.
+  * per arch, the 95th percentile of row errors < bound (3e-2),
+  * top-1 (argmax) agreement over the type's 1024 rows >= 98%,
+  * at least 20% of rows agree to 1e-5: the arithmetic is the same, not merely close.
 A different model fails all three by far: moeflow on the seed-8 file vs llama.cpp on the seed-7
 file gives p95 1.7, top-1 0.0-0.8%; even the same weights requantized (Q5_K file vs Q4_K
 reference) give p95 0.39-0.46, top-1 62-65%, no exact rows.
@@ -31,9 +31,10 @@ arch max / top-1 over 1024 rows / exact rows:
   Q8_0   1.37e-2 / 2.9e-2  / 99.61% / 67%     Q2_K   1.31e-2 / 1.8e-2  / 99.71% / 82%
   Q4_0   1.16e-2 / 2.0e-2  / 99.90% / 51%     Q3_K   1.38e-2 / 1.9e-2  / 99.12% / 58%
   Q5_0   0.99e-2 / 2.1e-1  / 99.80% / 72%     Q4_K   1.45e-2 / 2.0e-2  / 99.61% / 56%
-  Q4_1   1.92e-2 / 8.2e-2  / 98.14% / 0%      Q5_K   1.43e-2 / 5.0e-2  / 99.41% / 71%
-  Q5_1   2.25e-2 / 4.7e-1  / 97.75% / 0%      Q6_K   1.47e-2 / 2.0e-2  / 99.71% / 74%
+  Q4_1   1.14e-2 / 2.6e-2  / 99.12% / 35% *   Q5_K   1.43e-2 / 5.0e-2  / 99.41% / 71%
+  Q5_1   1.02e-2 / 1.5e-2  / 99.51% / 57% *   Q6_K   1.47e-2 / 2.0e-2  / 99.71% / 74%
   IQ4_NL 1.02e-2 / 1.3e-2  / 99.71% / 72%     IQ4_XS 1.39e-2 / 2.8e-2  / 100.0% / 80%
+(* with Q8_1 activations, AVX-512 machine, llama.cpp built by scripts/setup-deps.sh.)
 (MOEFLOW_LLAMACPP_REPORT=/tmp/x pytest -s ... prints these.) ~55 s on a loaded 2-core machine,
 most of it generating the K-quant models.
 """
@@ -62,7 +63,7 @@ EXACT = 1e-5  # a row "agrees exactly" below this relative error (float32 summat
 #        type's 1024 rows, least fraction of rows that agree exactly). See the module docstring.
 BOUNDS = {
     "Q8_0": (3e-2, 0.98, 0.2), "Q4_0": (3e-2, 0.98, 0.2), "Q5_0": (3e-2, 0.98, 0.2),
-    "Q4_1": (4e-2, 0.96, 0.0), "Q5_1": (4e-2, 0.96, 0.0),
+    "Q4_1": (3e-2, 0.98, 0.2), "Q5_1": (3e-2, 0.98, 0.2),
     "Q2_K": (3e-2, 0.98, 0.2), "Q3_K": (3e-2, 0.98, 0.2), "Q4_K": (3e-2, 0.98, 0.2),
     "Q5_K": (3e-2, 0.98, 0.2), "Q6_K": (3e-2, 0.98, 0.2),
     "IQ4_NL": (3e-2, 0.98, 0.2), "IQ4_XS": (3e-2, 0.98, 0.2),

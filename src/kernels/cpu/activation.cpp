@@ -1,4 +1,5 @@
-// Activation quantizers: Q8_0 (one fp16 scale per 32) and Q8_K (one float scale per 256 plus
+// Activation quantizers: Q8_0 (one fp16 scale per 32), Q8_1 (Q8_0 plus the fp16 block sum the
+// Q4_1/Q5_1 minimums multiply) and Q8_K (one float scale per 256 plus
 // 16-element sums, which let K-quant kernels apply per-group minimums without touching qs).
 #include <cmath>
 
@@ -30,6 +31,27 @@ void quantize_q8_0(const float* x, int64_t n, void* out) {
     const float id = d != 0.f ? 1.f / d : 0.f;
     y[i].d = fp32_to_fp16(d);
     for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = (int8_t)nearest_int(xb[j] * id);
+  }
+}
+
+// s is rounded to fp16 from the unrounded scale, as GGML's Q8_1 defines it: Q4_1/Q5_1 files are
+// made and validated with that arithmetic, and with the exact integer sum instead the min
+// term drifted from llama.cpp's by enough to flip a few router choices in every thousand rows.
+void quantize_q8_1(const float* x, int64_t n, void* out) {
+  BlockQ8_1* y = static_cast<BlockQ8_1*>(out);
+  for (int64_t i = 0; i < n / QK8_1; ++i) {
+    const float* xb = x + i * QK8_1;
+    float amax = 0;
+    for (int j = 0; j < QK8_1; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    int sum = 0;
+    for (int j = 0; j < QK8_1; ++j) {
+      y[i].qs[j] = (int8_t)nearest_int(xb[j] * id);
+      sum += y[i].qs[j];
+    }
+    y[i].s = fp32_to_fp16(d * (float)sum);
   }
 }
 

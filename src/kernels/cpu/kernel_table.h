@@ -51,6 +51,8 @@ void fill_avx512_table(DotTable& t);
 // Activation quantizers. Every level produces the same bytes, so activations never depend on
 // the dispatch choice.
 void quantize_q8_0(const float* x, int64_t n, void* out);
+// Q8_1 (for Q4_1/Q5_1, whose kernels are scalar at every level): scalar only.
+void quantize_q8_1(const float* x, int64_t n, void* out);
 void quantize_q8_k(const float* x, int64_t n, void* out);
 // Byte-identical AVX2 versions (activation_avx2.cpp).
 void quantize_q8_0_avx2(const float* x, int64_t n, void* out);

@@ -22,6 +22,7 @@ void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
       else
         kernels::quantize_q8_0(x, n, out);
       break;
+    case GgmlType::Q8_1: kernels::quantize_q8_1(x, n, out); break;
     case GgmlType::Q8_K:
       if (kernels::active_simd() >= kernels::Simd::Avx2)
         kernels::quantize_q8_k_avx2(x, n, out);
@@ -57,10 +58,10 @@ GgmlType activation_type_for(GgmlType w) {
     case GgmlType::F32:
     case GgmlType::F16:
     case GgmlType::BF16: return GgmlType::F32;
-    case GgmlType::Q4_0:
     case GgmlType::Q4_1:
+    case GgmlType::Q5_1: return GgmlType::Q8_1;
+    case GgmlType::Q4_0:
     case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
     case GgmlType::MXFP4: return GgmlType::Q8_0;
