@@ -21,17 +21,30 @@ inline int nearest_int(float x) {
 
 }  // namespace
 
+namespace {
+
+// One 32-element block: fp16 scale amax/127 and nearest quants; returns the unrounded scale
+// and the sum of the quants (Q8_1 stores their product).
+float quantize_block32(const float* xb, uint16_t& d16, int8_t* qs, int& sum) {
+  float amax = 0;
+  for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  d16 = fp32_to_fp16(d);
+  sum = 0;
+  for (int j = 0; j < 32; ++j) {
+    qs[j] = (int8_t)nearest_int(xb[j] * id);
+    sum += qs[j];
+  }
+  return d;
+}
+
+}  // namespace
+
 void quantize_q8_0(const float* x, int64_t n, void* out) {
   BlockQ8_0* y = static_cast<BlockQ8_0*>(out);
-  for (int64_t i = 0; i < n / QK8_0; ++i) {
-    const float* xb = x + i * QK8_0;
-    float amax = 0;
-    for (int j = 0; j < QK8_0; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    y[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < QK8_0; ++j) y[i].qs[j] = (int8_t)nearest_int(xb[j] * id);
-  }
+  int sum;
+  for (int64_t i = 0; i < n / QK8_0; ++i) quantize_block32(x + i * QK8_0, y[i].d, y[i].qs, sum);
 }
 
 // s is rounded to fp16 from the unrounded scale, as GGML's Q8_1 defines it: Q4_1/Q5_1 files are
@@ -39,18 +52,9 @@ void quantize_q8_0(const float* x, int64_t n, void* out) {
 // term drifted from llama.cpp's by enough to flip a few router choices in every thousand rows.
 void quantize_q8_1(const float* x, int64_t n, void* out) {
   BlockQ8_1* y = static_cast<BlockQ8_1*>(out);
+  int sum;
   for (int64_t i = 0; i < n / QK8_1; ++i) {
-    const float* xb = x + i * QK8_1;
-    float amax = 0;
-    for (int j = 0; j < QK8_1; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float d = amax / 127.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    y[i].d = fp32_to_fp16(d);
-    int sum = 0;
-    for (int j = 0; j < QK8_1; ++j) {
-      y[i].qs[j] = (int8_t)nearest_int(xb[j] * id);
-      sum += y[i].qs[j];
-    }
+    const float d = quantize_block32(x + i * QK8_1, y[i].d, y[i].qs, sum);
     y[i].s = fp32_to_fp16(d * (float)sum);
   }
 }

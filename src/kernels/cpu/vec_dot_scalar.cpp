@@ -76,7 +76,12 @@ void decode(const BlockMXFP4& b, Dec32& o) {
   o.m = 0;
 }
 
-template <typename B, int NT>
+// The minimum term: none for symmetric types (Q8_0 activations); for Q4_1/Q5_1 the weight
+// block's minimum times the activation block's stored sum s (Q8_1).
+inline float min_term(const Dec32&, const BlockQ8_0&) { return 0.f; }
+inline float min_term(const Dec32& dec, const BlockQ8_1& a) { return dec.m * fp16_to_fp32(a.s); }
+
+template <typename B, int NT, typename A = BlockQ8_0>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
   const int64_t nb = n / 32;
@@ -85,38 +90,19 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (int64_t i = 0; i < nb; ++i) {
     decode(wb[i], dec);
     for (int t = 0; t < NT; ++t) {
-      const BlockQ8_0& a = act_row<BlockQ8_0>(act, stride, t)[i];
+      const A& a = act_row<A>(act, stride, t)[i];
       int sumq = 0;
       for (int j = 0; j < 32; ++j) sumq += dec.q[j] * a.qs[j];
-      acc[t] += dec.d * fp16_to_fp32(a.d) * (float)sumq;  // these types have no minimum
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t] = acc[t];
-}
-
-// Q4_1/Q5_1 against Q8_1: the min term uses the activation block's stored sum s.
-template <typename B, int NT>
-void dot32_q8_1(int64_t n, const void* w, const void* act, size_t stride, float* out) {
-  const B* wb = static_cast<const B*>(w);
-  const int64_t nb = n / 32;
-  float acc[NT] = {};
-  Dec32 dec;
-  for (int64_t i = 0; i < nb; ++i) {
-    decode(wb[i], dec);
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_1& a = act_row<BlockQ8_1>(act, stride, t)[i];
-      int sumq = 0;
-      for (int j = 0; j < 32; ++j) sumq += dec.q[j] * a.qs[j];
-      acc[t] += dec.d * fp16_to_fp32(a.d) * (float)sumq + dec.m * fp16_to_fp32(a.s);
+      acc[t] += dec.d * fp16_to_fp32(a.d) * (float)sumq + min_term(dec, a);
     }
   }
   for (int t = 0; t < NT; ++t) out[t] = acc[t];
 }
 
 template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q4_1(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32_q8_1<BlockQ4_1, NT>(n, w, a, s, o); }
+template <int NT> void dot_q4_1(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_1, NT, BlockQ8_1>(n, w, a, s, o); }
 template <int NT> void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ5_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q5_1(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32_q8_1<BlockQ5_1, NT>(n, w, a, s, o); }
+template <int NT> void dot_q5_1(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ5_1, NT, BlockQ8_1>(n, w, a, s, o); }
 template <int NT> void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ8_0, NT>(n, w, a, s, o); }
 template <int NT> void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockIQ4_NL, NT>(n, w, a, s, o); }
 template <int NT> void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockMXFP4, NT>(n, w, a, s, o); }
