@@ -30,11 +30,9 @@ struct CalibrateArgs {
 };
 
 uint64_t mean_expert_bytes(const ExpertIndex& idx) {
-  uint64_t bytes = 0, n = 0;
-  for (const ExpertLayerIndex& l : idx.layers) {
-    for (int e = 0; e < l.n_expert; ++e) bytes += idx.expert_bytes(l.layer, e), ++n;
-  }
-  return n ? bytes / n : 0;
+  uint64_t n = 0;
+  for (const ExpertLayerIndex& l : idx.layers) n += (uint64_t)l.n_expert;
+  return n ? idx.total_expert_bytes() / n : 0;
 }
 
 int run_calibrate(const CalibrateArgs& a) {
@@ -74,8 +72,8 @@ int run_calibrate(const CalibrateArgs& a) {
     eng.context().moe().set_mode(m, usage);
   };
   hooks.take_uses = [&](uint64_t& h, uint64_t& l, uint64_t& s) {
-    h = l = s = 0;
-    for (const auto& c : usage->snapshot()) h += c.high, l += c.low, s += c.skip;
+    const PrecisionUsage::Counts t = usage->total();
+    h = t.high, l = t.low, s = t.skip;
     usage->reset();
   };
   hooks.on_point = [&](const CalibratePoint& p) {

@@ -118,10 +118,7 @@ void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
   if (!s.usage) return;
   const std::vector<PrecisionUsage::Counts> layers = s.usage->snapshot();
   PrecisionUsage::Counts tot;
-  for (const auto& c : layers) {
-    tot.high += c.high, tot.low += c.low, tot.skip += c.skip;
-    tot.substituted += c.substituted;
-  }
+  for (const auto& c : layers) tot += c;  // from the same snapshot as the per-layer counts
   j["uses"] = usage_json(tot);
   if (!per_layer) return;
   if (j.contains("layers") && j["layers"].is_array()) {

@@ -63,16 +63,19 @@ void PrecisionUsage::add(int layer, const Counts& c) {
   if (layer < 0) return;
   std::lock_guard lk(mu_);
   if (static_cast<size_t>(layer) >= layers_.size()) layers_.resize(layer + 1);
-  Counts& d = layers_[layer];
-  d.high += c.high;
-  d.low += c.low;
-  d.skip += c.skip;
-  d.substituted += c.substituted;
+  layers_[layer] += c;
 }
 
 std::vector<PrecisionUsage::Counts> PrecisionUsage::snapshot() const {
   std::lock_guard lk(mu_);
   return layers_;
+}
+
+PrecisionUsage::Counts PrecisionUsage::total() const {
+  std::lock_guard lk(mu_);
+  Counts t;
+  for (const Counts& c : layers_) t += c;
+  return t;
 }
 
 void PrecisionUsage::reset() {

@@ -65,9 +65,14 @@ class PrecisionUsage {
   struct Counts {
     uint64_t high = 0, low = 0, skip = 0;
     uint64_t substituted = 0;  // daop: routed experts replaced by a cached one (counted in high)
+    Counts& operator+=(const Counts& o) {
+      high += o.high, low += o.low, skip += o.skip, substituted += o.substituted;
+      return *this;
+    }
   };
   void add(int layer, const Counts& c);
   std::vector<Counts> snapshot() const;
+  Counts total() const;  // over all layers
   void reset();
 
  private:
