@@ -38,21 +38,15 @@ PROMPT = "The history of the city begins in the early middle ages, when"
 RATES = (0.25, 0.5)
 
 
-def sh(cmd, parse=True):
+def sh(cmd):
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{p.stderr[-3000:]}")
-    if not parse:
-        return None
     return p
 
 
 def last_json(text):
     return json.loads(text.strip().splitlines()[-1])
-
-
-def mode_args(m):
-    return m["args"]
 
 
 def demo_modes(t1, t2):
@@ -70,7 +64,7 @@ def demo_modes(t1, t2):
 
 def run_decode(mf, model, rate, m, threads):
     p = sh([mf, "run", "-m", model, "-p", PROMPT, "-n", 128, "--temp", 0, "-t", threads,
-            "--cache-rate", rate, "--stats", "json", *mode_args(m)])
+            "--cache-rate", rate, "--stats", "json", *m["args"]])
     j = last_json(p.stderr)
     o = j["offload"]
     t = o["total"]

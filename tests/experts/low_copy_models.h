@@ -1,16 +1,22 @@
 #pragma once
 // Test models for the lossy modes: a tiny Mixtral-style model in F16 and its copy packed with
 // low-precision expert copies (`moeflow pack --low Q4_0`), in the temp folder under names that
-// carry the process id (ctest runs test binaries in parallel).
+// carry the process id (ctest runs test binaries in parallel); and the greedy run both lossy-mode
+// suites compare.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "experts/offload_options.h"
+#include "experts/precision_mode.h"
 #include "gguf/gguf_file.h"
+#include "runtime/engine.h"
 
 namespace moeflow::test {
 
@@ -71,5 +77,43 @@ class LowCopySuite : public ::testing::Test {
   static inline std::string* plain_ = nullptr;
   static inline std::string* packed_ = nullptr;
 };
+
+struct GreedyRun {
+  std::vector<float> logits;  // prefill's last row + every decode row
+  OffloadStats stats;         // of the offload session's provider, when there is one
+  std::vector<PrecisionUsage::Counts> uses;
+};
+
+// Greedy run: `prompt` prefilled in chunks of `batch`, then n_decode single-token steps.
+// `off` (optional) is applied the way the CLI does; `provider` (optional) serves the experts in
+// place of the session's provider; `observer` (optional) watches the forward pass.
+inline GreedyRun run_greedy(std::shared_ptr<const GgufFile> file, const std::vector<int32_t>& prompt,
+                            int n_decode, int batch, const OffloadOptions* off,
+                            std::shared_ptr<ExpertProvider> provider = nullptr,
+                            ForwardObserver* observer = nullptr) {
+  EngineOptions opt;
+  opt.n_threads = 2;
+  opt.n_ctx = 64;
+  opt.batch = batch;
+  OffloadSession session;
+  if (off) session = make_offload(*off, *file);
+  if (!provider) provider = session.provider;
+  Engine eng(file, opt, provider);
+  if (off) session.attach(eng.context(), eng.model());
+  if (observer) eng.context().set_observer(observer);
+  GreedyRun r;
+  std::vector<float> last;
+  eng.prefill(prompt, false, &last);
+  r.logits = last;
+  for (int i = 0; i < n_decode; ++i) {
+    const int32_t tok = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    auto row = eng.decode(tok);
+    last.assign(row.begin(), row.end());
+    r.logits.insert(r.logits.end(), row.begin(), row.end());
+  }
+  if (session.provider) r.stats = session.provider->stats();
+  if (session.usage) r.uses = session.usage->snapshot();
+  return r;
+}
 
 }  // namespace moeflow::test

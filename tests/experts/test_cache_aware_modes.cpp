@@ -70,39 +70,13 @@ class CacheAwareModes : public test::LowCopySuite<5> {};
 const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 8, 300, 11, 12};
 constexpr int kDecode = 16;
 
-struct Outcome {
-  std::vector<float> logits;
-  std::vector<PrecisionUsage::Counts> uses;
-  OffloadStats stats;
-};
+using Outcome = test::GreedyRun;
 
-// Greedy run, prefill in chunks of `batch`, then kDecode single-token steps. The mode comes
-// from `o` (applied the way the CLI does); `cache` (optional) replaces the session's provider.
+// The mode comes from `o` (applied the way the CLI does); `cache` (optional) replaces the
+// session's provider and watches the routing.
 Outcome run(std::shared_ptr<const GgufFile> f, const OffloadOptions& o, int batch,
-        std::shared_ptr<FixedCache> cache = nullptr) {
-  EngineOptions opt;
-  opt.n_threads = 2;
-  opt.n_ctx = 64;
-  opt.batch = batch;
-  OffloadSession s = make_offload(o, *f);
-  std::shared_ptr<ExpertProvider> provider = s.provider;
-  if (cache) provider = cache;
-  Engine eng(f, opt, provider);
-  s.attach(eng.context(), eng.model());
-  if (cache) eng.context().set_observer(cache.get());
-  Outcome r;
-  std::vector<float> last;
-  eng.prefill(kPrompt, false, &last);
-  r.logits = last;
-  for (int i = 0; i < kDecode; ++i) {
-    const int32_t tok = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    auto row = eng.decode(tok);
-    last.assign(row.begin(), row.end());
-    r.logits.insert(r.logits.end(), row.begin(), row.end());
-  }
-  if (s.usage) r.uses = s.usage->snapshot();
-  if (s.provider) r.stats = s.provider->stats();
-  return r;
+            std::shared_ptr<FixedCache> cache = nullptr) {
+  return test::run_greedy(f, kPrompt, kDecode, batch, &o, cache, cache.get());
 }
 
 bool same(const Outcome& a, const Outcome& b) { return a.logits == b.logits; }

@@ -36,41 +36,13 @@ int sh(const std::string& cmd) { return test::sh_quiet(cmd); }
 const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 8, 300, 11, 12};
 constexpr int kDecode = 12;
 
-struct RunResult {
-  std::vector<float> logits;  // prefill last row + every decode row
-  OffloadStats stats;
-  std::vector<PrecisionUsage::Counts> uses;
-};
+using RunResult = test::GreedyRun;
 
-// Greedy run of kPrompt + kDecode tokens. Either `off` (the options under test, applied the way
-// the CLI does) or `provider` + `observer` (a reference) is given.
+// Either `off` (the options under test) or `provider` + `observer` (a reference) is given.
 RunResult run_engine(std::shared_ptr<const GgufFile> file, int batch, const OffloadOptions* off,
                      std::shared_ptr<ExpertProvider> provider = nullptr,
                      ForwardObserver* observer = nullptr) {
-  EngineOptions opt;
-  opt.n_threads = 2;
-  opt.n_ctx = 64;
-  opt.batch = batch;
-  OffloadSession session;
-  if (off) session = make_offload(*off, *file);
-  if (off) provider = session.provider;
-  Engine eng(file, opt, provider);
-  if (off) session.attach(eng.context(), eng.model());
-  if (observer) eng.context().set_observer(observer);
-  RunResult r;
-  std::vector<float> last;
-  eng.prefill(kPrompt, false, &last);
-  r.logits = last;
-  for (int i = 0; i < kDecode; ++i) {
-    const int32_t tok =
-        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    auto row = eng.decode(tok);
-    last.assign(row.begin(), row.end());
-    r.logits.insert(r.logits.end(), row.begin(), row.end());
-  }
-  if (session.provider) r.stats = session.provider->stats();
-  if (session.usage) r.uses = session.usage->snapshot();
-  return r;
+  return test::run_greedy(file, kPrompt, kDecode, batch, off, provider, observer);
 }
 
 bool bit_identical(const RunResult& a, const RunResult& b) {
