@@ -69,6 +69,7 @@ PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) 
   m.t1 = o.hobbit_t1.value_or(m.t1);
   m.t2 = o.hobbit_t2.value_or(m.t2);
   m.skip_threshold = o.skip_threshold.value_or(skip ? kDefaultSkipThreshold : 0.0);
+  m.precalc = o.precalc;
   validate(m);
   if (hobbit) {
     bool has_low = false;
@@ -115,6 +116,7 @@ void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
     j["hobbit_t2"] = s.mode.t2;
   }
   if (s.mode.mode == ExpertMode::Skip) j["skip_threshold"] = s.mode.skip_threshold;
+  j["precalc"] = s.mode.precalc;
   if (!s.usage) return;
   const std::vector<PrecisionUsage::Counts> layers = s.usage->snapshot();
   PrecisionUsage::Counts tot;

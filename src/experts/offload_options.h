@@ -44,6 +44,7 @@ struct OffloadOptions {
   std::string mode = "exact";
   std::optional<double> hobbit_t1, hobbit_t2;  // default 0.6 / 0.9 (HOBBIT's Mixtral values)
   std::optional<double> skip_threshold;        // default kDefaultSkipThreshold
+  bool precalc = false;                        // DAOP stale-input pre-calculation (lossy)
   // The hobbit modes split the expert budget between the two precisions: the low-precision
   // cache takes one of these out of it, the high-precision cache the rest.
   std::string low_cache;                       // low-precision cache budget ("256MiB")
@@ -105,6 +106,10 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--skip-threshold", o.skip_threshold,
                  "skip: drop experts whose normalised gate weight is below this (default 0.1; "
                  "the top-1 expert is always kept)");
+  app.add_flag("--precalc", o.precalc,
+               "DAOP stale-input pre-calculation (lossy, needs offloading): while a layer waits "
+               "for an expert read, compute the next layer's predicted resident experts on this "
+               "layer's input; the next layer uses those outputs for the experts it routes to");
   app.add_option("--low-cache", o.low_cache,
                  "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
   app.add_option("--low-cache-rate", o.low_cache_rate,
@@ -148,6 +153,9 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   s.mode = resolve_mode(o, file);
   if (!s.mode.lossless()) s.usage = std::make_shared<PrecisionUsage>();
   if (!o.enabled()) {
+    if (o.precalc)
+      fail("--precalc fills the time a layer waits for expert reads, so it needs offloading: "
+           "give --expert-cache or --cache-rate too");
     if (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share)
       fail("--low-cache / --low-cache-rate / --low-share size the low-precision part of the "
            "expert cache: give --expert-cache or --cache-rate too");

@@ -84,7 +84,8 @@ void PrecisionUsage::reset() {
 }
 
 nlohmann::json usage_json(const PrecisionUsage::Counts& c) {
-  return {{"high", c.high}, {"low", c.low}, {"skip", c.skip}, {"substituted", c.substituted}};
+  return {{"high", c.high}, {"low", c.low}, {"skip", c.skip}, {"substituted", c.substituted},
+          {"precalc", c.precalc}, {"precalc_computed", c.precalc_computed}};
 }
 
 }  // namespace moeflow

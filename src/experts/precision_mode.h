@@ -15,6 +15,11 @@
 //               is replaced by the most probable resident expert the token does not use yet;
 //               the weights are the router's probabilities of the new set (renormalised when
 //               the model renormalises its top-k)
+// Orthogonal to the mode, `precalc` is DAOP's stale-input pre-calculation (decode steps, with
+// offloading): when layer l is about to wait for an expert read, the idle cores compute the
+// experts that layer l+1's router picks for layer l's input (its residual stream, normalised
+// with layer l+1's ffn_norm) among the resident ones; if layer l+1's router then routes a
+// token to one of them, that output is used instead of running it on the real input.
 // "Normalised" is w_r / sum of the token's top-k weights, whatever the model's own top-k
 // renormalisation; the weights applied in the combine are the router's, and those of the kept
 // experts are NOT renormalised after a skip (see docs/lossy-modes.md for why).
@@ -38,8 +43,9 @@ struct PrecisionModeConfig {
   double t1 = 0.6;              // HOBBIT: high precision while s <= t1 (Mixtral default)
   double t2 = 0.9;              // HOBBIT: low precision while s <= t2, skipped beyond
   double skip_threshold = 0.0;  // skip: drop a non-top-1 expert whose normalised weight < this
+  bool precalc = false;         // DAOP stale-input pre-calculation (lossy, any mode)
 
-  bool lossless() const { return mode == ExpertMode::Exact; }
+  bool lossless() const { return mode == ExpertMode::Exact && !precalc; }
   bool needs_low() const { return mode == ExpertMode::Hobbit || mode == ExpertMode::HobbitAll; }
   // Decisions that look at what the expert cache holds (so they are made per step, at route
   // time, and the output depends on the cache).
@@ -65,8 +71,11 @@ class PrecisionUsage {
   struct Counts {
     uint64_t high = 0, low = 0, skip = 0;
     uint64_t substituted = 0;  // daop: routed experts replaced by a cached one (counted in high)
+    uint64_t precalc = 0;      // served by a stale-input pre-calculated output (counted in high)
+    uint64_t precalc_computed = 0;  // experts pre-calculated for this layer (used or not)
     Counts& operator+=(const Counts& o) {
       high += o.high, low += o.low, skip += o.skip, substituted += o.substituted;
+      precalc += o.precalc, precalc_computed += o.precalc_computed;
       return *this;
     }
   };
@@ -80,7 +89,8 @@ class PrecisionUsage {
   std::vector<Counts> layers_;
 };
 
-// {"high":..,"low":..,"skip":..,"substituted":..} of one layer's counts.
+// {"high":..,"low":..,"skip":..,"substituted":..,"precalc":..,"precalc_computed":..} of one
+// layer's counts.
 nlohmann::json usage_json(const PrecisionUsage::Counts& c);
 
 }  // namespace moeflow

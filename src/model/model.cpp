@@ -204,6 +204,8 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
 
     for (int t = 0; t < n; ++t) rms_norm(x + t * d, L.ffn_norm.data(), xn + t * d, d, eps);
     if (L.moe) {
+      const bool next_moe = il + 1 < hp_.n_layer && W.layers[il + 1].moe;
+      moe_.set_stale_input(next_moe ? &W.layers[il + 1] : nullptr, x);
       moe_.run(il, L, xn, n, tokens.data(), pos_, provider_, observer_, tmp, pool_);
     } else {
       swiglu_ffn(view_of(L.ffn_gate, L.ffn_up, L.ffn_down), xn, n, gu_.as<float>(),

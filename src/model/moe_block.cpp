@@ -67,6 +67,50 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
   ye_.allocate((size_t)max_tokens * d * sizeof(float));
   yslot_.allocate((size_t)max_tokens * k_ * d * sizeof(float));
   shgate_.resize(max_tokens);
+  pre_experts_.reserve(k_);
+  pre_served_.resize(units);
+  pre_logits_.resize(hp.n_expert);
+  pre_probs_.resize(hp.n_expert);
+  pre_w_.resize(k_);
+  pre_pick_.resize(k_);
+  stale_.allocate((size_t)d * sizeof(float));
+  pre_out_.allocate((size_t)k_ * d * sizeof(float));
+}
+
+void MoeBlock::precalculate(int layer, ExpertProvider& provider, ThreadPool* pool) {
+  const LayerWeights& N = *next_;
+  const int64_t d = hp_.n_embd;
+  const int next = layer + 1;
+  float* stale = stale_.as<float>();
+  rms_norm(resid_, N.ffn_norm.data(), stale, d, hp_.rms_eps);
+  linear(N.gate_inp, stale, 1, pre_logits_.data(), pool);
+  select_topk(pre_logits_.data(), hp_.n_expert, k_, hp_.norm_topk, pre_pick_.data(), pre_w_.data(),
+              pre_probs_.data());
+  pre_experts_.clear();
+  for (int e : pre_pick_) {
+    // Only what costs no read: waiting for a copy here would delay this layer's own experts.
+    if (provider.residency(next, e) != Residency::Resident) continue;
+    float* y = pre_out_.as<float>() + pre_experts_.size() * (size_t)d;
+    ExpertView v = provider.acquire(next, e, Precision::High);
+    try {
+      if (v.cols[0] != d || v.rows[2] != d)
+        fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
+             next, e, v.rows[2], v.cols[0], d);
+      swiglu_ffn(v, stale, 1, gu_.as<float>(), h_.as<float>(), y, pool);
+    } catch (...) {
+      provider.release(next, e, Precision::High);
+      throw;
+    }
+    provider.release(next, e, Precision::High);
+    pre_experts_.push_back(e);
+    stats_.precalc_calls++;
+  }
+  pre_layer_ = next;
+  if (usage_ && !pre_experts_.empty()) {
+    PrecisionUsage::Counts c;
+    c.precalc_computed = pre_experts_.size();
+    usage_->add(next, c);
+  }
 }
 
 void MoeBlock::set_mode(const PrecisionModeConfig& mode, std::shared_ptr<PrecisionUsage> usage) {
@@ -138,6 +182,9 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
          "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)",
          expert_mode_name(mode_.mode));
   last_n_ = n;
+  // Outputs pre-calculated by the previous layer's run() for this one (decode steps only).
+  const bool take_pre = mode_.precalc && n == 1 && pre_layer_ == layer;
+  pre_layer_ = -1;
 
   // 1. route
   linear(L.gate_inp, xn, n, logits_.data(), pool);
@@ -179,6 +226,29 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
       if (use == ExpertUse::Skip) continue;
       slots_of_[experts_[t * k + r] * 2 + (use == ExpertUse::Low ? 1 : 0)].push_back(t * k + r);
     }
+  // Stale-input pre-calculation: a high-precision unit computed ahead takes that output now
+  // (pre_out_ is reused by this step's own pre-calculation) and is neither announced to the
+  // provider nor acquired.
+  std::fill(pre_served_.begin(), pre_served_.end(), 0);
+  if (take_pre) {
+    float* yslot = yslot_.as<float>();
+    for (size_t j = 0; j < pre_experts_.size(); ++j) {
+      const int u = pre_experts_[j] * 2 + (int)Precision::High;
+      if (!seen_[u]) continue;
+      pre_served_[u] = 1;
+      for (int slot : slots_of_[u])
+        std::memcpy(yslot + (size_t)slot * d, pre_out_.as<float>() + j * (size_t)d, d * sizeof(float));
+      counts.precalc += slots_of_[u].size();
+      stats_.precalc_used += slots_of_[u].size();
+    }
+    union_experts_.clear();
+    union_prec_.clear();
+    for (int u : union_)
+      if (!pre_served_[u]) {
+        union_experts_.push_back(u / 2);
+        union_prec_.push_back((Precision)(u % 2));
+      }
+  }
   stats_.skipped += counts.skip;
   if (usage_) usage_->add(layer, counts);
 
@@ -210,6 +280,7 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
   order_prec_.clear();
   for (int cls = 0; cls < 3; ++cls) rank_[cls].clear();
   for (int u : union_) {
+    if (pre_served_[u]) continue;
     const Precision p = (Precision)(u % 2);
     const Residency res =
         mixed ? provider.residency_mixed(layer, u / 2, p) : provider.residency(layer, u / 2);
@@ -225,9 +296,17 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
   float* xe = xe_.as<float>();
   float* ye = ye_.as<float>();
   float* yslot = yslot_.as<float>();
+  // Pre-calculation for the next layer runs once, just before the first wait for a read that
+  // is already under way (a read not yet started would only be delayed by it).
+  bool may_precalc = mode_.precalc && n == 1 && next_ && next_->moe && resid_;
   for (size_t i = 0; i < order_.size(); ++i) {
     const int e = order_[i];
     const Precision p = order_prec_[i];
+    if (may_precalc && i >= rank_[0].size()) {
+      may_precalc = false;
+      const Residency res = mixed ? provider.residency_mixed(layer, e, p) : provider.residency(layer, e);
+      if (res == Residency::InFlight) precalculate(layer, provider, pool);
+    }
     const auto& slots = slots_of_[e * 2 + (int)p];
     const int m = (int)slots.size();
     for (int j = 0; j < m; ++j)

@@ -33,6 +33,8 @@ struct MoeStepStats {
   uint64_t expert_calls_low = 0;  // of which on low-precision copies
   uint64_t expert_bytes = 0;    // bytes of the acquired expert slices
   uint64_t skipped = 0;         // (token, routed expert) pairs the mode dropped
+  uint64_t precalc_calls = 0;   // experts pre-calculated on a stale input (mode.precalc)
+  uint64_t precalc_used = 0;    // ... whose output a routed token then took
 };
 
 class MoeBlock {
@@ -49,6 +51,14 @@ class MoeBlock {
   void set_mode(const PrecisionModeConfig& mode, std::shared_ptr<PrecisionUsage> usage = nullptr);
   const PrecisionModeConfig& mode() const { return mode_; }
 
+  // Stale-input pre-calculation (mode().precalc): the next run() may pre-calculate layer
+  // next's experts on `resid` (n x n_embd, the residual stream entering this MoE block);
+  // next == nullptr (last layer, or a dense one) disables it. Both must stay valid during run().
+  void set_stale_input(const LayerWeights* next, const float* resid) {
+    next_ = next;
+    resid_ = resid;
+  }
+
   // Router decision of the last run(): n x top_k each.
   std::span<const int> last_experts() const { return {experts_.data(), (size_t)last_n_ * k_}; }
   std::span<const float> last_weights() const { return {weights_.data(), (size_t)last_n_ * k_}; }
@@ -62,6 +72,8 @@ class MoeBlock {
 
  private:
   void revise_for_cache(int layer, int n, ExpertProvider& provider, PrecisionUsage::Counts& counts);
+  // Computes layer+1's predicted resident experts on the stale input (decode, one token).
+  void precalculate(int layer, ExpertProvider& provider, ThreadPool* pool);
 
   const HParams& hp_;
   int max_tokens_;
@@ -84,6 +96,15 @@ class MoeBlock {
   std::vector<std::vector<int>> slots_of_;  // per unit: indices t*k + rank routed to it
   std::vector<char> seen_;
   AlignedBuffer xe_, gu_, h_, ye_, yslot_;
+  // Stale-input pre-calculation: inputs for the next run(), and what it may take from this one.
+  const LayerWeights* next_ = nullptr;
+  const float* resid_ = nullptr;
+  int pre_layer_ = -1;            // layer the outputs below were computed for
+  std::vector<int> pre_experts_;  // their experts (at most top_k)
+  std::vector<char> pre_served_;  // per unit of the current step: taken from pre_out_
+  std::vector<float> pre_logits_, pre_probs_, pre_w_;
+  std::vector<int> pre_pick_;
+  AlignedBuffer stale_, pre_out_;  // normalised stale input; top_k x n_embd outputs
   std::vector<float> shgate_;
   MoeStepStats stats_;
 };

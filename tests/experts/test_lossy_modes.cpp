@@ -417,6 +417,9 @@ TEST_F(LossyModes, BadOptionsGiveClearErrors) {
   o.skip_threshold = 1.5;
   expect_error(*f, o, "--skip-threshold");
   o = {};
+  o.precalc = true;  // nothing to fill without offloading
+  expect_error(*f, o, "--precalc");
+  o = {};
   o.mode = "hobbit";
   o.cache_rate = 0.3;
   o.low_cache = "1TiB";  // more than the whole budget

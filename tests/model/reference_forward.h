@@ -4,6 +4,8 @@
 // sequence, full causal attention recomputed from scratch.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -47,13 +49,24 @@ inline void ref_rope(double* h, int64_t n_rot, int64_t pos, double base, bool ne
 
 inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
+// DAOP stale-input pre-calculation as docs/lossy-modes.md defines it, for positions >= first_pos
+// (decode steps): when a routed expert of layer l (one not served from a pre-calculation) is
+// in flight, the experts that layer l+1's router picks for rmsnorm(residual entering layer l's
+// MoE, ffn_norm of l+1) and that are not in flight at l+1 are computed on that stale input; at
+// layer l+1 a routed expert among them takes that output.
+struct RefPrecalc {
+  int first_pos = 0;
+  std::function<bool(int layer, int expert)> in_flight;
+};
+
 struct RefResult {
   std::vector<dvec> logits;                       // per position
   std::vector<std::vector<std::vector<int>>> experts;  // [pos][layer] chosen, rank order
 };
 
 inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
-                                   const std::vector<int32_t>& toks) {
+                                   const std::vector<int32_t>& toks,
+                                   const RefPrecalc* pre = nullptr) {
   const std::string a = s.arch;
   const int64_t d = s.n_embd, hd = s.head_dim, n_rot = s.n_rot ? s.n_rot : hd;
   const int64_t qd = s.n_head * hd, kd = s.n_head_kv * hd, ff = s.n_ff_exp;
@@ -67,6 +80,32 @@ inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
     for (int64_t i = 0; i < d; ++i) x[t][i] = T("token_embd.weight").v[toks[t] * d + i];
   RefResult res;
   res.experts.assign(n, std::vector<std::vector<int>>(s.n_layer));
+  auto route = [&](const std::string& b, const dvec& xn, dvec& probs) {
+    probs = ref_matvec(T(b + "ffn_gate_inp.weight"), xn);
+    const double mx = *std::max_element(probs.begin(), probs.end());
+    double sum = 0;
+    for (auto& v : probs) sum += (v = std::exp(v - mx));
+    for (auto& v : probs) v /= sum;
+    std::vector<int> idx(s.n_expert);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](int p, int q) { return probs[p] > probs[q]; });
+    idx.resize(s.top_k);
+    return idx;
+  };
+  auto expert = [&](const std::string& b, int e, const dvec& xn) {
+    dvec g, u;
+    if (s.fused_gate_up) {
+      g = ref_matvec(T(b + "ffn_gate_up_exps.weight"), xn, e * 2 * ff, ff);
+      u = ref_matvec(T(b + "ffn_gate_up_exps.weight"), xn, e * 2 * ff + ff, ff);
+    } else {
+      g = ref_matvec(T(b + "ffn_gate_exps.weight"), xn, e * ff, ff);
+      u = ref_matvec(T(b + "ffn_up_exps.weight"), xn, e * ff, ff);
+    }
+    dvec hh(ff);
+    for (int64_t i = 0; i < ff; ++i) hh[i] = silu(g[i]) * u[i];
+    return ref_matvec(T(b + "ffn_down_exps.weight"), hh, e * d, d);
+  };
+  std::vector<std::map<int, dvec>> pending(n);  // pre-calculated outputs for the next layer
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     std::vector<dvec> Q(n), K(n), V(n);
@@ -117,32 +156,27 @@ inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
     }
     for (int t = 0; t < n; ++t) {
       dvec xn = ref_rmsnorm(x[t], T(b + "ffn_norm.weight").v.data(), 0, d, s.eps);
-      dvec lg = ref_matvec(T(b + "ffn_gate_inp.weight"), xn);
-      const double mx = *std::max_element(lg.begin(), lg.end());
-      double sum = 0;
-      for (auto& v : lg) sum += (v = std::exp(v - mx));
-      for (auto& v : lg) v /= sum;
-      std::vector<int> idx(s.n_expert);
-      std::iota(idx.begin(), idx.end(), 0);
-      std::stable_sort(idx.begin(), idx.end(), [&](int p, int q) { return lg[p] > lg[q]; });
-      idx.resize(s.top_k);
+      dvec lg;
+      const std::vector<int> idx = route(b, xn, lg);
       double wsum = 0;
       for (int e : idx) wsum += lg[e];
+      const std::map<int, dvec> carried = std::move(pending[t]);
+      pending[t].clear();
+      bool waits = false;
       dvec out(d, 0.0);
       for (int e : idx) {
         const double wgt = renorm ? lg[e] / wsum : lg[e];
-        dvec g, u;
-        if (s.fused_gate_up) {
-          g = ref_matvec(T(b + "ffn_gate_up_exps.weight"), xn, e * 2 * ff, ff);
-          u = ref_matvec(T(b + "ffn_gate_up_exps.weight"), xn, e * 2 * ff + ff, ff);
-        } else {
-          g = ref_matvec(T(b + "ffn_gate_exps.weight"), xn, e * ff, ff);
-          u = ref_matvec(T(b + "ffn_up_exps.weight"), xn, e * ff, ff);
-        }
-        dvec hh(ff);
-        for (int64_t i = 0; i < ff; ++i) hh[i] = silu(g[i]) * u[i];
-        dvec y = ref_matvec(T(b + "ffn_down_exps.weight"), hh, e * d, d);
+        const auto c = carried.find(e);
+        if (c == carried.end() && pre && t >= pre->first_pos && pre->in_flight(il, e)) waits = true;
+        const dvec y = c != carried.end() ? c->second : expert(b, e, xn);
         for (int64_t i = 0; i < d; ++i) out[i] += wgt * y[i];
+      }
+      if (waits && il + 1 < s.n_layer) {
+        const std::string nb = "blk." + std::to_string(il + 1) + ".";
+        const dvec stale = ref_rmsnorm(x[t], T(nb + "ffn_norm.weight").v.data(), 0, d, s.eps);
+        dvec sp;
+        for (int e : route(nb, stale, sp))
+          if (!pre->in_flight(il + 1, e)) pending[t][e] = expert(nb, e, stale);
       }
       if (arch_has_shexp(a)) {
         dvec g = ref_matvec(T(b + "ffn_gate_shexp.weight"), xn);
