@@ -12,7 +12,8 @@ Models
            F16 with --low Q4_0 copies (HOBBIT's setting; decode speed with O_DIRECT, where a
            Mixtral-sized miss is bandwidth-bound while the demo's 200 kB experts are not).
 
-Speed and bytes (demo): `moeflow run -n 128 --temp 0` with the budget, every mode once per rep
+Speed and bytes (demo): `moeflow run -n 200 --temp 0` with the budget (200 decode tokens: the
+cold-cache start weighs less than in shorter runs; the demo's context is 256), every mode once per rep
 in a fresh process, modes interleaved, medians over --reps. Bytes per token = all expert bytes
 read (misses and prefetches, both precisions) / (prompt + generated tokens).
 Accuracy: `moeflow perplexity -b 1` (one token per step, so the cache-aware modes decide as in
@@ -36,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "wikipedia_texts.txt")
 PROMPT = "The history of the city begins in the early middle ages, when"
 RATES = (0.25, 0.5)
+DEMO_DECODE_TOKENS = 200
 
 
 def sh(cmd):
@@ -69,7 +71,7 @@ def demo_modes(t1, t2):
 
 
 def run_decode(mf, model, rate, m, threads):
-    p = sh([mf, "run", "-m", model, "-p", PROMPT, "-n", 128, "--temp", 0, "-t", threads,
+    p = sh([mf, "run", "-m", model, "-p", PROMPT, "-n", DEMO_DECODE_TOKENS, "--temp", 0, "-t", threads,
             "--cache-rate", rate, "--stats", "json", *m["args"]])
     j = last_json(p.stderr)
     o = j["offload"]
