@@ -7,7 +7,9 @@
 // runs in high precision, from its low-precision copy, or not at all; an expert is then run
 // once per precision over the tokens that asked for it, and skipped ones add nothing. The
 // cache-aware modes (hobbit, daop) ask the provider what it holds before deciding, so they
-// only change what would have been a cache miss.
+// only change what would have been a cache miss. With mode.precalc a decode step about to wait
+// for a read fills the wait with the next layer's predicted experts on a stale input
+// (set_stale_input), and the next step takes those outputs for the experts it routes to.
 #include <cstdint>
 #include <memory>
 #include <span>
