@@ -77,6 +77,23 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
   pre_out_.allocate((size_t)k_ * d * sizeof(float));
 }
 
+ExpertView MoeBlock::run_expert(ExpertProvider& provider, int layer, int e, Precision p,
+                                const float* x, int m, float* y, ThreadPool* pool) {
+  const int64_t d = hp_.n_embd;
+  ExpertView v = provider.acquire(layer, e, p);
+  try {
+    if (v.cols[0] != d || v.rows[2] != d)
+      fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
+           layer, e, v.rows[2], v.cols[0], d);
+    swiglu_ffn(v, x, m, gu_.as<float>(), h_.as<float>(), y, pool);
+  } catch (...) {
+    provider.release(layer, e, p);
+    throw;
+  }
+  provider.release(layer, e, p);
+  return v;
+}
+
 void MoeBlock::precalculate(int layer, ExpertProvider& provider, ThreadPool* pool) {
   const LayerWeights& N = *next_;
   const int64_t d = hp_.n_embd;
@@ -90,20 +107,9 @@ void MoeBlock::precalculate(int layer, ExpertProvider& provider, ThreadPool* poo
   for (int e : pre_pick_) {
     // Only what costs no read: waiting for a copy here would delay this layer's own experts.
     if (provider.residency(next, e) != Residency::Resident) continue;
-    float* y = pre_out_.as<float>() + pre_experts_.size() * (size_t)d;
-    ExpertView v = provider.acquire(next, e, Precision::High);
-    try {
-      if (v.cols[0] != d || v.rows[2] != d)
-        fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
-             next, e, v.rows[2], v.cols[0], d);
-      swiglu_ffn(v, stale, 1, gu_.as<float>(), h_.as<float>(), y, pool);
-    } catch (...) {
-      provider.release(next, e, Precision::High);
-      throw;
-    }
-    provider.release(next, e, Precision::High);
+    run_expert(provider, next, e, Precision::High, stale, 1,
+               pre_out_.as<float>() + pre_experts_.size() * (size_t)d, pool);
     pre_experts_.push_back(e);
-    stats_.precalc_calls++;
   }
   pre_layer_ = next;
   if (usage_ && !pre_experts_.empty()) {
@@ -239,7 +245,6 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
       for (int slot : slots_of_[u])
         std::memcpy(yslot + (size_t)slot * d, pre_out_.as<float>() + j * (size_t)d, d * sizeof(float));
       counts.precalc += slots_of_[u].size();
-      stats_.precalc_used += slots_of_[u].size();
     }
     union_experts_.clear();
     union_prec_.clear();
@@ -311,17 +316,7 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
     const int m = (int)slots.size();
     for (int j = 0; j < m; ++j)
       std::memcpy(xe + (size_t)j * d, xn + (size_t)(slots[j] / k) * d, d * sizeof(float));
-    ExpertView v = provider.acquire(layer, e, p);
-    try {
-      if (v.cols[0] != d || v.rows[2] != d)
-        fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
-             layer, e, v.rows[2], v.cols[0], d);
-      swiglu_ffn(v, xe, m, gu_.as<float>(), h_.as<float>(), ye, pool);
-    } catch (...) {
-      provider.release(layer, e, p);
-      throw;
-    }
-    provider.release(layer, e, p);
+    const ExpertView v = run_expert(provider, layer, e, p, xe, m, ye, pool);
     stats_.expert_calls++;
     if (p == Precision::Low) stats_.expert_calls_low++;
     for (int q = 0; q < kNumExpertProj; ++q)

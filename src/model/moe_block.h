@@ -35,8 +35,6 @@ struct MoeStepStats {
   uint64_t expert_calls_low = 0;  // of which on low-precision copies
   uint64_t expert_bytes = 0;    // bytes of the acquired expert slices
   uint64_t skipped = 0;         // (token, routed expert) pairs the mode dropped
-  uint64_t precalc_calls = 0;   // experts pre-calculated on a stale input (mode.precalc)
-  uint64_t precalc_used = 0;    // ... whose output a routed token then took
 };
 
 class MoeBlock {
@@ -74,6 +72,10 @@ class MoeBlock {
 
  private:
   void revise_for_cache(int layer, int n, ExpertProvider& provider, PrecisionUsage::Counts& counts);
+  // acquire, check the slice's shape, SwiGLU over the m rows of x into y, release (also when
+  // the computation throws). Returns the view (valid for its metadata only) for the statistics.
+  ExpertView run_expert(ExpertProvider& provider, int layer, int e, Precision p, const float* x,
+                        int m, float* y, ThreadPool* pool);
   // Computes layer+1's predicted resident experts on the stale input (decode, one token).
   void precalculate(int layer, ExpertProvider& provider, ThreadPool* pool);
 
