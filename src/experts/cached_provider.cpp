@@ -1,5 +1,6 @@
 #include "experts/cached_provider.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -33,7 +34,7 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
                                            std::unique_ptr<EvictionPolicy> policy,
                                            const OffloadConfig& cfg,
                                            std::unique_ptr<EvictionPolicy> low_policy)
-    : store_(std::move(store)), cfg_(cfg) {
+    : store_(std::move(store)), cfg_(cfg), arrival_(store_->n_layers(), cfg.io_threads) {
   high_.cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High),
                                               std::move(policy));
   high_.io.resize(high_.cache->n_slots());
@@ -66,10 +67,14 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
     stats_.total_low_expert_bytes = store_->total_expert_bytes(Precision::Low);
   }
   stats_.layers.resize(store_->n_layers());
-  prefetcher_ = std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), cfg.io_threads);
+  prefetcher_ = std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), cfg.io_threads,
+                                             cfg_.low_when_idle);
 }
 
-CachedExpertProvider::~CachedExpertProvider() { prefetcher_.reset(); }
+CachedExpertProvider::~CachedExpertProvider() {
+  prefetcher_->stop();  // a paused speculative read re-queues itself through prefetcher_
+  prefetcher_.reset();
+}
 
 CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) {
   return const_cast<Tier&>(static_cast<const CachedExpertProvider*>(this)->tier(p));
@@ -203,6 +208,7 @@ void CachedExpertProvider::on_route_mixed(int layer, std::span<const int> expert
 
 void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
                                         std::span<const Precision> precisions) {
+  arrival_.on_route(layer, now_seconds(), prefetcher_->high_busy_seconds());
   route_policies(layer, experts, precisions);
   if (!cfg_.early_preemption) return;
   for (size_t i = 0; i < experts.size(); ++i) {
@@ -351,6 +357,10 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
   for (int e : experts) {
     if (e < 0 || e >= store_->n_experts(layer)) continue;
     if (T.cache->find(layer, e) >= 0) continue;
+    if (cfg_.skip_late_prefetch && !arrival_.in_time(layer, T.cache->slot_bytes())) {
+      ++ls(layer).prefetch_too_late;
+      continue;
+    }
     ExpertKey ev;
     bool unused = false;
     const int s = T.cache->allocate(layer, e, /*steal_wanted=*/false, ev, unused);
@@ -368,6 +378,7 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
 void CachedExpertProvider::end_step() {
   std::lock_guard lk(mu_);
   ++step_;
+  arrival_.on_step_end();
   for (Tier* T : {&high_, low_.get()}) {
     if (!T) continue;
     for (int s = 0; s < T->cache->n_slots(); ++s) {
@@ -414,22 +425,47 @@ bool CachedExpertProvider::begin(const ChunkTask& t) {
   return true;
 }
 
-void CachedExpertProvider::run(const ChunkTask& t) {
-  // The slot cannot be freed or rebound while a chunk is Reading, so no lock is needed here.
+bool CachedExpertProvider::run(const ChunkTask& t) {
+  // The slot cannot be freed or rebound while a chunk is Reading, so the copy needs no lock.
   Tier& T = tier_of(t);
-  const double t0 = now_seconds();
-  store_->read(t.layer, t.expert, t.proj,
-               T.cache->slot_data(static_cast<int>(t.slot)) +
-                   store_->slot_region(t.layer, t.expert, t.proj, T.prec),
-               T.prec);
-  const double dt = now_seconds() - t0;
-  std::lock_guard lk(mu_);
-  LayerOffloadStats& st = ls(t.layer);
-  st.read_s += dt;
-  const uint64_t n = store_->chunk(t.layer, t.expert, t.proj, T.prec).aligned_len;
-  st.bytes_read += n;
-  if (T.prec == Precision::Low) st.bytes_read_low += n;
-  ++st.chunks_read;
+  const int s = static_cast<int>(t.slot);
+  const uint64_t len = store_->chunk(t.layer, t.expert, t.proj, T.prec).aligned_len;
+  uint8_t* dst = T.cache->slot_data(s) + store_->slot_region(t.layer, t.expert, t.proj, T.prec);
+  uint64_t pos = 0;
+  bool speculative = false;
+  {
+    std::lock_guard lk(mu_);
+    pos = T.io[s].done[t.proj];
+    speculative = T.io[s].prio[t.proj] == Priority::Low;
+  }
+  const uint64_t part = speculative && cfg_.low_part_bytes ? cfg_.low_part_bytes : len;
+  for (;;) {
+    const uint64_t end = std::min(len, pos + part);
+    const double t0 = now_seconds();
+    store_->read_part(t.layer, t.expert, t.proj, dst, pos, end, T.prec);
+    const double dt = now_seconds() - t0;
+    std::lock_guard lk(mu_);
+    SlotIo& io = T.io[s];
+    LayerOffloadStats& st = ls(t.layer);
+    st.read_s += dt;
+    arrival_.on_read(end - pos, dt);
+    st.bytes_read += end - pos;
+    if (T.prec == Precision::Low) st.bytes_read_low += end - pos;
+    pos = end;
+    io.done[t.proj] = pos;
+    if (pos == len) {
+      ++st.chunks_read;
+      return true;
+    }
+    // Give way to demand loads, unless this expert has itself been asked for meanwhile.
+    const Slot& sl = T.cache->slot(s);
+    if (prefetcher_->high_waiting() && !sl.wanted && sl.pins == 0) {
+      io.state[t.proj] = ChunkState::Queued;
+      ++st.prefetch_paused;
+      prefetcher_->push(t, Priority::Low);
+      return false;
+    }
+  }
 }
 
 void CachedExpertProvider::finish(const ChunkTask& t, const std::string& error) {

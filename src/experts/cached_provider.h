@@ -1,13 +1,15 @@
 #pragma once
 // CachedExpertProvider: ExpertProvider over ExpertStore (slow tier) + ExpertCache (RAM budget)
-// + Prefetcher (I/O workers). Implements the readiness protocol of docs/offloading.md:
+// + Prefetcher (I/O workers). Implements the readiness protocol of docs/ARCHITECTURE.md
+// ("The MoE block protocol"):
 //   on_route   -> exact experts scheduled HIGH (queued LOW ones promoted), the layer's other
 //                 LOW tasks that have not started are cancelled (early preemption)
 //   residency  -> Resident / InFlight / NotStarted, for reordering
 //   acquire    -> pins, then waits on a condition variable until every chunk of the expert is
 //                 ready (never reads on the caller's thread); throws the I/O error if any
 //   release    -> unpins
-//   prefetch   -> LOW tasks ordered by confidence, only into slots that can be evicted now
+//   prefetch   -> LOW tasks ordered by confidence, only into slots that can be evicted now,
+//                 and only when the copy can be half done in time (ArrivalEstimate)
 // With low-precision copies (HOBBIT mode, docs/lossy-modes.md) there are two caches, one per
 // precision, each with its own budget, slot size and eviction policy; every call above takes
 // the precision and works on that cache. The I/O queue is shared, so a routed expert of either
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/arrival_estimate.h"
 #include "experts/expert_cache.h"
 #include "experts/expert_provider.h"
 #include "experts/expert_store.h"
@@ -36,6 +39,16 @@ struct OffloadConfig {
   bool early_preemption = true;
   // Off = prefetch() calls are ignored (on-demand / no-predictor baselines).
   bool prefetch = true;
+  // Speculative (LOW) chunks are read in parts of this many bytes (a multiple of 4 KiB) and
+  // give the I/O thread to queued demand (HIGH) chunks between parts, keeping what they read
+  // (ProMoE's chunked prefetch): a wrong guess then only costs disk time nothing else wanted.
+  // 0: whole chunks, a LOW read once started is never interrupted.
+  uint64_t low_part_bytes = 4ull << 20;
+  // Speculative reads start only while no demand read is queued or running (see Prefetcher).
+  bool low_when_idle = true;
+  // Prefetches that could not be half done when their layer runs are not issued
+  // (experts/arrival_estimate.h).
+  bool skip_late_prefetch = true;
   // A second cache for the store's low-precision copies, with this budget (0: no low tier;
   // then only Precision::High may be asked for).
   uint64_t low_budget_bytes = 0;
@@ -79,6 +92,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     uint64_t ticket[kNumExpertProj] = {0, 0, 0};
     ChunkState state[kNumExpertProj] = {ChunkState::None, ChunkState::None, ChunkState::None};
     Priority prio[kNumExpertProj] = {Priority::High, Priority::High, Priority::High};
+    uint64_t done[kNumExpertProj] = {0, 0, 0};  // bytes of a paused chunk already read
     int pending = 0;
     uint8_t request_class = 0;  // 0 unset, 1 hit, 2 miss, 3 late (set on first request)
     std::string error;
@@ -92,7 +106,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
 
   // ChunkSink (called by the prefetcher's workers)
   bool begin(const ChunkTask& t) override;
-  void run(const ChunkTask& t) override;
+  bool run(const ChunkTask& t) override;
   void finish(const ChunkTask& t, const std::string& error) override;
 
   Tier& tier(Precision p);              // throws when the low tier is absent
@@ -122,6 +136,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   uint64_t next_ticket_ = 0;
   int in_flight_ = 0;  // chunks queued or reading
   OffloadStats stats_;
+  ArrivalEstimate arrival_;
   std::unique_ptr<Prefetcher> prefetcher_;  // last: its workers stop before the rest dies
 };
 

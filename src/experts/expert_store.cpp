@@ -183,17 +183,24 @@ void ExpertStore::set_fault_hook(FaultHook hook) {
 }
 
 void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst, Precision p) const {
+  read_part(layer, expert, proj, dst, 0, chunk(layer, expert, proj, p).aligned_len, p);
+}
+
+void ExpertStore::read_part(int layer, int expert, int proj, uint8_t* dst, uint64_t begin,
+                            uint64_t end, Precision p) const {
   const ChunkLoc& c = chunk(layer, expert, proj, p);
   const char* prec = p == Precision::Low ? " low-precision copy" : "";
-  if (c.aligned_len == 0) return;
+  MOEFLOW_CHECK(begin <= end && end <= c.aligned_len && begin % kDirectAlign == 0 &&
+                    (end % kDirectAlign == 0 || end == c.aligned_len),
+                "expert store: bad part [{}, {}) of a {}-byte chunk", begin, end, c.aligned_len);
+  if (begin == end) return;
   const int fd = fds_[c.split];
   // The aligned superset may run past the end of the file (last tensor): a short read is an
   // error only when it stops before the slice itself ends.
-  uint64_t done = 0;
+  uint64_t done = begin;
   int64_t result = 0;
-  while (done < c.aligned_len) {
-    const ssize_t r = ::pread(fd, dst + done, c.aligned_len - done,
-                              static_cast<off_t>(c.aligned_offset + done));
+  while (done < end) {
+    const ssize_t r = ::pread(fd, dst + done, end - done, static_cast<off_t>(c.aligned_offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
       result = -errno;
@@ -204,20 +211,22 @@ void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst, Precision 
     // O_DIRECT reads end on block boundaries; a partial block means end of file.
     if (direct_ && done % kDirectAlign != 0) break;
   }
-  if (result == 0) result = static_cast<int64_t>(done);
+  if (result == 0) result = static_cast<int64_t>(done - begin);
   {
     std::lock_guard lk(hook_mu_);
-    if (hook_) hook_(ReadEvent{layer, expert, proj, &c, p}, result);
+    if (hook_) hook_(ReadEvent{layer, expert, proj, &c, p, begin, end}, result);
   }
   if (result < 0) {
     fail("{}: read error at offset {} ({} bytes) for expert {}{} of layer {} ({}): {}",
-         paths_[c.split], c.aligned_offset, c.aligned_len, expert, prec, layer, proj_name(proj),
-         std::strerror(static_cast<int>(-result)));
+         paths_[c.split], c.aligned_offset + begin, end - begin, expert, prec, layer,
+         proj_name(proj), std::strerror(static_cast<int>(-result)));
   }
-  if (static_cast<uint64_t>(result) < c.inner_offset + c.nbytes) {
+  const uint64_t covered = begin + static_cast<uint64_t>(result);
+  const uint64_t needed = std::min(end, c.inner_offset + c.nbytes);
+  if (covered < needed) {
     fail("{}: short read for expert {}{} of layer {} ({}): got {} of {} bytes at offset {} "
          "(file truncated?)",
-         paths_[c.split], expert, prec, layer, proj_name(proj), result, c.inner_offset + c.nbytes,
+         paths_[c.split], expert, prec, layer, proj_name(proj), covered, c.inner_offset + c.nbytes,
          c.aligned_offset);
   }
 }

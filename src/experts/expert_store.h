@@ -44,6 +44,8 @@ struct ReadEvent {
   int proj = -1;
   const ChunkLoc* loc = nullptr;
   Precision precision = Precision::High;
+  uint64_t begin = 0;  // the part of the aligned chunk this read covered: [begin, end)
+  uint64_t end = 0;
 };
 // `result` is the byte count read (or -errno); the hook may overwrite it.
 using FaultHook = std::function<void(const ReadEvent&, int64_t& result)>;
@@ -84,6 +86,11 @@ class ExpertStore {
   // Reads the chunk into `dst` (4 KiB-aligned, >= aligned_len bytes). Thread-safe. Throws
   // moeflow::Error naming the file, expert and offset on an I/O error or a short read.
   void read(int layer, int expert, int proj, uint8_t* dst, Precision p = Precision::High) const;
+  // Reads bytes [begin, end) of the aligned chunk into dst + begin (begin a multiple of 4 KiB,
+  // end too or the chunk's end), so a speculative load can stop between parts and let a
+  // demand load take the disk. Same errors as read().
+  void read_part(int layer, int expert, int proj, uint8_t* dst, uint64_t begin, uint64_t end,
+                 Precision p = Precision::High) const;
 
   bool direct_io() const { return direct_; }
   void set_fault_hook(FaultHook hook);

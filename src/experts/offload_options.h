@@ -39,6 +39,7 @@ struct OffloadOptions {
   std::string predictor_model;         // trained weights (--prefetch promoe)
   int lookahead = 1;
   bool no_early_preemption = false;
+  bool prefetch_always = false;  // also issue prefetches that cannot arrive in time
   bool buffered_io = false;
   // Lossy modes (all opt-in): exact | hobbit | hobbit-all | skip | daop.
   std::string mode = "exact";
@@ -91,6 +92,9 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead predictor");
   app.add_flag("--no-early-preemption", o.no_early_preemption,
                "on-demand loads only: do not raise routed experts to HIGH before acquire");
+  app.add_flag("--prefetch-always", o.prefetch_always,
+               "issue every predicted prefetch, also those the measured layer time, read speed "
+               "and disk load say cannot be half done before their layer runs");
   app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
   app.add_option("--mode", o.mode,
                  "expert mode: exact (default, lossless) | hobbit (cache misses of less critical "
@@ -179,6 +183,7 @@ inline OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file
   cfg.io_threads = o.io_threads;
   cfg.early_preemption = !o.no_early_preemption;
   cfg.prefetch = o.prefetch != "none";
+  cfg.skip_late_prefetch = !o.prefetch_always;
   int moe_layers = 0;
   for (int l = 0; l < store->n_layers(); ++l) moe_layers += store->is_moe_layer(l);
   if (s.mode.needs_low()) {  // resolve_mode checked that the file has low copies

@@ -12,6 +12,8 @@ void LayerOffloadStats::add(const LayerOffloadStats& o) {
   prefetch_wasted += o.prefetch_wasted;
   prefetch_dropped += o.prefetch_dropped;
   prefetch_cancelled += o.prefetch_cancelled;
+  prefetch_paused += o.prefetch_paused;
+  prefetch_too_late += o.prefetch_too_late;
   evictions += o.evictions;
   bytes_read += o.bytes_read;
   chunks_read += o.chunks_read;
@@ -44,6 +46,8 @@ nlohmann::json layer_json(const LayerOffloadStats& s) {
       {"prefetch_wasted", s.prefetch_wasted},
       {"prefetch_dropped", s.prefetch_dropped},
       {"prefetch_cancelled", s.prefetch_cancelled},
+      {"prefetch_paused", s.prefetch_paused},
+      {"prefetch_too_late", s.prefetch_too_late},
       {"prefetch_accuracy",
        s.prefetch_issued ? double(s.prefetch_used) / double(s.prefetch_issued) : 0.0},
       {"evictions", s.evictions},

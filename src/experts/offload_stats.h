@@ -18,6 +18,8 @@ struct LayerOffloadStats {
   uint64_t prefetch_wasted = 0;   // evicted or cancelled before any use
   uint64_t prefetch_dropped = 0;  // not issued: no evictable slot
   uint64_t prefetch_cancelled = 0;
+  uint64_t prefetch_too_late = 0;  // not issued: could not be half done when its layer runs
+  uint64_t prefetch_paused = 0;   // a speculative read stopped part-way for a demand read
   uint64_t evictions = 0;
   uint64_t bytes_read = 0;        // aligned bytes read from the store (both precisions)
   uint64_t chunks_read = 0;

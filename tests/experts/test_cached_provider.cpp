@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <set>
 
@@ -252,6 +254,108 @@ TEST(CachedProvider, PriorityPromotionAndCancellation) {
   EXPECT_EQ(prov->stats().layers[2].prefetch_used, 1u);
   EXPECT_EQ(prov->ready_chunks(2, 5), 7u);
 }
+
+
+// ProMoE's chunked prefetch: a speculative read goes in parts and gives the I/O thread to a
+// demand read queued meanwhile, keeping the part it read; it resumes where it stopped, either
+// as a speculative read again or, once the router picks it, as one demand read of the rest.
+class PausedPrefetch : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PausedPrefetch, GivesWayToDemandReadsAndResumesWhereItStopped) {
+  const bool promote = GetParam();
+  test::FakeModel m;
+  test::make_fake_model(m, promote ? "pause_promote" : "pause_resume", 3, 6, 400, 17);
+  OffloadConfig cfg;
+  cfg.budget_bytes = 1 << 24;
+  cfg.top_k = 2;
+  cfg.io_threads = 1;
+  cfg.low_part_bytes = kDirectAlign;
+  CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
+                            std::make_unique<test::TestLru>(), cfg);
+  struct Read { int layer, expert, proj; uint64_t begin, end; };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Read> log;
+  size_t allowed = 0;  // reads past this count block in the hook until the test allows them
+  prov.store().set_fault_hook([&](const ReadEvent& ev, int64_t&) {
+    std::unique_lock lk(mu);
+    log.push_back({ev.layer, ev.expert, ev.proj, ev.begin, ev.end});
+    cv.notify_all();
+    const size_t me = log.size();
+    cv.wait(lk, [&] { return allowed >= me; });
+  });
+  auto wait_log = [&](size_t n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(10), [&] { return log.size() >= n; });
+  };
+  auto allow = [&](size_t n) {
+    std::lock_guard lk(mu);
+    allowed = n;
+    cv.notify_all();
+  };
+  const uint64_t len0 = prov.store().chunk(1, 0, 0).aligned_len;
+  ASSERT_GT(len0, 2 * kDirectAlign);  // the speculative chunk takes several parts
+
+  const int guess[1] = {0};
+  prov.prefetch(1, guess, 0.9f);
+  ASSERT_TRUE(wait_log(1));  // its first part is being read
+  const int routed[1] = {3};
+  prov.on_route(2, routed);  // demand reads queue up behind it
+  allow(2);                  // the part ends, the speculative read pauses, a demand read runs
+  ASSERT_TRUE(wait_log(3));  // ... and the second demand read is blocked
+  EXPECT_EQ(prov.residency(1, 0), Residency::InFlight);
+  if (promote) prov.on_route(1, guess);  // now the router wants the paused expert
+  allow(size_t(1) << 40);
+  prov.drain();
+
+  std::vector<Read> got;
+  {
+    std::lock_guard lk(mu);
+    got = log;
+  }
+  ASSERT_GE(got.size(), 7u);
+  EXPECT_EQ(got[0].layer, 1);
+  EXPECT_EQ(got[0].begin, 0u);
+  EXPECT_EQ(got[0].end, kDirectAlign);
+  for (int i = 1; i <= 3; ++i) {  // the demand chunks, each whole
+    EXPECT_EQ(got[i].layer, 2);
+    EXPECT_EQ(got[i].expert, 3);
+    EXPECT_EQ(got[i].proj, i - 1);
+    EXPECT_EQ(got[i].begin, 0u);
+    EXPECT_EQ(got[i].end, prov.store().chunk(2, 3, i - 1).aligned_len);
+  }
+  // Then the rest of expert (1, 0): no byte read twice, every byte read once.
+  uint64_t next[kNumExpertProj] = {kDirectAlign, 0, 0};
+  for (size_t i = 4; i < got.size(); ++i) {
+    const Read& r = got[i];
+    ASSERT_EQ(r.layer, 1);
+    ASSERT_EQ(r.expert, 0);
+    EXPECT_EQ(r.begin, next[r.proj]) << "read " << i;
+    next[r.proj] = r.end;
+    if (!promote) {
+      EXPECT_LE(r.end - r.begin, kDirectAlign) << "read " << i;
+    }
+  }
+  for (int p = 0; p < kNumExpertProj; ++p) EXPECT_EQ(next[p], prov.store().chunk(1, 0, p).aligned_len);
+  if (promote) {
+    EXPECT_EQ(got.size(), 7u);  // the rest as three whole demand reads
+  }
+
+  const OffloadStats st = prov.stats();
+  EXPECT_EQ(st.layers[1].prefetch_paused, 1u);
+  uint64_t chunk_bytes = 0;
+  for (int p = 0; p < kNumExpertProj; ++p) chunk_bytes += prov.store().chunk(1, 0, p).aligned_len;
+  EXPECT_EQ(st.layers[1].bytes_read, chunk_bytes);
+  EXPECT_EQ(st.layers[1].chunks_read, 3u);
+  expect_view_matches(m, prov.acquire(1, 0), 1, 0);
+  prov.release(1, 0);
+  EXPECT_EQ(prov.stats().layers[1].prefetch_used, 1u);
+  EXPECT_EQ(prov.stats().layers[1].late, promote ? 1u : 0u);
+  EXPECT_EQ(prov.stats().layers[1].hits, promote ? 0u : 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(CachedProvider, PausedPrefetch, ::testing::Values(false, true),
+                         [](const auto& i) { return i.param ? "Promoted" : "ResumedAsPrefetch"; });
 
 }  // namespace
 }  // namespace moeflow

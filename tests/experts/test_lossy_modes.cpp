@@ -366,6 +366,7 @@ TEST_F(LossyModes, PrecisionAwarePrefetchLoadsLowCopies) {
   o.cache_rate = 0.5;
   o.low_cache_rate = 0.5;
   o.prefetch = "lookahead";
+  o.prefetch_always = true;  // the low copies' prefetch is what is tested, not the timing rule
   const RunResult got = run_engine(f, 1, &o);
   const LayerOffloadStats t = got.stats.total();
   EXPECT_TRUE(got.stats.has_low);

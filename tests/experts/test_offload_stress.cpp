@@ -30,8 +30,9 @@ class CountingSink : public ChunkSink {
     }
     return true;
   }
-  void run(const ChunkTask& t) override {
+  bool run(const ChunkTask& t) override {
     if (t.ticket % 17 == 0) fail("injected failure for task {}", t.ticket);
+    return true;
   }
   void finish(const ChunkTask& t, const std::string& error) override {
     state_[t.ticket] = 3;
@@ -105,7 +106,7 @@ TEST(OffloadStress, PrefetcherRunsEveryTaskOnceOrDropsIt) {
 
 TEST(OffloadStress, ManyThreadsTinyBudgetsExactBytes) {
   test::FakeModel m;
-  test::make_fake_model(m, "stress", 4, 8, 24, 21);
+  test::make_fake_model(m, "stress", 4, 8, 200, 21);
   const int n_threads = 4;
   for (int io_threads : {1, 3}) {
     ExpertStore probe({m.path}, m.index);
@@ -113,6 +114,7 @@ TEST(OffloadStress, ManyThreadsTinyBudgetsExactBytes) {
     cfg.budget_bytes = (n_threads + 2) * probe.slot_bytes();
     cfg.top_k = 2;
     cfg.io_threads = io_threads;
+    cfg.low_part_bytes = kDirectAlign;  // speculative reads pause and resume all the time
     CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
                               std::make_unique<test::TestLru>(), cfg);
     std::atomic<int> bad{0}, errors{0};
