@@ -92,7 +92,10 @@ def main():
         "ondemand": ["--prefetch", "none", "--no-early-preemption"],
         "lookahead": ["--prefetch", "lookahead", "--no-early-preemption"],
         "full": ["--prefetch", "lookahead"],
+        # the full protocol without the arrival rule (experts/arrival_estimate.h)
+        "full-always": ["--prefetch", "lookahead", "--prefetch-always"],
     }
+    offloaded = [m for m in modes if m != "resident"]
     runs = {m: [] for m in modes}
     llama = []
     for rep in range(a.reps):
@@ -123,7 +126,7 @@ def main():
               "resident_decode_tps": resident_tps,
               "llama_cpp_mmap_decode_tps": med(llama) if llama else None, "modes": {}}
     agg = {}
-    for name in ("ondemand", "lookahead", "full"):
+    for name in offloaded:
         tot = [r["offload"]["total"] for r in runs[name]]
         agg[name] = {"bytes": med(t["bytes_read"] for t in tot) / a.n,
                      "stall": med(t["stall_s"] for t in tot) / a.n,
@@ -136,7 +139,7 @@ def main():
                    "compute_s_per_token": compute_s, "lower_bound_tpot_s": lower_bound,
                    "miss_read_s_per_token": demand_stall,
                    "speedup_ceiling_vs_ondemand": (1 / agg["ondemand"]["tps"]) / lower_bound})
-    for name in ("ondemand", "lookahead", "full"):
+    for name in offloaded:
         rs = runs[name]
         tot = [r["offload"]["total"] for r in rs]
         stall = agg[name]["stall"]
@@ -149,6 +152,8 @@ def main():
             "prefetch_issued": med(t["prefetch_issued"] for t in tot),
             "prefetch_used": med(t["prefetch_used"] for t in tot),
             "prefetch_wasted": med(t["prefetch_wasted"] for t in tot),
+            "prefetch_too_late": med(t.get("prefetch_too_late", 0) for t in tot),
+            "prefetch_paused": med(t.get("prefetch_paused", 0) for t in tot),
             "budget_bytes": rs[0]["offload"].get("budget_bytes"),
             "direct_io": rs[0]["offload"].get("direct_io"),
         }
@@ -172,17 +177,19 @@ def main():
              f"can beat on-demand by more than {report['speedup_ceiling_vs_ondemand']:.2f}x "
              f"without reading fewer bytes",
              "", "| mode | decode tok/s | × ondemand | hit rate | read MB/token | "
-             "stall ms/token | miss read time hidden |", "|---|---|---|---|---|---|---|",
-             f"| resident (all experts in RAM) | {resident_tps:.3f} | | 1.00 | 0 | 0 | |"]
+             "stall ms/token | miss read time hidden | prefetches issued / held back |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| resident (all experts in RAM) | {resident_tps:.3f} | | 1.00 | 0 | 0 | | |"]
     for name, m in report["modes"].items():
         lines.append(f"| {name} | {m['decode_tps']:.3f} | {m['speedup_vs_ondemand']:.2f} | "
                      f"{m['hit_rate']:.2f} | {m['bytes_read_per_token'] / 1e6:.0f} | "
                      f"{1000 * m['stall_s_per_token']:.0f} | "
-                     f"{100 * m['hidden_read_fraction']:.0f}% |")
+                     f"{100 * m['hidden_read_fraction']:.0f}% | "
+                     f"{m['prefetch_issued']:.0f} / {m['prefetch_too_late']:.0f} |")
     lines.append(f"| lower bound | {1 / lower_bound:.3f} | "
-                 f"{report['speedup_ceiling_vs_ondemand']:.2f} | | | | |")
+                 f"{report['speedup_ceiling_vs_ondemand']:.2f} | | | | | |")
     if llama:
-        lines.append(f"| llama.cpp mmap (page cache, no budget) | {med(llama):.3f} | | | | | |")
+        lines.append(f"| llama.cpp mmap (page cache, no budget) | {med(llama):.3f} | | | | | | |")
     md = "\n".join(lines)
     print(md, file=sys.stderr)
     if a.report:
