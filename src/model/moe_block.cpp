@@ -77,8 +77,8 @@ MoeBlock::MoeBlock(const HParams& hp, int max_tokens)
   pre_out_.allocate((size_t)k_ * d * sizeof(float));
 }
 
-ExpertView MoeBlock::run_expert(ExpertProvider& provider, int layer, int e, Precision p,
-                                const float* x, int m, float* y, ThreadPool* pool) {
+void MoeBlock::run_expert(ExpertProvider& provider, int layer, int e, Precision p,
+                          const float* x, int m, float* y, ThreadPool* pool) {
   const int64_t d = hp_.n_embd;
   ExpertView v = provider.acquire(layer, e, p);
   try {
@@ -91,7 +91,6 @@ ExpertView MoeBlock::run_expert(ExpertProvider& provider, int layer, int e, Prec
     throw;
   }
   provider.release(layer, e, p);
-  return v;
 }
 
 void MoeBlock::precalculate(int layer, ExpertProvider& provider, ThreadPool* pool) {
@@ -254,7 +253,6 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
         union_prec_.push_back((Precision)(u % 2));
       }
   }
-  stats_.skipped += counts.skip;
   if (usage_) usage_->add(layer, counts);
 
   // 2. exact experts to the provider first, then the observer (its predictions are LOW).
@@ -316,11 +314,7 @@ void MoeBlock::run(int layer, const LayerWeights& L, const float* xn, int n, con
     const int m = (int)slots.size();
     for (int j = 0; j < m; ++j)
       std::memcpy(xe + (size_t)j * d, xn + (size_t)(slots[j] / k) * d, d * sizeof(float));
-    const ExpertView v = run_expert(provider, layer, e, p, xe, m, ye, pool);
-    stats_.expert_calls++;
-    if (p == Precision::Low) stats_.expert_calls_low++;
-    for (int q = 0; q < kNumExpertProj; ++q)
-      if (v.data[q]) stats_.expert_bytes += row_bytes(v.type[q], v.cols[q]) * (uint64_t)v.rows[q];
+    run_expert(provider, layer, e, p, xe, m, ye, pool);
     for (int j = 0; j < m; ++j)
       std::memcpy(yslot + (size_t)slots[j] * d, ye + (size_t)j * d, d * sizeof(float));
   }

@@ -30,13 +30,6 @@ namespace moeflow {
 void select_topk(const float* logits, int n_expert, int k, bool renorm, int* experts,
                  float* weights, float* scratch /* n_expert */);
 
-struct MoeStepStats {
-  uint64_t expert_calls = 0;    // acquire/release pairs
-  uint64_t expert_calls_low = 0;  // of which on low-precision copies
-  uint64_t expert_bytes = 0;    // bytes of the acquired expert slices
-  uint64_t skipped = 0;         // (token, routed expert) pairs the mode dropped
-};
-
 class MoeBlock {
  public:
   MoeBlock(const HParams& hp, int max_tokens);
@@ -68,13 +61,12 @@ class MoeBlock {
   // precision of each execution.
   const std::vector<int>& last_exec_order() const { return order_; }
   const std::vector<Precision>& last_exec_precisions() const { return order_prec_; }
-  MoeStepStats& stats() { return stats_; }
 
  private:
   void revise_for_cache(int layer, int n, ExpertProvider& provider, PrecisionUsage::Counts& counts);
   // acquire, check the slice's shape, SwiGLU over the m rows of x into y, release (also when
-  // the computation throws). Returns the view (valid for its metadata only) for the statistics.
-  ExpertView run_expert(ExpertProvider& provider, int layer, int e, Precision p, const float* x,
+  // the computation throws).
+  void run_expert(ExpertProvider& provider, int layer, int e, Precision p, const float* x,
                         int m, float* y, ThreadPool* pool);
   // Computes layer+1's predicted resident experts on the stale input (decode, one token).
   void precalculate(int layer, ExpertProvider& provider, ThreadPool* pool);
@@ -110,7 +102,6 @@ class MoeBlock {
   std::vector<int> pre_pick_;
   AlignedBuffer stale_, pre_out_;  // normalised stale input; top_k x n_embd outputs
   std::vector<float> shgate_;
-  MoeStepStats stats_;
 };
 
 }  // namespace moeflow
