@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "gguf/expert_index.h"
+
 namespace moeflow {
 
 namespace {
@@ -13,7 +15,7 @@ double running_mean(double mean, double sample, bool first) {
 }  // namespace
 
 ArrivalEstimate::ArrivalEstimate(int n_layers, int io_threads)
-    : n_layers_(std::max(1, n_layers)), parallel_(std::clamp(io_threads, 1, 3)) {}
+    : n_layers_(std::max(1, n_layers)), parallel_(std::clamp(io_threads, 1, kNumExpertProj)) {}
 
 void ArrivalEstimate::on_route(int layer, double t, double busy) {
   if (last_layer_ >= 0 && layer > last_layer_ && t > last_t_) {

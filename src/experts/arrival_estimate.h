@@ -44,7 +44,7 @@ class ArrivalEstimate {
 
  private:
   int n_layers_;
-  int parallel_;         // I/O threads one expert's chunks spread over (at most 3 chunks)
+  int parallel_;         // I/O threads one expert's chunks spread over (one chunk per projection)
   int last_layer_ = -1;  // in this step
   double last_t_ = 0, last_busy_ = 0;
   double layer_s_ = 0;   // running mean of one layer's time

@@ -354,10 +354,12 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
   std::lock_guard lk(mu_);
   if (p == Precision::Low && !low_) return;
   Tier& T = tier(p);
+  // One verdict for the call: every expert of it targets the same layer with the same slot size.
+  const bool too_late = cfg_.skip_late_prefetch && !arrival_.in_time(layer, T.cache->slot_bytes());
   for (int e : experts) {
     if (e < 0 || e >= store_->n_experts(layer)) continue;
     if (T.cache->find(layer, e) >= 0) continue;
-    if (cfg_.skip_late_prefetch && !arrival_.in_time(layer, T.cache->slot_bytes())) {
+    if (too_late) {
       ++ls(layer).prefetch_too_late;
       continue;
     }
@@ -459,7 +461,7 @@ bool CachedExpertProvider::run(const ChunkTask& t) {
     }
     // Give way to demand loads, unless this expert has itself been asked for meanwhile.
     const Slot& sl = T.cache->slot(s);
-    if (prefetcher_->high_waiting() && !sl.wanted && sl.pins == 0) {
+    if (prefetcher_->high_busy() && !sl.wanted && sl.pins == 0) {
       io.state[t.proj] = ChunkState::Queued;
       ++st.prefetch_paused;
       prefetcher_->push(t, Priority::Low);

@@ -71,7 +71,7 @@ class Prefetcher {
   double high_busy_seconds() const;
   // Lock-free hint for a speculative copy deciding whether to give way between parts: a HIGH
   // task is queued (or, with low_when_idle, running on another worker).
-  bool high_waiting() const { return n_high_.load(std::memory_order_relaxed) > 0; }
+  bool high_busy() const { return n_high_.load(std::memory_order_relaxed) > 0; }
   int n_threads() const { return static_cast<int>(threads_.size()); }
 
  private:

@@ -66,8 +66,8 @@ class MoeBlock {
   void revise_for_cache(int layer, int n, ExpertProvider& provider, PrecisionUsage::Counts& counts);
   // acquire, check the slice's shape, SwiGLU over the m rows of x into y, release (also when
   // the computation throws).
-  void run_expert(ExpertProvider& provider, int layer, int e, Precision p, const float* x,
-                        int m, float* y, ThreadPool* pool);
+  void run_expert(ExpertProvider& provider, int layer, int e, Precision p, const float* x, int m,
+                  float* y, ThreadPool* pool);
   // Computes layer+1's predicted resident experts on the stale input (decode, one token).
   void precalculate(int layer, ExpertProvider& provider, ThreadPool* pool);
 
