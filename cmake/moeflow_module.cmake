@@ -3,7 +3,7 @@
 # that calls them checks the CPU at run time, so the binary still runs on any x86-64.
 function(moeflow_module name)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/${name}/*.cpp)
-  list(FILTER srcs EXCLUDE REGEX "/src/kernels/cuda/")
+  list(FILTER srcs EXCLUDE REGEX "/src/backend/cuda/")
   if(NOT srcs)
     set(stub ${CMAKE_BINARY_DIR}/empty_${name}.cpp)
     file(WRITE ${stub} "// module ${name} has no sources yet\n")

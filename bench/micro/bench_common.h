@@ -7,7 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/fp16.h"
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow::bench {
 

@@ -7,7 +7,7 @@
 
 #include "bench_common.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/matmul.h"
+#include "backend/cpu/matmul.h"
 
 namespace moeflow::bench {
 namespace {

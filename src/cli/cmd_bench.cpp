@@ -10,9 +10,9 @@
 #include "cli/common_options.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "experts/offload_options.h"
+#include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
-#include "kernels/cpu/matmul.h"
+#include "backend/cpu/matmul.h"
 #include "runtime/engine.h"
 
 namespace moeflow::cli {

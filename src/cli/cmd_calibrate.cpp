@@ -9,7 +9,7 @@
 #include "cli/command.h"
 #include "cli/scoring_text.h"
 #include "core/error.h"
-#include "experts/precision_mode.h"
+#include "model/moe/precision_mode.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 #include "runtime/calibrate.h"

@@ -17,7 +17,7 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/error.h"
-#include "experts/offload_options.h"
+#include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "server/text_generation.h"

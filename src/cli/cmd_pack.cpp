@@ -29,6 +29,7 @@
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "gguf/tensor_names.h"
 #include "model/gen/model_generator.h"
 #include "quant/quant.h"
 
@@ -44,8 +45,9 @@ struct PackArgs {
 };
 
 bool is_expert_tensor(const std::string& name, int& layer) {
-  if (name.rfind("blk.", 0) != 0 || name.find("_exps.") == std::string::npos) return false;
-  layer = std::atoi(name.c_str() + 4);
+  const auto parsed = parse_expert_tensor_name(name);
+  if (!parsed) return false;
+  layer = parsed->layer;
   return true;
 }
 

@@ -16,7 +16,7 @@
 #include "cli/common_options.h"
 #include "cli/scoring_text.h"
 #include "core/error.h"
-#include "experts/offload_options.h"
+#include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/logits_file.h"

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
+#include "gguf/tensor_names.h"
 #include "gguf/gguf_writer.h"
 #include "model/gen/model_generator.h"
 #include "quant/quant.h"
@@ -75,7 +76,7 @@ int run_quantize(const QuantizeArgs& a) {
   int64_t n_converted = 0, n_fallback = 0;
   for (const GgufTensorInfo& t : in->tensors()) {
     GgmlType want = base;
-    if (t.name.find("_exps.") != std::string::npos) want = expert;
+    if (parse_expert_tensor_name(t.name)) want = expert;
     else if (t.name.rfind("token_embd", 0) == 0) want = embd;
     else if (t.name.rfind("output.", 0) == 0) want = output;
     if (keeps_f32(t)) want = t.type;  // copied unchanged

@@ -9,7 +9,7 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/error.h"
-#include "experts/offload_options.h"
+#include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"

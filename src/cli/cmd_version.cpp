@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
-#include "kernels/cpu/matmul.h"
+#include "backend/cpu/matmul.h"
 
 namespace moeflow::cli {
 namespace {

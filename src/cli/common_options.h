@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
-#include "experts/offload_options.h"
+#include "cli/offload_flags.h"
 #include "runtime/engine.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"

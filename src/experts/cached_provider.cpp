@@ -325,11 +325,10 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   const auto& slices = store_->index(p).layers[layer].slices[expert];
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
     const ChunkLoc& c = store_->chunk(layer, expert, proj, p);
-    v.type[proj] = slices[proj].type;
-    v.rows[proj] = slices[proj].rows;
-    v.cols[proj] = slices[proj].cols;
-    v.data[proj] =
-        c.nbytes ? base + store_->slot_region(layer, expert, proj, p) + c.inner_offset : nullptr;
+    if (c.nbytes == 0) continue;
+    v.proj[proj] = matrix_view(base + store_->slot_region(layer, expert, proj, p) + c.inner_offset,
+                               slices[proj].type, slices[proj].cols, slices[proj].rows,
+                               cache.space());
   }
   return v;
 }

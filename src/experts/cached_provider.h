@@ -23,7 +23,7 @@
 
 #include "experts/arrival_estimate.h"
 #include "experts/expert_cache.h"
-#include "experts/expert_provider.h"
+#include "model/moe/expert_provider.h"
 #include "experts/expert_store.h"
 #include "experts/offload_stats.h"
 #include "experts/prefetcher.h"

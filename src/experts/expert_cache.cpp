@@ -31,7 +31,8 @@ ExpertCache::ExpertCache(const CacheConfig& cfg, std::unique_ptr<EvictionPolicy>
   const uint64_t use_per_part = std::min(per_part, per_part_cap);
   const uint64_t n_slots = use_per_part * n_parts;
 
-  arena_.allocate(n_slots * cfg_.slot_bytes, kDirectAlign);
+  Allocator& alloc = cfg_.allocator ? *cfg_.allocator : HostAllocator::instance();
+  arena_ = alloc.allocate(n_slots * cfg_.slot_bytes, kDirectAlign);
   slots_.resize(n_slots);
   free_.resize(n_parts);
   members_.resize(n_parts);

@@ -1,5 +1,6 @@
 #pragma once
-// ExpertCache: the fast tier on CPU-only builds. A RAM budget cut into preallocated,
+// ExpertCache: the fast tier. A memory budget (host RAM on CPU-only builds; whatever the
+// configured Allocator hands out, e.g. VRAM, on others) cut into preallocated,
 // equally sized, 4 KiB-aligned slots (each large enough for the largest expert), a map from
 // (layer, expert) to slot, and eviction through an EvictionPolicy. Nothing is allocated on the
 // hot path: a miss takes a free slot or evicts a victim.
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
+#include "core/allocator.h"
 #include "policy/eviction_policy.h"
 
 namespace moeflow {
@@ -44,6 +45,8 @@ struct CacheConfig {
   // that raise it.
   std::string what = "expert cache";
   std::string raise_with = "--expert-cache or --cache-rate";
+  // Where the slots live (null: host RAM).
+  Allocator* allocator = nullptr;
 };
 
 class ExpertCache {
@@ -54,6 +57,7 @@ class ExpertCache {
   int n_slots() const { return static_cast<int>(slots_.size()); }
   uint64_t slot_bytes() const { return cfg_.slot_bytes; }
   uint8_t* slot_data(int s) { return arena_.data() + static_cast<uint64_t>(s) * cfg_.slot_bytes; }
+  MemSpace space() const { return arena_.space(); }
   Slot& slot(int s) { return slots_[s]; }
   const Slot& slot(int s) const { return slots_[s]; }
   const EvictionPolicy& policy() const { return *policy_; }
@@ -81,7 +85,7 @@ class ExpertCache {
  private:
   CacheConfig cfg_;
   std::unique_ptr<EvictionPolicy> policy_;
-  AlignedBuffer arena_;
+  Buffer arena_;
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> free_;         // per partition
   std::vector<std::vector<int>> members_;      // slot ids per partition

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "experts/expert_provider.h"
+#include "model/moe/expert_provider.h"
 #include "gguf/expert_index.h"
 
 namespace moeflow {

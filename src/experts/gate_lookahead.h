@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "experts/expert_provider.h"
-#include "experts/precision_mode.h"
+#include "model/moe/expert_provider.h"
+#include "model/moe/precision_mode.h"
 #include "model/observer.h"
 #include "policy/predictor.h"
 

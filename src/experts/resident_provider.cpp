@@ -4,13 +4,13 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "gguf/tensor_names.h"
 
 namespace moeflow {
 
 std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
     const GgufFile& file, const ExpertIndex& index, const std::string& suffix) {
   std::vector<std::vector<ExpertView>> views(index.layers.size());
-  static const char* kProjName[kNumExpertProj] = {"gate", "up", "down"};
   for (size_t li = 0; li < index.layers.size(); ++li) {
     const ExpertLayerIndex& L = index.layers[li];
     if (L.n_expert == 0) continue;
@@ -19,9 +19,9 @@ std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
     // mapping so that split files need no separate base pointer.
     const GgufTensorInfo* tensors[kNumExpertProj] = {};
     for (int p = 0; p < kNumExpertProj; ++p) {
-      std::string name = fmt::format("blk.{}.ffn_{}_exps.{}", layer, kProjName[p], suffix);
-      if (p == (int)ExpertProj::Gate && L.fused_gate_up)
-        name = fmt::format("blk.{}.ffn_gate_up_exps.{}", layer, suffix);
+      const ExpertTensor kind =
+          p == (int)ExpertProj::Gate && L.fused_gate_up ? ExpertTensor::GateUp : (ExpertTensor)p;
+      const std::string name = expert_tensor_name(layer, kind, suffix);
       if (p == (int)ExpertProj::Up && L.fused_gate_up) continue;
       tensors[p] = &file.tensor(name);
     }
@@ -36,10 +36,7 @@ std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
             s.file_offset + s.nbytes > t.file_offset + t.nbytes)
           fail("{}: expert {} of layer {} lies outside tensor '{}'", file.path(), e, layer, t.name);
         ExpertView& v = vs[e];
-        v.data[p] = file.data(t) + (s.file_offset - t.file_offset);
-        v.type[p] = s.type;
-        v.rows[p] = s.rows;
-        v.cols[p] = s.cols;
+        v.proj[p] = matrix_view(file.data(t) + (s.file_offset - t.file_offset), s.type, s.cols, s.rows);
       }
     }
   }

@@ -5,22 +5,19 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "gguf/tensor_names.h"
 
 namespace moeflow {
 namespace {
 
 // Slot 3 is the fused gate+up tensor; it ends up in proj Gate.
-constexpr int kFused = 3;
+constexpr int kFused = (int)ExpertTensor::GateUp;
 
 struct LayerTensors {
   const GgufTensorInfo* t[4] = {nullptr, nullptr, nullptr, nullptr};
 };
 
-const char* slot_name(int s) {
-  static const char* names[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
-                                "ffn_gate_up_exps"};
-  return names[s];
-}
+const char* slot_name(int s) { return expert_tensor_base((ExpertTensor)s); }
 
 ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& lt,
                              const std::string& suffix) {
@@ -110,8 +107,6 @@ uint64_t ExpertIndex::expert_bytes(int layer, int expert) const {
 ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
   MOEFLOW_CHECK(!suffix.empty() && std::regex_match(suffix, std::regex("[a-z_]+")),
                 "expert index: bad tensor suffix '{}'", suffix);
-  const std::regex re(R"(^blk\.([0-9]{1,6})\.(ffn_gate_exps|ffn_up_exps|ffn_down_exps|ffn_gate_up_exps)\.)" +
-                      suffix + "$");
   static const std::regex blk(R"(^blk\.([0-9]{1,6})\.)");
   std::map<int, LayerTensors> found;
   int max_layer = -1;
@@ -120,10 +115,9 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
     if (!std::regex_search(t.name, m, blk)) continue;
     const int layer = std::stoi(m[1].str());
     max_layer = std::max(max_layer, layer);
-    if (!std::regex_match(t.name, m, re)) continue;
-    const std::string kind = m[2].str();
-    const int slot = kind == "ffn_gate_exps" ? 0 : kind == "ffn_up_exps" ? 1
-                     : kind == "ffn_down_exps" ? 2 : kFused;
+    const auto parsed = parse_expert_tensor_name(t.name);
+    if (!parsed || parsed->suffix != suffix) continue;
+    const int slot = (int)parsed->kind;  // Gate, Up, Down, or kFused
     found[layer].t[slot] = &t;
   }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow {
 

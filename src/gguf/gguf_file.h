@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gguf/gguf_value.h"
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow {
 

@@ -1,18 +1,18 @@
 #pragma once
 // Hyper-parameters of a model, read only from GGUF metadata (llama.cpp key conventions, prefix
-// = general.architecture).
+// = general.architecture): the keys every architecture has are read here, the architecture's
+// own ones by its file in model/arch/.
 #include <cstdint>
 #include <string>
-
-#include "model/arch.h"
 
 namespace moeflow {
 
 class GgufFile;
+struct ArchDef;
 
 struct HParams {
   std::string arch_name;
-  const ArchSpec* arch = nullptr;
+  const ArchDef* arch = nullptr;
   int64_t n_vocab = 0;  // rows of token_embd
   int64_t n_embd = 0;
   int n_layer = 0;
@@ -37,7 +37,13 @@ struct HParams {
   int64_t attn_out_dim() const { return n_head * head_dim_v; }
 };
 
-// Throws moeflow::Error naming the file and key for missing or inconsistent values.
+// Throws moeflow::Error naming the file and key for missing or inconsistent values, and the
+// architecture (listing the supported ones) when general.architecture is not supported.
 HParams load_hparams(const GgufFile& f);
+
+// Helpers for the architecture files: "<arch>.<key>" as a positive integer (<= 2^31), or
+// `fallback` when absent (fallback < 0: required).
+int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string& key,
+                        int64_t fallback = -1);
 
 }  // namespace moeflow

@@ -4,13 +4,21 @@
 
 namespace moeflow {
 
-KvCache::KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim)
+KvCache::KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim, Allocator& alloc)
     : n_layer_(n_layer), n_ctx_(n_ctx), k_dim_(k_dim), v_dim_(v_dim) {
   if (n_ctx <= 0) fail("context size (-c) must be positive, got {}", n_ctx);
   const uint64_t nk = (uint64_t)n_layer * n_ctx * k_dim * sizeof(float);
   const uint64_t nv = (uint64_t)n_layer * n_ctx * v_dim * sizeof(float);
-  k_.allocate(nk);
-  v_.allocate(nv);
+  k_ = alloc.allocate(nk);
+  v_ = alloc.allocate(nv);
+}
+
+TensorView KvCache::k_view(int layer) const {
+  return f32_view(k(layer, 0), k_dim_, n_ctx_, k_.space());
+}
+
+TensorView KvCache::v_view(int layer) const {
+  return f32_view(v(layer, 0), v_dim_, n_ctx_, v_.space());
 }
 
 }  // namespace moeflow

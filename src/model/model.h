@@ -1,22 +1,26 @@
 #pragma once
-// A loaded MoE model and its forward pass (CPU). One forward() call processes a batch of
-// consecutive tokens at positions pos0.. (prefill chunk or one decode token), appending their
-// keys/values to the KV cache. Experts are reached only through the ExpertProvider.
+// A loaded MoE model and its forward pass, written once against the Backend interface. One
+// forward() call processes a batch of consecutive tokens at positions pos0.. (prefill chunk or
+// one decode token), appending their keys/values to the KV cache. Experts are reached only
+// through the ExpertProvider.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
-#include "experts/expert_provider.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
-#include "model/moe_block.h"
+#include "model/layer_spec.h"
+#include "model/layers/attention.h"
+#include "model/layers/ffn.h"
+#include "model/moe/expert_provider.h"
+#include "model/moe/moe_block.h"
 #include "model/observer.h"
 #include "model/weights.h"
-#include "policy/predictor.h"
 
 namespace moeflow {
 
@@ -31,36 +35,42 @@ class Model {
 
   const HParams& hparams() const { return hp_; }
   const ModelWeights& weights() const { return w_; }
+  const std::vector<LayerSpec>& specs() const { return specs_; }
   const GgufFile& file() const { return file_; }
-  int64_t n_vocab() const { return w_.token_embd.rows; }
+  int64_t n_vocab() const { return w_.token_embd.rows(); }
 
   // Router logits of `layer` for one hidden state (n_embd): the gate-lookahead seam.
   void router_logits(int layer, std::span<const float> hidden, std::vector<float>& logits) const;
   RouterFn router_fn() const;
   bool is_moe_layer(int layer) const;
-  // Bytes of the experts one token activates (top_k experts per MoE layer), from `provider`'s
-  // slice shapes if known, else estimated from the expert tensors.
+  // Bytes of the experts one token activates (top_k experts per MoE layer), estimated from the
+  // expert tensors.
   uint64_t active_expert_bytes_per_token() const;
   uint64_t total_expert_bytes() const;
 
  private:
-  friend class ForwardContext;
   const GgufFile& file_;
   HParams hp_;
+  std::vector<LayerSpec> specs_;
   ModelWeights w_;
+  uint64_t total_expert_bytes_ = 0;
 };
 
 // Per-sequence state and preallocated scratch for forward passes over one Model.
 class ForwardContext {
  public:
+  // On the CPU backend over `pool` (null: one thread).
   ForwardContext(const Model& model, ExpertProvider& provider, int64_t n_ctx, int max_batch,
                  ThreadPool* pool);
+  // On `backend`, which must outlive the context.
+  ForwardContext(const Model& model, ExpertProvider& provider, int64_t n_ctx, int max_batch,
+                 Backend& backend);
 
   // Runs tokens at positions pos()..pos()+n-1 (n <= max_batch, pos()+n <= n_ctx). Logits rows
   // go to logits() (one row per token for All, the last token's row for Last).
   void forward(std::span<const int32_t> tokens, LogitsMode mode);
 
-  const float* logits() const { return logits_.as<float>(); }
+  const float* logits() const { return logits_host_; }
   int64_t pos() const { return pos_; }
   void reset() { pos_ = 0; }
   // Drop cached positions >= p (rewind).
@@ -68,25 +78,33 @@ class ForwardContext {
   int64_t n_ctx() const { return kv_.n_ctx(); }
   int max_batch() const { return max_batch_; }
   void set_observer(ForwardObserver* o) { observer_ = o; }
-  void set_pool(ThreadPool* p) { pool_ = p; }
   const KvCache& kv() const { return kv_; }
   MoeBlock& moe() { return moe_; }
   const Model& model() const { return model_; }
+  Backend& backend() { return be_; }
 
  private:
-  void attention(int layer, int n);
+  ForwardContext(const Model& model, ExpertProvider& provider, int64_t n_ctx, int max_batch,
+                 std::unique_ptr<CpuBackend> own, Backend* backend);
+  void norm(const LayerSpec& spec, const TensorView& x, const TensorView& w, const TensorView& b,
+            TensorView out);
 
   const Model& model_;
   const HParams& hp_;
   ExpertProvider& provider_;
-  ThreadPool* pool_;
+  std::unique_ptr<CpuBackend> own_backend_;
+  Backend& be_;
+  ModelWeights w_;  // the model's weights as the backend sees them
   ForwardObserver* observer_ = nullptr;
   int max_batch_;
   int64_t pos_ = 0;
   KvCache kv_;
   MoeBlock moe_;
-  AlignedBuffer x_, xn_, q_, k_, v_, att_, tmp_, gu_, h_, logits_;
-  std::vector<AlignedBuffer> scores_;  // per thread, n_ctx floats
+  AttentionScratch attn_scratch_;
+  FfnScratch ffn_scratch_;
+  BackendScratch x_, xn_, tmp_, logits_;
+  const float* logits_host_ = nullptr;
+  std::vector<float> logits_staging_;
 };
 
 }  // namespace moeflow

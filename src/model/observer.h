@@ -3,9 +3,16 @@
 // Predictors (gate lookahead) and trace recorders plug in here; Model::router_logits lets them
 // apply any layer's router to a hidden state.
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 namespace moeflow {
+
+// Lets lookahead predictors apply a later layer's router to a hidden state: returns that
+// layer's router logits (n_experts). Provided by the live model; the simulator provides it only
+// for traces that carry hidden states and router weights.
+using RouterFn = std::function<void(int layer, std::span<const float> hidden, std::vector<float>& logits)>;
 
 struct RouteRecord {
   int layer = 0;

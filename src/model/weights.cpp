@@ -1,9 +1,13 @@
 #include "model/weights.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "gguf/tensor_names.h"
+#include "model/arch/arch.h"
 #include "quant/quant.h"
 
 namespace moeflow {
@@ -34,122 +38,152 @@ const GgufTensorInfo* find(const GgufFile& f, const std::string& name, bool requ
   return t;
 }
 
-WeightRef matrix(const GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
-                 bool required, uint64_t* bytes = nullptr) {
-  const GgufTensorInfo* t = find(f, name, required);
-  if (!t) return {};
-  check_type(f, *t);
-  if (!same_shape(t->dims, {cols, rows}))
-    fail("{}: tensor '{}' has shape {}, expected {}", f.path(), name, dims_str(t->dims),
-         dims_str({cols, rows}));
-  if (cols % type_traits(t->type).block_size != 0)
-    fail("{}: tensor '{}' row length {} is not a multiple of the {} block size", f.path(), name,
-         cols, type_name(t->type));
-  WeightRef w;
-  w.data = f.data(*t);
-  w.type = t->type;
-  w.cols = cols;
-  w.rows = rows;
-  w.name = name;
-  if (bytes) *bytes += t->nbytes;
-  return w;
-}
-
-std::vector<float> vec(const GgufFile& f, const std::string& name, int64_t n, bool required,
-                       uint64_t* bytes) {
-  const GgufTensorInfo* t = find(f, name, required);
-  if (!t) return {};
-  check_type(f, *t);
-  if (!same_shape(t->dims, {n}))
-    fail("{}: tensor '{}' has shape {}, expected [{}]", f.path(), name, dims_str(t->dims), n);
-  if (n % type_traits(t->type).block_size != 0)
-    fail("{}: tensor '{}' length {} is not a multiple of the {} block size", f.path(), name, n,
-         type_name(t->type));
-  std::vector<float> out(n);
-  dequantize_row(t->type, f.data(*t), out.data(), n);
-  *bytes += t->nbytes;
-  return out;
-}
-
-void check_experts(const GgufFile& f, const HParams& hp, int il) {
-  const std::string b = fmt::format("blk.{}.", il);
-  const int64_t E = hp.n_expert, d = hp.n_embd, ff = hp.n_ff_exp;
-  auto check3 = [&](const std::string& name, std::vector<int64_t> want) {
-    const GgufTensorInfo* t = find(f, name, true);
-    check_type(f, *t);
-    if (t->dims != want)
-      fail("{}: tensor '{}' has shape {}, expected {}", f.path(), name, dims_str(t->dims),
-           dims_str(want));
-  };
-  if (f.find_tensor(b + "ffn_gate_up_exps.weight")) {
-    check3(b + "ffn_gate_up_exps.weight", {d, 2 * ff, E});
-  } else {
-    check3(b + "ffn_gate_exps.weight", {d, ff, E});
-    check3(b + "ffn_up_exps.weight", {d, ff, E});
-  }
-  check3(b + "ffn_down_exps.weight", {ff, d, E});
-}
-
 }  // namespace
 
-ModelWeights load_weights(const GgufFile& f, const HParams& hp) {
-  ModelWeights mw;
-  uint64_t* nb = &mw.non_expert_bytes;
-  const GgufTensorInfo* te = find(f, "token_embd.weight", true);
-  if (te->dims.size() != 2 || te->dims[0] != hp.n_embd)
-    fail("{}: tensor 'token_embd.weight' has shape {}, expected [{}, n_vocab]", f.path(),
-         dims_str(te->dims), hp.n_embd);
-  const int64_t n_vocab = te->dims[1];
-  mw.token_embd = matrix(f, "token_embd.weight", hp.n_embd, n_vocab, true, nb);
-  mw.output_norm = vec(f, "output_norm.weight", hp.n_embd, true, nb);
-  mw.output = matrix(f, "output.weight", hp.n_embd, n_vocab, false, nb);
-  if (!mw.output) mw.output = mw.token_embd;
+bool ModelLoader::has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
 
-  const ArchSpec& a = *hp.arch;
-  mw.layers.resize(hp.n_layer);
-  for (int il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& L = mw.layers[il];
-    const std::string b = fmt::format("blk.{}.", il);
-    L.attn_norm = vec(f, b + "attn_norm.weight", hp.n_embd, true, nb);
-    L.ffn_norm = vec(f, b + "ffn_norm.weight", hp.n_embd, true, nb);
-    L.wq = matrix(f, b + "attn_q.weight", hp.n_embd, hp.q_dim(), true, nb);
-    L.wk = matrix(f, b + "attn_k.weight", hp.n_embd, hp.k_dim(), true, nb);
-    L.wv = matrix(f, b + "attn_v.weight", hp.n_embd, hp.v_dim(), true, nb);
-    L.wo = matrix(f, b + "attn_output.weight", hp.attn_out_dim(), hp.n_embd, true, nb);
-    if (a.qkv_bias) {
-      L.bq = vec(f, b + "attn_q.bias", hp.q_dim(), true, nb);
-      L.bk = vec(f, b + "attn_k.bias", hp.k_dim(), true, nb);
-      L.bv = vec(f, b + "attn_v.bias", hp.v_dim(), true, nb);
-    }
-    if (a.qk_norm == QkNorm::PerHead) {
-      L.q_norm = vec(f, b + "attn_q_norm.weight", hp.head_dim, true, nb);
-      L.k_norm = vec(f, b + "attn_k_norm.weight", hp.head_dim, true, nb);
-    } else if (a.qk_norm == QkNorm::Full) {
-      L.q_norm = vec(f, b + "attn_q_norm.weight", hp.q_dim(), true, nb);
-      L.k_norm = vec(f, b + "attn_k_norm.weight", hp.k_dim(), true, nb);
-    }
-    L.moe = hp.n_expert > 0 && f.find_tensor(b + "ffn_gate_inp.weight") != nullptr;
-    if (L.moe) {
-      L.gate_inp = matrix(f, b + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert, true, nb);
-      check_experts(f, hp, il);
-      if (a.shared_expert) {
-        L.gate_inp_shexp = matrix(f, b + "ffn_gate_inp_shexp.weight", hp.n_embd, 1, true, nb);
-        L.gate_shexp = matrix(f, b + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp, true, nb);
-        L.up_shexp = matrix(f, b + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp, true, nb);
-        L.down_shexp = matrix(f, b + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd, true, nb);
-      }
-    } else {
-      if (hp.n_expert > 0 && hp.arch_name != "llama")
-        fail("{}: missing tensor '{}ffn_gate_inp.weight'", f.path(), b);
-      if (hp.n_ff <= 0)
-        fail("{}: layer {} is dense but {}.feed_forward_length is missing", f.path(), il,
-             hp.arch_name);
-      L.ffn_gate = matrix(f, b + "ffn_gate.weight", hp.n_embd, hp.n_ff, true, nb);
-      L.ffn_up = matrix(f, b + "ffn_up.weight", hp.n_embd, hp.n_ff, true, nb);
-      L.ffn_down = matrix(f, b + "ffn_down.weight", hp.n_ff, hp.n_embd, true, nb);
-    }
+TensorView ModelLoader::matrix(const std::string& name, int64_t cols, int64_t rows, bool required) {
+  const GgufTensorInfo* t = find(f_, name, required);
+  if (!t) return {};
+  check_type(f_, *t);
+  if (!same_shape(t->dims, {cols, rows}))
+    fail("{}: tensor '{}' has shape {}, expected {}", f_.path(), name, dims_str(t->dims),
+         dims_str({cols, rows}));
+  if (cols % type_traits(t->type).block_size != 0)
+    fail("{}: tensor '{}' row length {} is not a multiple of the {} block size", f_.path(), name,
+         cols, type_name(t->type));
+  w_.non_expert_bytes += t->nbytes;
+  return matrix_view(f_.data(*t), t->type, cols, rows);
+}
+
+TensorView ModelLoader::vector(const std::string& name, int64_t n, bool required) {
+  const GgufTensorInfo* t = find(f_, name, required);
+  if (!t) return {};
+  check_type(f_, *t);
+  if (!same_shape(t->dims, {n}))
+    fail("{}: tensor '{}' has shape {}, expected [{}]", f_.path(), name, dims_str(t->dims), n);
+  if (n % type_traits(t->type).block_size != 0)
+    fail("{}: tensor '{}' length {} is not a multiple of the {} block size", f_.path(), name, n,
+         type_name(t->type));
+  std::vector<float>& out = w_.vectors->emplace_back(n);
+  dequantize_row(t->type, f_.data(*t), out.data(), n);
+  w_.non_expert_bytes += t->nbytes;
+  return f32_view(out.data(), n, 1);
+}
+
+TensorView ModelLoader::layer_matrix(int il, const std::string& name, int64_t cols, int64_t rows,
+                                     bool required) {
+  return matrix(layer_tensor_name(il, name), cols, rows, required);
+}
+
+TensorView ModelLoader::layer_vector(int il, const std::string& name, int64_t n, bool required) {
+  return vector(layer_tensor_name(il, name), n, required);
+}
+
+void ModelLoader::norms(int il, LayerWeights& L, NormKind kind) {
+  const int64_t d = hp_.n_embd;
+  L.attn_norm = layer_vector(il, "attn_norm.weight", d);
+  L.ffn_norm = layer_vector(il, "ffn_norm.weight", d);
+  if (kind == NormKind::Layer) {
+    L.attn_norm_bias = layer_vector(il, "attn_norm.bias", d);
+    L.ffn_norm_bias = layer_vector(il, "ffn_norm.bias", d);
   }
-  return mw;
+}
+
+void ModelLoader::attention(int il, LayerWeights& L, const AttentionOptions& o) {
+  const int64_t d = hp_.n_embd;
+  L.wq = layer_matrix(il, "attn_q.weight", d, hp_.q_dim());
+  L.wk = layer_matrix(il, "attn_k.weight", d, hp_.k_dim());
+  L.wv = layer_matrix(il, "attn_v.weight", d, hp_.v_dim());
+  L.wo = layer_matrix(il, "attn_output.weight", hp_.attn_out_dim(), d);
+  if (o.qkv_bias) {
+    L.bq = layer_vector(il, "attn_q.bias", hp_.q_dim());
+    L.bk = layer_vector(il, "attn_k.bias", hp_.k_dim());
+    L.bv = layer_vector(il, "attn_v.bias", hp_.v_dim());
+  }
+  if (o.out_bias) L.bo = layer_vector(il, "attn_output.bias", d);
+  if (o.qk_norm == QkNorm::PerHead) {
+    L.q_norm = layer_vector(il, "attn_q_norm.weight", hp_.head_dim);
+    L.k_norm = layer_vector(il, "attn_k_norm.weight", hp_.head_dim);
+  } else if (o.qk_norm == QkNorm::Full) {
+    L.q_norm = layer_vector(il, "attn_q_norm.weight", hp_.q_dim());
+    L.k_norm = layer_vector(il, "attn_k_norm.weight", hp_.k_dim());
+  }
+  if (o.sinks) L.sinks = layer_vector(il, "attn_sinks.weight", hp_.n_head);
+}
+
+void ModelLoader::moe(int il, LayerWeights& L, const MoeOptions& o) {
+  const int64_t d = hp_.n_embd, E = hp_.n_expert, ff = hp_.n_ff_exp;
+  L.moe = true;
+  L.gate_inp = layer_matrix(il, "ffn_gate_inp.weight", d, E);
+  if (o.router_bias) L.gate_inp_bias = layer_vector(il, "ffn_gate_inp.bias", E);
+  if (o.selection_bias) L.exp_probs_bias = layer_vector(il, "exp_probs_b.bias", E);
+  auto check3 = [&](ExpertTensor kind, std::vector<int64_t> want) {
+    const std::string name = expert_tensor_name(il, kind);
+    const GgufTensorInfo* t = find(f_, name, true);
+    check_type(f_, *t);
+    if (t->dims != want)
+      fail("{}: tensor '{}' has shape {}, expected {}", f_.path(), name, dims_str(t->dims),
+           dims_str(want));
+  };
+  if (has(expert_tensor_name(il, ExpertTensor::GateUp))) {
+    check3(ExpertTensor::GateUp, {d, 2 * ff, E});
+  } else {
+    check3(ExpertTensor::Gate, {d, ff, E});
+    check3(ExpertTensor::Up, {d, ff, E});
+  }
+  check3(ExpertTensor::Down, {ff, d, E});
+  if (o.shared) {
+    const int64_t fs = o.n_ff_shexp;
+    if (o.shared_gate) L.gate_inp_shexp = layer_matrix(il, "ffn_gate_inp_shexp.weight", d, 1);
+    L.shexp.gate = layer_matrix(il, "ffn_gate_shexp.weight", d, fs);
+    L.shexp.up = layer_matrix(il, "ffn_up_shexp.weight", d, fs);
+    L.shexp.down = layer_matrix(il, "ffn_down_shexp.weight", fs, d);
+  }
+}
+
+void ModelLoader::dense_ffn(int il, LayerWeights& L) {
+  if (hp_.n_ff <= 0)
+    fail("{}: layer {} is dense but {}.feed_forward_length is missing", f_.path(), il, hp_.arch_name);
+  L.ffn.gate = layer_matrix(il, "ffn_gate.weight", hp_.n_embd, hp_.n_ff);
+  L.ffn.up = layer_matrix(il, "ffn_up.weight", hp_.n_embd, hp_.n_ff);
+  L.ffn.down = layer_matrix(il, "ffn_down.weight", hp_.n_ff, hp_.n_embd);
+}
+
+void ModelLoader::globals(NormKind kind) {
+  const GgufTensorInfo* te = find(f_, "token_embd.weight", true);
+  if (te->dims.size() != 2 || te->dims[0] != hp_.n_embd)
+    fail("{}: tensor 'token_embd.weight' has shape {}, expected [{}, n_vocab]", f_.path(),
+         dims_str(te->dims), hp_.n_embd);
+  const int64_t n_vocab = te->dims[1];
+  w_.token_embd = matrix("token_embd.weight", hp_.n_embd, n_vocab);
+  w_.output_norm = vector("output_norm.weight", hp_.n_embd);
+  if (kind == NormKind::Layer) w_.output_norm_bias = vector("output_norm.bias", hp_.n_embd);
+  w_.output = matrix("output.weight", hp_.n_embd, n_vocab, false);
+  if (!w_.output) w_.output = w_.token_embd;
+}
+
+LayerSpec ModelLoader::default_spec(RopeMode rope) const {
+  LayerSpec s;
+  s.attn.rope.mode = rope;
+  s.attn.rope.n_rot = hp_.n_rot;
+  s.attn.rope.freq_base = hp_.rope_base;
+  s.attn.params.n_head = hp_.n_head;
+  s.attn.params.n_head_kv = hp_.n_head_kv;
+  s.attn.params.head_dim = hp_.head_dim;
+  s.attn.params.head_dim_v = hp_.head_dim_v;
+  s.attn.params.scale = 1.0f / std::sqrt((float)hp_.head_dim);
+  s.moe.routing.norm_weights = hp_.norm_topk;
+  return s;
+}
+
+ModelWeights load_weights(const GgufFile& f, const HParams& hp, std::vector<LayerSpec>& specs) {
+  ModelWeights w;
+  ModelLoader ld(f, hp, w);
+  w.layers.resize(hp.n_layer);
+  specs.assign(hp.n_layer, LayerSpec{});
+  hp.arch->build(ld, hp, w, specs);
+  return w;
 }
 
 }  // namespace moeflow

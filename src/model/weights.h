@@ -1,54 +1,130 @@
 #pragma once
-// Pointers to the non-expert weights of a model inside the mmap'ed GGUF, checked against the
-// hyper-parameters at load. Small vectors (norms, biases) are dequantized to float once; the
-// routed experts are reached through an ExpertProvider, never from here.
+// The non-expert weights of a model as tensor views into the mmap'ed GGUF, checked against the
+// hyper-parameters at load, and the helpers the architecture files load them with. Small
+// vectors (norms, biases) are dequantized to float once and kept by the ModelWeights. The routed
+// experts are reached through an ExpertProvider, never from here (only their shapes are checked).
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "model/hparams.h"
-#include "quant/ggml_type.h"
+#include "model/layer_spec.h"
 
 namespace moeflow {
 
 class GgufFile;
 
-// A 2-D weight matrix: `rows` rows of `cols` elements, each row_bytes(type, cols) long.
-struct WeightRef {
-  const uint8_t* data = nullptr;
-  GgmlType type = GgmlType::F32;
-  int64_t cols = 0;
-  int64_t rows = 0;
-  std::string name;
-  explicit operator bool() const { return data != nullptr; }
-  size_t row_stride() const { return row_bytes(type, cols); }
-  uint64_t nbytes() const { return (uint64_t)row_stride() * (uint64_t)rows; }
+// Weights of a dense FFN or a shared expert: gate, up, down (gate may be a fused gate_up with
+// no up), and optional biases.
+struct FfnWeights {
+  TensorView gate, up, down;
+  TensorView gate_bias, up_bias, down_bias;
+  explicit operator bool() const { return (bool)gate; }
 };
 
 struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;
-  WeightRef wq, wk, wv, wo;
-  std::vector<float> bq, bk, bv;          // empty when the arch has none
-  std::vector<float> q_norm, k_norm;      // per head (head_dim) or full (q_dim / k_dim)
+  TensorView attn_norm, attn_norm_bias, ffn_norm, ffn_norm_bias;
+  TensorView wq, wk, wv, wo;
+  TensorView bq, bk, bv, bo;        // empty when the arch has none
+  TensorView q_norm, k_norm;        // per head (head_dim) or full (q_dim / k_dim)
+  TensorView sinks;                 // attention sink logits, one per head
   // MoE layer
   bool moe = false;
-  WeightRef gate_inp;                     // router [n_embd -> n_expert]
-  WeightRef gate_inp_shexp;               // [n_embd -> 1]
-  WeightRef gate_shexp, up_shexp, down_shexp;
+  TensorView gate_inp;              // router [n_embd -> n_expert]
+  TensorView gate_inp_bias;         // router bias
+  TensorView exp_probs_bias;        // selection bias (DeepSeek-V3 style): host floats, the
+                                    // planner selects on the host (not adopted by backends)
+  TensorView gate_inp_shexp;        // [n_embd -> 1]
+  FfnWeights shexp;                 // shared expert(s)
   // dense layer
-  WeightRef ffn_gate, ffn_up, ffn_down;
+  FfnWeights ffn;
 };
 
 struct ModelWeights {
-  WeightRef token_embd;
-  std::vector<float> output_norm;
-  WeightRef output;  // token_embd when the model ties them
+  TensorView token_embd;
+  TensorView output_norm, output_norm_bias;
+  TensorView output;  // token_embd when the model ties them
   std::vector<LayerWeights> layers;
   uint64_t non_expert_bytes = 0;
+  // Storage of the dequantized vectors the views above point at (a deque never moves them),
+  // shared by the copies a backend adopts.
+  std::shared_ptr<std::deque<std::vector<float>>> vectors =
+      std::make_shared<std::deque<std::vector<float>>>();
 };
 
-// Throws moeflow::Error naming the file and tensor for a missing tensor, a wrong shape or an
-// unsupported type.
-ModelWeights load_weights(const GgufFile& f, const HParams& hp);
+// Calls f(TensorView&) on every weight view of the model (absent ones included).
+template <typename F>
+void for_each_view(ModelWeights& w, F&& f) {
+  f(w.token_embd), f(w.output_norm), f(w.output_norm_bias), f(w.output);
+  for (LayerWeights& L : w.layers) {
+    for (TensorView* v : {&L.attn_norm, &L.attn_norm_bias, &L.ffn_norm, &L.ffn_norm_bias, &L.wq,
+                          &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
+                          &L.sinks, &L.gate_inp, &L.gate_inp_bias, &L.gate_inp_shexp})
+      f(*v);
+    for (FfnWeights* ffn : {&L.shexp, &L.ffn})
+      for (TensorView* v : {&ffn->gate, &ffn->up, &ffn->down, &ffn->gate_bias, &ffn->up_bias,
+                            &ffn->down_bias})
+        f(*v);
+  }
+}
+
+// Loading helpers shared by the architecture files. Every error names the file and tensor.
+class ModelLoader {
+ public:
+  ModelLoader(const GgufFile& f, const HParams& hp, ModelWeights& w) : f_(f), hp_(hp), w_(w) {}
+  const GgufFile& file() const { return f_; }
+  const HParams& hparams() const { return hp_; }
+  bool has(const std::string& name) const;
+
+  // A [rows][cols] matrix (GGUF dims {cols, rows}); empty view when absent and not required.
+  TensorView matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true);
+  // A vector of n elements dequantized to float; empty view when absent and not required.
+  TensorView vector(const std::string& name, int64_t n, bool required = true);
+
+  // Layer il's "blk.<il>.<name>" versions of the above.
+  TensorView layer_matrix(int il, const std::string& name, int64_t cols, int64_t rows,
+                          bool required = true);
+  TensorView layer_vector(int il, const std::string& name, int64_t n, bool required = true);
+
+  // Shared layer pieces.
+  struct AttentionOptions {
+    bool qkv_bias = false;   // attn_{q,k,v}.bias required
+    bool out_bias = false;   // attn_output.bias required
+    QkNorm qk_norm = QkNorm::None;
+    bool sinks = false;      // attn_sinks required
+  };
+  void attention(int il, LayerWeights& L, const AttentionOptions& o);
+  // attn_norm / ffn_norm (+ their biases for LayerNorm).
+  void norms(int il, LayerWeights& L, NormKind kind);
+  // Router, the stacked experts' shapes (checked, not loaded), and the shared expert when
+  // `shared` (ffn_{gate,up,down}_shexp; `shared_gate` adds ffn_gate_inp_shexp).
+  struct MoeOptions {
+    bool shared = false;
+    bool shared_gate = false;
+    int64_t n_ff_shexp = 0;
+    bool router_bias = false;
+    bool selection_bias = false;  // exp_probs_b
+  };
+  void moe(int il, LayerWeights& L, const MoeOptions& o);
+  // ffn_{gate,up,down}.weight of a dense layer (n_ff from the hyper-parameters).
+  void dense_ffn(int il, LayerWeights& L);
+  // token_embd, output_norm, output (tied to token_embd when absent).
+  void globals(NormKind kind);
+
+  // The spec every layer starts from: heads, sizes and 1/sqrt(head_dim) from the
+  // hyper-parameters, plain RoPE of n_rot dims, SwiGLU, softmax routing of top-k.
+  LayerSpec default_spec(RopeMode rope) const;
+
+ private:
+  const GgufFile& f_;
+  const HParams& hp_;
+  ModelWeights& w_;
+};
+
+// Reads the model's tensors for its architecture (hp.arch) and fills one LayerSpec per layer.
+ModelWeights load_weights(const GgufFile& f, const HParams& hp, std::vector<LayerSpec>& specs);
 
 }  // namespace moeflow

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/observer.h"  // RouterFn
 #include "policy/eviction_policy.h"
 
 namespace moeflow {
@@ -28,10 +29,6 @@ struct PredictorInput {
   int token_id = -1;  // current token id, if known
 };
 
-// Lets lookahead predictors apply a later layer's router to a hidden state: returns that
-// layer's router logits (n_experts). Provided by the live model; the simulator provides it only
-// for traces that carry hidden states and router weights.
-using RouterFn = std::function<void(int layer, std::span<const float> hidden, std::vector<float>& logits)>;
 
 class Predictor {
  public:

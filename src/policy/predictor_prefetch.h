@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "experts/expert_provider.h"
+#include "model/moe/expert_provider.h"
 #include "model/observer.h"
 #include "policy/predictor.h"
 

@@ -3,7 +3,7 @@
 // ground truth that the SIMD kernels in kernels/cpu are tested against.
 #include <cstdint>
 
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow {
 

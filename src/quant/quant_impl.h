@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow::quant_detail {
 

@@ -4,7 +4,7 @@
 // super-block scales, minimising the squared reconstruction error rather than taking max-abs.
 #include <cstdint>
 
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow::quant_detail {
 

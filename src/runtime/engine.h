@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "experts/expert_provider.h"
+#include "model/moe/expert_provider.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "experts/offload_options.h"
-#include "experts/precision_mode.h"
+#include "runtime/offload_session.h"
+#include "model/moe/precision_mode.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "experts/offload_options.h"
+#include "runtime/offload_session.h"
 #include "low_copy_models.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
-#include "model/moe_block.h"
+#include "model/moe/moe_block.h"
 #include "runtime/engine.h"
 
 namespace moeflow {

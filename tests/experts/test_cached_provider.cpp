@@ -33,10 +33,10 @@ std::unique_ptr<CachedExpertProvider> make_provider(const test::FakeModel& m, ui
 void expect_view_matches(const test::FakeModel& m, const ExpertView& v, int l, int e) {
   for (int p = 0; p < kNumExpertProj; ++p) {
     const ExpertSlice& s = m.index.layers[l].slices[e][p];
-    ASSERT_NE(v.data[p], nullptr);
-    EXPECT_EQ(v.rows[p], s.rows);
-    EXPECT_EQ(v.cols[p], s.cols);
-    ASSERT_EQ(0, std::memcmp(v.data[p], m.slice(l, e, p), s.nbytes))
+    ASSERT_NE(v.proj[p].data, nullptr);
+    EXPECT_EQ(v.proj[p].rows(), s.rows);
+    EXPECT_EQ(v.proj[p].cols(), s.cols);
+    ASSERT_EQ(0, std::memcmp(v.proj[p].data, m.slice(l, e, p), s.nbytes))
         << "layer " << l << " expert " << e << " proj " << p;
   }
 }

@@ -19,9 +19,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "experts/offload_options.h"
+#include "runtime/offload_session.h"
 #include "low_copy_models.h"
-#include "experts/precision_mode.h"
+#include "model/moe/precision_mode.h"
 #include "gguf/gguf_file.h"
 #include "quant/quant.h"
 #include "runtime/engine.h"
@@ -93,22 +93,18 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
     for (int p = 0; p < 3; ++p) {
       const GgufTensorInfo& t = f_.tensor(fmt::format("blk.{}.ffn_{}_exps.{}", layer, proj[p], suffix));
       const uint64_t slice = t.nbytes / static_cast<uint64_t>(t.dims[2]);
-      v.data[p] = f_.data(t) + slice * static_cast<uint64_t>(expert);
-      v.type[p] = t.type;
-      v.cols[p] = t.dims[0];
-      v.rows[p] = t.dims[1];
+      v.proj[p] = matrix_view(f_.data(t) + slice * static_cast<uint64_t>(expert), t.type, t.dims[0],
+                              t.dims[1]);
     }
     return v;
   }
   ExpertView zero_view(int layer, int expert) {
     ExpertView v = view(layer, expert, "weight");
     size_t n = 0;
-    for (int p = 0; p < 3; ++p) n = std::max<size_t>(n, (size_t)(v.rows[p] * v.cols[p]));
+    for (int p = 0; p < 3; ++p) n = std::max<size_t>(n, (size_t)(v.proj[p].rows() * v.proj[p].cols()));
     zeros_.assign(n, 0.0f);
-    for (int p = 0; p < 3; ++p) {
-      v.type[p] = GgmlType::F32;
-      v.data[p] = reinterpret_cast<const uint8_t*>(zeros_.data());
-    }
+    for (int p = 0; p < 3; ++p)
+      v.proj[p] = matrix_view(zeros_.data(), GgmlType::F32, v.proj[p].cols(), v.proj[p].rows());
     return v;
   }
   const GgufFile& f_;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "experts/offload_options.h"
+#include "runtime/offload_session.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 

@@ -70,7 +70,7 @@ TEST(OffloadMemory, ResidentMemoryStaysWithinBudgetAndPageCacheUntouched) {
         for (int e : chosen) {
           ExpertView v = prov.acquire(l, e);
           for (int p = 0; p < kNumExpertProj; ++p) {
-            ASSERT_EQ(0, std::memcmp(v.data[p], m.slice(l, e, p), m.nbytes(l, e, p)));
+            ASSERT_EQ(0, std::memcmp(v.proj[p].data, m.slice(l, e, p), m.nbytes(l, e, p)));
           }
           prov.release(l, e);
         }

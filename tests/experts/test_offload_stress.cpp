@@ -136,7 +136,7 @@ TEST(OffloadStress, ManyThreadsTinyBudgetsExactBytes) {
           try {
             ExpertView v = prov.acquire(l, chosen[0]);
             for (int p = 0; p < kNumExpertProj; ++p) {
-              if (std::memcmp(v.data[p], m.slice(l, chosen[0], p), m.nbytes(l, chosen[0], p)) != 0) ++bad;
+              if (std::memcmp(v.proj[p].data, m.slice(l, chosen[0], p), m.nbytes(l, chosen[0], p)) != 0) ++bad;
             }
             prov.release(l, chosen[0]);
           } catch (const Error&) {

@@ -14,7 +14,7 @@
 
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
-#include "model/moe_block.h"
+#include "model/moe/moe_block.h"
 #include "runtime/engine.h"
 #include "test_helpers.h"
 #include "tiny_model.h"

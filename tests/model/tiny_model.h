@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gguf/gguf_writer.h"
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 #include "quant/quant.h"
 
 namespace moeflow::test {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow::testref {
 

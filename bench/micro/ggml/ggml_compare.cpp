@@ -14,7 +14,7 @@
 
 #include "../bench_common.h"
 #include "core/aligned_buffer.h"
-#include "kernels/cpu/matmul.h"
+#include "backend/cpu/matmul.h"
 
 using namespace moeflow;
 

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "gguf/gguf_writer.h"
+#include "gguf/tensor_names.h"
 #include "model/gen/gen_metadata.h"
 #include "model/gen/gen_random.h"
 #include "quant/quant.h"
@@ -133,9 +134,9 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
     // Routers stay F32, as llama.cpp's quantizer leaves ffn_gate_inp alone.
     p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert},
           opt.router_scale * inv_sqrt(s.n_embd));
-    p.add(n("ffn_gate_exps.weight"), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
-    p.add(n("ffn_up_exps.weight"), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
-    p.add(n("ffn_down_exps.weight"), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
+    p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+    p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+    p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
     if (s.shared_expert()) {
       p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));
       p.add(n("ffn_gate_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));

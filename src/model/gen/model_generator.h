@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/gen/model_presets.h"
-#include "quant/ggml_type.h"
+#include "core/ggml_type.h"
 
 namespace moeflow::gen {
 

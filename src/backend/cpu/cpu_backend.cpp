@@ -1,0 +1,236 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/attn_math.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace moeflow {
+namespace {
+
+void check_host(const TensorView& v, const char* op, const char* what) {
+  if (v.space == MemSpace::Device)
+    fail("cpu backend: {} got its {} in device memory", op, what);
+}
+
+void check_f32(const TensorView& v, const char* op, const char* what) {
+  check_host(v, op, what);
+  if (v.type != GgmlType::F32) fail("cpu backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
+}
+
+float* frow(const TensorView& v, int64_t r) { return reinterpret_cast<float*>(v.row(r)); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool) { set_pool(pool); }
+
+void CpuBackend::set_pool(ThreadPool* pool) {
+  pool_ = pool;
+  scores_.resize(pool ? pool->size() : 1);
+}
+
+Allocator& CpuBackend::allocator() { return HostAllocator::instance(); }
+
+TensorView CpuBackend::adopt_weight(const TensorView& w) {
+  check_host(w, "adopt_weight", "weight");
+  return w;
+}
+
+void CpuBackend::copy(TensorView dst, const TensorView& src) {
+  check_host(dst, "copy", "destination");
+  check_host(src, "copy", "source");
+  MOEFLOW_CHECK(dst.type == src.type && dst.ne[0] == src.ne[0] && dst.ne[1] == src.ne[1],
+                "cpu backend: copy between views of different shapes or types");
+  const size_t rb = row_bytes(src.type, src.ne[0]);
+  if (dst.rows_contiguous() && src.rows_contiguous()) {
+    std::memcpy(dst.data, src.data, rb * (size_t)src.ne[1]);
+    return;
+  }
+  for (int64_t r = 0; r < src.ne[1]; ++r) std::memcpy(dst.row(r), src.row(r), rb);
+}
+
+const float* CpuBackend::read_f32(const TensorView& v, std::vector<float>&) {
+  check_f32(v, "read_f32", "tensor");
+  return v.as<const float>();
+}
+
+void CpuBackend::matmul(const TensorView& w, const TensorView& x, TensorView y) {
+  check_host(w, "matmul", "weight");
+  check_f32(x, "matmul", "input");
+  check_f32(y, "matmul", "output");
+  const int64_t n = x.rows();
+  if (x.cols() != w.cols() || y.cols() != w.rows() || y.rows() != n)
+    fail("cpu backend: matmul shapes do not match: weight {}x{}, input {}x{}, output {}x{}",
+         w.rows(), w.cols(), n, x.cols(), y.rows(), y.cols());
+  if (!x.rows_contiguous() || !y.rows_contiguous() || !w.rows_contiguous())
+    fail("cpu backend: matmul needs rows back to back");
+  if (n == 1)
+    moeflow::matvec(w.type, w.data, w.rows(), w.cols(), x.as<const float>(), y.as<float>(), pool_);
+  else
+    moeflow::matmul(w.type, w.data, w.rows(), w.cols(), x.as<const float>(), n, y.as<float>(), pool_);
+}
+
+void CpuBackend::get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) {
+  check_host(table, "get_rows", "table");
+  check_f32(out, "get_rows", "output");
+  for (size_t t = 0; t < ids.size(); ++t) {
+    MOEFLOW_CHECK(ids[t] >= 0 && ids[t] < table.rows(), "get_rows: row {} outside 0..{}", ids[t],
+                  table.rows());
+    dequantize_row(table.type, table.row(ids[t]), frow(out, (int64_t)t), table.cols());
+  }
+}
+
+void CpuBackend::rms_norm(const TensorView& x, const float* weight, TensorView out, float eps) {
+  check_f32(x, "rms_norm", "input");
+  check_f32(out, "rms_norm", "output");
+  // The kernel reads each row whole before writing it, so out may be x.
+  for (int64_t r = 0; r < x.rows(); ++r) moeflow::rms_norm(frow(x, r), weight, frow(out, r), x.cols(), eps);
+}
+
+void CpuBackend::layer_norm(const TensorView& x, const float* weight, const float* bias,
+                            TensorView out, float eps) {
+  check_f32(x, "layer_norm", "input");
+  check_f32(out, "layer_norm", "output");
+  for (int64_t r = 0; r < x.rows(); ++r)
+    moeflow::layer_norm(frow(x, r), weight, bias, frow(out, r), x.cols(), eps);
+}
+
+void CpuBackend::rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0, const RopeParams& p) {
+  check_f32(x, "rope", "input");
+  const bool neox = p.mode == RopeMode::NeoX;
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    float* row = frow(x, t);
+    const int64_t pos = pos0 + t;
+    for (int h = 0; h < n_head; ++h) {
+      if (p.plain())
+        rope_inplace(row + h * head_dim, head_dim, p.n_rot, pos, p.freq_base, neox);
+      else
+        rope_ext_inplace(row + h * head_dim, head_dim, pos, neox, p);
+    }
+  }
+}
+
+void CpuBackend::attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                           TensorView out, int64_t pos0, const AttentionParams& p) {
+  check_f32(q, "attention", "query");
+  check_f32(k, "attention", "key cache");
+  check_f32(v, "attention", "value cache");
+  check_f32(out, "attention", "output");
+  const int n = (int)q.rows();
+  const int n_head = p.n_head, group = p.n_head / p.n_head_kv;
+  const int64_t hd = p.head_dim, hdv = p.head_dim_v;
+  MOEFLOW_CHECK(pos0 + n <= k.rows() && pos0 + n <= v.rows(),
+                "attention: positions up to {} exceed the cache's {} rows", pos0 + n, k.rows());
+  for (auto& s : scores_)
+    if ((int64_t)s.size() < k.rows()) s.resize(k.rows());
+  const float scale = p.scale;
+  const DotF32Fn dot_fn = attn_dot_fn();
+  const AxpyF32Fn axpy_fn = attn_axpy_fn();
+  auto body = [&](int64_t b, int64_t e, int th) {
+    float* s = scores_[th].data();
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t t = i / n_head, h = i % n_head, g = h / group;
+      const int64_t n_pos = pos0 + t + 1;  // causal: this token and everything before it
+      const int64_t j0 = p.window > 0 ? std::max<int64_t>(0, n_pos - p.window) : 0;
+      const float* qr = frow(q, t) + h * hd;
+      float mx = -INFINITY;
+      for (int64_t j = j0; j < n_pos; ++j) {
+        const float* kr = frow(k, j) + g * hd;
+        s[j] = dot_fn(qr, kr, hd) * scale;
+        mx = std::max(mx, s[j]);
+      }
+      if (p.sinks) mx = std::max(mx, p.sinks[h]);
+      float sum = 0;
+      for (int64_t j = j0; j < n_pos; ++j) {
+        s[j] = std::exp(s[j] - mx);
+        sum += s[j];
+      }
+      if (p.sinks) sum += std::exp(p.sinks[h] - mx);
+      const float inv = 1.0f / sum;
+      float* o = frow(out, t) + h * hdv;
+      std::memset(o, 0, hdv * sizeof(float));
+      for (int64_t j = j0; j < n_pos; ++j) axpy_fn(o, frow(v, j) + g * hdv, s[j] * inv, hdv);
+    }
+  };
+  if (pool_)
+    pool_->parallel_for((int64_t)n * n_head, body);
+  else
+    body(0, (int64_t)n * n_head, 0);
+}
+
+void CpuBackend::glu(const TensorView& gate, const TensorView& up, TensorView out, const GluParams& p) {
+  check_f32(gate, "glu", "gate");
+  check_f32(up, "glu", "up");
+  check_f32(out, "glu", "output");
+  const int64_t ff = out.cols();
+  for (int64_t t = 0; t < out.rows(); ++t) {
+    switch (p.kind) {
+      case GluKind::SwiGLU: swiglu(frow(gate, t), frow(up, t), frow(out, t), ff); break;
+      case GluKind::GeGLU: geglu(frow(gate, t), frow(up, t), frow(out, t), ff); break;
+      case GluKind::SwiGLUOai: swiglu_oai(frow(gate, t), frow(up, t), frow(out, t), ff, p.alpha, p.limit); break;
+    }
+  }
+}
+
+void CpuBackend::add(TensorView x, const TensorView& y) {
+  check_f32(x, "add", "accumulator");
+  check_f32(y, "add", "addend");
+  const int64_t d = x.cols();
+  if (y.rows() == x.rows() && x.rows_contiguous() && y.rows_contiguous()) {
+    add_inplace(x.as<float>(), y.as<const float>(), d * x.rows());
+    return;
+  }
+  MOEFLOW_CHECK(y.rows() == 1 || y.rows() == x.rows(), "add: {} rows added to {}", y.rows(), x.rows());
+  for (int64_t t = 0; t < x.rows(); ++t) add_inplace(frow(x, t), frow(y, y.rows() == 1 ? 0 : t), d);
+}
+
+void CpuBackend::scale_add(TensorView acc, const TensorView& x, float s) {
+  check_f32(acc, "scale_add", "accumulator");
+  check_f32(x, "scale_add", "addend");
+  for (int64_t t = 0; t < acc.rows(); ++t) scale_add_inplace(frow(acc, t), frow(x, t), s, acc.cols());
+}
+
+void CpuBackend::gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) {
+  check_f32(acc, "gated_add", "accumulator");
+  check_f32(gate, "gated_add", "gate");
+  for (int64_t t = 0; t < acc.rows(); ++t) {
+    const float z = *frow(gate, t);
+    const float g = f == GateFn::Sigmoid ? 1.0f / (1.0f + std::exp(-z)) : z;
+    scale_add_inplace(frow(acc, t), frow(x, t), g, acc.cols());
+  }
+}
+
+void CpuBackend::gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) {
+  check_f32(src, "gather_rows", "source");
+  const size_t rb = (size_t)src.cols() * sizeof(float);
+  for (size_t j = 0; j < idx.size(); ++j) std::memcpy(dst.row((int64_t)j), src.row(idx[j]), rb);
+}
+
+void CpuBackend::scatter_rows(TensorView dst, std::span<const int32_t> idx, const TensorView& src) {
+  check_f32(dst, "scatter_rows", "destination");
+  const size_t rb = (size_t)src.cols() * sizeof(float);
+  for (size_t j = 0; j < idx.size(); ++j) std::memcpy(dst.row(idx[j]), src.row((int64_t)j), rb);
+}
+
+void CpuBackend::moe_combine(TensorView out, const TensorView& slots, std::span<const float> weights,
+                             std::span<const uint8_t> keep, int k) {
+  check_f32(out, "moe_combine", "output");
+  check_f32(slots, "moe_combine", "expert outputs");
+  const int64_t d = out.cols();
+  for (int64_t t = 0; t < out.rows(); ++t) {
+    float* o = frow(out, t);
+    std::memset(o, 0, d * sizeof(float));
+    for (int r = 0; r < k; ++r) {
+      const size_t i = (size_t)t * k + r;
+      if (!keep.empty() && !keep[i]) continue;
+      scale_add_inplace(o, frow(slots, (int64_t)i), weights[i], d);
+    }
+  }
+}
+
+}  // namespace moeflow

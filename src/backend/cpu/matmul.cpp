@@ -1,0 +1,172 @@
+// matvec / matmul drivers: argument checks, activation conversion, and the split of rows over
+// threads. The arithmetic lives in the per-ISA kernel tables (vec_dot_*.cpp).
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "backend/cpu/dispatch.h"
+
+namespace moeflow {
+namespace {
+
+using kernels::DotFn;
+
+void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
+  switch (activation_type_for(w)) {
+    case GgmlType::F32: std::memcpy(out, x, (size_t)n * sizeof(float)); break;
+    case GgmlType::Q8_0:
+      if (kernels::active_simd() >= kernels::Simd::Avx2)
+        kernels::quantize_q8_0_avx2(x, n, out);
+      else
+        kernels::quantize_q8_0(x, n, out);
+      break;
+    case GgmlType::Q8_1: kernels::quantize_q8_1(x, n, out); break;
+    case GgmlType::Q8_K:
+      if (kernels::active_simd() >= kernels::Simd::Avx2)
+        kernels::quantize_q8_k_avx2(x, n, out);
+      else
+        kernels::quantize_q8_k(x, n, out);
+      break;
+    default: fail("internal: no activation quantizer for {}", type_name(w));
+  }
+}
+
+size_t act_row_bytes(GgmlType w, int64_t n) { return row_bytes(activation_type_for(w), n); }
+
+void check_shape(GgmlType w, int64_t rows, int64_t cols, const char* what) {
+  if (rows < 0 || cols < 0) fail("{}: negative shape {}x{}", what, rows, cols);
+  const TypeTraits& tr = type_traits(w);
+  const int64_t bs = type_traits(activation_type_for(w)).block_size;
+  if (cols % bs != 0 || cols % tr.block_size != 0)
+    fail("{}: {} weight rows of {} columns are not a multiple of the block size {}", what,
+         tr.name, cols, std::max<int64_t>(bs, tr.block_size));
+}
+
+// Scratch reused across calls on the same thread: decode calls matvec per token per expert and
+// must not hit the allocator each time.
+std::vector<uint8_t>& scratch() {
+  thread_local std::vector<uint8_t> buf;
+  return buf;
+}
+
+}  // namespace
+
+GgmlType activation_type_for(GgmlType w) {
+  switch (w) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: return GgmlType::F32;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1: return GgmlType::Q8_1;
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4: return GgmlType::Q8_0;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS: return GgmlType::Q8_K;
+    default: fail("weight type {} has no CPU matmul kernel", type_name(w));
+  }
+}
+
+void quantize_activation(GgmlType w, const float* x, int64_t n, std::vector<uint8_t>& out) {
+  check_shape(w, 1, n, "quantize_activation");
+  out.resize(act_row_bytes(w, n));
+  quantize_into(w, x, n, out.data());
+}
+
+float vec_dot(GgmlType w, int64_t n, const void* w_row, const void* act) {
+  check_shape(w, 1, n, "vec_dot");
+  float r = 0;
+  if (n > 0) kernels::dot_fn(w)(n, w_row, act, 0, 1, &r);
+  return r;
+}
+
+void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            ThreadPool* pool) {
+  check_shape(w, rows, cols, "matvec");
+  if (rows == 0) return;
+  if (cols == 0) {
+    std::fill(y, y + rows, 0.f);
+    return;
+  }
+  const DotFn fn = kernels::dot_fn(w);
+  // Groups of R rows go through the multi-row kernel where the level has one (bit-identical
+  // to fn per row); the rest of each thread's range row by row.
+  const size_t wbytes = row_bytes(w, cols);
+  const kernels::RowsKernel multi =
+      wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
+  std::vector<uint8_t>& act = scratch();
+  act.resize(act_row_bytes(w, cols));
+  quantize_into(w, x, cols, act.data());
+  const uint8_t* Wb = static_cast<const uint8_t*>(W);
+  const uint8_t* a = act.data();
+  auto body = [&](int64_t r0, int64_t r1, int) {
+    int64_t r = r0;
+    if (multi.fn)
+      for (; r + multi.rows <= r1; r += multi.rows)
+        multi.fn(cols, Wb + (size_t)r * wbytes, wbytes, a, y + r);
+    for (; r < r1; ++r) fn(cols, Wb + (size_t)r * wbytes, a, 0, 1, y + r);
+  };
+  if (pool && pool->size() > 1 && rows > 1)
+    pool->parallel_for(rows, body, std::max<int64_t>(4, multi.rows));
+  else
+    body(0, rows, 0);
+}
+
+void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
+            float* Y, ThreadPool* pool) {
+  if (n_tok < 0) fail("matmul: negative token count {}", n_tok);
+  if (n_tok == 0) return;
+  if (n_tok == 1) return matvec(w, W, rows, cols, X, Y, pool);
+  check_shape(w, rows, cols, "matmul");
+  if (rows == 0) return;
+  if (cols == 0) {
+    std::fill(Y, Y + rows * n_tok, 0.f);
+    return;
+  }
+  const DotFn fn = kernels::dot_fn(w);
+  const size_t astride = act_row_bytes(w, cols);
+  std::vector<uint8_t> act(astride * (size_t)n_tok);
+  auto quant = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) quantize_into(w, X + t * cols, cols, act.data() + t * astride);
+  };
+  if (pool && pool->size() > 1)
+    pool->parallel_for(n_tok, quant, 1);
+  else
+    quant(0, n_tok, 0);
+
+  const size_t wbytes = row_bytes(w, cols);
+  const uint8_t* Wb = static_cast<const uint8_t*>(W);
+  // Tokens per pass: keep that many activation rows in L2 while the weight rows stream once
+  // per pass; each weight row is then reused from L1 across the pass.
+  const int64_t tok_chunk =
+      std::max<int64_t>(kernels::kMaxTokens, (int64_t)((512u << 10) / astride) / kernels::kMaxTokens *
+                                                 kernels::kMaxTokens);
+  auto body = [&](int64_t r0, int64_t r1, int) {
+    float out[kernels::kMaxTokens];
+    for (int64_t c0 = 0; c0 < n_tok; c0 += tok_chunk) {
+      const int64_t c1 = std::min(n_tok, c0 + tok_chunk);
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* wr = Wb + (size_t)r * wbytes;
+        for (int64_t t = c0; t < c1; t += kernels::kMaxTokens) {
+          const int nt = (int)std::min<int64_t>(kernels::kMaxTokens, c1 - t);
+          fn(cols, wr, act.data() + (size_t)t * astride, astride, nt, out);
+          for (int k = 0; k < nt; ++k) Y[(t + k) * rows + r] = out[k];
+        }
+      }
+    }
+  };
+  if (pool && pool->size() > 1 && rows > 1)
+    pool->parallel_for(rows, body, 4);
+  else
+    body(0, rows, 0);
+}
+
+}  // namespace moeflow

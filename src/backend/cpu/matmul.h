@@ -1,0 +1,41 @@
+#pragma once
+// Weight x activation products for every supported weight type. Weights are rows of blocks
+// exactly as stored in GGUF (row r = row_bytes(type, cols) bytes at W + r * that). Activations
+// are float; for quantized weight types they are first converted to the type's dot partner
+// (Q8_0 or Q8_K, as llama.cpp does) so the inner loop is integer arithmetic.
+//
+// Determinism: each output element is computed by one thread with a fixed reduction order, so
+// results are bit-identical for any thread count and any ThreadPool.
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "core/ggml_type.h"
+
+namespace moeflow {
+
+// The format activations are converted to before dotting with weights of type w
+// (F32 for F32/F16/BF16 weights, Q8_0 for 32-blocks, Q8_K for K-quants / IQ4_XS).
+GgmlType activation_type_for(GgmlType w);
+
+// Converts n floats into activation_type_for(w); resizes `out`.
+void quantize_activation(GgmlType w, const float* x, int64_t n, std::vector<uint8_t>& out);
+
+// Dot product of one weight row of type w with an activation produced by quantize_activation.
+float vec_dot(GgmlType w, int64_t n, const void* w_row, const void* act);
+
+// y[r] = sum_c W[r][c] * x[c] for r in [0, rows). pool may be null (single thread).
+void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            ThreadPool* pool);
+
+// Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is n_tok x cols, Y is n_tok x rows,
+// both row-major float. Blocks over tokens so each weight row is read once per tile.
+void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
+            float* Y, ThreadPool* pool);
+
+// Name of the instruction set the dispatcher picked ("avx512", "avx2", "scalar"), and a way
+// for tests to force a lower one (nullptr restores auto-detection).
+const char* simd_level();
+void force_simd_level(const char* level);
+
+}  // namespace moeflow

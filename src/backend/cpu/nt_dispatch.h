@@ -1,0 +1,41 @@
+#pragma once
+// Turns a kernel template `name<NT>(n, w, act, stride, out)` into a DotFn that picks NT at run
+// time. Each NT instantiation runs the same per-token arithmetic, only interleaved.
+#include "backend/cpu/kernel_table.h"
+
+#define MOEFLOW_DOT_FN(name)                                                                  \
+  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) {                   \
+    switch (nt) {                                                                             \
+      case 1: name<1>(n, w, a, s, o); break;                                                  \
+      case 2: name<2>(n, w, a, s, o); break;                                                  \
+      case 3: name<3>(n, w, a, s, o); break;                                                  \
+      default: name<4>(n, w, a, s, o); break;                                                 \
+    }                                                                                         \
+  }
+
+namespace moeflow::kernels {
+static_assert(kMaxTokens == 4, "MOEFLOW_DOT_FN handles up to 4 tokens");
+
+// Internal linkage on purpose: this header is compiled with different -m flags in different
+// files, and one shared inline copy could carry AVX-512 code into the scalar path.
+namespace {
+
+template <typename T>
+inline const T* act_row(const void* a, size_t stride, int t) {
+  return reinterpret_cast<const T*>(static_cast<const uint8_t*>(a) + (size_t)t * stride);
+}
+
+// The value of an E8M0 exponent byte halved (MXFP4 stores its E2M1 values doubled as ints).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+}  // namespace
+}  // namespace moeflow::kernels

@@ -1,0 +1,53 @@
+#pragma once
+// The offloading flags (--expert-cache, --cache-rate, --prefetch, --mode ...), registered the
+// same way by every command that runs a model (run, chat, serve, bench, perplexity, calibrate).
+#include <CLI/CLI.hpp>
+
+#include "runtime/offload_session.h"
+
+namespace moeflow::cli {
+
+inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
+  app.add_option("--expert-cache", o.expert_cache,
+                 "offload experts: RAM budget for cached experts (e.g. 3GiB)");
+  app.add_option("--cache-rate", o.cache_rate,
+                 "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)");
+  app.add_option("--cache-policy", o.policy, "eviction policy (lru, lfu, ...)");
+  app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
+  app.add_option("--io-threads", o.io_threads, "expert I/O worker threads");
+  app.add_option("--prefetch", o.prefetch,
+                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc");
+  app.add_option("--predictor-model", o.predictor_model,
+                 "trained predictor weights for --prefetch promoe (moeflow train-predictor)");
+  app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead predictor");
+  app.add_flag("--no-early-preemption", o.no_early_preemption,
+               "on-demand loads only: do not raise routed experts to HIGH before acquire");
+  app.add_flag("--prefetch-always", o.prefetch_always,
+               "issue every predicted prefetch, also those the measured layer time, read speed "
+               "and disk load say cannot be half done before their layer runs");
+  app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
+  app.add_option("--mode", o.mode,
+                 "expert mode: exact (default, lossless) | hobbit (cache misses of less critical "
+                 "experts load low-precision copies, needs moeflow pack --low) | hobbit-all (the "
+                 "same rule for every expert) | skip (drop low-weight experts) | daop (replace a "
+                 "token's second miss by a cached expert); lossy modes change output");
+  app.add_option("--hobbit-t1", o.hobbit_t1,
+                 "hobbit: high precision while the weight ranked above is <= T1 (default 0.6)");
+  app.add_option("--hobbit-t2", o.hobbit_t2,
+                 "hobbit: low precision while the weight ranked above is <= T2, else skip (default 0.9)");
+  app.add_option("--low-share", o.low_share,
+                 "hobbit + offload: share of the expert budget for low-precision copies (default 0.1)");
+  app.add_option("--skip-threshold", o.skip_threshold,
+                 "skip: drop experts whose normalised gate weight is below this (default 0.1; "
+                 "the top-1 expert is always kept)");
+  app.add_flag("--precalc", o.precalc,
+               "DAOP stale-input pre-calculation (lossy, needs offloading): while a layer waits "
+               "for an expert read, compute the next layer's predicted resident experts on this "
+               "layer's input; the next layer uses those outputs for the experts it routes to");
+  app.add_option("--low-cache", o.low_cache,
+                 "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
+  app.add_option("--low-cache-rate", o.low_cache_rate,
+                 "hobbit + offload: low-precision part as a fraction of all low-copy bytes");
+}
+
+}  // namespace moeflow::cli

@@ -1,0 +1,48 @@
+#include "model/layers/attention.h"
+
+namespace moeflow {
+namespace {
+
+// The rows of v split into rows of `width` floats (per-head normalisation).
+TensorView as_rows_of(const TensorView& v, int64_t width) {
+  return f32_view(v.as<float>(), width, v.rows() * (v.cols() / width), v.space);
+}
+
+}  // namespace
+
+void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec, float norm_eps,
+                   const TensorView& xn, KvCache& kv, int layer, int64_t pos0, TensorView out,
+                   AttentionScratch& s) {
+  const AttentionParams& p = spec.params;
+  const int64_t n = xn.rows();
+  const TensorView q = s.q.f32(L.wq.rows(), n);
+  const TensorView k = s.k.f32(L.wk.rows(), n);
+  const TensorView v = s.v.f32(L.wv.rows(), n);
+  be.matmul(L.wq, xn, q);
+  be.matmul(L.wk, xn, k);
+  be.matmul(L.wv, xn, v);
+  if (L.bq) {
+    be.add(q, L.bq);
+    be.add(k, L.bk);
+    be.add(v, L.bv);
+  }
+  if (spec.qk_norm == QkNorm::PerHead) {
+    be.rms_norm(as_rows_of(q, p.head_dim), L.q_norm.as<float>(), as_rows_of(q, p.head_dim), norm_eps);
+    be.rms_norm(as_rows_of(k, p.head_dim), L.k_norm.as<float>(), as_rows_of(k, p.head_dim), norm_eps);
+  } else if (spec.qk_norm == QkNorm::Full) {
+    be.rms_norm(q, L.q_norm.as<float>(), q, norm_eps);
+    be.rms_norm(k, L.k_norm.as<float>(), k, norm_eps);
+  }
+  be.rope(q, p.n_head, p.head_dim, pos0, spec.rope);
+  be.rope(k, p.n_head_kv, p.head_dim, pos0, spec.rope);
+  be.copy(kv.k_view(layer).slice_rows(pos0, n), k);
+  be.copy(kv.v_view(layer).slice_rows(pos0, n), v);
+  AttentionParams ap = p;
+  if (spec.sinks) ap.sinks = L.sinks.as<float>();
+  const TensorView att = s.att.f32((int64_t)p.n_head * p.head_dim_v, n);
+  be.attention(q, kv.k_view(layer), kv.v_view(layer), att, pos0, ap);
+  be.matmul(L.wo, att, out);
+  if (L.bo) be.add(out, L.bo);
+}
+
+}  // namespace moeflow

@@ -1,0 +1,23 @@
+#pragma once
+// Grouped-query attention with RoPE over the KV cache, the attention every supported
+// architecture uses so far: q/k/v projections (+ biases), optional RMSNorm of q and k (per
+// head or whole), RoPE, append k/v at the step's positions, causal attention (sliding window
+// and sinks per the spec), output projection (+ bias).
+#include "backend/backend.h"
+#include "model/kv_cache.h"
+#include "model/layer_spec.h"
+#include "model/weights.h"
+
+namespace moeflow {
+
+struct AttentionScratch {
+  explicit AttentionScratch(Backend& be) : q(be), k(be), v(be), att(be) {}
+  BackendScratch q, k, v, att;
+};
+
+// out[n][n_embd] = attention of the n rows of xn (normalised input) at positions pos0..
+void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec, float norm_eps,
+                   const TensorView& xn, KvCache& kv, int layer, int64_t pos0, TensorView out,
+                   AttentionScratch& scratch);
+
+}  // namespace moeflow

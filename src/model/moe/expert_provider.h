@@ -1,0 +1,83 @@
+#pragma once
+// The seam between the forward pass and wherever expert weights live. The MoE block asks the
+// provider for "expert e of layer l in precision p" and never assumes all experts are resident:
+// today ResidentExpertProvider serves them straight from the mmap'ed GGUF; the offloading tier
+// (ExpertCache + Prefetcher) implements the same interface over a RAM or VRAM budget.
+//
+// Call order for one MoE layer (the MoE block protocol, see docs/ARCHITECTURE.md):
+//   on_route(l, chosen)            exact experts known: raise them to HIGH, drop stale LOW work
+//   residency(l, e) for each e     used to reorder: resident -> in flight -> not started
+//   acquire(l, e, p) ... release   blocks until the weights are usable; pinned in between
+//   prefetch(l', experts, ...)     predictors queue speculative loads for later layers/tokens
+// In the lossy modes (HOBBIT) the block asks for (layer, expert, precision) through the
+// *_mixed variants; the plain calls mean Precision::High.
+#include <cstdint>
+#include <span>
+
+#include "gguf/expert_index.h"
+#include "core/ggml_type.h"
+#include "core/tensor.h"
+
+namespace moeflow {
+
+enum class Precision : uint8_t { High = 0, Low = 1 };
+
+enum class Residency : uint8_t { Resident = 0, InFlight = 1, NotStarted = 2 };
+
+// Weights of one expert, valid between acquire and release: the gate, up and down matrices in
+// the memory space the provider keeps them in. A fused gate_up expert has a gate matrix of
+// 2 * n_ff rows (gate rows first) and no up matrix.
+struct ExpertView {
+  TensorView proj[kNumExpertProj];
+  const TensorView& gate() const { return proj[(int)ExpertProj::Gate]; }
+  const TensorView& up() const { return proj[(int)ExpertProj::Up]; }
+  const TensorView& down() const { return proj[(int)ExpertProj::Down]; }
+  bool fused_gate_up() const { return !up(); }
+  // Intermediate size (rows of gate, or half of fused gate_up).
+  int64_t n_ff() const { return fused_gate_up() ? gate().rows() / 2 : gate().rows(); }
+};
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+
+  // Protocol step 1: the router's exact choice for `layer` in the current step (union over the
+  // step's tokens, in rank order).
+  virtual void on_route(int layer, std::span<const int> experts) {}
+
+  // Protocol step 3: where the expert is now.
+  virtual Residency residency(int layer, int expert) const { return Residency::Resident; }
+
+  // Protocol step 4: block until usable, pin until release(). Throws moeflow::Error if the
+  // weights cannot be produced (I/O error, truncated file).
+  virtual ExpertView acquire(int layer, int expert, Precision p = Precision::High) = 0;
+  virtual void release(int layer, int expert, Precision p = Precision::High) {}
+
+  // Protocol step 5: speculative load, lower priority than any on_route() expert.
+  virtual void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) {}
+
+  // Mixed precision (docs/lossy-modes.md). A provider that holds low-precision copies of the
+  // experts says so here and overrides the *_mixed calls; the defaults serve providers with
+  // one precision, which the lossless mode is all that ever asks for.
+  virtual bool has_low_precision() const { return false; }
+  // Protocol step 1 when some experts are wanted in low precision: experts[i] in
+  // precisions[i] (an expert may appear twice, once per precision, in a prefill step).
+  virtual void on_route_mixed(int layer, std::span<const int> experts,
+                              std::span<const Precision> precisions) {
+    on_route(layer, experts);
+  }
+  virtual Residency residency_mixed(int layer, int expert, Precision p) const {
+    return residency(layer, expert);
+  }
+  // Precision-aware speculative load (HOBBIT's prefetch of the copy the rule will ask for).
+  virtual void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
+                              Precision p) {
+    if (p == Precision::High) prefetch(layer, experts, confidence);
+  }
+
+  // Step boundaries (one decode token or one prefill chunk).
+  virtual void begin_step() {}
+  virtual void end_step() {}
+};
+
+}  // namespace moeflow

@@ -1,0 +1,119 @@
+#include "model/moe/moe_block.h"
+
+#include "core/error.h"
+
+namespace moeflow {
+
+void select_topk(const float* logits, int n_expert, int k, bool renorm, int* experts,
+                 float* weights, float* scratch) {
+  RoutingSpec spec;
+  spec.norm_weights = renorm;
+  route_on_host(logits, 1, n_expert, spec, nullptr, k, experts, weights, scratch);
+}
+
+MoeBlock::MoeBlock(Backend& be, const HParams& hp, int max_tokens)
+    : be_(be),
+      hp_(hp),
+      k_(hp.n_expert_used),
+      planner_(hp, max_tokens),
+      exec_(be, hp.n_embd, hp.n_expert_used, max_tokens),
+      logits_(be),
+      stale_(be),
+      pre_logits_(be),
+      pre_out_(be) {
+  pre_pick_.resize(k_);
+  pre_w_.resize(k_);
+  pre_probs_.resize(hp.n_expert);
+  pre_computed_.reserve(k_);
+  pre_outputs_ = pre_out_.f32(hp.n_embd, k_);
+}
+
+template <typename Fn>
+void MoeBlock::with_expert(ExpertProvider& provider, int layer, int e, Precision p, Fn&& compute) {
+  const int64_t d = hp_.n_embd;
+  ExpertView v = provider.acquire(layer, e, p);
+  try {
+    if (v.gate().cols() != d || v.down().rows() != d)
+      fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
+           layer, e, v.down().rows(), v.gate().cols(), d);
+    compute(v);
+  } catch (...) {
+    provider.release(layer, e, p);
+    throw;
+  }
+  provider.release(layer, e, p);
+}
+
+void MoeBlock::precalculate(int layer, ExpertProvider& provider) {
+  const LayerWeights& N = *next_;
+  const LayerSpec& NS = *next_spec_;
+  const int next = layer + 1;
+  const TensorView stale = stale_.f32(hp_.n_embd, 1);
+  if (NS.norm == NormKind::Layer)
+    be_.layer_norm(resid_.slice_rows(0, 1), N.ffn_norm.as<float>(), N.ffn_norm_bias.as<float>(),
+                   stale, hp_.rms_eps);
+  else
+    be_.rms_norm(resid_.slice_rows(0, 1), N.ffn_norm.as<float>(), stale, hp_.rms_eps);
+  const TensorView lg = pre_logits_.f32(hp_.n_expert, 1);
+  be_.matmul(N.gate_inp, stale, lg);
+  if (N.gate_inp_bias) be_.add(lg, N.gate_inp_bias);
+  be_.route(lg, NS.moe.routing, N.exp_probs_bias.as<float>(), k_, pre_pick_.data(), pre_w_.data(),
+            pre_probs_.data());
+  pre_computed_.clear();
+  for (int e : pre_pick_) {
+    // Only what costs no read: waiting for a copy here would delay this layer's own experts.
+    if (provider.residency(next, e) != Residency::Resident) continue;
+    const TensorView y = pre_outputs_.slice_rows((int64_t)pre_computed_.size(), 1);
+    with_expert(provider, next, e, Precision::High,
+                [&](const ExpertView& v) { exec_.run_expert(v, stale, y, NS.moe.act); });
+    pre_computed_.push_back(e);
+  }
+  planner_.record_precalc(next, pre_computed_);
+}
+
+void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, const TensorView& xn,
+                   const int32_t* tokens, int64_t pos0, ExpertProvider& provider,
+                   ForwardObserver* observer, TensorView out) {
+  const int n = (int)xn.rows();
+  const PrecisionModeConfig& mode = planner_.mode();
+  if (mode.needs_low() && !provider.has_low_precision())
+    fail("--mode {} needs low-precision copies of the experts, and this model has none: "
+         "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)",
+         expert_mode_name(mode.mode));
+
+  // Route on the backend; the decisions that follow are the planner's, on the host.
+  const TensorView logits = logits_.f32(hp_.n_expert, n);
+  be_.matmul(L.gate_inp, xn, logits);
+  if (L.gate_inp_bias) be_.add(logits, L.gate_inp_bias);
+  be_.route(logits, spec.moe.routing, L.exp_probs_bias.as<float>(), k_, planner_.experts(),
+            planner_.weights(), planner_.probs());
+  std::span<const float> hidden;
+  if (observer) hidden = {be_.read_f32(xn, hidden_staging_), (size_t)n * hp_.n_embd};
+  planner_.plan(layer, n, tokens, pos0, hidden, provider, observer);
+
+  // Slots served by outputs the previous layer computed ahead (before this step's own
+  // pre-calculation reuses that buffer).
+  for (const MoePlanner::Served& s : planner_.pre_served()) exec_.fill_slot(s.slot, pre_outputs_, s.index);
+
+  // Unit by unit, batched over the tokens routed to it. Pre-calculation for the next layer
+  // runs once, just before the first wait for a read that is already under way (a read not
+  // yet started would only be delayed by it).
+  bool may_precalc = mode.precalc && n == 1 && next_ && next_->moe && resid_;
+  const std::vector<MoeUnit>& units = planner_.units();
+  for (size_t i = 0; i < units.size(); ++i) {
+    const MoeUnit& u = units[i];
+    if (may_precalc && i >= planner_.n_resident()) {
+      may_precalc = false;
+      if (planner_.precalc_before(i, layer, provider)) precalculate(layer, provider);
+    }
+    with_expert(provider, layer, u.expert, u.precision,
+                [&](const ExpertView& v) { exec_.run_unit(v, xn, u.slots, spec.moe.act); });
+  }
+
+  // Combine in fixed order: token ascending, router rank ascending. Skipped experts add
+  // nothing, and the kept weights are not renormalised (docs/lossy-modes.md).
+  exec_.combine(out, planner_.slot_weights(), planner_.keep(), n);
+  if (spec.moe.shared_expert) exec_.add_shared(out, L, spec.moe, xn);
+}
+
+}  // namespace moeflow

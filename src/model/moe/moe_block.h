@@ -1,0 +1,91 @@
+#pragma once
+// The MoE block protocol (docs/ARCHITECTURE.md): route -> plan (MoePlanner: lossy decisions,
+// union over tokens, provider.on_route, observer, order resident / in flight / not started) ->
+// per unit acquire / compute (MoeExecutor, on the Backend) / release -> combine in a fixed
+// order (ascending token, then router rank), so exact modes are bit-identical whatever order
+// the experts ran in. With mode.precalc a decode step about to wait for a read fills the wait
+// with the next layer's predicted experts on a stale input (set_stale_input), and the next
+// step takes those outputs for the experts it routes to.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/hparams.h"
+#include "model/layer_spec.h"
+#include "model/moe/expert_provider.h"
+#include "model/moe/moe_executor.h"
+#include "model/moe/moe_planner.h"
+#include "model/moe/precision_mode.h"
+#include "model/observer.h"
+#include "model/weights.h"
+
+namespace moeflow {
+
+// Softmax over all n_expert router logits, keep the k largest probabilities (ties: lower expert
+// first), optionally renormalise them to sum 1. experts/weights receive k entries, rank order.
+// (The softmax-before-top-k rule of RoutingSpec, on the host.)
+void select_topk(const float* logits, int n_expert, int k, bool renorm, int* experts,
+                 float* weights, float* scratch /* n_expert */);
+
+class MoeBlock {
+ public:
+  MoeBlock(Backend& be, const HParams& hp, int max_tokens);
+
+  // out[n][n_embd] = MoE(xn) for the n rows of xn (n <= max_tokens). tokens may be null.
+  void run(int layer, const LayerWeights& L, const LayerSpec& spec, const TensorView& xn,
+           const int32_t* tokens, int64_t pos0, ExpertProvider& provider, ForwardObserver* observer,
+           TensorView out);
+
+  // Lossy modes: how routed experts are served from now on. `usage` (optional) receives the
+  // per-layer counts of high / low / skipped uses. Throws on an invalid configuration.
+  void set_mode(const PrecisionModeConfig& mode, std::shared_ptr<PrecisionUsage> usage = nullptr) {
+    planner_.set_mode(mode, std::move(usage));
+  }
+  const PrecisionModeConfig& mode() const { return planner_.mode(); }
+
+  // Stale-input pre-calculation (mode().precalc): the next run() may pre-calculate layer
+  // next's experts on `resid` (the residual stream entering this MoE block); next == nullptr
+  // (last layer, or a dense one) disables it. All must stay valid during run().
+  void set_stale_input(const LayerWeights* next, const LayerSpec* next_spec, const TensorView& resid) {
+    next_ = next;
+    next_spec_ = next_spec;
+    resid_ = resid;
+  }
+
+  // Router decision of the last run(): n x top_k each.
+  std::span<const int> last_experts() const { return planner_.last_experts(); }
+  std::span<const float> last_weights() const { return planner_.last_weights(); }
+  // What the mode made of each of them (n x top_k).
+  std::span<const ExpertUse> last_uses() const { return planner_.last_uses(); }
+  // The order experts were executed in by the last run(), and the precision of each.
+  const std::vector<int>& last_exec_order() const { return planner_.last_exec_order(); }
+  const std::vector<Precision>& last_exec_precisions() const { return planner_.last_exec_precisions(); }
+
+ private:
+  // acquire, check the slice's shape, compute, release (also when the computation throws).
+  template <typename Fn>
+  void with_expert(ExpertProvider& provider, int layer, int e, Precision p, Fn&& compute);
+  // Computes layer+1's predicted resident experts on the stale input (decode, one token).
+  void precalculate(int layer, ExpertProvider& provider);
+
+  Backend& be_;
+  const HParams& hp_;
+  int k_;
+  MoePlanner planner_;
+  MoeExecutor exec_;
+  BackendScratch logits_;
+  std::vector<float> hidden_staging_;
+  // Stale-input pre-calculation.
+  const LayerWeights* next_ = nullptr;
+  const LayerSpec* next_spec_ = nullptr;
+  TensorView resid_;
+  BackendScratch stale_, pre_logits_, pre_out_;
+  std::vector<int32_t> pre_pick_;
+  std::vector<float> pre_w_, pre_probs_;
+  std::vector<int> pre_computed_;
+  TensorView pre_outputs_;  // outputs computed ahead for the next layer (rows in computed order)
+};
+
+}  // namespace moeflow

@@ -1,0 +1,47 @@
+#pragma once
+// The compute side of the MoE block: everything it does goes through the Backend. It runs one
+// expert over the tokens routed to it (gather their rows, the gated FFN, scatter the outputs
+// into per-(token, rank) slots), combines the slots in a fixed order (token, then router rank,
+// so exact modes give the same bits whatever order the experts ran in) and adds the shared
+// expert.
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/layer_spec.h"
+#include "model/layers/ffn.h"
+#include "model/moe/expert_provider.h"
+#include "model/weights.h"
+
+namespace moeflow {
+
+class MoeExecutor {
+ public:
+  MoeExecutor(Backend& be, int64_t n_embd, int k, int max_tokens);
+
+  Backend& backend() { return be_; }
+
+  // Runs expert `v` on the rows of x routed to it (slots[j] / k is the token of slot j) and
+  // writes each output into its slot.
+  void run_unit(const ExpertView& v, const TensorView& x, std::span<const int32_t> slots,
+                const GluParams& act);
+  // y[m][d] = the expert on x[m][d].
+  void run_expert(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act);
+  // slot <- row `index` of `outputs` (outputs computed ahead).
+  void fill_slot(int32_t slot, const TensorView& outputs, int index);
+  // out[t] = sum of kept slots weighted, in rank order.
+  void combine(TensorView out, std::span<const float> weights, std::span<const uint8_t> keep, int n);
+  // out += gate(x) * shared_expert(x)
+  void add_shared(TensorView out, const LayerWeights& L, const MoeSpec& spec, const TensorView& x);
+
+ private:
+  Backend& be_;
+  int64_t d_;
+  int k_;
+  std::vector<int32_t> rows_;  // token index of each gathered row
+  BackendScratch xe_, ye_, slots_, gate_;
+  TensorView slot_rows_;  // [max_tokens * k][d]: one output row per (token, rank)
+  FfnScratch ffn_;
+};
+
+}  // namespace moeflow

@@ -1,0 +1,249 @@
+#include "runtime/offload_session.h"
+
+#include <cctype>
+#include <cmath>
+
+namespace moeflow {
+
+uint64_t parse_byte_size(const std::string& text, const std::string& option) {
+  size_t i = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &i);
+  } catch (const std::exception&) {
+    fail("{}: '{}' is not a size (examples: 3GiB, 512MiB, 1.5G)", option, text);
+  }
+  std::string unit = text.substr(i);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mul = 0;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kib" || unit == "kb") mul = 1024.0;
+  else if (unit == "m" || unit == "mib" || unit == "mb") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib" || unit == "gb") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib" || unit == "tb") mul = 1024.0 * 1024 * 1024 * 1024;
+  else fail("{}: unknown unit '{}' in '{}' (use B, KiB, MiB, GiB, TiB)", option, unit, text);
+  const double bytes = v * mul;
+  if (!(bytes > 0) || !std::isfinite(bytes) || bytes > 1.8e19)
+    fail("{}: size '{}' must be positive", option, text);
+  return static_cast<uint64_t>(bytes);
+}
+
+uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes) {
+  if (!o.expert_cache.empty() && o.cache_rate > 0)
+    fail("--expert-cache and --cache-rate are exclusive: give one of them");
+  if (!o.expert_cache.empty()) return parse_byte_size(o.expert_cache, "--expert-cache");
+  if (o.cache_rate > 0) {
+    if (!(o.cache_rate <= 1.0)) fail("--cache-rate must be in (0, 1], got {}", o.cache_rate);
+    return static_cast<uint64_t>(std::ceil(o.cache_rate * static_cast<double>(total_expert_bytes)));
+  }
+  if (o.cache_rate < 0) fail("--cache-rate must be in (0, 1], got {}", o.cache_rate);
+  return 0;
+}
+
+int model_top_k(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  const int64_t k = f.get_int(arch + ".expert_used_count");
+  MOEFLOW_CHECK(k >= 1 && k <= 1024, "{}: {}.expert_used_count = {} is not a valid top-k",
+                f.path(), arch, k);
+  return static_cast<int>(k);
+}
+
+}  // namespace moeflow
+
+namespace moeflow {
+
+PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) {
+  PrecisionModeConfig m;
+  m.mode = parse_expert_mode(o.mode);
+  const bool hobbit = m.needs_low(), skip = m.mode == ExpertMode::Skip;
+  // A threshold given for another mode would silently do nothing: say so instead.
+  if (!hobbit && (o.hobbit_t1 || o.hobbit_t2))
+    fail("--hobbit-t1 / --hobbit-t2 apply to --mode hobbit or hobbit-all (the mode is {})", o.mode);
+  if (!skip && o.skip_threshold)
+    fail("--skip-threshold applies to --mode skip (the mode is {})", o.mode);
+  if (!hobbit && (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share))
+    fail("--low-cache / --low-cache-rate / --low-share apply to --mode hobbit or hobbit-all "
+         "(the mode is {})",
+         o.mode);
+  m.t1 = o.hobbit_t1.value_or(m.t1);
+  m.t2 = o.hobbit_t2.value_or(m.t2);
+  m.skip_threshold = o.skip_threshold.value_or(skip ? kDefaultSkipThreshold : 0.0);
+  m.precalc = o.precalc;
+  validate(m);
+  if (hobbit) {
+    bool has_low = false;
+    for (const ExpertLayerIndex& l : build_expert_index(file, "low").layers)
+      has_low |= l.n_expert > 0;
+    if (!has_low)
+      fail("--mode {}: {} has no low-precision expert copies; make them with `moeflow pack "
+           "-m {} -o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
+           o.mode, file.path(), file.path());
+  }
+  return m;
+}
+
+uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
+                            uint64_t budget, uint64_t total_low, uint64_t min_low) {
+  if (!mode.needs_low()) return 0;
+  const int given = !o.low_cache.empty() + (o.low_cache_rate != 0) + o.low_share.has_value();
+  if (given > 1) fail("--low-cache, --low-cache-rate and --low-share are exclusive: give one of them");
+  uint64_t low = 0;
+  if (!o.low_cache.empty()) {
+    low = parse_byte_size(o.low_cache, "--low-cache");
+  } else if (o.low_cache_rate != 0) {
+    if (!(o.low_cache_rate > 0 && o.low_cache_rate <= 1.0))
+      fail("--low-cache-rate must be in (0, 1], got {}", o.low_cache_rate);
+    low = static_cast<uint64_t>(std::ceil(o.low_cache_rate * static_cast<double>(total_low)));
+  } else {
+    const double share = o.low_share.value_or(kDefaultLowShare);
+    if (!(share > 0 && share < 1)) fail("--low-share must be in (0, 1), got {}", share);
+    low = static_cast<uint64_t>(std::ceil(share * static_cast<double>(budget)));
+  }
+  low = std::max(low, min_low);
+  if (low >= budget)
+    fail("the low-precision expert cache ({} bytes, at least one layer's top-k low copies) "
+         "takes the whole expert budget ({} bytes): raise --expert-cache / --cache-rate or "
+         "lower --low-cache / --low-cache-rate / --low-share",
+         low, budget);
+  return low;
+}
+
+void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
+  j["mode"] = expert_mode_name(s.mode.mode);
+  if (s.mode.needs_low()) {
+    j["hobbit_t1"] = s.mode.t1;
+    j["hobbit_t2"] = s.mode.t2;
+  }
+  if (s.mode.mode == ExpertMode::Skip) j["skip_threshold"] = s.mode.skip_threshold;
+  j["precalc"] = s.mode.precalc;
+  if (!s.usage) return;
+  const std::vector<PrecisionUsage::Counts> layers = s.usage->snapshot();
+  PrecisionUsage::Counts tot;
+  for (const auto& c : layers) tot += c;  // from the same snapshot as the per-layer counts
+  j["uses"] = usage_json(tot);
+  if (!per_layer) return;
+  if (j.contains("layers") && j["layers"].is_array()) {
+    for (auto& l : j["layers"]) {
+      const size_t i = l.value("layer", size_t{0});
+      l["uses"] = usage_json(i < layers.size() ? layers[i] : PrecisionUsage::Counts{});
+    }
+  } else {
+    nlohmann::json arr = nlohmann::json::array();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      nlohmann::json u = usage_json(layers[i]);
+      u["layer"] = i;
+      arr.push_back(std::move(u));
+    }
+    j["uses_per_layer"] = std::move(arr);
+  }
+}
+
+void OffloadSession::attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing) {
+  ctx.moe().set_mode(mode, usage);
+  if (!provider || options.prefetch == "none") return;
+  if (predictor) {
+    predictor->set_router(model.router_fn());
+    predictor->set_next(existing);
+    ctx.set_observer(predictor.get());
+    return;
+  }
+  LookaheadConfig lc;
+  lc.n_layers = provider->store().n_layers();
+  for (int l = 0; l < lc.n_layers; ++l) lc.n_experts.push_back(provider->store().n_experts(l));
+  lc.top_k = model_top_k(model.file());
+  lc.distance = options.lookahead;
+  lc.mode = mode;
+  lookahead = std::make_unique<GateLookahead>(*provider, model.router_fn(), lc);
+  lookahead->set_next(existing);
+  ctx.set_observer(lookahead.get());
+}
+
+OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
+  OffloadSession s;
+  s.options = o;
+  s.mode = resolve_mode(o, file);
+  if (!s.mode.lossless()) s.usage = std::make_shared<PrecisionUsage>();
+  if (!o.enabled()) {
+    if (o.precalc)
+      fail("--precalc fills the time a layer waits for expert reads, so it needs offloading: "
+           "give --expert-cache or --cache-rate too");
+    if (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share)
+      fail("--low-cache / --low-cache-rate / --low-share size the low-precision part of the "
+           "expert cache: give --expert-cache or --cache-rate too");
+    return s;
+  }
+  const std::vector<std::string> known = predictor_names();
+  const bool policy_predictor = o.prefetch != "none" && o.prefetch != "lookahead";
+  if (policy_predictor && std::find(known.begin(), known.end(), o.prefetch) == known.end()) {
+    std::string names = "none, lookahead";
+    for (const std::string& n : known) names += ", " + n;
+    fail("--prefetch: unknown predictor '{}' (known: {})", o.prefetch, names);
+  }
+  if (!o.predictor_model.empty() && o.prefetch != "promoe")
+    fail("--predictor-model is read by --prefetch promoe only (got --prefetch {})", o.prefetch);
+  auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
+  const int top_k = model_top_k(file);
+  OffloadConfig cfg;
+  cfg.budget_bytes = resolve_budget(o, store->total_expert_bytes());
+  cfg.per_layer = o.per_layer;
+  cfg.top_k = top_k;
+  cfg.io_threads = o.io_threads;
+  cfg.early_preemption = !o.no_early_preemption;
+  cfg.prefetch = o.prefetch != "none";
+  cfg.skip_late_prefetch = !o.prefetch_always;
+  int moe_layers = 0;
+  for (int l = 0; l < store->n_layers(); ++l) moe_layers += store->is_moe_layer(l);
+  if (s.mode.needs_low()) {  // resolve_mode checked that the file has low copies
+    const uint64_t parts = cfg.per_layer ? static_cast<uint64_t>(moe_layers) : 1;
+    cfg.low_budget_bytes = resolve_low_budget(
+        o, s.mode, cfg.budget_bytes, store->total_expert_bytes(Precision::Low),
+        store->slot_bytes(Precision::Low) * static_cast<uint64_t>(top_k) * parts);
+    cfg.budget_bytes -= cfg.low_budget_bytes;  // one budget for both precisions
+  }
+  PolicyOptions po;
+  po.n_layers = store->n_layers();
+  po.n_experts = store->max_experts();
+  po.top_k = top_k;
+  const uint64_t slots = store->slot_bytes() ? cfg.budget_bytes / store->slot_bytes() : 0;
+  po.capacity_total = static_cast<int>(slots);
+  po.capacity_per_layer = moe_layers ? static_cast<int>(slots / moe_layers) : 0;
+  std::unique_ptr<EvictionPolicy> low_policy;
+  if (cfg.low_budget_bytes > 0) {
+    PolicyOptions lpo = po;
+    const uint64_t low_slots = cfg.low_budget_bytes / store->slot_bytes(Precision::Low);
+    lpo.capacity_total = static_cast<int>(low_slots);
+    lpo.capacity_per_layer = moe_layers ? static_cast<int>(low_slots / moe_layers) : 0;
+    low_policy = make_eviction_policy(o.policy, lpo);
+  }
+  s.provider = std::make_shared<CachedExpertProvider>(
+      std::move(store), make_eviction_policy(o.policy, po), cfg, std::move(low_policy));
+  if (policy_predictor) {
+    PredictorOptions pr;
+    pr.n_layers = s.provider->store().n_layers();
+    pr.n_experts = s.provider->store().max_experts();
+    pr.top_k = top_k;
+    pr.hidden_dim = static_cast<int>(file.get_int(file.get_string("general.architecture") + ".embedding_length"));
+    pr.model_path = o.predictor_model;
+    s.predictor = std::make_unique<PredictorPrefetch>(*s.provider, make_predictor(o.prefetch, pr), pr.n_layers);
+  }
+  return s;
+}
+
+nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer) {
+  if (!s.provider) {
+    nlohmann::json j{{"enabled", false}};
+    add_mode_json(j, s, per_layer);
+    return j;
+  }
+  nlohmann::json j = s.provider->stats().to_json(per_layer);
+  j["enabled"] = true;
+  add_mode_json(j, s, per_layer);
+  j["prefetch"] = s.options.prefetch;
+  j["early_preemption"] = !s.options.no_early_preemption;
+  if (s.lookahead) j["predictions"] = s.lookahead->predictions();
+  if (s.predictor) j["predictions"] = s.predictor->predictions();
+  return j;
+}
+
+}  // namespace moeflow

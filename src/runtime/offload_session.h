@@ -1,0 +1,100 @@
+#pragma once
+// The offloading tier wired together for one engine, shared by `moeflow run` / `bench` /
+// `serve` / `chat` / `perplexity` (their flags are registered by cli/offload_flags.h):
+//   make_offload(opts, file)              builds the CachedExpertProvider (+ its predictor)
+//   session.attach(ctx, model)            plugs the predictor (lookahead, promoe, ...) into the forward pass
+//   offload_stats_json(session)           statistics to merge into the command's JSON
+// The lossy expert modes (--mode hobbit|skip, docs/lossy-modes.md) are resolved here too, so
+// every command that takes the offload options takes them.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "experts/cached_provider.h"
+#include "experts/gate_lookahead.h"
+#include "model/moe/precision_mode.h"
+#include "gguf/gguf_file.h"
+#include "model/model.h"
+#include "policy/eviction_policy.h"
+#include "policy/predictor_prefetch.h"
+
+namespace moeflow {
+
+struct OffloadOptions {
+  std::string expert_cache;      // "3GiB", "512MiB", bytes
+  double cache_rate = 0;         // fraction of all expert bytes
+  std::string policy = "lru";
+  bool per_layer = false;
+  int io_threads = 2;
+  std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
+  std::string predictor_model;         // trained weights (--prefetch promoe)
+  int lookahead = 1;
+  bool no_early_preemption = false;
+  bool prefetch_always = false;  // also issue prefetches that cannot arrive in time
+  bool buffered_io = false;
+  // Lossy modes (all opt-in): exact | hobbit | hobbit-all | skip | daop.
+  std::string mode = "exact";
+  std::optional<double> hobbit_t1, hobbit_t2;  // default 0.6 / 0.9 (HOBBIT's Mixtral values)
+  std::optional<double> skip_threshold;        // default kDefaultSkipThreshold
+  bool precalc = false;                        // DAOP stale-input pre-calculation (lossy)
+  // The hobbit modes split the expert budget between the two precisions: the low-precision
+  // cache takes one of these out of it, the high-precision cache the rest.
+  std::string low_cache;                       // low-precision cache budget ("256MiB")
+  double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
+  std::optional<double> low_share;             // ... as a fraction of the expert budget
+  bool enabled() const { return !expert_cache.empty() || cache_rate > 0; }
+};
+
+constexpr double kDefaultSkipThreshold = 0.1;
+// Share of the expert budget the hobbit modes give the low-precision cache by default
+// (measured in docs/lossy-modes.md: the low copies are used on some misses only, so a small
+// cache of them holds their working set).
+constexpr double kDefaultLowShare = 0.1;
+
+// The mode the options ask for, checked against `file` (HOBBIT needs low-precision copies) and
+// for options that belong to another mode. Throws naming the option at fault.
+PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file);
+// The part of the expert budget that goes to the low-precision cache: --low-cache,
+// --low-cache-rate (of all low-copy bytes) or --low-share (of the budget; default
+// kDefaultLowShare), at least min_low (one layer's top-k low slots per partition). 0 unless
+// the mode uses low copies. Throws when it leaves the high-precision cache nothing.
+uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
+                            uint64_t budget, uint64_t total_low, uint64_t min_low);
+
+// "3GiB", "1.5G", "512MiB", "800MB", "4096" -> bytes. Throws naming `option`.
+uint64_t parse_byte_size(const std::string& text, const std::string& option);
+// The byte budget the options ask for (0 when offloading is off).
+uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes);
+// top-k of the model from GGUF metadata ("<arch>.expert_used_count").
+int model_top_k(const GgufFile& f);
+
+struct OffloadSession {
+  std::shared_ptr<CachedExpertProvider> provider;
+  std::unique_ptr<GateLookahead> lookahead;
+  std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch <policy/ predictor>
+  OffloadOptions options;
+  PrecisionModeConfig mode;                  // --mode and its thresholds
+  std::shared_ptr<PrecisionUsage> usage;     // high/low/skip counts (lossy modes)
+
+  // Sets the expert mode on the forward pass and plugs the predictor into it (chaining any
+  // observer already set).
+  void attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing = nullptr);
+};
+
+// Builds the provider, its caches and predictor from the options. Throws naming the option at
+// fault.
+OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file);
+
+// Adds the mode, its thresholds and the per-layer high/low/skip use counts to `j`.
+void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer);
+
+// The provider's statistics, the mode and the predictor's counts as one JSON object.
+nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer = true);
+
+}  // namespace moeflow
