@@ -67,12 +67,26 @@ void CpuBackend::matmul(const TensorView& w, const TensorView& x, TensorView y) 
   if (x.cols() != w.cols() || y.cols() != w.rows() || y.rows() != n)
     fail("cpu backend: matmul shapes do not match: weight {}x{}, input {}x{}, output {}x{}",
          w.rows(), w.cols(), n, x.cols(), y.rows(), y.cols());
-  if (!x.rows_contiguous() || !y.rows_contiguous() || !w.rows_contiguous())
-    fail("cpu backend: matmul needs rows back to back");
+  if (!w.rows_contiguous()) fail("cpu backend: matmul needs the weight's rows back to back");
+  // The kernels take rows back to back; strided inputs and outputs (a head's slice of a wider
+  // activation) go through a packed copy.
+  const float* xp = x.as<const float>();
+  if (!x.rows_contiguous()) {
+    x_pack_.resize((size_t)n * x.cols());
+    for (int64_t t = 0; t < n; ++t) std::memcpy(&x_pack_[(size_t)t * x.cols()], x.row(t), x.cols() * sizeof(float));
+    xp = x_pack_.data();
+  }
+  float* yp = y.as<float>();
+  if (!y.rows_contiguous()) {
+    y_pack_.resize((size_t)n * y.cols());
+    yp = y_pack_.data();
+  }
   if (n == 1)
-    moeflow::matvec(w.type, w.data, w.rows(), w.cols(), x.as<const float>(), y.as<float>(), pool_);
+    moeflow::matvec(w.type, w.data, w.rows(), w.cols(), xp, yp, pool_);
   else
-    moeflow::matmul(w.type, w.data, w.rows(), w.cols(), x.as<const float>(), n, y.as<float>(), pool_);
+    moeflow::matmul(w.type, w.data, w.rows(), w.cols(), xp, n, yp, pool_);
+  if (yp != y.as<float>())
+    for (int64_t t = 0; t < n; ++t) std::memcpy(y.row(t), &y_pack_[(size_t)t * y.cols()], y.cols() * sizeof(float));
 }
 
 void CpuBackend::get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) {

@@ -46,6 +46,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool* pool_;
   std::vector<std::vector<float>> scores_;  // attention scratch, one row of positions per thread
+  std::vector<float> x_pack_, y_pack_;      // matmul of strided rows
 };
 
 }  // namespace moeflow
