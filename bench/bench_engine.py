@@ -21,8 +21,12 @@ every non-expert tensor except token_embd (+ one token_embd row) + top-k experts
 Targets (engine-core issue): decode >= 1.0x llama.cpp, decode >= 70% of measured bandwidth,
 prefill (512 tokens) >= 0.8x llama.cpp.
 
+With --baseline OLD/moeflow an older moeflow binary runs in the same rotation (A/B of a change:
+a restructuring must stay within 3% of the old binary on decode and prefill).
+
 usage: bench/bench_engine.py [--model M.gguf | --layers 4 --type Q4_K] [--moeflow build/moeflow]
-                             [-p 512] [-n 32] [-t 2] [--reps 3] [--out F.json] [--report F.md]
+                             [--baseline OLD/moeflow] [-p 512] [-n 32] [-t 2] [--reps 3]
+                             [--out F.json] [--report F.md]
 One JSON object on stdout (and --out); a markdown table on stderr (and --report).
 """
 from __future__ import annotations
@@ -170,6 +174,7 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-llama", action="store_true", help="moeflow only")
+    ap.add_argument("--baseline", help="an older moeflow binary to compare in the same rotation")
     ap.add_argument("--out")
     ap.add_argument("--report")
     ap.add_argument("--llama-worker", nargs=4, metavar=("MODEL", "P", "N", "T"), help=argparse.SUPPRESS)
@@ -184,20 +189,21 @@ def main():
     load0 = loadavg()
     bw0 = membw(a)
     runs = []
+    engines = ["moeflow"] + (["baseline"] if a.baseline else []) + ([] if a.no_llama else ["llama.cpp"])
     for rep in range(a.reps):
-        order = ["moeflow", "llama.cpp"] if rep % 2 == 0 else ["llama.cpp", "moeflow"]
-        if a.no_llama:
-            order = ["moeflow"]
+        # Rotate the order so that drift and warm caches hit every engine alike.
+        order = engines[rep % len(engines):] + engines[:rep % len(engines)]
         for eng in order:
-            if eng == "moeflow":
-                r = run_json([a.moeflow, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
+            if eng in ("moeflow", "baseline"):
+                binp = a.moeflow if eng == "moeflow" else a.baseline
+                r = run_json([binp, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
                               "--reps", "1", "--json", "-t", str(a.threads)])
             else:
                 r = run_json([sys.executable, os.path.abspath(__file__), "--llama-worker", model,
                               str(a.p), str(a.n), str(a.threads)])
             r = {"engine": eng, "rep": rep, "prefill_tps": r.get("prefill_tps", 0.0),
                  "decode_tps": r.get("decode_tps", 0.0),
-                 **({"simd": r["simd"], "threads": r["threads"]} if eng == "moeflow" else
+                 **({"simd": r["simd"], "threads": r["threads"]} if eng != "llama.cpp" else
                     {"llama_cpp_version": r.get("llama_cpp_version")}),
                  "loadavg": loadavg()}
             print(f"rep {rep} {eng:9s}: prefill {r['prefill_tps']:8.2f} tok/s  decode "
@@ -216,7 +222,7 @@ def main():
            "reps": a.reps, "cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": loadavg(),
            "membw": {"GBps": bw, "before": bw0, "after": bw1}, "runs": runs, "engines": {}}
-    for eng in ("moeflow", "llama.cpp"):
+    for eng in ("moeflow", "baseline", "llama.cpp"):
         d = med(eng, "decode_tps")
         if d is None:
             continue
@@ -237,6 +243,14 @@ def main():
         targets["decode_vs_llama_ge_1.0"] = {"value": dr, "met": dr >= 1.0}
         if pr is not None:
             targets["prefill_vs_llama_ge_0.8"] = {"value": pr, "met": pr >= 0.8}
+    bl = res["engines"].get("baseline")
+    if bl:
+        res["baseline"] = a.baseline
+        for key, name in (("decode_tps", "decode"), ("prefill_tps", "prefill")):
+            if bl[key]:
+                ratio = mf[key] / bl[key]
+                res[f"{name}_vs_baseline"] = ratio
+                targets[f"{name}_vs_baseline_ge_0.97"] = {"value": ratio, "met": ratio >= 0.97}
     res["targets"] = targets
 
     s = json.dumps(res, indent=1)
