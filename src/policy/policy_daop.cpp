@@ -37,6 +37,7 @@ class Daop final : public EvictionPolicy {
     doomed_.erase(pack(k));
   }
   bool admit(ExpertKey k, uint64_t) override { return wanted_.count(pack(k)) > 0; }
+  bool admits_everything() const override { return false; }
   ExpertKey choose_victim(std::span<const ExpertKey> c, uint64_t) override {
     MOEFLOW_CHECK(!c.empty(), "daop: choose_victim called with no candidates");
     for (ExpertKey k : c)

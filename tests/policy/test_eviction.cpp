@@ -34,9 +34,17 @@ TEST(Factory, KnowsEveryPolicyAndRejectsUnknownNames) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lru"), std::string::npos) << e.what();  // lists known names
   }
-  // Placement policies need a calibration.
+  // Placement policies need a calibration, and say so.
   EXPECT_THROW(make_eviction_policy("static", opts(1, 4)), Error);
   EXPECT_THROW(make_eviction_policy("daop", opts(1, 4)), Error);
+  for (const std::string& n : names)
+    EXPECT_EQ(eviction_policy_needs_calibration(n), n == "static" || n == "daop") << n;
+  EXPECT_FALSE(eviction_policy_needs_calibration("fifo"));
+  // Only DAOP declines misses (the live cache then reserves transient slots).
+  auto o = opts(1, 4);
+  o.calib_counts = {4, 3, 2, 1};
+  for (const std::string& n : names)
+    EXPECT_EQ(make_eviction_policy(n, o)->admits_everything(), n != "daop") << n;
 }
 
 TEST(Lru, EvictsLeastRecentlyUsed) {
