@@ -180,6 +180,11 @@ TEST(Daop, PlacementPerLayerTopKThenGlobalRemainder) {
   std::vector<ExpertKey> want = {{0, 0}, {1, 2}, {2, 3}, {1, 3}, {1, 1}};
   EXPECT_EQ(g, want);
   EXPECT_EQ(p->initial_residents(1, 2), layer_keys(1, {2, 3}));
+  // A layer the calibration never routed (dense, or not traced) gets no places.
+  auto o2 = opts(3, 4, /*top_k=*/1);
+  o2.calib_counts = {0, 0, 0, 0, 2, 3, 50, 40, 1, 0, 0, 4};
+  std::vector<ExpertKey> want2 = {{1, 2}, {2, 3}, {1, 3}};
+  EXPECT_EQ(make_eviction_policy("daop", o2)->initial_residents(-1, 3), want2);
   // Decode: misses are served without caching.
   EXPECT_FALSE(p->admit({0, 1}, 0));
 }
