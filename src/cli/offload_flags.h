@@ -12,7 +12,12 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                  "offload experts: RAM budget for cached experts (e.g. 3GiB)");
   app.add_option("--cache-rate", o.cache_rate,
                  "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)");
-  app.add_option("--cache-policy", o.policy, "eviction policy (lru, lfu, ...)");
+  app.add_option("--cache-policy", o.policy,
+                 "eviction policy: lru, lfu, moe-infinity, hobbit, static, daop (the last two need "
+                 "--policy-calib)");
+  app.add_option("--policy-calib", o.policy_calib,
+                 "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
+                 "or daop");
   app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
   app.add_option("--io-threads", o.io_threads, "expert I/O worker threads");
   app.add_option("--prefetch", o.prefetch,

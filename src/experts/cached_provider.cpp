@@ -37,6 +37,7 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
     : store_(std::move(store)), cfg_(cfg), arrival_(store_->n_layers(), cfg.io_threads) {
   high_.cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High),
                                               std::move(policy));
+  high_.cache->set_event_log(cfg.event_log);
   high_.io.resize(high_.cache->n_slots());
   if (cfg.low_budget_bytes > 0) {
     MOEFLOW_CHECK(store_->has_low(),
@@ -67,8 +68,15 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
     stats_.total_low_expert_bytes = store_->total_expert_bytes(Precision::Low);
   }
   stats_.layers.resize(store_->n_layers());
+  stats_.n_transient_slots = high_.cache->n_transient();
+  prefill_counts_.assign(static_cast<size_t>(store_->n_layers()) * store_->max_experts(), 0.0);
   prefetcher_ = std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), cfg.io_threads,
                                              cfg_.low_when_idle);
+  // The policy's initial placement is read in the background from the start; a routed expert
+  // among it is raised to HIGH like any other load in flight.
+  std::lock_guard lk(mu_);
+  for (Tier* T : {&high_, low_.get()})
+    if (T) load_placements(*T, T->cache->preload());
 }
 
 CachedExpertProvider::~CachedExpertProvider() {
@@ -89,6 +97,8 @@ const CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) const 
 }
 
 int CachedExpertProvider::n_slots(Precision p) const { return tier(p).cache->n_slots(); }
+
+int CachedExpertProvider::capacity(Precision p) const { return tier(p).cache->capacity(); }
 
 // ---- scheduling (all under mu_) ----
 
@@ -131,7 +141,8 @@ void CachedExpertProvider::promote(Tier& T, int s) {
 bool CachedExpertProvider::cancel_low(Tier& T, int s) {
   Slot& sl = T.cache->slot(s);
   SlotIo& io = T.io[s];
-  if (sl.state != SlotState::Loading || sl.pins > 0 || sl.wanted) return false;
+  // Placement loads are the policy's, not guesses: routing elsewhere does not make them useless.
+  if (sl.state != SlotState::Loading || sl.pins > 0 || sl.wanted || sl.placement) return false;
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
     if (io.state[proj] == ChunkState::None) continue;
     if (io.state[proj] != ChunkState::Queued || io.prio[proj] != Priority::Low) return false;
@@ -177,15 +188,67 @@ void CachedExpertProvider::free_failed(Tier& T, int s) {
   T.cache->free_slot(s);
 }
 
-// HOBBIT's multidimensional policy counts uses per precision (its LHU term); every policy sees
-// the step's routed experts with the precision each was asked for.
+// A transient slot serves one use: it goes back once nobody holds or awaits it.
+void CachedExpertProvider::free_transient_if_done(Tier& T, int s) {
+  const Slot& sl = T.cache->slot(s);
+  if (!sl.transient || sl.pins > 0 || sl.wanted || sl.state == SlotState::Loading ||
+      sl.state == SlotState::Free)
+    return;
+  T.io[s] = SlotIo{};
+  T.cache->free_slot(s);
+  cv_.notify_all();
+}
+
+void CachedExpertProvider::start_load(Tier& T, const Binding& b, Priority p, bool issue_now) {
+  note_eviction(b.evicted, b.evicted_unused);
+  if (issue_now) {
+    schedule(T, b.slot, p, 1.0f);
+  } else {
+    T.io[b.slot].unissued = true;
+  }
+}
+
+void CachedExpertProvider::load_placements(Tier& T, std::span<const int> slots) {
+  for (int s : slots) {
+    T.io[s] = SlotIo{};
+    ++ls(T.cache->slot(s).key.layer).placements;
+    schedule(T, s, Priority::Low, 1.0f);
+  }
+}
+
+void CachedExpertProvider::prefill_done() {
+  prefill_open_ = false;
+  // As if at the prefill's last layer, which is where the simulator places them.
+  const uint64_t t = tokens_ > 0 ? logical_time(tokens_, 0, store_->n_layers()) - 1 : 0;
+  for (Tier* T : {&high_, low_.get()}) {
+    if (!T) continue;
+    std::vector<int> slots;
+    for (const Binding& b : T->cache->place(prefill_counts_, t)) {
+      note_eviction(b.evicted, b.evicted_unused);
+      slots.push_back(b.slot);
+    }
+    load_placements(*T, slots);
+  }
+}
+
+// Every policy sees the step's routed experts (union, rank order), their gate weights when the
+// step has one token, and, where two precisions are cached (HOBBIT's LHU term counts uses per
+// precision), the precision each was asked for. Without a low tier no use has a precision to
+// report, and HOBBIT judges by gate weight, as in the simulator.
 void CachedExpertProvider::route_policies(int layer, std::span<const int> experts,
                                           std::span<const Precision> precisions) {
   route_prec_.resize(experts.size());
   for (size_t i = 0; i < experts.size(); ++i)
     route_prec_[i] = static_cast<uint8_t>(i < precisions.size() ? precisions[i] : Precision::High);
-  RouteEvent ev{layer, step_, false, experts, {}};
-  ev.precisions = route_prec_;
+  route_w_.clear();
+  if (step_tokens_ == 1 && tok_layer_ == layer && tok_weights_.size() == tok_experts_.size()) {
+    for (int e : experts) {
+      const auto it = std::find(tok_experts_.begin(), tok_experts_.end(), e);
+      route_w_.push_back(it == tok_experts_.end() ? 0.0f : tok_weights_[it - tok_experts_.begin()]);
+    }
+  }
+  RouteEvent ev{layer, tokens_, step_tokens_ > 1, experts, route_w_};
+  if (low_) ev.precisions = route_prec_;
   high_.cache->policy().on_route(ev);
   if (low_) low_->cache->policy().on_route(ev);
 }
@@ -209,36 +272,64 @@ void CachedExpertProvider::on_route_mixed(int layer, std::span<const int> expert
 void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
                                         std::span<const Precision> precisions) {
   arrival_.on_route(layer, now_seconds(), prefetcher_->high_busy_seconds());
+  route_layer_ = layer;
+  const uint64_t t = now(layer);
   route_policies(layer, experts, precisions);
-  if (!cfg_.early_preemption) return;
+  deferred_.clear();
+  // The layer's routed experts that hold a slot are protected from this route's misses (the
+  // core's rule); speculative loads for the layer that the router did not pick are useless
+  // now and give their places back before the misses look for room.
   for (size_t i = 0; i < experts.size(); ++i) {
     if (precisions[i] == Precision::Low && !low_) continue;  // acquire() reports it
     Tier& T = tier(precisions[i]);
-    const int e = experts[i];
-    int s = T.cache->find(layer, e);
-    if (s < 0) {
-      ExpertKey ev;
-      bool unused = false;
-      s = T.cache->allocate(layer, e, /*steal_wanted=*/false, ev, unused);
-      if (s < 0) continue;  // no slot now: acquire() will load it on demand
-      note_eviction(ev, unused);
-      classify(T, s, 2);
-      schedule(T, s, Priority::High, 1.0f);
-    } else {
-      const SlotState st = T.cache->slot(s).state;
-      classify(T, s, st == SlotState::Loading ? 3 : 1);
-      if (st == SlotState::Loading) promote(T, s);
-    }
-    T.cache->slot(s).wanted = true;
+    const int s = T.cache->find(layer, experts[i]);
+    if (s >= 0) T.cache->slot(s).wanted = true;
   }
-  // Speculative loads for this layer that the router did not pick are now useless.
-  const int n = store_->n_experts(layer);
-  for (Tier* T : {&high_, low_.get()}) {
-    if (!T) continue;
-    for (int e = 0; e < n; ++e) {
-      const int s = T->cache->find(layer, e);
-      if (s >= 0 && !T->cache->slot(s).wanted) cancel_low(*T, s);
+  if (cfg_.early_preemption) {
+    const int n = store_->n_experts(layer);
+    for (Tier* T : {&high_, low_.get()}) {
+      if (!T) continue;
+      for (int e = 0; e < n; ++e) {
+        const int s = T->cache->find(layer, e);
+        if (s >= 0 && !T->cache->slot(s).wanted) cancel_low(*T, s);
+      }
     }
+  }
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (precisions[i] == Precision::Low && !low_) continue;
+    Tier& T = tier(precisions[i]);
+    const int e = experts[i];
+    const int s = T.cache->find(layer, e);
+    if (s < 0) {
+      route_miss(T, layer, e, t);
+      continue;
+    }
+    const SlotState st = T.cache->slot(s).state;
+    classify(T, s, st == SlotState::Loading ? 3 : 1);
+    if (st == SlotState::Loading && cfg_.early_preemption) promote(T, s);
+  }
+}
+
+// Without early preemption the place is still decided here, so that residency does not depend
+// on that setting; only the read waits for acquire().
+void CachedExpertProvider::route_miss(Tier& T, int layer, int e, uint64_t t) {
+  Binding b;
+  switch (T.cache->route_miss(layer, e, t, b)) {
+    case ExpertCache::Routed::Streamed:
+      ++ls(layer).streamed;
+      [[fallthrough]];
+    case ExpertCache::Routed::Loaded:
+      T.io[b.slot] = SlotIo{};
+      classify(T, b.slot, 2);
+      T.cache->slot(b.slot).wanted = true;
+      start_load(T, b, Priority::High, cfg_.early_preemption);
+      break;
+    case ExpertCache::Routed::Deferred:
+      deferred_.push_back({T.prec, layer, e, false});
+      break;
+    case ExpertCache::Routed::DeferredStream:
+      deferred_.push_back({T.prec, layer, e, true});
+      break;
   }
 }
 
@@ -268,34 +359,54 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   std::unique_lock lk(mu_);
   Tier& T = tier(p);
   ExpertCache& cache = *T.cache;
+  const uint64_t t = now(layer);
   const double t0 = now_seconds();
   bool waited = false;
-  int s = -1;
-  for (;;) {
-    s = cache.find(layer, expert);
-    if (s >= 0) break;
-    ExpertKey ev;
-    bool unused = false;
-    s = cache.allocate(layer, expert, /*steal_wanted=*/true, ev, unused);
-    if (s >= 0) {
-      note_eviction(ev, unused);
-      classify(T, s, 2);
-      schedule(T, s, Priority::High, 1.0f);
-      break;
+  int s = cache.find(layer, expert);
+  if (s < 0) {
+    // A miss that got no slot at route time (or was never routed): its place is decided now,
+    // after the layer's other experts were served, so those are candidates too.
+    bool stream = false, routed = false;
+    for (const Deferred& d : deferred_) {
+      if (d.prec == p && d.layer == layer && d.expert == expert) {
+        stream = d.stream;
+        routed = true;
+        break;
+      }
     }
-    if (cache.all_pinned(layer)) {
-      const bool low = p == Precision::Low;
-      fail("{}: all {} slots are acquired and not released; the budget ({} bytes) is too small "
-           "for the experts layer {} holds at once (raise {})",
-           low ? "low-precision expert cache" : "expert cache", cache.n_slots(),
-           low ? cfg_.low_budget_bytes : cfg_.budget_bytes, layer,
-           low ? "--low-cache" : "--expert-cache");
+    if (!routed) stream = !cache.admits(layer, expert, t);
+    for (;;) {
+      s = cache.find(layer, expert);  // another caller may have brought it meanwhile
+      if (s >= 0) break;
+      Binding b;
+      if (cache.serve_miss(layer, expert, t, stream, b)) {
+        s = b.slot;
+        T.io[s] = SlotIo{};
+        classify(T, s, 2);
+        if (stream) ++ls(layer).streamed;
+        start_load(T, b, Priority::High, true);
+        break;
+      }
+      if (cache.all_pinned(layer, stream)) {
+        const bool low = p == Precision::Low;
+        if (stream)
+          fail("{}: all {} transient slots (for the misses policy '{}' does not cache) are acquired "
+               "and not released",
+               low ? "low-precision expert cache" : "expert cache", cache.n_transient(),
+               cache.policy().name());
+        fail("{}: all {} slots are acquired and not released; the budget ({} bytes) is too small "
+             "for the experts layer {} holds at once (raise {})",
+             low ? "low-precision expert cache" : "expert cache", cache.n_slots(),
+             low ? cfg_.low_budget_bytes : cfg_.budget_bytes, layer,
+             low ? "--low-cache" : "--expert-cache");
+      }
+      // Every candidate is loading or held: one will become free.
+      waited = true;
+      cv_.wait(lk);
     }
-    // Every slot is loading: one will finish and become evictable.
-    waited = true;
-    cv_.wait(lk);
   }
   Slot& sl = cache.slot(s);
+  if (T.io[s].unissued) schedule(T, s, Priority::High, 1.0f);  // bound at route, read now
   classify(T, s, sl.state == SlotState::Loading ? 3 : 1);
   if (sl.state == SlotState::Loading) promote(T, s);
   ++sl.pins;
@@ -307,7 +418,7 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
     sl.prefetched = false;
     ++st.prefetch_used;
   }
-  cache.touch(s);
+  cache.touch(s, t);
   if (sl.state == SlotState::Loading) {
     waited = true;
     cv_.wait(lk, [&] { return sl.state != SlotState::Loading; });
@@ -340,6 +451,7 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
   MOEFLOW_CHECK(s >= 0 && T.cache->slot(s).pins > 0,
                 "release: expert {} of layer {} is not acquired", expert, layer);
   --T.cache->slot(s).pins;
+  free_transient_if_done(T, s);
   cv_.notify_all();
 }
 
@@ -362,31 +474,83 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
       ++ls(layer).prefetch_too_late;
       continue;
     }
-    ExpertKey ev;
-    bool unused = false;
-    const int s = T.cache->allocate(layer, e, /*steal_wanted=*/false, ev, unused);
-    if (s < 0) {
+    Binding b;
+    if (!T.cache->bind_speculative(layer, e, now(route_layer_), b)) {
       ++ls(layer).prefetch_dropped;
       continue;
     }
-    note_eviction(ev, unused);
-    T.cache->slot(s).prefetched = true;
+    note_eviction(b.evicted, b.evicted_unused);
+    T.io[b.slot] = SlotIo{};
+    T.cache->slot(b.slot).prefetched = true;
     ++ls(layer).prefetch_issued;
-    schedule(T, s, Priority::Low, confidence);
+    schedule(T, b.slot, Priority::Low, confidence);
+  }
+}
+
+void CachedExpertProvider::begin_sequence() {
+  std::lock_guard lk(mu_);
+  // A prefill that no single-token step followed still ends here, before the next sequence.
+  if (prefill_open_ && seq_steps_ > 0) prefill_done();
+  for (Tier* T : {&high_, low_.get()})
+    if (T) T->cache->policy().on_sequence_start();
+  seq_steps_ = 0;
+  prefill_open_ = true;
+  std::fill(prefill_counts_.begin(), prefill_counts_.end(), 0.0);
+}
+
+void CachedExpertProvider::on_tokens_routed(int layer, int n_tokens, int /*top_k*/,
+                                            std::span<const int32_t> experts,
+                                            std::span<const float> weights) {
+  std::lock_guard lk(mu_);
+  // The prefill is the sequence's leading multi-token steps. The first routed layer of a
+  // single-token step ends it, and the placement the policy asks for is read before that layer
+  // routes; a sequence that starts with a single token has no prefill (as a trace without
+  // prompt steps has none in the simulator).
+  if (step_tokens_ == 0 && prefill_open_ && n_tokens == 1) {
+    if (seq_steps_ > 0) {
+      prefill_done();
+    } else {
+      prefill_open_ = false;
+    }
+  }
+  step_tokens_ = std::max(step_tokens_, n_tokens);
+  const int E = store_->max_experts();
+  if (prefill_open_ && layer >= 0 && layer < store_->n_layers()) {
+    for (const int32_t e : experts)
+      if (e >= 0 && e < E) prefill_counts_[static_cast<size_t>(layer) * E + e] += 1;
+  }
+  tok_layer_ = layer;
+  tok_experts_.assign(experts.begin(), experts.end());
+  if (weights.size() == experts.size()) {
+    tok_weights_.assign(weights.begin(), weights.end());
+  } else {
+    tok_weights_.clear();
   }
 }
 
 void CachedExpertProvider::end_step() {
   std::lock_guard lk(mu_);
-  ++step_;
+  tokens_ += static_cast<uint64_t>(std::max(1, step_tokens_));
+  step_tokens_ = 0;
+  tok_layer_ = -1;
+  ++seq_steps_;
+  deferred_.clear();
   arrival_.on_step_end();
   for (Tier* T : {&high_, low_.get()}) {
     if (!T) continue;
     for (int s = 0; s < T->cache->n_slots(); ++s) {
-      T->cache->slot(s).wanted = false;
+      Slot& sl = T->cache->slot(s);
+      sl.wanted = false;
       T->io[s].request_class = 0;
+      // Routed but never acquired: a read never issued holds its place for nothing.
+      if (sl.state == SlotState::Loading && T->io[s].unissued) {
+        T->io[s] = SlotIo{};
+        T->cache->free_slot(s);
+      }
+      free_transient_if_done(*T, s);
     }
   }
+  cv_.notify_all();
 }
 
 unsigned CachedExpertProvider::ready_chunks(int layer, int expert, Precision p) const {
@@ -481,6 +645,7 @@ void CachedExpertProvider::finish(const ChunkTask& t, const std::string& error) 
     Slot& sl = T.cache->slot(s);
     if (io.error.empty()) {
       sl.state = SlotState::Ready;
+      free_transient_if_done(T, s);
     } else {
       sl.state = SlotState::Failed;
       // Nobody waits on a failed prefetch: forget it so the next acquire retries the read

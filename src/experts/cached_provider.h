@@ -10,6 +10,13 @@
 //   release    -> unpins
 //   prefetch   -> LOW tasks ordered by confidence, only into slots that can be evicted now,
 //                 and only when the copy can be half done in time (ArrivalEstimate)
+// Residency follows the cache core shared with the simulator (policy/resident_set.h): every
+// routed expert gets its place at on_route in route order (or, with no evictable resident, at
+// its acquire, after the layer's other experts were served); --no-early-preemption only
+// delays the reads to acquire. Every policy hook is honoured: on_sequence_start at
+// begin_sequence, initial_residents read in the background when the provider starts, admit()
+// (declined misses are read into transient slots), on_prefill_done / take_placement_requests
+// before a sequence's first single-token step (placements read in the background).
 // With low-precision copies (HOBBIT mode, docs/lossy-modes.md) there are two caches, one per
 // precision, each with its own budget, slot size and eviction policy; every call above takes
 // the precision and works on that cache. The I/O queue is shared, so a routed expert of either
@@ -27,6 +34,7 @@
 #include "experts/expert_store.h"
 #include "experts/offload_stats.h"
 #include "experts/prefetcher.h"
+#include "policy/resident_set.h"
 
 namespace moeflow {
 
@@ -52,6 +60,10 @@ struct OffloadConfig {
   // A second cache for the store's low-precision copies, with this budget (0: no low tier;
   // then only Precision::High may be asked for).
   uint64_t low_budget_bytes = 0;
+  // Every insertion into and eviction from the (high-precision) cache's resident set, from the
+  // initial placement on, is appended here; read it after drain(). For tests that compare the
+  // live cache with the simulator.
+  std::vector<CacheEvent>* event_log = nullptr;
 };
 
 class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
@@ -73,7 +85,10 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   Residency residency_mixed(int layer, int expert, Precision p) const override;
   void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
                       Precision p) override;
+  void begin_sequence() override;
   void begin_step() override {}
+  void on_tokens_routed(int layer, int n_tokens, int top_k, std::span<const int32_t> experts,
+                        std::span<const float> weights) override;
   void end_step() override;
 
   // Bit i set when chunk i (gate, up, down) of the expert is in memory; 0 if not cached.
@@ -83,6 +98,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   const ExpertStore& store() const { return *store_; }
   ExpertStore& store() { return *store_; }
   int n_slots(Precision p = Precision::High) const;
+  // Places per partition (per layer, or in total for a global budget): n_slots less the
+  // transient slots of a policy that declines misses, split among the partitions.
+  int capacity(Precision p = Precision::High) const;
   // Waits until no I/O is queued or running (tests and benchmarks).
   void drain();
 
@@ -95,7 +113,14 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     uint64_t done[kNumExpertProj] = {0, 0, 0};  // bytes of a paused chunk already read
     int pending = 0;
     uint8_t request_class = 0;  // 0 unset, 1 hit, 2 miss, 3 late (set on first request)
+    bool unissued = false;      // bound at route, read at acquire (--no-early-preemption)
     std::string error;
+  };
+  // A routed miss that got no slot at route time, served at its acquire.
+  struct Deferred {
+    Precision prec;
+    int layer, expert;
+    bool stream;  // the policy declined it
   };
   // One precision's cache and the I/O state of its slots.
   struct Tier {
@@ -122,6 +147,13 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
                     std::span<const Precision> precisions);  // under mu_
   void route_policies(int layer, std::span<const int> experts,
                       std::span<const Precision> precisions);  // under mu_
+  // Binds a routed miss to a slot (or records it for acquire), under mu_.
+  void route_miss(Tier& T, int layer, int e, uint64_t t);
+  void start_load(Tier& T, const Binding& b, Priority p, bool issue_now);  // under mu_
+  void load_placements(Tier& T, std::span<const int> slots);               // under mu_
+  void prefill_done();                                                     // under mu_
+  uint64_t now(int layer) const { return logical_time(tokens_, layer, store_->n_layers()); }
+  void free_transient_if_done(Tier& T, int s);                            // under mu_
   LayerOffloadStats& ls(int layer) { return stats_.layers[layer]; }
 
   std::unique_ptr<ExpertStore> store_;
@@ -132,7 +164,21 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   std::unique_ptr<Tier> low_;
   std::vector<Precision> all_high_;     // scratch: on_route's precisions
   std::vector<uint8_t> route_prec_;     // scratch: precisions handed to the policies
-  uint64_t step_ = 0;
+  std::vector<float> route_w_;          // scratch: gate weights handed to the policies
+  std::vector<Deferred> deferred_;      // the current route's misses without a slot
+  // Logical time: tokens_ is the global index of the current step's first token.
+  uint64_t tokens_ = 0;
+  int step_tokens_ = 0;                 // tokens of the current step (0: not known yet)
+  int route_layer_ = 0;                 // the layer routed last (prefetches are issued after it)
+  // The current step's per-token choice of the layer being routed (one-token steps only).
+  int tok_layer_ = -1;
+  std::vector<int32_t> tok_experts_;
+  std::vector<float> tok_weights_;
+  // Sequence state for on_prefill_done: steps so far, whether the prefill is still open, and
+  // its per-(layer, expert) token counts.
+  int seq_steps_ = 0;
+  bool prefill_open_ = true;
+  std::vector<double> prefill_counts_;
   uint64_t next_ticket_ = 0;
   int in_flight_ = 0;  // chunks queued or reading
   OffloadStats stats_;

@@ -15,6 +15,8 @@ void LayerOffloadStats::add(const LayerOffloadStats& o) {
   prefetch_paused += o.prefetch_paused;
   prefetch_too_late += o.prefetch_too_late;
   evictions += o.evictions;
+  streamed += o.streamed;
+  placements += o.placements;
   bytes_read += o.bytes_read;
   chunks_read += o.chunks_read;
   stall_s += o.stall_s;
@@ -51,6 +53,8 @@ nlohmann::json layer_json(const LayerOffloadStats& s) {
       {"prefetch_accuracy",
        s.prefetch_issued ? double(s.prefetch_used) / double(s.prefetch_issued) : 0.0},
       {"evictions", s.evictions},
+      {"streamed", s.streamed},
+      {"placements", s.placements},
       {"bytes_read", s.bytes_read},
       {"bytes_read_high", s.bytes_read - s.bytes_read_low},
       {"bytes_read_low", s.bytes_read_low},
@@ -74,6 +78,7 @@ nlohmann::json OffloadStats::to_json(bool per_layer) const {
       {"budget_bytes", budget_bytes},
       {"slot_bytes", slot_bytes},
       {"n_slots", n_slots},
+      {"n_transient_slots", n_transient_slots},
       {"io_threads", io_threads},
       {"total_expert_bytes", total_expert_bytes},
       {"has_low", has_low},

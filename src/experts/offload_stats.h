@@ -21,6 +21,8 @@ struct LayerOffloadStats {
   uint64_t prefetch_too_late = 0;  // not issued: could not be half done when its layer runs
   uint64_t prefetch_paused = 0;   // a speculative read stopped part-way for a demand read
   uint64_t evictions = 0;
+  uint64_t streamed = 0;          // misses the policy declined, read into a transient slot
+  uint64_t placements = 0;        // loads the policy's placement asked for (initial, after prefill)
   uint64_t bytes_read = 0;        // aligned bytes read from the store (both precisions)
   uint64_t chunks_read = 0;
   double stall_s = 0;             // time acquire() waited (critical-path stall)
@@ -43,6 +45,7 @@ struct OffloadStats {
   uint64_t budget_bytes = 0;
   uint64_t slot_bytes = 0;
   int n_slots = 0;
+  int n_transient_slots = 0;      // of n_slots, kept for the misses a policy streams
   int io_threads = 0;
   uint64_t total_expert_bytes = 0;
   // Low-precision tier (files packed with --low): its own budget and slots.

@@ -107,6 +107,7 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
       fail("token id {} is out of range (vocabulary has {} tokens)", tokens[t], n_vocab);
 
   if (observer_) observer_->on_step_begin(pos_, n);
+  if (pos_ == 0) provider_.begin_sequence();
   provider_.begin_step();
 
   const std::vector<LayerSpec>& specs = model_.specs();

@@ -1,7 +1,8 @@
 #pragma once
 // Cache replacement behind one small interface, shared by the live ExpertCache (experts/) and
-// the trace-driven simulator (trace/). A policy only ranks; the cache decides which experts are
-// candidates (resident, not pinned, same layer for per-layer budgets).
+// the trace-driven simulator (trace/) through one cache core (policy/resident_set.h). A policy
+// only ranks; the core and its caller decide which experts are candidates (resident, not in
+// transit or pinned, not routed by the layer, same layer for per-layer budgets).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -28,32 +29,49 @@ struct RouteEvent {
   std::span<const uint8_t> precisions = {};
 };
 
+// Every hook is called by the one cache core (policy/resident_set.h) or next to it, in the same
+// order live (experts/cached_provider) and in the simulator (trace/simulator); the comments say
+// when. Times are logical: logical_time(first token of the step, layer).
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual std::string name() const = 0;
 
-  // A use of k at logical time t (a hit, or right after it was loaded for a use).
+  // A use of k at logical time t: live when the expert is acquired, in the simulator after the
+  // layer's route was decided (deferred misses after their insertion). Declined (streamed)
+  // misses are uses too.
   virtual void on_access(ExpertKey k, uint64_t t) = 0;
+  // k took a place in the cache at time t (a routed miss, a prefetch, a placement load; time 0
+  // for the initial residents).
   virtual void on_insert(ExpertKey k, uint64_t t) = 0;
   virtual void on_evict(ExpertKey k) = 0;
-  // Among non-empty `candidates`, the one to evict now.
+  // Among non-empty `candidates` (ascending (layer, expert)), the one to evict now.
   virtual ExpertKey choose_victim(std::span<const ExpertKey> candidates, uint64_t t) = 0;
 
-  // Optional signals used by EAM / HOBBIT / DAOP style policies.
+  // Every routed layer of every step, before its misses look for room: the union of the
+  // step's experts in router rank order; gate weights when the step has one token; the
+  // precision of each use only where the cache holds two precisions (live HOBBIT mode).
   virtual void on_route(const RouteEvent& ev) {}
+  // A new sequence starts (live: a forward pass at position 0; simulator: a new request).
   virtual void on_sequence_start() {}
 
   // Added for placement-style policies (static, DAOP). admit() == false means "serve this miss
   // without caching it" (stream it / compute it elsewhere) instead of evicting a resident.
+  // Asked once per routed miss, at route time.
   virtual bool admit(ExpertKey k, uint64_t t) { return true; }
+  // False when admit() may decline: the live cache then keeps top-k transient slots out of
+  // the budget, through which declined misses are read and released after use.
+  virtual bool admits_everything() const { return true; }
   // Experts to load before the first token (capacity given per layer, or in total when the
-  // cache has one global budget: then `layer` is -1). Empty = start cold.
+  // cache has one global budget: then `layer` is -1). Empty = start cold. Live they are read
+  // in the background when the provider starts; the simulator starts with them in place.
   virtual std::vector<ExpertKey> initial_residents(int layer, int capacity) { return {}; }
   // Called when a prefill (all prompt tokens of one sequence) has routed, with per-layer
-  // expert counts (n_layers * n_experts, row-major). DAOP swaps placement here.
+  // expert counts (n_layers * n_experts, row-major; one count per token routed to the expert).
+  // DAOP swaps placement here. Live: before the sequence's first single-token step.
   virtual void on_prefill_done(std::span<const double> counts) {}
-  // Experts the policy wants loaded now (placement swaps); the cache/sim fetches them.
+  // Experts the policy wants loaded now (placement swaps), taken right after
+  // on_prefill_done; the cache/sim fetches them (live: in the background).
   virtual std::vector<ExpertKey> take_placement_requests() { return {}; }
 };
 
@@ -77,5 +95,7 @@ struct PolicyOptions {
 std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name,
                                                      const PolicyOptions& opt);
 std::vector<std::string> eviction_policy_names();
+// True for the policies that place experts by a calibration (PolicyOptions::calib_counts).
+bool eviction_policy_needs_calibration(const std::string& name);
 
 }  // namespace moeflow

@@ -37,6 +37,7 @@ class Daop final : public EvictionPolicy {
     doomed_.erase(pack(k));
   }
   bool admit(ExpertKey k, uint64_t) override { return wanted_.count(pack(k)) > 0; }
+  bool admits_everything() const override { return false; }
   ExpertKey choose_victim(std::span<const ExpertKey> c, uint64_t) override {
     MOEFLOW_CHECK(!c.empty(), "daop: choose_victim called with no candidates");
     for (ExpertKey k : c)
@@ -56,6 +57,11 @@ class Daop final : public EvictionPolicy {
     std::unordered_set<uint64_t> taken;
     int per_layer = std::min(opt_.top_k, opt_.n_experts);
     for (int l = 0; l < opt_.n_layers && (int)out.size() < capacity; ++l) {
+      // A layer the calibration never routed has no experts (dense, or not traced): a place
+      // given to it would stay empty.
+      double used = 0;
+      for (int e = 0; e < opt_.n_experts; ++e) used += calib_count(opt_, {l, e});
+      if (used == 0) continue;
       auto v = rank_by_calibration(opt_, l);
       for (int i = 0; i < per_layer && (int)out.size() < capacity; ++i) out.push_back(v[i]), taken.insert(pack(v[i]));
     }

@@ -9,14 +9,20 @@ namespace {
 
 using PolicyMaker = std::unique_ptr<EvictionPolicy> (*)(const PolicyOptions&);
 
-const std::vector<std::pair<std::string, PolicyMaker>>& policy_table() {
-  static const std::vector<std::pair<std::string, PolicyMaker>> t = {
-      {"lru", policies::make_lru},
-      {"lfu", policies::make_lfu},
-      {"static", policies::make_static},
-      {"moe-infinity", policies::make_moe_infinity},
-      {"hobbit", policies::make_hobbit},
-      {"daop", policies::make_daop},
+struct PolicyEntry {
+  std::string name;
+  PolicyMaker make;
+  bool calibrated;  // needs PolicyOptions::calib_counts
+};
+
+const std::vector<PolicyEntry>& policy_table() {
+  static const std::vector<PolicyEntry> t = {
+      {"lru", policies::make_lru, false},
+      {"lfu", policies::make_lfu, false},
+      {"static", policies::make_static, true},
+      {"moe-infinity", policies::make_moe_infinity, false},
+      {"hobbit", policies::make_hobbit, false},
+      {"daop", policies::make_daop, true},
   };
   return t;
 }
@@ -24,8 +30,8 @@ const std::vector<std::pair<std::string, PolicyMaker>>& policy_table() {
 }  // namespace
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name, const PolicyOptions& opt) {
-  for (auto& [n, make] : policy_table())
-    if (n == name) return make(opt);
+  for (const PolicyEntry& p : policy_table())
+    if (p.name == name) return p.make(opt);
   std::string known;
   for (auto& n : eviction_policy_names()) known += (known.empty() ? "" : ", ") + n;
   fail("unknown eviction policy '{}' (known: {})", name, known);
@@ -33,8 +39,14 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name, co
 
 std::vector<std::string> eviction_policy_names() {
   std::vector<std::string> v;
-  for (auto& [n, make] : policy_table()) v.push_back(n);
+  for (const PolicyEntry& p : policy_table()) v.push_back(p.name);
   return v;
+}
+
+bool eviction_policy_needs_calibration(const std::string& name) {
+  for (const PolicyEntry& p : policy_table())
+    if (p.name == name) return p.calibrated;
+  return false;
 }
 
 }  // namespace moeflow

@@ -3,6 +3,9 @@
 #include <cctype>
 #include <cmath>
 
+#include "trace/importers.h"
+#include "trace/simulator.h"
+
 namespace moeflow {
 
 uint64_t parse_byte_size(const std::string& text, const std::string& option) {
@@ -159,6 +162,14 @@ void OffloadSession::attach(ForwardContext& ctx, const Model& model, ForwardObse
   ctx.set_observer(lookahead.get());
 }
 
+std::vector<double> calibration_counts(const std::string& trace_path, int n_layers, int n_experts) {
+  const trace::Trace t = trace::load_any({trace_path});
+  if (t.n_layers != n_layers || t.n_experts != n_experts)
+    fail("--policy-calib {}: the trace routes {} layers x {} experts, the model has {} x {}", trace_path,
+         t.n_layers, t.n_experts, n_layers, n_experts);
+  return trace::routing_counts(t);
+}
+
 OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
   OffloadSession s;
   s.options = o;
@@ -205,6 +216,15 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();
   po.top_k = top_k;
+  if (eviction_policy_needs_calibration(o.policy)) {
+    if (o.policy_calib.empty())
+      fail("--cache-policy {} places experts by how often a calibration run used them: give "
+           "--policy-calib TRACE (record one with `moeflow trace -m MODEL --prompts FILE -o TRACE`)",
+           o.policy);
+    po.calib_counts = calibration_counts(o.policy_calib, po.n_layers, po.n_experts);
+  } else if (!o.policy_calib.empty()) {
+    fail("--policy-calib calibrates --cache-policy static or daop (the policy is {})", o.policy);
+  }
   const uint64_t slots = store->slot_bytes() ? cfg.budget_bytes / store->slot_bytes() : 0;
   po.capacity_total = static_cast<int>(slots);
   po.capacity_per_layer = moe_layers ? static_cast<int>(slots / moe_layers) : 0;

@@ -30,6 +30,9 @@ struct OffloadOptions {
   std::string expert_cache;      // "3GiB", "512MiB", bytes
   double cache_rate = 0;         // fraction of all expert bytes
   std::string policy = "lru";
+  // Routing trace (moeflow trace, or an imported one) whose per-expert counts calibrate the
+  // placement policies (static, daop); they refuse to start without one.
+  std::string policy_calib;
   bool per_layer = false;
   int io_threads = 2;
   std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
@@ -86,6 +89,10 @@ struct OffloadSession {
   // observer already set).
   void attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing = nullptr);
 };
+
+// Per-(layer, expert) routing counts of a trace file, checked against the model's shape: the
+// calibration of the placement policies.
+std::vector<double> calibration_counts(const std::string& trace_path, int n_layers, int n_experts);
 
 // Builds the provider, its caches and predictor from the options. Throws naming the option at
 // fault.

@@ -4,13 +4,14 @@
 #include <memory>
 
 #include "policy/eviction_policy.h"
+#include "policy/resident_set.h"
 #include "policy/predictor.h"
 #include "trace/trace.h"
 
 namespace moeflow::trace {
 
-// Logical time used by the simulator: step * n_layers + layer.
-inline uint64_t logical_time(size_t step, int layer, int n_layers) { return (uint64_t)step * n_layers + layer; }
+// Logical time (policy/resident_set.h): step * n_layers + layer, a step being a trace step
+// (one token; a prefill is replayed as one step at its first token).
 
 // Belady's MIN. With `bypass` (the policy named "belady") a miss is cached only if it is needed
 // again before some resident; the simulator then decides a whole route at once: of the residents

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "policy/eviction_policy.h"
 #include "policy/predictor.h"
+#include "policy/resident_set.h"
 #include "trace/oracle.h"
 
 namespace moeflow::trace {
@@ -41,7 +42,6 @@ class Sim {
     per_layer_cap_ = std::max(1, (int)std::lround(c.cache_rate * E_));
     total_cap_ = std::max(1, (int)std::lround(c.cache_rate * E_ * (double)layers_.size()));
     ent_.assign((size_t)L_ * E_, {});
-    occupied_.assign(L_, 0);
     res_.layers.resize(L_);
     for (int l = 0; l < L_; ++l) res_.layers[l].layer = l;
     pred_cur_.assign((size_t)L_ * E_, 0);
@@ -53,7 +53,15 @@ class Sim {
     pol_ = &pol;
     belady_ = dynamic_cast<BeladyPolicy*>(&pol);
     pred_ = pred;
-    preload();
+    ResidentSet::Config rc;
+    rc.n_layers = L_;
+    rc.n_experts = E_;
+    rc.layers = layers_;
+    rc.per_layer = !global();
+    rc.capacity = cap();
+    core_ = std::make_unique<ResidentSet>(rc, pol);
+    core_->set_log(c_.events);
+    for (ExpertKey k : core_->preload()) at(k) = {Slot::resident, 0, false, false};
     size_t s = 0;
     double ttft_sum = 0;
     int n_prefills = 0;
@@ -89,33 +97,16 @@ class Sim {
   Entry& at(ExpertKey k) { return ent_[(size_t)k.layer * E_ + k.expert]; }
   bool global() const { return c_.global_budget; }
   int cap() const { return global() ? total_cap_ : per_layer_cap_; }
-  int used(int layer) const { return global() ? total_occupied_ : occupied_[layer]; }
 
-  void preload() {
-    if (global()) {
-      for (ExpertKey k : pol_->initial_residents(-1, total_cap_)) place_initial(k);
-    } else {
-      for (int l : layers_)
-        for (ExpertKey k : pol_->initial_residents(l, per_layer_cap_)) place_initial(k);
-    }
-  }
-  void place_initial(ExpertKey k) {
-    if (k.layer < 0 || k.layer >= L_ || k.expert < 0 || k.expert >= E_) return;
-    if (at(k).slot != Slot::absent || used(k.layer) >= cap()) return;
-    occupy(k, Slot::resident, 0);
-    pol_->on_insert(k, 0);
-  }
-  void occupy(ExpertKey k, Slot s, double arrival) {
+  // k took its place in the core (already inserted): now it is on its way.
+  void occupy(ExpertKey k, double arrival) {
     Entry& e = at(k);
-    if (e.slot == Slot::absent) occupied_[k.layer]++, total_occupied_++;
-    e.slot = s;
+    e.slot = Slot::inflight;
     e.arrival = arrival;
   }
-  void release(ExpertKey k) {
-    Entry& e = at(k);
-    if (e.slot == Slot::absent) return;
-    occupied_[k.layer]--, total_occupied_--;
-    e = {};
+  // The core evicted k.
+  void evicted(ExpertKey k) {
+    if (k.layer >= 0) at(k) = {};
   }
 
   // Starts queued prefetches whose turn on the link comes before `now`.
@@ -130,15 +121,15 @@ class Sim {
       // The slot is taken when the copy starts (a queued prefetch evicts nothing), so a
       // speculative task dropped by preemption never cost a resident expert.
       en.slot = Slot::absent;
-      if (!make_room(p.key.layer, p.t, p.protect, &p.key)) {
+      if (!room_for_prefetch(p.key, p.t, p.protect)) {
         en.prefetched = false;
         continue;
       }
+      core_->insert(p.key, p.t);
       link_free_ = start + xfer_ms_;
-      occupy(p.key, Slot::inflight, link_free_);
+      occupy(p.key, link_free_);
       en.prefetched = true;
       en.speculative = true;
-      pol_->on_insert(p.key, p.t);
       res_.bytes_moved += c_.hw.expert_bytes;
       res_.prefetches++;
     }
@@ -166,33 +157,20 @@ class Sim {
       if (e.slot == Slot::inflight && e.arrival <= now) e.slot = Slot::resident, e.speculative = false;
   }
 
-  // Makes room for one more expert of `layer`; false if nothing may be evicted. For a prefetch
-  // (`incoming` set) a prefetch never evicts what it is worth less than ("do no harm"): experts
-  // the predictor currently expects are not candidates, and Belady keeps a resident needed
-  // sooner than the incoming expert.
-  bool make_room(int layer, uint64_t t, const std::vector<ExpertKey>& protect, const ExpertKey* incoming = nullptr) {
-    if (used(layer) < cap()) return true;
-    cands_.clear();
-    auto consider = [&](int l) {
-      for (int e = 0; e < E_; ++e) {
-        ExpertKey k{l, e};
-        if (at(k).slot != Slot::resident) continue;
-        if (std::find(protect.begin(), protect.end(), k) != protect.end()) continue;
-        if (incoming && !belady_ && (pred_cur_[(size_t)l * E_ + e] || pred_next_[(size_t)l * E_ + e])) continue;
-        cands_.push_back(k);
-      }
-    };
-    if (global()) {
-      for (int l : layers_) consider(l);
-    } else {
-      consider(layer);
-    }
-    if (cands_.empty()) return false;
-    ExpertKey v = pol_->choose_victim(cands_, t);
-    MOEFLOW_CHECK(at(v).slot == Slot::resident, "sim: policy '{}' chose a victim that is not a candidate", pol_->name());
-    if (incoming && belady_ && belady_->next_use(v, t) <= belady_->next_use(*incoming, t)) return false;
-    pol_->on_evict(v);
-    release(v);
+  // Room for a prefetched expert; false if nothing may be evicted. A prefetch never evicts what
+  // it is worth less than ("do no harm"): neither the issuing layer's route, nor experts the
+  // predictor currently expects, nor (under Belady) a resident needed sooner than itself.
+  bool room_for_prefetch(ExpertKey incoming, uint64_t t, const std::vector<ExpertKey>& protect) {
+    if (!core_->full(incoming.layer)) return true;
+    const ExpertKey v = core_->pick_victim(incoming.layer, t, [&](ExpertKey k) {
+      if (at(k).slot != Slot::resident) return false;
+      if (std::find(protect.begin(), protect.end(), k) != protect.end()) return false;
+      return belady_ || !(pred_cur_[(size_t)k.layer * E_ + k.expert] || pred_next_[(size_t)k.layer * E_ + k.expert]);
+    });
+    if (v.layer < 0) return false;
+    if (belady_ && belady_->next_use(v, t) <= belady_->next_use(incoming, t)) return false;
+    core_->evict(v);
+    evicted(v);
     return true;
   }
 
@@ -215,8 +193,6 @@ class Sim {
     RouteEvent ev{r.layer, step, tokens > 1, r.experts, r.weights};
     pol_->on_route(ev);
     LayerStats& ls = res_.layers[r.layer];
-    std::vector<ExpertKey> protect;
-    for (int e : r.experts) protect.push_back({r.layer, e});
     const double per_expert = c_.hw.expert_compute_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0);
     std::vector<double> ready;
     const size_t n = r.experts.size();
@@ -228,6 +204,21 @@ class Sim {
       if (lates[i]) en.speculative = false;  // raised to HIGH: nothing overtakes it any more
     }
     if (belady_ && belady_->bypass()) belady_route(r, tl, keep);
+    auto routed = [&](ExpertKey k) {
+      return k.layer == r.layer && std::find(r.experts.begin(), r.experts.end(), k.expert) != r.experts.end();
+    };
+    // Streams a miss the cache does not keep: computed where the weights are (host CPU), in
+    // parallel with the fast tier, or copied through a temporary buffer.
+    auto stream = [&]() {
+      if (c_.hw.cpu_expert_ms > 0) {
+        ready.push_back(clock_ + c_.hw.cpu_expert_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0) - per_expert);
+      } else {
+        ready.push_back(demand_transfer(clock_));
+      }
+    };
+    // Phase 1 (the core's rule, as the live cache decides at on_route): misses in route order,
+    // room among the residents that are settled and not routed by this layer.
+    std::vector<size_t> deferred;
     for (size_t i = 0; i < n; ++i) {
       const int e = r.experts[i];
       ExpertKey k{r.layer, e};
@@ -245,26 +236,58 @@ class Sim {
       }
       if (hit) {
         ready.push_back(clock_);
-      } else if (late) {
+        continue;
+      }
+      if (late) {
         ready.push_back(en.arrival);
+        continue;
+      }
+      if (en.slot == Slot::pending) {  // promoted to a demand load
+        pending_.erase(std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
+        en = {};
+      }
+      if (en.slot != Slot::absent) {  // the route names it twice
+        ready.push_back(en.arrival);
+        continue;
+      }
+      bool cached = false;
+      if (belady_ && belady_->bypass()) {
+        cached = keep[i] != 0;
+        if (cached) core_->insert(k, tl);
       } else {
-        if (en.slot == Slot::pending) {  // promoted to a demand load
-          pending_.erase(std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
-          en = {};
-        }
-        bool cached = belady_ && belady_->bypass() ? keep[i] != 0 : pol_->admit(k, tl) && make_room(r.layer, tl, protect);
-        if (!cached && c_.hw.cpu_expert_ms > 0) {
-          // Computed where the weights are (host CPU), in parallel with the fast tier.
-          ready.push_back(clock_ + c_.hw.cpu_expert_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0) - per_expert);
+        ExpertKey ev;
+        const ResidentSet::Miss m =
+            core_->route_miss(k, tl, [&](ExpertKey c) { return at(c).slot == Slot::resident && !routed(c); }, ev);
+        evicted(ev);
+        if (m == ResidentSet::Miss::Defer) {
+          deferred.push_back(i);
           continue;
         }
-        double arr = demand_transfer(clock_);
-        if (cached) {
-          occupy(k, Slot::inflight, arr);
-          pol_->on_insert(k, tl);
-        }
-        ready.push_back(arr);
+        cached = m == ResidentSet::Miss::Load;
       }
+      if (!cached) {
+        stream();
+        continue;
+      }
+      const double arr = demand_transfer(clock_);
+      occupy(k, arr);
+      ready.push_back(arr);
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (std::find(deferred.begin(), deferred.end(), i) == deferred.end()) core_->access({r.layer, r.experts[i]}, tl);
+    // Phase 2: the deferred misses, once the layer's other experts were served (live: at their
+    // acquire, after the resident and in-flight ones), so those are candidates too.
+    for (size_t i : deferred) {
+      ExpertKey k{r.layer, r.experts[i]}, ev;
+      if (core_->serve_deferred(k, tl, [&](ExpertKey c) { return at(c).slot == Slot::resident || routed(c); }, ev)) {
+        evicted(ev);
+        const double arr = demand_transfer(clock_);
+        occupy(k, arr);
+        ready.push_back(arr);
+      } else {
+        stream();
+      }
+      core_->access(k, tl);
     }
     // Residents first, then by arrival: the reorder step of the MoE block protocol.
     std::sort(ready.begin(), ready.end());
@@ -274,7 +297,6 @@ class Sim {
     double stall = std::max(0.0, cursor - ideal);
     ls.stall_ms += stall;
     res_.stall_ms += stall;
-    for (int e : r.experts) pol_->on_access({r.layer, e}, tl);
     return cursor;
   }
 
@@ -315,8 +337,8 @@ class Sim {
         for (size_t j = 0; j < r.experts.size(); ++j)
           if (r.experts[j] == k.expert) keep[j] = kept;
       if (!kept && at(k).slot == Slot::resident) {
-        pol_->on_evict(k);
-        release(k);
+        core_->evict(k);
+        evicted(k);
       }
     }
   }
@@ -378,7 +400,8 @@ class Sim {
     std::fill(pred_next_.begin(), pred_next_.end(), 0);
   }
 
-  // A prompt runs as one batch per layer: each expert routed by any prompt token is needed once.
+  // A prompt runs as one batch per layer: each expert routed by any prompt token is needed once,
+  // in the MoE planner's order (every token's first choice, then every token's second ...).
   void prefill(size_t b, size_t e) {
     std::vector<double> counts((size_t)L_ * E_, 0);
     for (size_t s = b; s < e; ++s)
@@ -388,18 +411,24 @@ class Sim {
       LayerRoute u;
       u.layer = l;
       double tokens = 0;
-      for (int x = 0; x < E_; ++x)
-        if (counts[(size_t)l * E_ + x] > 0) u.experts.push_back(x), tokens += counts[(size_t)l * E_ + x];
+      for (int x = 0; x < E_; ++x) tokens += counts[(size_t)l * E_ + x];
+      for (int rank = 0; rank < t_.top_k; ++rank)
+        for (size_t s = b; s < e; ++s)
+          for (auto& r : t_.steps[s].routes)
+            if (r.layer == l && rank < (int)r.experts.size() &&
+                std::find(u.experts.begin(), u.experts.end(), r.experts[rank]) == u.experts.end())
+              u.experts.push_back(r.experts[rank]);
       if (u.experts.empty()) continue;
       double n_tok = std::max(2.0, tokens / std::max(1.0, (double)t_.top_k));
       clock_ = run_layer(b, u, n_tok, false);
     }
-    pol_->on_prefill_done(counts);
-    for (ExpertKey k : pol_->take_placement_requests()) {
-      if (k.layer < 0 || k.layer >= L_ || k.expert < 0 || k.expert >= E_ || at(k).slot != Slot::absent) continue;
-      if (!make_room(k.layer, logical_time(e - 1, L_ - 1, L_), {})) continue;
-      occupy(k, Slot::inflight, demand_transfer(clock_));
-      pol_->on_insert(k, logical_time(e - 1, L_ - 1, L_));
+    // Placed as at the prefill's last layer (live: before the sequence's first decode step),
+    // when the layers' own loads have arrived (each layer waited for them).
+    settle(clock_);
+    const uint64_t t_end = logical_time(e, 0, L_) - 1;
+    for (auto [k, ev] : core_->place(counts, t_end, [&](ExpertKey c) { return at(c).slot == Slot::resident; })) {
+      evicted(ev);
+      occupy(k, demand_transfer(clock_));
     }
   }
 
@@ -423,9 +452,7 @@ class Sim {
   std::vector<int> layers_;
   int per_layer_cap_ = 1, total_cap_ = 1;
   std::vector<Entry> ent_;
-  std::vector<int> occupied_;
-  int total_occupied_ = 0;
-  std::vector<ExpertKey> cands_;
+  std::unique_ptr<ResidentSet> core_;  // which experts hold a place (shared with the live cache)
   std::deque<Pending> pending_;
   double clock_ = 0, link_free_ = 0, demand_free_ = 0, xfer_ms_ = 0;
   std::vector<uint8_t> pred_cur_, pred_next_;
@@ -487,7 +514,7 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
     po.top_k = t.top_k;
     po.capacity_per_layer = std::max(1, (int)std::lround(cfg.cache_rate * t.n_experts));
     po.capacity_total = std::max(1, (int)std::lround(cfg.cache_rate * t.n_experts * (double)t.recorded_layers().size()));
-    if (cfg.policy == "static" || cfg.policy == "daop") po.calib_counts = routing_counts(calib);
+    if (eviction_policy_needs_calibration(cfg.policy)) po.calib_counts = routing_counts(calib);
     if (cfg.policy == "hobbit") po.weights = cfg.hobbit_weights.empty() ? fit_hobbit_weights(calib, cfg) : cfg.hobbit_weights;
     pol = make_eviction_policy(cfg.policy, po);
   }

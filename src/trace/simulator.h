@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "policy/resident_set.h"
 #include "trace/hw_profile.h"
 #include "trace/trace.h"
 
@@ -24,6 +25,9 @@ struct SimConfig {
   int oracle_lookahead = 32;           // layers ahead the oracle predictor sees
   std::string predictor_model;         // trained predictor weights (promoe)
   bool skip_late_prefetches = true;    // do not start a prefetch whose target runs before it can arrive
+  // When set, every insertion into and eviction from the cache, in order (tests that compare
+  // the simulator with the live cache, which logs the same events).
+  std::vector<CacheEvent>* events = nullptr;
 };
 
 struct LayerStats {

@@ -37,10 +37,10 @@ struct FakeModel {
   uint64_t nbytes(int l, int e, int p) const { return index.layers[l].slices[e][p].nbytes; }
 };
 
-// Layer 0 is dense (no experts) so tests cover layers without experts. Sizes differ per layer
-// so slots must fit the largest expert.
+// Layers before `first_moe_layer` are dense (no experts): by default layer 0, so tests cover
+// layers without experts. Sizes differ per layer so slots must fit the largest expert.
 inline void make_fake_model(FakeModel& m, const std::string& name, int n_layers, int n_experts,
-                            int64_t base_cols, uint32_t seed) {
+                            int64_t base_cols, uint32_t seed, int first_moe_layer = 1) {
   m.path = (std::filesystem::temp_directory_path() /
             ("moeflow_offload_" + name + "_" + std::to_string(::getpid()) + ".bin"))
                .string();
@@ -53,7 +53,7 @@ inline void make_fake_model(FakeModel& m, const std::string& name, int n_layers,
   for (int l = 0; l < n_layers; ++l) {
     ExpertLayerIndex& li = m.index.layers[l];
     li.layer = l;
-    if (l == 0) continue;
+    if (l < first_moe_layer) continue;
     li.n_expert = n_experts;
     li.slices.resize(n_experts);
     const int64_t cols = base_cols + 8 * (l % 3);

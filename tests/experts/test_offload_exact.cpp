@@ -5,12 +5,15 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "runtime/offload_session.h"
 #include "gguf/gguf_file.h"
+#include "policy/eviction_policy.h"
 #include "runtime/engine.h"
 
 namespace moeflow {
@@ -62,17 +65,33 @@ class OffloadExact : public ::testing::Test {
                             " gen-model --arch mixtral --preset tiny --type Q4_K --seed 7 -q -o " +
                             *path_ + " > /dev/null 2>&1";
     ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
+    // A routing trace of the same model calibrates the placement policies (static, daop).
+    calib_ = new std::string(tmp_path("calib") + ".mft");
+    const std::string prompts = tmp_path("prompts") + ".txt";
+    {
+      std::ofstream f(prompts);
+      f << "the quick brown fox\nonce upon a time there was\n";
+    }
+    const std::string rec = std::string(MOEFLOW_BINARY) + " trace -m " + *path_ + " --prompts " + prompts +
+                            " -o " + *calib_ + " -n 6 > /dev/null 2>&1";
+    ASSERT_EQ(0, std::system(rec.c_str())) << rec;
+    std::filesystem::remove(prompts);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove(*path_);
+    std::filesystem::remove(*calib_);
     delete path_;
+    delete calib_;
   }
   static std::string* path_;
+  static std::string* calib_;
 };
 std::string* OffloadExact::path_ = nullptr;
+std::string* OffloadExact::calib_ = nullptr;
 
 TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
   std::shared_ptr<const GgufFile> file(GgufFile::open(*path_));
+  std::deque<std::string> policy_names;  // keeps the names the cases point at
   const RunResult ref = run_engine(file, 1, nullptr);
   struct Case { double rate; const char* cache; const char* policy; int threads; int io;
                 const char* prefetch; bool early; bool per_layer; };
@@ -86,7 +105,16 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
       {1.0, nullptr, "lfu", 2, 2, "lookahead", true, false},
   };
   ExpertStore probe(file->split_paths(), build_expert_index(*file));
-  for (const Case& c : cases) {
+  std::vector<Case> all(std::begin(cases), std::end(cases));
+  // Every policy the factory knows, each with its hooks live (placement, declined misses,
+  // sequence and prefill signals), at a budget that makes it evict and with both prefetch
+  // settings: none of it may change a bit of the output.
+  for (const std::string& name : eviction_policy_names()) {
+    policy_names.push_back(name);
+    all.push_back({0.45, nullptr, policy_names.back().c_str(), 2, 2, "lookahead", true, false});
+    all.push_back({0.75, nullptr, policy_names.back().c_str(), 1, 1, "none", false, true});
+  }
+  for (const Case& c : all) {
     OffloadOptions o;
     if (c.cache) {
       o.expert_cache = std::to_string(probe.slot_bytes() * 2 * (c.per_layer ? 4 : 1));
@@ -94,6 +122,7 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
       o.cache_rate = c.rate;
     }
     o.policy = c.policy;
+    if (eviction_policy_needs_calibration(c.policy)) o.policy_calib = *calib_;
     o.io_threads = c.io;
     o.prefetch = c.prefetch;
     o.no_early_preemption = !c.early;
@@ -109,6 +138,16 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
     const LayerOffloadStats t = st.total();
     EXPECT_GT(t.acquires, 0u);
     EXPECT_GT(t.bytes_read, 0u);
+    if (c.rate > 0 && c.rate < 0.9) {
+      EXPECT_GT(t.evictions + t.streamed, 0u);  // the budget was tight
+    }
+    const std::string pol = c.policy;
+    if (pol == "static" || pol == "daop") {
+      EXPECT_GT(t.placements, 0u);
+    }
+    if (pol == "daop") {
+      EXPECT_GT(t.streamed, 0u);
+    }
     if (std::string(c.prefetch) == "lookahead") {
       EXPECT_GT(t.prefetch_issued + t.prefetch_dropped + t.prefetch_too_late, 0u);
     } else {
@@ -129,6 +168,35 @@ TEST_F(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
   }
   o.expert_cache = "3 parsecs";
   EXPECT_THROW(make_offload(o, *file), Error);
+  // A placement policy without its calibration, or a calibration no policy reads, is refused
+  // naming the flag; a trace of another model's shape too.
+  o.expert_cache.clear();
+  o.cache_rate = 0.5;
+  for (const char* p : {"static", "daop"}) {
+    o.policy = p;
+    try {
+      make_offload(o, *file);
+      FAIL() << "expected an error for " << p;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--policy-calib"), std::string::npos) << e.what();
+    }
+  }
+  o.policy = "lru";
+  o.policy_calib = *calib_;
+  EXPECT_THROW(make_offload(o, *file), Error);
+  o.policy = "static";
+  EXPECT_NO_THROW(make_offload(o, *file));
+  o.policy_calib = MOEFLOW_SHARED_DATA "/traces/mixtral-8x7b-instruct_speculative-moe/analysis/deep_analysis/routing_raw.jsonl";
+  if (std::filesystem::exists(o.policy_calib)) {
+    try {
+      make_offload(o, *file);
+      FAIL() << "a 32-layer trace calibrated a tiny model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("32 layers"), std::string::npos) << e.what();
+    }
+  }
+  o.policy = "lru";
+  o.policy_calib.clear();
   o.expert_cache.clear();
   o.cache_rate = 1.5;
   EXPECT_THROW(make_offload(o, *file), Error);

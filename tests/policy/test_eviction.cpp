@@ -34,9 +34,17 @@ TEST(Factory, KnowsEveryPolicyAndRejectsUnknownNames) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lru"), std::string::npos) << e.what();  // lists known names
   }
-  // Placement policies need a calibration.
+  // Placement policies need a calibration, and say so.
   EXPECT_THROW(make_eviction_policy("static", opts(1, 4)), Error);
   EXPECT_THROW(make_eviction_policy("daop", opts(1, 4)), Error);
+  for (const std::string& n : names)
+    EXPECT_EQ(eviction_policy_needs_calibration(n), n == "static" || n == "daop") << n;
+  EXPECT_FALSE(eviction_policy_needs_calibration("fifo"));
+  // Only DAOP declines misses (the live cache then reserves transient slots).
+  auto o = opts(1, 4);
+  o.calib_counts = {4, 3, 2, 1};
+  for (const std::string& n : names)
+    EXPECT_EQ(make_eviction_policy(n, o)->admits_everything(), n != "daop") << n;
 }
 
 TEST(Lru, EvictsLeastRecentlyUsed) {
@@ -172,6 +180,11 @@ TEST(Daop, PlacementPerLayerTopKThenGlobalRemainder) {
   std::vector<ExpertKey> want = {{0, 0}, {1, 2}, {2, 3}, {1, 3}, {1, 1}};
   EXPECT_EQ(g, want);
   EXPECT_EQ(p->initial_residents(1, 2), layer_keys(1, {2, 3}));
+  // A layer the calibration never routed (dense, or not traced) gets no places.
+  auto o2 = opts(3, 4, /*top_k=*/1);
+  o2.calib_counts = {0, 0, 0, 0, 2, 3, 50, 40, 1, 0, 0, 4};
+  std::vector<ExpertKey> want2 = {{1, 2}, {2, 3}, {1, 3}};
+  EXPECT_EQ(make_eviction_policy("daop", o2)->initial_residents(-1, 3), want2);
   // Decode: misses are served without caching.
   EXPECT_FALSE(p->admit({0, 1}, 0));
 }

@@ -5,6 +5,7 @@
 // (ExpertCache + Prefetcher) implements the same interface over a RAM or VRAM budget.
 //
 // Call order for one MoE layer (the MoE block protocol, see docs/ARCHITECTURE.md):
+//   on_tokens_routed(l, ...)       every token's choice (counts, step length)
 //   on_route(l, chosen)            exact experts known: raise them to HIGH, drop stale LOW work
 //   residency(l, e) for each e     used to reorder: resident -> in flight -> not started
 //   acquire(l, e, p) ... release   blocks until the weights are usable; pinned in between
@@ -78,6 +79,14 @@ class ExpertProvider {
   // Step boundaries (one decode token or one prefill chunk).
   virtual void begin_step() {}
   virtual void end_step() {}
+
+  // A new sequence starts: the forward pass runs at position 0 (its begin_step follows).
+  virtual void begin_sequence() {}
+  // The router's choice for every token of the step at `layer`, just before on_route:
+  // n_tokens x top_k experts and gate weights, token-major. Caches count per-token uses here
+  // (a placement policy's prefill counts) and learn the step's length.
+  virtual void on_tokens_routed(int layer, int n_tokens, int top_k,
+                                std::span<const int32_t> experts, std::span<const float> weights) {}
 };
 
 }  // namespace moeflow

@@ -156,6 +156,7 @@ void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
   if (usage_) usage_->add(layer, counts);
 
   // 1. exact experts to the provider first, then the observer (its predictions are LOW).
+  provider.on_tokens_routed(layer, n, k, {experts_.data(), (size_t)n * k}, {weights_.data(), (size_t)n * k});
   if (mixed) {
     provider.on_route_mixed(layer, union_experts_, union_prec_);
   } else {
