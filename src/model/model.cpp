@@ -56,6 +56,18 @@ uint64_t Model::kv_bytes_per_token() const {
   return (uint64_t)hp_.n_layer * (uint64_t)(w.k + w.v) * sizeof(float);
 }
 
+uint64_t Model::kv_bytes_per_token_per_head() const {
+  uint64_t floats = 0;
+  for (const LayerSpec& s : specs_) {
+    const AttentionSpec& a = s.attn;
+    if (a.kind == AttentionKind::Mla)
+      floats += (uint64_t)a.params.n_head * (a.mla.nope + a.mla.rope + a.mla.head_dim_v);
+    else
+      floats += (uint64_t)(moeflow::kv_widths(a).k + moeflow::kv_widths(a).v);
+  }
+  return floats * sizeof(float);
+}
+
 uint64_t Model::active_expert_bytes_per_token() const {
   if (hp_.n_expert == 0) return 0;
   return total_expert_bytes() / hp_.n_expert * hp_.n_expert_used;

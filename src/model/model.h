@@ -52,6 +52,9 @@ class Model {
   KvWidths kv_widths() const;
   // KV cache bytes one position takes over all layers.
   uint64_t kv_bytes_per_token() const;
+  // What a cache of every head's keys and values would take per position (the same as
+  // kv_bytes_per_token for GQA; multi-head latent attention keeps only its latent).
+  uint64_t kv_bytes_per_token_per_head() const;
 
  private:
   const GgufFile& file_;

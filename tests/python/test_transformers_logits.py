@@ -20,16 +20,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
-
 import oracle_models as om  # noqa: E402
+
+torch = om.require("torch")
+om.require("transformers")
+om.require("gguf")
 from hf_to_gguf import convert_model  # noqa: E402
 
 BIN = om.moeflow_binary()
 if BIN is None or not om.moeflow_has_command(BIN, "eval"):
-    pytest.skip("moeflow binary with the eval command not available", allow_module_level=True)
+    om.oracle_unavailable("moeflow binary with the eval command not available")
 
 N_PROMPT, N_GREEDY, TOL = 32, 16, 1e-3
 
