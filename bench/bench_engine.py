@@ -3,7 +3,11 @@
 
 Model: a Mixtral-8x7B-shaped model (real 8x7b layer shape: n_embd 4096, 8 experts of 14336, top-2,
 32 heads / 8 KV heads, vocab 32000) with only --layers layers (default 4, ~3.4 GB in Q4_K),
-written by `moeflow gen-model` and cached in /tmp.
+written by `moeflow gen-model` and cached in /tmp. --arch deepseek2: DeepSeek-V2-Lite's shape
+instead (n_embd 2048, MLA with kv_lora_rank 512 over 16 heads, a leading dense layer of 10944,
+64 experts of 1408 top-6 + 2 shared, vocab 102400, YaRN), --layers layers (1 dense + the rest
+MoE); the KV cache bytes per token (MLA's latent vs every head's keys and values) are reported
+from `moeflow bench --json`.
 
 Per rep (interleaved, the order alternating between reps so drift hits both sides alike):
   moeflow : `moeflow bench -m M -p P -n N --reps 1 --json -t T` (fresh process)
@@ -24,9 +28,9 @@ prefill (512 tokens) >= 0.8x llama.cpp.
 With --baseline OLD/moeflow an older moeflow binary runs in the same rotation (A/B of a change:
 a restructuring must stay within 3% of the old binary on decode and prefill).
 
-usage: bench/bench_engine.py [--model M.gguf | --layers 4 --type Q4_K] [--moeflow build/moeflow]
-                             [--baseline OLD/moeflow] [-p 512] [-n 32] [-t 2] [--reps 3]
-                             [--out F.json] [--report F.md]
+usage: bench/bench_engine.py [--model M.gguf | --arch mixtral|deepseek2 --layers 4 --type Q4_K]
+                             [--moeflow build/moeflow] [--baseline OLD/moeflow]
+                             [-p 512] [-n 32] [-t 2] [--reps 3] [--out F.json] [--report F.md]
 One JSON object on stdout (and --out); a markdown table on stderr (and --report).
 """
 from __future__ import annotations
@@ -92,11 +96,12 @@ def run_json(cmd: list[str], timeout: float | None = None) -> dict:
 def ensure_model(a) -> str:
     if a.model:
         return a.model
-    path = f"/tmp/moeflow_bench_mixtral_{a.layers}l_{a.type.lower().replace('_', '')}.gguf"
+    preset = {"mixtral": "8x7b", "deepseek2": "v2-lite"}[a.arch]
+    path = f"/tmp/moeflow_bench_{a.arch}_{a.layers}l_{a.type.lower().replace('_', '')}.gguf"
     if not os.path.exists(path):
         tmp = f"{path}.part{os.getpid()}"
         print(f"generating {path} (once; cached) ...", file=sys.stderr)
-        subprocess.run([a.moeflow, "gen-model", "--arch", "mixtral", "--preset", "8x7b", "--layers",
+        subprocess.run([a.moeflow, "gen-model", "--arch", a.arch, "--preset", preset, "--layers",
                         str(a.layers), "--type", a.type, "-q", "-t", str(a.threads), "-o", tmp],
                        check=True, stdout=subprocess.DEVNULL)
         os.replace(tmp, path)
@@ -167,6 +172,8 @@ def main():
     ap.add_argument("--moeflow", default=os.path.join(ROOT, "build", "moeflow"))
     ap.add_argument("--membw-bin", default=os.path.join(ROOT, "build", "bench", "bench_micro"))
     ap.add_argument("--model")
+    ap.add_argument("--arch", choices=("mixtral", "deepseek2"), default="mixtral",
+                    help="gen-model shape: Mixtral-8x7B or DeepSeek-V2-Lite layers")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--type", default="Q4_K")
     ap.add_argument("-p", type=int, default=512, help="prompt tokens")
@@ -188,7 +195,7 @@ def main():
     info = model_bytes(model)
     load0 = loadavg()
     bw0 = membw(a)
-    runs = []
+    runs, kv = [], {}
     engines = ["moeflow"] + (["baseline"] if a.baseline else []) + ([] if a.no_llama else ["llama.cpp"])
     for rep in range(a.reps):
         # Rotate the order so that drift and warm caches hit every engine alike.
@@ -201,6 +208,8 @@ def main():
             else:
                 r = run_json([sys.executable, os.path.abspath(__file__), "--llama-worker", model,
                               str(a.p), str(a.n), str(a.threads)])
+            if eng == "moeflow":
+                kv = {k: r[k] for k in ("kv_bytes_per_token", "kv_bytes_per_token_per_head") if k in r}
             r = {"engine": eng, "rep": rep, "prefill_tps": r.get("prefill_tps", 0.0),
                  "decode_tps": r.get("decode_tps", 0.0),
                  **({"simd": r["simd"], "threads": r["threads"]} if eng != "llama.cpp" else
@@ -221,7 +230,8 @@ def main():
     res = {"moeflow_commit": git, "model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
            "reps": a.reps, "cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": loadavg(),
-           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "runs": runs, "engines": {}}
+           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "kv_cache": kv, "runs": runs,
+           "engines": {}}
     for eng in ("moeflow", "baseline", "llama.cpp"):
         d = med(eng, "decode_tps")
         if d is None:
@@ -273,6 +283,11 @@ def main():
     lines.append("")
     for k, v in targets.items():
         lines.append(f"- {k}: {v['value']:.3f} -> {'met' if v['met'] else 'NOT met'}")
+    if kv.get("kv_bytes_per_token"):
+        kt, kh = kv["kv_bytes_per_token"], kv.get("kv_bytes_per_token_per_head", 0)
+        lines.append(f"- KV cache: {kt} bytes/token over {info['n_layer']} layers "
+                     f"({kt // max(1, info['n_layer'])} per layer); every head's keys and values "
+                     f"would take {kh} ({kh / kt:.2f}x)")
     md = "\n".join(lines) + "\n"
     print(md, file=sys.stderr)
     if a.report:

@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Convert a transformers MoE model (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) to GGUF.
+"""Convert a transformers MoE model (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
+GLM-4.5) to GGUF.
 
 An independent converter (written for moeflow, on the `gguf` python package) that lays out
 tensors and metadata the way llama.cpp expects them, so the same file can be run by moeflow,
 by llama.cpp and compared against transformers itself.
 
-  python tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--outtype f32|f16]
+  python tools/hf_to_gguf.py MODEL_DIR OUT.gguf [--outtype f32|f16] [--mla-kv-b] [--mtp N]
 
 As a library: convert_model(model, path, outtype) takes an in-memory *ForCausalLM.
+
+DeepSeek (GGUF arch "deepseek2") is written as current llama.cpp converters write it: one kv
+head of kv_lora_rank + rope dims (key_length / value_length), the per-head sizes in
+key_length_mla / value_length_mla, and kv_b_proj split into attn_k_b (each head's key block
+transposed) and attn_v_b; --mla-kv-b writes the older layout (attn_kv_b, per-head sizes in
+key_length / value_length). GLM-4.5 ("glm4moe") files can carry --mtp N next-token-prediction
+blocks after the trunk (random weights, as a real checkpoint's would be unused by generation).
 """
 from __future__ import annotations
 
@@ -24,7 +32,11 @@ ARCHS = {
     "qwen2_moe": ("qwen2moe", False, False),
     "qwen3_moe": ("qwen3moe", True, False),
     "olmoe": ("olmoe", False, False),
+    "deepseek_v2": ("deepseek2", False, False),
+    "deepseek_v3": ("deepseek2", False, False),
+    "glm4_moe": ("glm4moe", False, False),
 }
+LLAMA_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
 # Kept F32 in F16 files, as llama.cpp keeps them: routers decide discrete choices.
 F32_ALWAYS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
@@ -94,11 +106,257 @@ def _experts(sd, prefix: str, n_expert: int, n_ff: int):
     return np.stack(gate), np.stack(up), np.stack(down)
 
 
-def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
-    """sd: name -> float numpy array (HF names). Writes GGUF to `path`."""
+def _write_synth_vocab(w, n_vocab: int) -> None:
+    toks, scores, types = synth_vocab(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def _putter(w, outtype: str):
+    def put(name: str, a: np.ndarray) -> None:
+        a = np.ascontiguousarray(a)
+        if stored_as_f16(name, a.ndim, outtype):
+            w.add_tensor(name, a.astype(np.float16))
+        else:
+            w.add_tensor(name, a.astype(np.float32))
+    return put
+
+
+def _finish(w) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _rope_params(cfg) -> dict:
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict):
+        return rp
+    return dict(getattr(cfg, "rope_scaling", None) or {})
+
+
+def _write_rope_scaling(w, cfg) -> None:
+    """rope.scaling.* as llama.cpp's converter writes them (YaRN only here)."""
+    rp = _rope_params(cfg)
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind in (None, "default"):
+        return
+    if kind != "yarn":
+        raise ValueError(f"rope type '{kind}' is not supported by this converter")
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(float(rp["factor"]))
+    w.add_rope_scaling_orig_ctx_len(int(rp["original_max_position_embeddings"]))
+    if rp.get("beta_fast") is not None:
+        w.add_rope_scaling_yarn_beta_fast(float(rp["beta_fast"]))
+    if rp.get("beta_slow") is not None:
+        w.add_rope_scaling_yarn_beta_slow(float(rp["beta_slow"]))
+
+
+def _moe_common(w, cfg, n_ff_exp: int) -> None:
+    """The DeepSeek-style MoE keys both deepseek2 and glm4moe have."""
+    w.add_expert_count(cfg.n_routed_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_count(cfg.n_shared_experts)
+    w.add_leading_dense_block_count(cfg.first_k_dense_replace)
+    if _cfg(cfg, "routed_scaling_factor") is not None:
+        w.add_expert_weights_scale(float(cfg.routed_scaling_factor))
+    if _cfg(cfg, "n_group") is not None:
+        w.add_expert_group_count(int(cfg.n_group))
+    if _cfg(cfg, "topk_group") is not None:
+        w.add_expert_group_used_count(int(cfg.topk_group))
+
+
+def _put_ffn(put, sd, hp: str, b: str, cfg, n_ff_exp: int) -> None:
+    """Dense FFN or routed experts (+ selection bias) and shared experts of one layer."""
+    mp = hp + "mlp."
+    if mp + "gate.weight" not in sd:
+        put(b + "ffn_gate.weight", sd[mp + "gate_proj.weight"])
+        put(b + "ffn_up.weight", sd[mp + "up_proj.weight"])
+        put(b + "ffn_down.weight", sd[mp + "down_proj.weight"])
+        return
+    put(b + "ffn_gate_inp.weight", sd[mp + "gate.weight"])
+    if mp + "gate.e_score_correction_bias" in sd:
+        put(b + "exp_probs_b.bias", sd[mp + "gate.e_score_correction_bias"])
+    gate, up, down = _experts(sd, mp, cfg.n_routed_experts, n_ff_exp)
+    put(b + "ffn_gate_exps.weight", gate)
+    put(b + "ffn_up_exps.weight", up)
+    put(b + "ffn_down_exps.weight", down)
+    if cfg.n_shared_experts:
+        put(b + "ffn_gate_shexp.weight", sd[mp + "shared_experts.gate_proj.weight"])
+        put(b + "ffn_up_shexp.weight", sd[mp + "shared_experts.up_proj.weight"])
+        put(b + "ffn_down_shexp.weight", sd[mp + "shared_experts.down_proj.weight"])
+
+
+def convert_deepseek(cfg, sd: dict, path: str, outtype: str = "f32", kv_b: bool = False) -> None:
+    """DeepSeek-V2/V3 (transformers deepseek_v2 / deepseek_v3) -> GGUF arch "deepseek2"."""
+    n_head, n_layer = cfg.num_attention_heads, cfg.num_hidden_layers
+    nope, rope, dv, kvr = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    w = gguf.GGUFWriter(path, "deepseek2")
+    w.add_name(f"hf-converted {cfg.model_type}")
+    w.add_file_type(1 if outtype == "f16" else 0)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(n_head)
+    if kv_b:  # the layout of files converted before attn_kv_b was split
+        w.add_head_count_kv(n_head)
+        w.add_key_length(nope + rope)
+        w.add_value_length(dv)
+    else:  # MLA as MQA: one kv head of the latent + the rotary key
+        w.add_head_count_kv(1)
+        w.add_key_length(kvr + rope)
+        w.add_value_length(kvr)
+        w.add_key_length_mla(nope + rope)
+        w.add_value_length_mla(dv)
+    if cfg.q_lora_rank is not None:
+        w.add_q_lora_rank(cfg.q_lora_rank)
+    w.add_kv_lora_rank(kvr)
+    w.add_rope_dimension_count(rope)
+    w.add_rope_freq_base(_rope_theta(cfg))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    _moe_common(w, cfg, cfg.moe_intermediate_size)
+    if _cfg(cfg, "norm_topk_prob") and cfg.model_type == "deepseek_v3":
+        w.add_expert_weights_norm(True)  # V2's router never renormalises
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if cfg.model_type == "deepseek_v3"
+                             else gguf.ExpertGatingFuncType.SOFTMAX)
+    if cfg.model_type == "deepseek_v2" and _cfg(cfg, "topk_method") not in ("greedy", "group_limited_greedy"):
+        raise ValueError(f"deepseek_v2: topk_method {cfg.topk_method!r} is not supported")
+    if cfg.model_type == "deepseek_v2" and cfg.topk_method == "greedy":
+        w.add_expert_group_count(1)  # n_group is only used by group_limited_greedy
+        w.add_expert_group_used_count(1)
+    _write_rope_scaling(w, cfg)
+    rp = _rope_params(cfg)
+    if rp.get("mscale_all_dim") is not None:
+        # llama.cpp's (legacy) convention: 0.1 * mscale_all_dim under this name.
+        w.add_rope_scaling_yarn_log_mul(0.1 * float(rp["mscale_all_dim"]))
+    _write_synth_vocab(w, cfg.vocab_size)
+
+    put = _putter(w, outtype)
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    for l in range(n_layer):
+        hp, b = f"model.layers.{l}.", f"blk.{l}."
+        a = hp + "self_attn."
+        put(b + "attn_norm.weight", sd[hp + "input_layernorm.weight"])
+        if cfg.q_lora_rank is None:
+            put(b + "attn_q.weight", sd[a + "q_proj.weight"])
+        else:
+            put(b + "attn_q_a.weight", sd[a + "q_a_proj.weight"])
+            put(b + "attn_q_a_norm.weight", sd[a + "q_a_layernorm.weight"])
+            put(b + "attn_q_b.weight", sd[a + "q_b_proj.weight"])
+        put(b + "attn_kv_a_mqa.weight", sd[a + "kv_a_proj_with_mqa.weight"])
+        put(b + "attn_kv_a_norm.weight", sd[a + "kv_a_layernorm.weight"])
+        kvb = sd[a + "kv_b_proj.weight"]  # [n_head * (nope + dv)][kv_lora]
+        if kv_b:
+            put(b + "attn_kv_b.weight", kvb)
+        else:
+            per_head = kvb.reshape(n_head, nope + dv, kvr)
+            put(b + "attn_k_b.weight", per_head[:, :nope, :].transpose(0, 2, 1))  # [h][kv_lora][nope]
+            put(b + "attn_v_b.weight", per_head[:, nope:, :])                     # [h][dv][kv_lora]
+        put(b + "attn_output.weight", sd[a + "o_proj.weight"])
+        put(b + "ffn_norm.weight", sd[hp + "post_attention_layernorm.weight"])
+        _put_ffn(put, sd, hp, b, cfg, cfg.moe_intermediate_size)
+    put("output_norm.weight", sd["model.norm.weight"])
+    lm = sd.get("lm_head.weight")
+    put("output.weight", lm if lm is not None else sd["model.embed_tokens.weight"])
+    _finish(w)
+
+
+def convert_glm4moe(cfg, sd: dict, path: str, outtype: str = "f32", mtp: int = 0, seed: int = 0) -> None:
+    """GLM-4.5 (transformers glm4_moe) -> GGUF arch "glm4moe", with `mtp` random
+    next-token-prediction blocks after the trunk as llama.cpp's converter stores real ones."""
+    n_head, n_layer = cfg.num_attention_heads, cfg.num_hidden_layers
+    n_head_kv = cfg.num_key_value_heads
+    head_dim = _cfg(cfg, "head_dim", default=cfg.hidden_size // n_head)
+    partial = _rope_params(cfg).get("partial_rotary_factor", _cfg(cfg, "partial_rotary_factor", default=0.5))
+    w = gguf.GGUFWriter(path, "glm4moe")
+    w.add_name("hf-converted glm4_moe")
+    w.add_file_type(1 if outtype == "f16" else 0)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(n_layer + mtp)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(int(head_dim * partial))
+    w.add_rope_freq_base(_rope_theta(cfg))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    _moe_common(w, cfg, cfg.moe_intermediate_size)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if _cfg(cfg, "norm_topk_prob") is not None:
+        w.add_expert_weights_norm(bool(cfg.norm_topk_prob))
+    if mtp:
+        w.add_nextn_predict_layers(mtp)
+    _write_rope_scaling(w, cfg)
+    _write_synth_vocab(w, cfg.vocab_size)
+
+    put = _putter(w, outtype)
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    for l in range(n_layer):
+        for name, a in _glm4moe_layer(sd, cfg, l):
+            put(f"blk.{l}." + name, a)
+    # MTP blocks: a full MoE layer (the last layer's tensors, redrawn) plus the nextn ones.
+    rng = np.random.default_rng(seed + 12345)
+    e = cfg.hidden_size
+    for k in range(mtp):
+        b = f"blk.{n_layer + k}."
+        extra = [("nextn.eh_proj.weight", np.zeros((e, 2 * e))), ("nextn.enorm.weight", np.zeros(e)),
+                 ("nextn.hnorm.weight", np.zeros(e)), ("nextn.shared_head_norm.weight", np.zeros(e))]
+        for name, a in list(_glm4moe_layer(sd, cfg, n_layer - 1)) + extra:
+            v = rng.standard_normal(a.shape) / np.sqrt(a.shape[-1]) if a.ndim >= 2 else 1 + 0.1 * rng.standard_normal(a.shape)
+            put(b + name, v)
+    put("output_norm.weight", sd["model.norm.weight"])
+    lm = sd.get("lm_head.weight")
+    put("output.weight", lm if lm is not None else sd["model.embed_tokens.weight"])
+    _finish(w)
+
+
+def _glm4moe_layer(sd, cfg, l: int):
+    """(GGUF name without blk.N., array) of one GLM-4.5 layer."""
+    out = []
+    hp = f"model.layers.{l}."
+    a = hp + "self_attn."
+
+    def put(name, arr):
+        out.append((name, arr))
+
+    put("attn_norm.weight", sd[hp + "input_layernorm.weight"])
+    for t in ("q", "k", "v"):
+        put(f"attn_{t}.weight", sd[a + f"{t}_proj.weight"])
+        if a + f"{t}_proj.bias" in sd:
+            put(f"attn_{t}.bias", sd[a + f"{t}_proj.bias"])
+    if a + "q_norm.weight" in sd:
+        put("attn_q_norm.weight", sd[a + "q_norm.weight"])
+        put("attn_k_norm.weight", sd[a + "k_norm.weight"])
+    put("attn_output.weight", sd[a + "o_proj.weight"])
+    put("post_attention_norm.weight", sd[hp + "post_attention_layernorm.weight"])
+    _put_ffn(put, sd, hp, "", cfg, cfg.moe_intermediate_size)
+    return out
+
+
+def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -> None:
+    """sd: name -> float numpy array (HF names). Writes GGUF to `path`. opts: kv_b (DeepSeek's
+    older attn_kv_b layout), mtp (GLM-4.5 next-token-prediction blocks)."""
     mt = cfg.model_type
     if mt not in ARCHS:
         raise ValueError(f"unsupported model_type '{mt}' (supported: {', '.join(ARCHS)})")
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        return convert_deepseek(cfg, sd, path, outtype, kv_b=opts.get("kv_b", False))
+    if mt == "glm4_moe":
+        return convert_glm4moe(cfg, sd, path, outtype, mtp=opts.get("mtp", 0))
     arch, renorm, permute = ARCHS[mt]
     norm_topk = bool(_cfg(cfg, "norm_topk_prob", default=(mt == "mixtral")))
     if mt != "mixtral" and norm_topk != renorm:
@@ -143,23 +401,8 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
     if mt == "qwen2_moe":
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
 
-    toks, scores, types = synth_vocab(n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(toks)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-
-    def put(name: str, a: np.ndarray) -> None:
-        a = np.ascontiguousarray(a)
-        if stored_as_f16(name, a.ndim, outtype):
-            w.add_tensor(name, a.astype(np.float16))
-        else:
-            w.add_tensor(name, a.astype(np.float32))
+    _write_synth_vocab(w, n_vocab)
+    put = _putter(w, outtype)
 
     put("token_embd.weight", sd["model.embed_tokens.weight"])
     for l in range(n_layer):
@@ -196,16 +439,12 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
     put("output_norm.weight", sd["model.norm.weight"])
     lm = sd.get("lm_head.weight")
     put("output.weight", lm if lm is not None else sd["model.embed_tokens.weight"])
-
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w)
 
 
-def convert_model(model, path: str, outtype: str = "f32") -> None:
+def convert_model(model, path: str, outtype: str = "f32", **opts) -> None:
     sd = {k: v.detach().to("cpu").double().numpy() for k, v in model.state_dict().items()}
-    convert_state_dict(model.config, sd, path, outtype)
+    convert_state_dict(model.config, sd, path, outtype, **opts)
 
 
 def main(argv=None) -> int:
@@ -213,12 +452,14 @@ def main(argv=None) -> int:
     ap.add_argument("model_dir", help="transformers model directory (config.json + weights)")
     ap.add_argument("out", help="output .gguf path")
     ap.add_argument("--outtype", choices=("f32", "f16"), default="f32")
+    ap.add_argument("--mla-kv-b", action="store_true", help="DeepSeek: the older attn_kv_b layout")
+    ap.add_argument("--mtp", type=int, default=0, help="GLM-4.5: next-token-prediction blocks to append")
     args = ap.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
     try:
-        convert_model(model, args.out, args.outtype)
+        convert_model(model, args.out, args.outtype, kv_b=args.mla_kv_b, mtp=args.mtp)
     except (ValueError, KeyError) as e:
         print(f"hf_to_gguf: {args.model_dir}: {e}", file=sys.stderr)
         return 1

@@ -89,6 +89,8 @@ int run_bench(const BenchArgs& a) {
     j["expert_bytes"] = eng.model().total_expert_bytes();
     j["active_expert_bytes_per_token"] = eng.model().active_expert_bytes_per_token();
     j["non_expert_bytes"] = eng.model().weights().non_expert_bytes;
+    j["kv_bytes_per_token"] = eng.model().kv_bytes_per_token();
+    j["kv_bytes_per_token_per_head"] = eng.model().kv_bytes_per_token_per_head();
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
     std::printf("%s\n", j.dump().c_str());
   } else {

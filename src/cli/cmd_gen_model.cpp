@@ -117,7 +117,7 @@ int run_gen_model(const GenArgs& a) {
 const bool registered_gen_model = register_command(
     "gen-model", "Write a random-weight GGUF of a real MoE architecture", [](CLI::App& sub) {
       auto a = std::make_shared<GenArgs>();
-      sub.add_option("--arch", a->arch, "mixtral | qwen2moe | qwen3moe | olmoe")->required();
+      sub.add_option("--arch", a->arch, "mixtral | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe")->required();
       sub.add_option("--preset", a->preset,
                      "tiny | small | 8x7b (mixtral) | a2.7b (qwen2moe) | 30b-a3b (qwen3moe) | 1b-7b (olmoe)");
       sub.add_option("-o,--output", a->out, "output GGUF path")->required();

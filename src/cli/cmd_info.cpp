@@ -12,6 +12,7 @@
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_selftest.h"
+#include "model/model.h"
 
 namespace moeflow::cli {
 namespace {
@@ -120,6 +121,17 @@ int run_info(const InfoOptions& o) {
         hparams.push_back(&kv);
   uint64_t total_size = 0;
   for (uint32_t s = 0; s < f->split_paths().size(); ++s) total_size += f->file_size(s);
+  // The KV cache a run would keep, when moeflow can load the model (info also inspects files
+  // it cannot run).
+  uint64_t kv_token = 0, kv_token_per_head = 0;
+  std::string load_error;
+  try {
+    Model m(*f);
+    kv_token = m.kv_bytes_per_token();
+    kv_token_per_head = m.kv_bytes_per_token_per_head();
+  } catch (const Error& e) {
+    load_error = e.what();
+  }
 
   if (o.json) {
     ojson j;
@@ -144,6 +156,12 @@ int run_info(const InfoOptions& o) {
     j["moe_layers"] = moe_layers;
     j["n_layers"] = idx.n_layers;
     j["max_experts"] = max_experts;
+    if (load_error.empty()) {
+      j["kv_bytes_per_token"] = kv_token;
+      j["kv_bytes_per_token_per_head"] = kv_token_per_head;
+    } else {
+      j["load_error"] = load_error;
+    }
     if (o.tensors) {
       ojson ts = ojson::array();
       for (const auto& t : f->tensors()) {
@@ -177,6 +195,11 @@ int run_info(const InfoOptions& o) {
   std::printf("experts:      %s in %d MoE layer(s) of %d (up to %d experts each)\n",
               human_bytes(expert_bytes).c_str(), moe_layers, idx.n_layers, max_experts);
   std::printf("other:        %s\n", human_bytes(tensor_bytes - expert_bytes).c_str());
+  if (load_error.empty())
+    std::printf("kv cache:     %s per token (%s with every head's keys and values)\n",
+                human_bytes(kv_token).c_str(), human_bytes(kv_token_per_head).c_str());
+  else
+    std::printf("model:        not loadable: %s\n", load_error.c_str());
   if (o.tensors) {
     std::printf("\n%-48s %-8s %-28s %14s %14s\n", "name", "type", "dims", "offset", "bytes");
     for (const auto& t : f->tensors()) {

@@ -131,6 +131,12 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
         fail("{}: metadata key '{}' = {} is out of range", f.path(), key, n_layers);
       if (max_layer >= n_layers)
         fail("{}: tensor of layer {} but '{}' = {}", f.path(), max_layer, key, n_layers);
+      // Next-token-prediction blocks come after the trunk and are counted in block_count;
+      // their experts are never run, so they are not experts of the model.
+      const int64_t nextn = f.get_int(arch->s + ".nextn_predict_layers", 0);
+      if (nextn < 0 || nextn >= n_layers)
+        fail("{}: metadata key '{}.nextn_predict_layers' = {} is out of range", f.path(), arch->s, nextn);
+      n_layers -= nextn;
     }
   }
 
@@ -139,7 +145,7 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
   idx.layers.resize(static_cast<size_t>(n_layers));
   for (int l = 0; l < idx.n_layers; ++l) idx.layers[static_cast<size_t>(l)].layer = l;
   for (const auto& [layer, lt] : found)
-    idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt, suffix);
+    if (layer < n_layers) idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt, suffix);
   return idx;
 }
 

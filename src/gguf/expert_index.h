@@ -44,7 +44,8 @@ struct ExpertIndex {
 // Builds the index from tensor names "blk.N.ffn_{gate,up,down,gate_up}_exps.<suffix>": the
 // model's own experts use "weight"; `moeflow pack --low` stores low-precision copies of them
 // as "low" (docs/lossy-modes.md). A file without tensors of that suffix gives an index whose
-// layers all have n_expert == 0.
+// layers all have n_expert == 0. Next-token-prediction blocks (<arch>.nextn_predict_layers,
+// stored after the trunk) are left out: n_layers is the trunk's.
 ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix = "weight");
 
 }  // namespace moeflow

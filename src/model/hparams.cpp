@@ -1,5 +1,7 @@
 #include "model/hparams.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "model/arch/arch.h"
@@ -14,6 +16,68 @@ int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string&
   return v;
 }
 
+int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& key, int64_t fallback) {
+  const std::string full = hp.arch_name + "." + key;
+  const int64_t v = fallback < 0 ? f.get_int(full) : f.get_int(full, fallback);
+  if (v < 0 || v > (int64_t(1) << 31)) fail("{}: metadata '{}' = {} is out of range", f.path(), full, v);
+  return v;
+}
+
+void load_rope_scaling(const GgufFile& f, HParams& hp) {
+  const std::string p = hp.arch_name + ".";
+  RopeScaling& r = hp.rope_scaling;
+  const std::string type = f.has(p + "rope.scaling.type") ? f.get_string(p + "rope.scaling.type") : "linear";
+  double factor = f.get_float(p + "rope.scaling.factor", 0.0);
+  if (factor == 0.0) factor = f.get_float(p + "rope.scale_linear", 0.0);
+  if (type == "none") {
+    r.type = RopeScaling::Type::None;
+  } else if (type == "linear") {
+    r.type = RopeScaling::Type::Linear;
+  } else if (type == "yarn") {
+    r.type = RopeScaling::Type::Yarn;
+  } else {
+    fail("{}: {}rope.scaling.type '{}' is not supported (none, linear, yarn)", f.path(), p, type);
+  }
+  // llama.cpp: no type means linear, and an absent or zero factor means no scaling.
+  r.factor = factor == 0.0 ? 1.0f : (float)factor;
+  if (r.type != RopeScaling::Type::None && !(r.factor >= 1.0f))
+    fail("{}: {}rope.scaling.factor = {} must be at least 1", f.path(), p, r.factor);
+  r.n_ctx_orig = f.get_int(p + "rope.scaling.original_context_length", hp.n_ctx_train);
+  if (r.type == RopeScaling::Type::Yarn && r.n_ctx_orig <= 0)
+    fail("{}: YaRN needs {}rope.scaling.original_context_length > 0", f.path(), p);
+  r.attn_factor = (float)f.get_float(p + "rope.scaling.attn_factor", 1.0);
+  r.beta_fast = (float)f.get_float(p + "rope.scaling.yarn_beta_fast", 32.0);
+  r.beta_slow = (float)f.get_float(p + "rope.scaling.yarn_beta_slow", 1.0);
+  // Converters store 0.1 * mscale_all_dim under this name (llama.cpp undoes the 0.1 the same way).
+  r.yarn_log_mul = (float)(f.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1);
+  if (!(r.attn_factor > 0) || !(r.beta_fast > 0) || !(r.beta_slow > 0) || !std::isfinite(r.yarn_log_mul))
+    fail("{}: {}rope.scaling attn_factor / yarn_beta_fast / yarn_beta_slow must be positive", f.path(), p);
+}
+
+void load_moe_routing(const GgufFile& f, HParams& hp, MoeRouting::Gating default_gating) {
+  const std::string p = hp.arch_name + ".";
+  MoeRouting& r = hp.routing;
+  const int64_t g = f.get_int(p + "expert_gating_func", 0);
+  if (g == 0)
+    r.gating = default_gating;
+  else if (g == (int)MoeRouting::Gating::Softmax || g == (int)MoeRouting::Gating::Sigmoid)
+    r.gating = (MoeRouting::Gating)g;
+  else
+    fail("{}: {}expert_gating_func = {} is not supported (1 softmax, 2 sigmoid)", f.path(), p, g);
+  const double scale = f.get_float(p + "expert_weights_scale", 0.0);
+  if (!(scale >= 0) || !std::isfinite(scale))
+    fail("{}: {}expert_weights_scale = {} must be a non-negative number", f.path(), p, scale);
+  r.weights_scale = scale == 0.0 ? 1.0f : (float)scale;
+  r.n_group = (int)hparam_count(f, hp, "expert_group_count", 1);
+  r.n_group_used = (int)hparam_count(f, hp, "expert_group_used_count", r.n_group);
+  if (r.n_group == 0) r.n_group = 1;
+  if (r.n_group_used == 0) r.n_group_used = r.n_group;
+  if (r.n_group > 1 && (hp.n_expert % r.n_group != 0 || r.n_group_used > r.n_group ||
+                        hp.n_expert_used > r.n_group_used * (hp.n_expert / r.n_group)))
+    fail("{}: {}expert_group_count = {} / expert_group_used_count = {} do not fit {} experts, "
+         "top-{}", f.path(), p, r.n_group, r.n_group_used, hp.n_expert, hp.n_expert_used);
+}
+
 HParams load_hparams(const GgufFile& f) {
   HParams hp;
   hp.arch_name = f.get_string("general.architecture");
@@ -21,6 +85,13 @@ HParams load_hparams(const GgufFile& f) {
   const std::string p = hp.arch_name + ".";
   hp.n_embd = hparam_positive(f, hp, "embedding_length");
   hp.n_layer = (int)hparam_positive(f, hp, "block_count");
+  // Next-token-prediction (MTP) blocks are stored after the trunk and counted in block_count;
+  // generation does not run them.
+  hp.n_layer_nextn = (int)hparam_count(f, hp, "nextn_predict_layers", 0);
+  if (hp.n_layer_nextn >= hp.n_layer)
+    fail("{}: {}nextn_predict_layers = {} leaves no layers of block_count = {}", f.path(), p,
+         hp.n_layer_nextn, hp.n_layer);
+  hp.n_layer -= hp.n_layer_nextn;
   hp.n_head = (int)hparam_positive(f, hp, "attention.head_count");
   hp.n_head_kv = (int)hparam_positive(f, hp, "attention.head_count_kv", hp.n_head);
   if (hp.n_head % hp.n_head_kv != 0)

@@ -10,6 +10,37 @@ namespace moeflow {
 class GgufFile;
 struct ArchDef;
 
+// Router settings from <arch>.expert_* keys (llama.cpp names), for the architectures that have
+// them; RoutingSpec is filled from these.
+struct MoeRouting {
+  enum class Gating : uint8_t { Softmax = 1, Sigmoid = 2 };  // llama.cpp's expert_gating_func
+  Gating gating = Gating::Softmax;
+  float weights_scale = 1.0f;  // expert_weights_scale (routed scaling factor)
+  int n_group = 1;             // expert_group_count
+  int n_group_used = 1;        // expert_group_used_count
+};
+
+// <arch>.rope.scaling.* (llama.cpp names).
+struct RopeScaling {
+  enum class Type : uint8_t { None, Linear, Yarn };
+  Type type = Type::None;
+  float factor = 1.0f;          // context extension factor (freq_scale = 1 / factor)
+  int64_t n_ctx_orig = 0;       // original_context_length
+  float attn_factor = 1.0f;     // rope.scaling.attn_factor
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  float yarn_log_mul = 0.0f;    // DeepSeek's mscale_all_dim (the stored 0.1 * it, undone)
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): per-head sizes of the decompressed
+// attention and the ranks of the low-rank projections.
+struct MlaDims {
+  int64_t q_lora_rank = 0;   // 0: q is one projection (attn_q)
+  int64_t kv_lora_rank = 0;  // the compressed latent the KV cache holds
+  int64_t head_dim_k = 0;    // nope + rope dims of each q/k head
+  int64_t head_dim_v = 0;    // value dims of each head
+  bool split_kv_b = true;    // attn_k_b/attn_v_b (current converters) or one attn_kv_b (older)
+};
+
 struct HParams {
   std::string arch_name;
   const ArchDef* arch = nullptr;
@@ -30,6 +61,13 @@ struct HParams {
   int64_t n_ff_exp = 0;    // routed expert FFN size
   int64_t n_ff_shexp = 0;  // shared expert FFN size
   bool norm_topk = false;
+  // Read by the architectures that have them (DeepSeek, GLM), zero / defaults otherwise.
+  int n_layer_dense_lead = 0;  // leading_dense_block_count: layers 0.. run a dense FFN
+  int n_expert_shared = 0;     // expert_shared_count (shared FFN = n_expert_shared * n_ff_exp)
+  int n_layer_nextn = 0;       // nextn_predict_layers: MTP blocks after the trunk, not run
+  MoeRouting routing;
+  RopeScaling rope_scaling;
+  MlaDims mla;
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t k_dim() const { return n_head_kv * head_dim; }
@@ -45,5 +83,15 @@ HParams load_hparams(const GgufFile& f);
 // `fallback` when absent (fallback < 0: required).
 int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string& key,
                         int64_t fallback = -1);
+// "<arch>.<key>" as an integer in [0, 2^31], `fallback` when absent (fallback < 0: required).
+int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& key, int64_t fallback);
+
+// Shared readers for the architectures that have these keys (llama.cpp names and defaults).
+// rope.scaling.{type,factor,original_context_length,attn_factor,yarn_beta_fast,yarn_beta_slow,
+// yarn_log_multiplier} (and the old rope.scale_linear).
+void load_rope_scaling(const GgufFile& f, HParams& hp);
+// expert_gating_func (absent or 0: `default_gating`), expert_weights_scale (absent or 0: none),
+// expert_group_count / expert_group_used_count, checked against expert_count.
+void load_moe_routing(const GgufFile& f, HParams& hp, MoeRouting::Gating default_gating);
 
 }  // namespace moeflow

@@ -9,8 +9,9 @@ KvCache::KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim, Alloc
   if (n_ctx <= 0) fail("context size (-c) must be positive, got {}", n_ctx);
   const uint64_t nk = (uint64_t)n_layer * n_ctx * k_dim * sizeof(float);
   const uint64_t nv = (uint64_t)n_layer * n_ctx * v_dim * sizeof(float);
+  if (k_dim <= 0 || v_dim < 0) fail("kv cache: row widths k {} / v {} are invalid", k_dim, v_dim);
   k_ = alloc.allocate(nk);
-  v_ = alloc.allocate(nv);
+  if (nv) v_ = alloc.allocate(nv);
 }
 
 TensorView KvCache::k_view(int layer) const {
@@ -18,6 +19,7 @@ TensorView KvCache::k_view(int layer) const {
 }
 
 TensorView KvCache::v_view(int layer) const {
+  if (v_dim_ == 0) return {};
   return f32_view(v(layer, 0), v_dim_, n_ctx_, v_.space());
 }
 

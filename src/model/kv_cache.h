@@ -1,7 +1,9 @@
 #pragma once
 // Float32 key/value cache for every layer: position-major, so appending a token writes one
 // contiguous row per layer and attention reads rows 0..pos in order. The memory comes from an
-// Allocator (host RAM for the CPU backend, VRAM for a device backend).
+// Allocator (host RAM for the CPU backend, VRAM for a device backend). The row widths are the
+// architecture's (model/layer_spec.h kv_widths): v_dim 0 keeps no V rows (multi-head latent
+// attention reads its values from columns of the K rows).
 #include <cstdint>
 #include <vector>
 
@@ -31,7 +33,8 @@ class KvCache {
   const float* v(int layer, int64_t pos) const {
     return v_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * v_dim_;
   }
-  // One layer's keys / values as [n_ctx][k_dim] / [n_ctx][v_dim] views (row = position).
+  // One layer's keys / values as [n_ctx][k_dim] / [n_ctx][v_dim] views (row = position);
+  // v_view is empty when v_dim is 0.
   TensorView k_view(int layer) const;
   TensorView v_view(int layer) const;
 

@@ -20,7 +20,27 @@ enum class QkNorm : uint8_t {
   Full,     // RMSNorm over the whole q / k projection (olmoe)
 };
 
+enum class AttentionKind : uint8_t {
+  Gqa,  // q/k/v projections, a K and a V row per kv head in the cache (layers/attention)
+  Mla,  // multi-head latent attention: the cache holds one compressed row per position
+        // (layers/mla_attention)
+};
+
+// Sizes of multi-head latent attention (DeepSeek-V2/V3). Each head's query is [nope | rope];
+// keys and values are decompressed from a shared kv_lora_rank latent, the rope part of the key
+// is shared by all heads. Computed "absorbed": the cache row is [k_rope | latent], attention
+// runs as one kv head of rope + kv_lora_rank dims whose values are the latent columns.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;   // 0: attn_q, else attn_q_a -> RMSNorm -> attn_q_b
+  int64_t kv_lora_rank = 0;
+  int64_t nope = 0;          // per-head q/k dims without position
+  int64_t rope = 0;          // per-head q / shared k dims with RoPE
+  int64_t head_dim_v = 0;    // per-head value dims (attn_v_b rows)
+};
+
 struct AttentionSpec {
+  AttentionKind kind = AttentionKind::Gqa;
+  MlaSpec mla;  // kind == Mla
   QkNorm qk_norm = QkNorm::None;
   RopeParams rope;
   // Heads, sizes, scale and window; the sink logits (when `sinks`) come from the layer's weights.
@@ -38,6 +58,16 @@ struct MoeSpec {
   bool shared_expert = false;
   GateFn shared_gate = GateFn::None;
 };
+
+// Floats per position and layer the KV cache keeps for a layer of this spec: K and V rows
+// (GQA), or one row of [k_rope | latent] whose latent columns are also the values (MLA, v = 0).
+struct KvWidths {
+  int64_t k = 0, v = 0;
+};
+inline KvWidths kv_widths(const AttentionSpec& a) {
+  if (a.kind == AttentionKind::Mla) return {a.mla.rope + a.mla.kv_lora_rank, 0};
+  return {(int64_t)a.params.n_head_kv * a.params.head_dim, (int64_t)a.params.n_head_kv * a.params.head_dim_v};
+}
 
 struct LayerSpec {
   NormKind norm = NormKind::Rms;

@@ -41,6 +41,33 @@ RouterFn Model::router_fn() const {
 
 uint64_t Model::total_expert_bytes() const { return total_expert_bytes_; }
 
+KvWidths Model::kv_widths() const {
+  KvWidths w;
+  for (const LayerSpec& s : specs_) {
+    const KvWidths l = moeflow::kv_widths(s.attn);
+    w.k = std::max(w.k, l.k);
+    w.v = std::max(w.v, l.v);
+  }
+  return w;
+}
+
+uint64_t Model::kv_bytes_per_token() const {
+  const KvWidths w = kv_widths();
+  return (uint64_t)hp_.n_layer * (uint64_t)(w.k + w.v) * sizeof(float);
+}
+
+uint64_t Model::kv_bytes_per_token_per_head() const {
+  uint64_t floats = 0;
+  for (const LayerSpec& s : specs_) {
+    const AttentionSpec& a = s.attn;
+    if (a.kind == AttentionKind::Mla)
+      floats += (uint64_t)a.params.n_head * (a.mla.nope + a.mla.rope + a.mla.head_dim_v);
+    else
+      floats += (uint64_t)(moeflow::kv_widths(a).k + moeflow::kv_widths(a).v);
+  }
+  return floats * sizeof(float);
+}
+
 uint64_t Model::active_expert_bytes_per_token() const {
   if (hp_.n_expert == 0) return 0;
   return total_expert_bytes() / hp_.n_expert * hp_.n_expert_used;
@@ -63,9 +90,10 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       be_(backend ? *backend : *own_backend_),
       w_(model.weights()),
       max_batch_(std::max(1, max_batch)),
-      kv_(hp_.n_layer, n_ctx, hp_.k_dim(), hp_.v_dim(), be_.allocator()),
+      kv_(hp_.n_layer, n_ctx, model.kv_widths().k, model.kv_widths().v, be_.allocator()),
       moe_(be_, hp_, hp_.n_expert > 0 ? max_batch_ : 1),
       attn_scratch_(be_),
+      mla_scratch_(be_),
       ffn_scratch_(be_),
       x_(be_),
       xn_(be_),
@@ -118,7 +146,10 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
     const LayerWeights& L = w_.layers[il];
     const LayerSpec& spec = specs[il];
     norm(spec, x, L.attn_norm, L.attn_norm_bias, xn);
-    gqa_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, tmp, attn_scratch_);
+    if (spec.attn.kind == AttentionKind::Mla)
+      mla_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, tmp, mla_scratch_);
+    else
+      gqa_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, tmp, attn_scratch_);
     be_.add(x, tmp);
 
     norm(spec, x, L.ffn_norm, L.ffn_norm_bias, xn);

@@ -17,6 +17,7 @@
 #include "model/layer_spec.h"
 #include "model/layers/attention.h"
 #include "model/layers/ffn.h"
+#include "model/layers/mla_attention.h"
 #include "model/moe/expert_provider.h"
 #include "model/moe/moe_block.h"
 #include "model/observer.h"
@@ -47,6 +48,13 @@ class Model {
   // expert tensors.
   uint64_t active_expert_bytes_per_token() const;
   uint64_t total_expert_bytes() const;
+  // KV cache floats per position and layer (the widest layer's; model/layer_spec.h kv_widths).
+  KvWidths kv_widths() const;
+  // KV cache bytes one position takes over all layers.
+  uint64_t kv_bytes_per_token() const;
+  // What a cache of every head's keys and values would take per position (the same as
+  // kv_bytes_per_token for GQA; multi-head latent attention keeps only its latent).
+  uint64_t kv_bytes_per_token_per_head() const;
 
  private:
   const GgufFile& file_;
@@ -101,6 +109,7 @@ class ForwardContext {
   KvCache kv_;
   MoeBlock moe_;
   AttentionScratch attn_scratch_;
+  MlaScratch mla_scratch_;
   FfnScratch ffn_scratch_;
   BackendScratch x_, xn_, tmp_, logits_;
   const float* logits_host_ = nullptr;

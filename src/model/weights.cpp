@@ -80,14 +80,75 @@ TensorView ModelLoader::layer_vector(int il, const std::string& name, int64_t n,
   return vector(layer_tensor_name(il, name), n, required);
 }
 
-void ModelLoader::norms(int il, LayerWeights& L, NormKind kind) {
+void ModelLoader::norms(int il, LayerWeights& L, NormKind kind, const char* ffn_norm_name) {
   const int64_t d = hp_.n_embd;
+  const std::string ffn = ffn_norm_name;
   L.attn_norm = layer_vector(il, "attn_norm.weight", d);
-  L.ffn_norm = layer_vector(il, "ffn_norm.weight", d);
+  L.ffn_norm = layer_vector(il, ffn + ".weight", d);
   if (kind == NormKind::Layer) {
     L.attn_norm_bias = layer_vector(il, "attn_norm.bias", d);
-    L.ffn_norm_bias = layer_vector(il, "ffn_norm.bias", d);
+    L.ffn_norm_bias = layer_vector(il, ffn + ".bias", d);
   }
+}
+
+TensorView ModelLoader::stacked(const std::string& name, int64_t cols, int64_t rows, int64_t n) {
+  const GgufTensorInfo* t = find(f_, name, true);
+  check_type(f_, *t);
+  if (!same_shape(t->dims, {cols, rows, n}))
+    fail("{}: tensor '{}' has shape {}, expected {}", f_.path(), name, dims_str(t->dims),
+         dims_str({cols, rows, n}));
+  if (cols % type_traits(t->type).block_size != 0)
+    fail("{}: tensor '{}' row length {} is not a multiple of the {} block size", f_.path(), name,
+         cols, type_name(t->type));
+  w_.non_expert_bytes += t->nbytes;
+  TensorView v = matrix_view(f_.data(*t), t->type, cols, rows);
+  v.n_dims = 3;
+  v.ne[2] = n;
+  v.nb[2] = v.nb[1] * (size_t)rows;
+  v.nb[3] = v.nb[2] * (size_t)n;
+  return v;
+}
+
+void ModelLoader::mla_attention(int il, LayerWeights& L, const MlaSpec& m) {
+  const int64_t d = hp_.n_embd, H = hp_.n_head, q_dim = H * (m.nope + m.rope);
+  if (m.q_lora_rank > 0) {
+    L.wq_a = layer_matrix(il, "attn_q_a.weight", d, m.q_lora_rank);
+    L.q_a_norm = layer_vector(il, "attn_q_a_norm.weight", m.q_lora_rank);
+    L.wq_b = layer_matrix(il, "attn_q_b.weight", m.q_lora_rank, q_dim);
+  } else {
+    L.wq = layer_matrix(il, "attn_q.weight", d, q_dim);
+  }
+  L.wkv_a = layer_matrix(il, "attn_kv_a_mqa.weight", d, m.kv_lora_rank + m.rope);
+  L.kv_a_norm = layer_vector(il, "attn_kv_a_norm.weight", m.kv_lora_rank);
+  L.wo = layer_matrix(il, "attn_output.weight", H * m.head_dim_v, d);
+  if (hp_.mla.split_kv_b) {
+    L.wk_b = stacked(layer_tensor_name(il, "attn_k_b.weight"), m.nope, m.kv_lora_rank, H);
+    L.wv_b = stacked(layer_tensor_name(il, "attn_v_b.weight"), m.kv_lora_rank, m.head_dim_v, H);
+    return;
+  }
+  // Older files: one attn_kv_b of n_head blocks [nope key rows | head_dim_v value rows] over
+  // the latent. The value rows of each head are already the [head_dim_v][kv_lora] matrix the
+  // absorbed form multiplies with (a view with a head stride); the key rows are needed
+  // transposed, [kv_lora][nope] per head, so they are dequantized and transposed once here.
+  const int64_t per = m.nope + m.head_dim_v;
+  const TensorView kv_b = layer_matrix(il, "attn_kv_b.weight", m.kv_lora_rank, H * per);
+  L.wv_b = strided_matrix_view(kv_b.row(m.nope), kv_b.type, m.kv_lora_rank, m.head_dim_v, kv_b.nb[1]);
+  L.wv_b.n_dims = 3;
+  L.wv_b.ne[2] = H;
+  L.wv_b.nb[2] = kv_b.nb[1] * (size_t)per;
+  L.wv_b.nb[3] = L.wv_b.nb[2] * (size_t)H;
+  std::vector<float>& kt = w_.vectors->emplace_back((size_t)(H * m.kv_lora_rank * m.nope));
+  std::vector<float> row(m.kv_lora_rank);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t j = 0; j < m.nope; ++j) {
+      dequantize_row(kv_b.type, kv_b.row(h * per + j), row.data(), m.kv_lora_rank);
+      for (int64_t c = 0; c < m.kv_lora_rank; ++c) kt[(size_t)((h * m.kv_lora_rank + c) * m.nope + j)] = row[c];
+    }
+  L.wk_b = f32_view(kt.data(), m.nope, m.kv_lora_rank);
+  L.wk_b.n_dims = 3;
+  L.wk_b.ne[2] = H;
+  L.wk_b.nb[2] = L.wk_b.nb[1] * (size_t)m.kv_lora_rank;
+  L.wk_b.nb[3] = L.wk_b.nb[2] * (size_t)H;
 }
 
 void ModelLoader::attention(int il, LayerWeights& L, const AttentionOptions& o) {
@@ -161,6 +222,34 @@ void ModelLoader::globals(NormKind kind) {
   if (kind == NormKind::Layer) w_.output_norm_bias = vector("output_norm.bias", hp_.n_embd);
   w_.output = matrix("output.weight", hp_.n_embd, n_vocab, false);
   if (!w_.output) w_.output = w_.token_embd;
+}
+
+void ModelLoader::apply_rope_scaling(RopeParams& r, float yarn_mscale) const {
+  const RopeScaling& sc = hp_.rope_scaling;
+  if (sc.type == RopeScaling::Type::None) return;
+  r.freq_scale = 1.0f / sc.factor;
+  r.attn_factor = sc.attn_factor;
+  if (sc.type != RopeScaling::Type::Yarn) return;
+  // llama.cpp's YaRN: the rotation is scaled by mscale(factor, yarn_mscale) /
+  // mscale(factor, log_mul) (transformers' attention_factor); the RoPE op multiplies by
+  // 1 + 0.1 ln(factor) itself, so that is divided out here.
+  auto mscale = [&](float m) { return sc.factor <= 1.0f ? 1.0f : 0.1f * m * std::log(sc.factor) + 1.0f; };
+  const float ratio = sc.yarn_log_mul != 0.0f ? mscale(yarn_mscale) / mscale(sc.yarn_log_mul) : mscale(1.0f);
+  r.ext_factor = 1.0f;
+  r.attn_factor = ratio / (1.0f + 0.1f * std::log(sc.factor)) * sc.attn_factor;
+  r.beta_fast = sc.beta_fast;
+  r.beta_slow = sc.beta_slow;
+  r.n_ctx_orig = sc.n_ctx_orig;
+}
+
+void ModelLoader::apply_routing(RoutingSpec& r) const {
+  const MoeRouting& m = hp_.routing;
+  r.gating = m.gating == MoeRouting::Gating::Sigmoid ? RoutingSpec::Gating::Sigmoid
+                                                     : RoutingSpec::Gating::Softmax;
+  r.n_group = m.n_group;
+  r.topk_group = m.n_group_used;
+  r.norm_weights = hp_.norm_topk;
+  r.scale = m.weights_scale;
 }
 
 LayerSpec ModelLoader::default_spec(RopeMode rope) const {

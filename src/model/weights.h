@@ -31,6 +31,11 @@ struct LayerWeights {
   TensorView bq, bk, bv, bo;        // empty when the arch has none
   TensorView q_norm, k_norm;        // per head (head_dim) or full (q_dim / k_dim)
   TensorView sinks;                 // attention sink logits, one per head
+  // Multi-head latent attention (wq above when there is no q_lora_rank).
+  TensorView wq_a, q_a_norm, wq_b;  // [q_lora][n_embd], RMSNorm of q_lora, [n_head*(nope+rope)][q_lora]
+  TensorView wkv_a, kv_a_norm;      // [kv_lora + rope][n_embd], RMSNorm of kv_lora
+  TensorView wk_b;                  // n_head stacked [kv_lora][nope]: q_nope -> latent space
+  TensorView wv_b;                  // n_head stacked [head_dim_v][kv_lora]: latent -> values
   // MoE layer
   bool moe = false;
   TensorView gate_inp;              // router [n_embd -> n_expert]
@@ -62,7 +67,8 @@ void for_each_view(ModelWeights& w, F&& f) {
   for (LayerWeights& L : w.layers) {
     for (TensorView* v : {&L.attn_norm, &L.attn_norm_bias, &L.ffn_norm, &L.ffn_norm_bias, &L.wq,
                           &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
-                          &L.sinks, &L.gate_inp, &L.gate_inp_bias, &L.gate_inp_shexp})
+                          &L.sinks, &L.gate_inp, &L.gate_inp_bias, &L.gate_inp_shexp, &L.wq_a,
+                          &L.q_a_norm, &L.wq_b, &L.wkv_a, &L.kv_a_norm, &L.wk_b, &L.wv_b})
       f(*v);
     for (FfnWeights* ffn : {&L.shexp, &L.ffn})
       for (TensorView* v : {&ffn->gate, &ffn->up, &ffn->down, &ffn->gate_bias, &ffn->up_bias,
@@ -97,8 +103,13 @@ class ModelLoader {
     bool sinks = false;      // attn_sinks required
   };
   void attention(int il, LayerWeights& L, const AttentionOptions& o);
-  // attn_norm / ffn_norm (+ their biases for LayerNorm).
-  void norms(int il, LayerWeights& L, NormKind kind);
+  // Multi-head latent attention: attn_q (or attn_q_a, attn_q_a_norm, attn_q_b), attn_kv_a_mqa,
+  // attn_kv_a_norm, attn_k_b + attn_v_b (or the older attn_kv_b, split here: its value rows are
+  // views, its key rows are transposed once into float32), attn_output.
+  void mla_attention(int il, LayerWeights& L, const MlaSpec& m);
+  // attn_norm / ffn_norm (+ their biases for LayerNorm); `ffn_norm_name` is the pre-FFN norm's
+  // tensor name (glm4moe calls it post_attention_norm).
+  void norms(int il, LayerWeights& L, NormKind kind, const char* ffn_norm_name = "ffn_norm");
   // Router, the stacked experts' shapes (checked, not loaded), and the shared expert when
   // `shared` (ffn_{gate,up,down}_shexp; `shared_gate` adds ffn_gate_inp_shexp).
   struct MoeOptions {
@@ -117,8 +128,17 @@ class ModelLoader {
   // The spec every layer starts from: heads, sizes and 1/sqrt(head_dim) from the
   // hyper-parameters, plain RoPE of n_rot dims, SwiGLU, softmax routing of top-k.
   LayerSpec default_spec(RopeMode rope) const;
+  // Applies hp.rope_scaling (linear or YaRN, llama.cpp's arithmetic) to a spec's RoPE;
+  // `yarn_mscale` is YaRN's mscale (numerator of the rotation's attention factor).
+  void apply_rope_scaling(RopeParams& r, float yarn_mscale = 1.0f) const;
+  // The routing of hp.routing (gating, groups, scale) and hp.norm_topk on top of a spec.
+  void apply_routing(RoutingSpec& r) const;
 
  private:
+  // A 3-D tensor of n stacked [rows][cols] matrices (GGUF dims {cols, rows, n}) as a view
+  // with ne[2] = n and nb[2] = the stride between them.
+  TensorView stacked(const std::string& name, int64_t cols, int64_t rows, int64_t n);
+
   const GgufFile& f_;
   const HParams& hp_;
   ModelWeights& w_;

@@ -30,7 +30,10 @@ std::vector<std::string> PreTokenizer::patterns_for(const std::string& pre) {
     return {"\\p{N}", kGpt2};
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "dbrx" ||
       pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral" || pre == "megrez" ||
-      pre == "gpt-4o" || pre == "minerva-7b")
+      pre == "gpt-4o" || pre == "minerva-7b" ||
+      // GLM-4 / GLM-4.5 (llama.cpp's CHATGLM4: the same pattern with the contractions' case
+      // spelled out instead of (?i:...)).
+      pre == "chatglm-bpe" || pre == "glm4" || pre == "glm5")
     return {kLlama3};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "hunyuan" ||
       pre == "qwen35")
@@ -72,7 +75,8 @@ PreTokenizer::PreTokenizer(const std::string& pre_name, bool strict) {
     known_ = false;
     pats = {kGpt2};
   }
-  ignore_merges_ = pre_name == "llama-bpe" || pre_name == "llama3" || pre_name == "llama-v3";
+  ignore_merges_ = pre_name == "llama-bpe" || pre_name == "llama3" || pre_name == "llama-v3" ||
+                   pre_name == "glm4" || pre_name == "glm5";
   for (auto& p : pats) regexes_.emplace_back(p);
 }
 

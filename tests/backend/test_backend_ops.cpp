@@ -276,6 +276,7 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
     int64_t hd, hdv, window;
     bool sinks;
     int64_t pos0, n;
+    int64_t v_in_k = -1;  // >= 0: V is the columns [v_in_k, v_in_k + hdv) of K's rows (MLA)
   };
   const Case cases[] = {
       {4, 4, 16, 16, 0, false, 0, 5},   // prefill from empty, MHA
@@ -284,15 +285,23 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
       {4, 2, 16, 16, 4, false, 10, 3},  // sliding window
       {4, 2, 16, 16, 0, true, 7, 2},    // sinks
       {2, 2, 64, 64, 5, true, 20, 4},   // both
+      {12, 1, 40, 32, 0, false, 6, 3, 8},  // multi-head latent attention: 12 heads share one
+      {12, 1, 40, 32, 0, true, 9, 1, 8},   // kv row, values its last 32 columns; decode + sinks
   };
   for (const Case& c : cases) {
     const int64_t n_ctx = c.pos0 + c.n + 3;
-    const int64_t kd = c.n_head_kv * c.hd, vd = c.n_head_kv * c.hdv;
-    const auto q = rnd((size_t)c.n * c.n_head * c.hd), K = rnd((size_t)n_ctx * kd), V = rnd((size_t)n_ctx * vd);
+    const int64_t kd = c.n_head_kv * c.hd, vd = c.v_in_k >= 0 ? kd : c.n_head_kv * c.hdv;
+    const int64_t v0 = c.v_in_k >= 0 ? c.v_in_k : 0;
+    const auto q = rnd((size_t)c.n * c.n_head * c.hd), K = rnd((size_t)n_ctx * kd);
+    const auto V = c.v_in_k >= 0 ? K : rnd((size_t)n_ctx * vd);
     const auto sinks = rnd(c.n_head, 2.f);
     DeviceTensor Q = upload(be(), q, c.n_head * c.hd, c.n), Kt = upload(be(), K, kd, n_ctx),
                  Vt = upload(be(), V, vd, n_ctx), S = upload(be(), sinks, c.n_head, 1),
                  O = poisoned(be(), c.n_head * c.hdv, c.n);
+    TensorView vview = Vt.view;
+    if (c.v_in_k >= 0)
+      vview = strided_matrix_view(Kt.view.data + c.v_in_k * sizeof(float), GgmlType::F32, c.hdv,
+                                  n_ctx, Kt.view.row_stride(), Kt.view.space);
     AttentionParams p;
     p.n_head = c.n_head;
     p.n_head_kv = c.n_head_kv;
@@ -301,7 +310,7 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
     p.scale = 1.0f / std::sqrt((float)c.hd);
     p.window = c.window;
     if (c.sinks) p.sinks = S.view.as<float>();
-    be().attention(Q.view, Kt.view, Vt.view, O.view, c.pos0, p);
+    be().attention(Q.view, Kt.view, vview, O.view, c.pos0, p);
     const auto o = download(be(), O.view);
     std::vector<double> want(o.size());
     const int group = c.n_head / c.n_head_kv;
@@ -322,7 +331,7 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
         for (double& v : s) sum += v = std::exp(v - mx);
         for (int64_t i = 0; i < c.hdv; ++i) {
           double acc = 0;
-          for (int64_t j = first; j <= last; ++j) acc += s[j - first] / sum * V[j * vd + g * c.hdv + i];
+          for (int64_t j = first; j <= last; ++j) acc += s[j - first] / sum * V[j * vd + v0 + g * c.hdv + i];
           want[(t * c.n_head + h) * c.hdv + i] = acc;
         }
       }

@@ -226,5 +226,61 @@ TEST_F(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
   std::filesystem::remove(out);
 }
 
+// The DeepSeek and GLM layouts (leading dense layer, shared experts, sigmoid routing with a
+// selection bias and expert groups, MLA's latent cache, GLM's MTP block whose experts are never
+// indexed) under budgets from exactly top-k experts to all of them.
+class OffloadExactArch : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
+  const auto [arch, preset] = GetParam();
+  const std::string path = tmp_path(std::string(arch) + "_" + preset);
+  const std::string cmd = std::string(MOEFLOW_BINARY) + " gen-model --arch " + arch + " --preset " +
+                          preset + " --type Q4_K --seed 3 -q -o " + path + " > /dev/null 2>&1";
+  ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
+  std::shared_ptr<const GgufFile> file(GgufFile::open(path));
+  const RunResult ref = run_engine(file, 1, nullptr);
+  ExpertStore probe(file->split_paths(), build_expert_index(*file));
+  const int top_k = (int)file->get_int(std::string(arch) + ".expert_used_count");
+  // Budgets in expert slots (tiny experts are small next to the O_DIRECT alignment of a slot):
+  // exactly top-k, a few more, half the MoE layers' experts per layer, everything.
+  const int n_moe = (int)probe.index().layers.size() - 1;  // layer 0 is dense
+  const int n_exp = (int)file->get_int(std::string(arch) + ".expert_count");
+  struct Case { int slots; bool all; const char* prefetch; int threads; bool per_layer; };
+  const Case cases[] = {
+      {top_k, false, "none", 1, false},          {top_k, false, "lookahead", 2, false},
+      {top_k + 2, false, "lookahead", 2, false}, {n_exp / 2 * (n_moe + 1), false, "none", 1, true},
+      {n_exp * n_moe / 2, false, "lookahead", 2, false}, {0, true, "lookahead", 1, false},
+  };
+  for (const Case& c : cases) {
+    OffloadOptions o;
+    if (c.all)
+      o.cache_rate = 1.0;
+    else
+      o.expert_cache = std::to_string(probe.slot_bytes() * c.slots);
+    o.prefetch = c.prefetch;
+    o.per_layer = c.per_layer;
+    SCOPED_TRACE(testing::Message() << arch << "/" << preset << " slots " << c.slots << " all " << c.all
+                                    << " prefetch " << c.prefetch << " threads " << c.threads
+                                    << " per_layer " << c.per_layer);
+    OffloadStats st;
+    const RunResult got = run_engine(file, c.threads, &o, &st);
+    EXPECT_EQ(got.tokens, ref.tokens);
+    ASSERT_EQ(got.logits.size(), ref.logits.size());
+    EXPECT_EQ(0, std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * sizeof(float)));
+    EXPECT_GT(st.total().bytes_read, 0u);
+  }
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepseekGlm, OffloadExactArch,
+                         ::testing::Values(std::pair{"deepseek2", "tiny"}, std::pair{"deepseek2", "tiny-v3"},
+                                           std::pair{"glm4moe", "tiny"}),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param.first) + "_" + info.param.second;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 }  // namespace
 }  // namespace moeflow

@@ -149,5 +149,30 @@ TEST(ExpertIndex, DenseModelHasNoExperts) {
   EXPECT_EQ(idx.total_expert_bytes(), 0u);
 }
 
+TEST(ExpertIndex, NextTokenPredictionBlocksAreNotExperts) {
+  // GLM-4.5 / DeepSeek-V3 files may store MTP blocks (full MoE layers) after the trunk,
+  // counted in block_count; generation never runs them, so their experts are not indexed.
+  TempDir dir;
+  const std::string path = dir.file("mtp.gguf");
+  GgufWriter w;
+  w.set_string("general.architecture", "glm4moe");
+  w.set_u32("glm4moe.block_count", 3);
+  w.set_u32("glm4moe.nextn_predict_layers", 1);
+  auto zero = [](uint8_t* d, uint64_t n) { std::fill(d, d + n, 0); };
+  for (int l : {1, 2}) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    w.add_tensor(b + "ffn_gate_exps.weight", GgmlType::F32, {8, 4, 4}, zero);
+    w.add_tensor(b + "ffn_up_exps.weight", GgmlType::F32, {8, 4, 4}, zero);
+    w.add_tensor(b + "ffn_down_exps.weight", GgmlType::F32, {4, 8, 4}, zero);
+  }
+  w.write(path);
+  const ExpertIndex idx = build_expert_index(*GgufFile::open(path));
+  EXPECT_EQ(idx.n_layers, 2);
+  ASSERT_EQ(idx.layers.size(), 2u);
+  EXPECT_EQ(idx.layers[0].n_expert, 0);
+  EXPECT_EQ(idx.layers[1].n_expert, 4);
+  EXPECT_EQ(idx.total_expert_bytes(), 3u * 8 * 4 * 4 * 4);
+}
+
 }  // namespace
 }  // namespace moeflow

@@ -20,6 +20,33 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 ROUTER_SCALE = 4.0
 ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe")
+# deepseek2: DeepSeek-V2(-Lite) (MLA without q_lora, softmax routing, group-limited greedy,
+# YaRN with mscale == mscale_all_dim); deepseek3: DeepSeek-V3 (q_lora, sigmoid routing with the
+# selection bias, groups scored by their best two, renormalised and scaled weights); both with
+# a leading dense layer and shared experts. glm4moe: GLM-4.5 (partial NeoX RoPE, q/k/v biases,
+# q/k norms, sigmoid routing with bias, one shared expert, a leading dense layer).
+NEW_ARCHS = ("deepseek2", "deepseek3", "glm4moe")
+# Selection-bias buffers (not parameters) redrawn like the weights: N(0, BIAS_STD^2), so they
+# change which experts are picked without deciding alone (sigmoid scores are in (0, 1)).
+BIAS_STD = 0.1
+
+
+def oracle_unavailable(reason: str):
+    """An oracle (tool, binary, data) this test needs is missing: skip, or fail under CI=true,
+    where every oracle must run."""
+    import pytest
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require(module: str):
+    """import `module` for an oracle test (oracle_unavailable when it cannot be imported)."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        oracle_unavailable(f"{module} not importable: {e}")
 
 
 def moeflow_binary() -> str | None:
@@ -61,6 +88,33 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
         cfg = T.OlmoeConfig(**common, intermediate_size=32, num_key_value_heads=4, num_experts=8,
                             num_experts_per_tok=2, norm_topk_prob=False, rms_norm_eps=1e-5,
                             rope_theta=1e4)
+    elif arch in ("deepseek2", "deepseek3"):
+        # YaRN over a 32-position original context, so the 48 positions of the test go beyond it.
+        v3 = arch == "deepseek3"
+        yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                "mscale": 1.0 if v3 else 0.707, "mscale_all_dim": 1.0 if v3 else 0.707}
+        mla = dict(common, max_position_embeddings=128, intermediate_size=96,
+                   moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
+                   first_k_dense_replace=1, kv_lora_rank=32, qk_nope_head_dim=16,
+                   qk_rope_head_dim=8, v_head_dim=16, n_group=4, topk_group=2, rms_norm_eps=1e-6,
+                   num_key_value_heads=4,
+                   rope_parameters=yarn)
+        if v3:
+            cfg = T.DeepseekV3Config(**mla, q_lora_rank=24, n_shared_experts=1, norm_topk_prob=True,
+                                     routed_scaling_factor=2.5)
+        else:
+            cfg = T.DeepseekV2Config(**mla, q_lora_rank=None, n_shared_experts=2,
+                                     topk_method="group_limited_greedy", routed_scaling_factor=1.5)
+    elif arch == "glm4moe":
+        # head_dim 32 with 4 heads (q is 128 wide, n_embd 64); half of each head rotates.
+        cfg = T.Glm4MoeConfig(**common, intermediate_size=96, moe_intermediate_size=32,
+                              n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                              first_k_dense_replace=1, num_key_value_heads=2, head_dim=32,
+                              attention_bias=True, use_qk_norm=True, routed_scaling_factor=2.5,
+                              norm_topk_prob=True, n_group=1, topk_group=1, rms_norm_eps=1e-5,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                               "partial_rotary_factor": 0.5})
     else:
         raise ValueError(arch)
     cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 1, 2, None
@@ -76,14 +130,20 @@ def _check_rope(cfg, want: float):
         rp["rope_theta"] = want
 
 
-def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
-    """A float64 *ForCausalLM with seeded O(1)-scaled weights."""
+def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int = 512):
+    """A float64 *ForCausalLM with seeded O(1)-scaled weights (2 layers; 3 for the new
+    architectures: a dense layer then two MoE layers)."""
     import torch
     import transformers as T
+    if n_layer is None:
+        n_layer = 3 if arch in NEW_ARCHS else 2
     cfg = make_config(arch, n_layer, vocab)
-    _check_rope(cfg, {"olmoe": 1e4}.get(arch, 1e6))
+    if arch not in NEW_ARCHS:
+        _check_rope(cfg, {"olmoe": 1e4}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
-           "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM}[arch]
+           "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM,
+           "deepseek2": T.DeepseekV2ForCausalLM, "deepseek3": T.DeepseekV3ForCausalLM,
+           "glm4moe": T.Glm4MoeForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()
     g = torch.Generator().manual_seed(seed)
@@ -102,6 +162,10 @@ def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
                     std *= ROUTER_SCALE
                 v = std * torch.randn(shape, generator=g, dtype=torch.float64)
             p.copy_(v)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                # float32-exact: the GGUF stores it as F32.
+                b.copy_((BIAS_STD * torch.randn(b.shape, generator=g, dtype=torch.float64)).float())
     return model
 
 

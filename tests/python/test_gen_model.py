@@ -238,3 +238,160 @@ def test_released_presets_have_the_published_parameter_counts(arch, preset, para
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["n_params"] == params
+
+
+# --- deepseek2 / glm4moe: layout written from llama.cpp's tensor tables (llama-model loaders) ---
+def expected_deepseek2(n_layer, e=64, h=4, q_lora=0, kvr=32, nope=16, rope=8, dv=16, ff=128,
+                       ff_exp=32, ne=8, shared=2, lead=1, v=512, bias=False):
+    t = {"token_embd.weight": [e, v], "output_norm.weight": [e], "output.weight": [e, v]}
+    for l in range(n_layer):
+        b = f"blk.{l}."
+        t.update({b + "attn_norm.weight": [e], b + "attn_kv_a_mqa.weight": [e, kvr + rope],
+                  b + "attn_kv_a_norm.weight": [kvr], b + "attn_k_b.weight": [nope, kvr, h],
+                  b + "attn_v_b.weight": [kvr, dv, h], b + "attn_output.weight": [h * dv, e],
+                  b + "ffn_norm.weight": [e]})
+        if q_lora:
+            t.update({b + "attn_q_a.weight": [e, q_lora], b + "attn_q_a_norm.weight": [q_lora],
+                      b + "attn_q_b.weight": [q_lora, h * (nope + rope)]})
+        else:
+            t[b + "attn_q.weight"] = [e, h * (nope + rope)]
+        if l < lead:
+            t.update({b + "ffn_gate.weight": [e, ff], b + "ffn_up.weight": [e, ff],
+                      b + "ffn_down.weight": [ff, e]})
+            continue
+        t.update({b + "ffn_gate_inp.weight": [e, ne], b + "ffn_gate_exps.weight": [e, ff_exp, ne],
+                  b + "ffn_up_exps.weight": [e, ff_exp, ne], b + "ffn_down_exps.weight": [ff_exp, e, ne],
+                  b + "ffn_gate_shexp.weight": [e, ff_exp * shared],
+                  b + "ffn_up_shexp.weight": [e, ff_exp * shared],
+                  b + "ffn_down_shexp.weight": [ff_exp * shared, e]})
+        if bias:
+            t[b + "exp_probs_b.bias"] = [ne]
+    return t
+
+
+def expected_glm4moe(n_layer, nextn=1, e=64, h=4, kv=2, hd=32, ff=128, ff_exp=32, ne=8, lead=1, v=512):
+    t = {"token_embd.weight": [e, v], "output_norm.weight": [e], "output.weight": [e, v]}
+    for l in range(n_layer + nextn):
+        b = f"blk.{l}."
+        t.update({b + "attn_norm.weight": [e], b + "attn_q.weight": [e, h * hd],
+                  b + "attn_k.weight": [e, kv * hd], b + "attn_v.weight": [e, kv * hd],
+                  b + "attn_q.bias": [h * hd], b + "attn_k.bias": [kv * hd], b + "attn_v.bias": [kv * hd],
+                  b + "attn_q_norm.weight": [hd], b + "attn_k_norm.weight": [hd],
+                  b + "attn_output.weight": [h * hd, e], b + "post_attention_norm.weight": [e]})
+        if l < lead:
+            t.update({b + "ffn_gate.weight": [e, ff], b + "ffn_up.weight": [e, ff],
+                      b + "ffn_down.weight": [ff, e]})
+        else:
+            t.update({b + "ffn_gate_inp.weight": [e, ne], b + "exp_probs_b.bias": [ne],
+                      b + "ffn_gate_exps.weight": [e, ff_exp, ne], b + "ffn_up_exps.weight": [e, ff_exp, ne],
+                      b + "ffn_down_exps.weight": [ff_exp, e, ne], b + "ffn_gate_shexp.weight": [e, ff_exp],
+                      b + "ffn_up_shexp.weight": [e, ff_exp], b + "ffn_down_shexp.weight": [ff_exp, e]})
+        if l >= n_layer:
+            t.update({b + "nextn.eh_proj.weight": [2 * e, e], b + "nextn.enorm.weight": [e],
+                      b + "nextn.hnorm.weight": [e], b + "nextn.shared_head_norm.weight": [e]})
+    return t
+
+
+def test_deepseek2_layout_and_metadata(tmp_path):
+    for preset, kw in (("tiny", {}), ("tiny-v3", dict(q_lora=24, shared=1, bias=True))):
+        r = gguf.GGUFReader(str(gen(tmp_path, "deepseek2", preset, "--layers", "3")))
+        got = {n: [int(x) for x in t.shape] for n, t in tensors(r).items()}
+        assert got == expected_deepseek2(3, **kw), preset
+        f = fields(r)
+        a = "deepseek2."
+        assert f["general.architecture"] == "deepseek2"
+        # MLA as llama.cpp's converter writes it: one kv head of latent + rotary key.
+        assert f[a + "attention.head_count_kv"] == 1
+        assert f[a + "attention.key_length"] == 32 + 8 and f[a + "attention.value_length"] == 32
+        assert f[a + "attention.key_length_mla"] == 24 and f[a + "attention.value_length_mla"] == 16
+        assert f[a + "attention.kv_lora_rank"] == 32 and f[a + "rope.dimension_count"] == 8
+        assert f[a + "attention.q_lora_rank"] == kw.get("q_lora", 0)
+        assert f[a + "leading_dense_block_count"] == 1
+        assert f[a + "expert_shared_count"] == kw.get("shared", 2)
+        assert f[a + "expert_gating_func"] == (2 if preset == "tiny-v3" else 1)
+        assert f[a + "expert_group_count"] == (4 if preset == "tiny-v3" else 1)
+        assert f[a + "rope.scaling.type"] == "yarn" and f[a + "rope.scaling.factor"] == 4.0
+        assert f[a + "rope.scaling.original_context_length"] == 64
+        assert abs(f[a + "rope.scaling.yarn_log_multiplier"] - 0.1 * (1.0 if preset == "tiny-v3" else 0.707)) < 1e-6
+        assert (a + "expert_weights_norm" in f) == (preset == "tiny-v3")
+
+
+def test_glm4moe_layout_and_metadata(tmp_path):
+    r = gguf.GGUFReader(str(gen(tmp_path, "glm4moe", "tiny", "--layers", "3")))
+    got = {n: [int(x) for x in t.shape] for n, t in tensors(r).items()}
+    assert got == expected_glm4moe(3)
+    f = fields(r)
+    a = "glm4moe."
+    assert f[a + "block_count"] == 4 and f[a + "nextn_predict_layers"] == 1
+    assert f[a + "rope.dimension_count"] == 16 and f[a + "attention.key_length"] == 32
+    assert f[a + "expert_gating_func"] == 2 and f[a + "expert_weights_norm"] is True
+    assert f[a + "expert_shared_count"] == 1 and f[a + "leading_dense_block_count"] == 1
+
+
+def _hf_params(arch, preset):
+    """Parameters of the released model's transformers config (meta device, no memory), plus what
+    the GGUF holds beyond it: the selection-bias buffers of sigmoid routing and, for GLM, the MTP
+    block (a MoE layer + eh_proj + its three norms)."""
+    torch = pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    yarn = lambda f, m, theta=1e4: {"rope_type": "yarn", "rope_theta": theta, "factor": f,
+                                    "original_max_position_embeddings": 4096, "mscale": m,
+                                    "mscale_all_dim": m, "beta_fast": 32, "beta_slow": 1}
+    mla = dict(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+    cfg, cls = {
+        "v2-lite": (lambda: T.DeepseekV2Config(vocab_size=102400, hidden_size=2048, num_hidden_layers=27,
+            num_attention_heads=16, num_key_value_heads=16, intermediate_size=10944,
+            moe_intermediate_size=1408, n_routed_experts=64, n_shared_experts=2, num_experts_per_tok=6,
+            first_k_dense_replace=1, q_lora_rank=None, max_position_embeddings=163840,
+            rope_parameters=yarn(40, 0.707), **mla), T.DeepseekV2ForCausalLM),
+        "v2": (lambda: T.DeepseekV2Config(vocab_size=102400, hidden_size=5120, num_hidden_layers=60,
+            num_attention_heads=128, num_key_value_heads=128, intermediate_size=12288,
+            moe_intermediate_size=1536, n_routed_experts=160, n_shared_experts=2, num_experts_per_tok=6,
+            first_k_dense_replace=1, q_lora_rank=1536, max_position_embeddings=163840,
+            rope_parameters=yarn(40, 0.707), **mla), T.DeepseekV2ForCausalLM),
+        "v3": (lambda: T.DeepseekV3Config(vocab_size=129280, hidden_size=7168, num_hidden_layers=61,
+            num_attention_heads=128, num_key_value_heads=128, intermediate_size=18432,
+            moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+            first_k_dense_replace=3, q_lora_rank=1536, max_position_embeddings=163840,
+            rope_parameters=yarn(40, 1.0), **mla), T.DeepseekV3ForCausalLM),
+        "kimi-k2": (lambda: T.DeepseekV3Config(vocab_size=163840, hidden_size=7168, num_hidden_layers=61,
+            num_attention_heads=64, num_key_value_heads=64, intermediate_size=18432,
+            moe_intermediate_size=2048, n_routed_experts=384, n_shared_experts=1, num_experts_per_tok=8,
+            first_k_dense_replace=1, n_group=1, topk_group=1, q_lora_rank=1536,
+            max_position_embeddings=131072, rope_parameters=yarn(32, 1.0, 5e4), **mla),
+            T.DeepseekV3ForCausalLM),
+        "4.5-air": (lambda: T.Glm4MoeConfig(vocab_size=151552, hidden_size=4096, num_hidden_layers=46,
+            num_attention_heads=96, num_key_value_heads=8, head_dim=128, intermediate_size=10944,
+            moe_intermediate_size=1408, n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8,
+            first_k_dense_replace=1, attention_bias=True, use_qk_norm=False), T.Glm4MoeForCausalLM),
+        "4.5": (lambda: T.Glm4MoeConfig(vocab_size=151552, hidden_size=5120, num_hidden_layers=92,
+            num_attention_heads=96, num_key_value_heads=8, head_dim=128, intermediate_size=12288,
+            moe_intermediate_size=1536, n_routed_experts=160, n_shared_experts=1, num_experts_per_tok=8,
+            first_k_dense_replace=3, attention_bias=True, use_qk_norm=True), T.Glm4MoeForCausalLM),
+    }[preset]
+    cfg = cfg()
+    with torch.device("meta"):
+        m = cls(cfg)
+    n = sum(p.numel() for p in m.parameters())
+    n += sum(b.numel() for name, b in m.named_buffers() if name.endswith("e_score_correction_bias"))
+    if arch == "glm4moe":
+        last = m.model.layers[-1]
+        e = cfg.hidden_size
+        n += sum(p.numel() for p in last.parameters()) + cfg.n_routed_experts + 2 * e * e + 3 * e
+    return n
+
+
+# Approximate published totals (model cards), as a sanity check of the transformers arithmetic.
+RELEASED_NEW = [("deepseek2", "v2-lite", 15.7e9), ("deepseek2", "v2", 236e9), ("deepseek2", "v3", 671e9),
+                ("deepseek2", "kimi-k2", 1.03e12), ("glm4moe", "4.5-air", 110e9), ("glm4moe", "4.5", 358e9)]
+
+
+@pytest.mark.parametrize("arch,preset,published", RELEASED_NEW)
+def test_deepseek_glm_presets_match_the_released_configs(arch, preset, published):
+    import json
+    r = subprocess.run([BIN, "gen-model", "--arch", arch, "--preset", preset, "-o", "/dev/null",
+                        "--dry-run", "--type", "Q4_K"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    n = json.loads(r.stdout)["n_params"]
+    assert n == _hf_params(arch, preset)
+    assert abs(n / published - 1) < 0.01, f"{preset}: {n} vs published ~{published:.3g}"

@@ -9,22 +9,27 @@ weights, so both sides compute the same model.
 
 Metric: for every logits row, max|moeflow - ref| / max|ref|; all rows must be < 1e-3, and the
 16 greedy tokens must be identical.
+
+The DeepSeek and GLM models (oracle_models.NEW_ARCHS) have a leading dense layer and two MoE
+layers. DeepSeek files are written in the current layout (attn_k_b / attn_v_b) and, as
+"deepseek2-kv_b", in the older one (attn_kv_b); the GLM file carries a next-token-prediction
+block after the trunk ("+mtp"), which must not change the logits.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
-
 import oracle_models as om  # noqa: E402
+
+torch = om.require("torch")
+om.require("transformers")
+om.require("gguf")
 from hf_to_gguf import convert_model  # noqa: E402
 
 BIN = om.moeflow_binary()
 if BIN is None or not om.moeflow_has_command(BIN, "eval"):
-    pytest.skip("moeflow binary with the eval command not available", allow_module_level=True)
+    om.oracle_unavailable("moeflow binary with the eval command not available")
 
 N_PROMPT, N_GREEDY, TOL = 32, 16, 1e-3
 
@@ -35,13 +40,19 @@ def models():
     return {}
 
 
+# (case name, arch of oracle_models, converter options)
+CASES = [(a, a, {}) for a in om.ARCHS] + [
+    ("deepseek2", "deepseek2", {}), ("deepseek2-kv_b", "deepseek2", {"kv_b": True}),
+    ("deepseek3", "deepseek3", {}), ("glm4moe+mtp", "glm4moe", {"mtp": 1})]
+
+
 @pytest.mark.parametrize("outtype", ["f32", "f16"])
-@pytest.mark.parametrize("arch", om.ARCHS)
-def test_logits_and_greedy_match_transformers(tmp_path, arch, outtype):
+@pytest.mark.parametrize("case,arch,opts", CASES, ids=[c[0] for c in CASES])
+def test_logits_and_greedy_match_transformers(tmp_path, case, arch, opts, outtype):
     model = om.make_model(arch, seed=11)
     om.round_like_gguf(model, outtype)
-    path = tmp_path / f"{arch}-{outtype}.gguf"
-    convert_model(model, str(path), outtype)
+    path = tmp_path / f"{case}-{outtype}.gguf"
+    convert_model(model, str(path), outtype, **opts)
 
     rng = np.random.default_rng(5)
     prompt = [int(t) for t in rng.integers(3, model.config.vocab_size, N_PROMPT)]

@@ -1,11 +1,15 @@
 // Round trips, special tokens, BOS handling, end-of-generation ids and the stream decoder on
-// real vocabularies (GPT-2 byte-level BPE, Llama SentencePiece, Phi-3 specials).
+// real vocabularies (GPT-2 byte-level BPE, Llama SentencePiece, Phi-3 specials); the GLM-4
+// pre-tokenizer against llama.cpp's pattern for it.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/vocab_vectors.h"
 #include "tokenizer_test_util.h"
 
 namespace moeflow {
@@ -131,6 +135,41 @@ TEST(Robustness, InvalidUtf8AndOutOfRangeIds) {
   // A very long run of one class must not recurse per character.
   const std::string longword(200000, 'a');
   EXPECT_FALSE(v.tok->encode(longword, false, false).empty());
+}
+
+}  // namespace
+}  // namespace moeflow
+
+namespace moeflow {
+namespace {
+
+// GLM-4 / GLM-4.5 files name their pre-tokenizer "glm4" (older ones "chatglm-bpe"); llama.cpp
+// splits them with its CHATGLM4 pattern, written below as llama.cpp spells it (contractions'
+// case in character classes). There are no glm4 vectors in the shared data, so the check is that
+// moeflow's "glm4" splits exactly as that pattern does on llama.cpp's test inputs and real text.
+TEST(PreTokenizerGlm, SplitsAsLlamaCppsChatGlm4Pattern) {
+  const PreTokenizer glm("glm4", /*strict=*/true);
+  EXPECT_TRUE(glm.known());
+  EXPECT_TRUE(glm.ignore_merges());
+  EXPECT_FALSE(PreTokenizer("chatglm-bpe", true).ignore_merges());
+  const Regex chatglm4(
+      "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+      "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+");
+  std::vector<std::string> inputs = corpus_samples();
+  const std::string inp = test::vocab_dir() + "/ggml-vocab-llama-bpe.gguf.inp";
+  if (std::filesystem::exists(inp))
+    for (const auto& v : load_vocab_vectors(inp, test::vocab_dir() + "/ggml-vocab-llama-bpe.gguf.out"))
+      inputs.push_back(v.input);
+  inputs.push_back("IT'S ALL CAPS'LL 'RE 12345 don'T");
+  ASSERT_GT(inputs.size(), 10u);
+  for (const std::string& text : inputs) {
+    const std::vector<uint32_t> cps = unicode::decode(text);
+    std::vector<std::pair<size_t, size_t>> pieces;
+    chatglm4.split(cps.data(), 0, cps.size(), pieces);
+    std::vector<std::string> want;
+    for (auto [b, e] : pieces) want.push_back(unicode::encode(std::vector<uint32_t>(cps.begin() + b, cps.begin() + e)));
+    EXPECT_EQ(glm.split(text), want) << text;
+  }
 }
 
 }  // namespace

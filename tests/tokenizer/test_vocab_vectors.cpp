@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "tokenizer/vocab_vectors.h"
@@ -35,6 +36,38 @@ TEST(VocabVectors, EveryVocabWithVectorsPasses) {
   }
   EXPECT_GE(files, 6);
 }
+
+// The DeepSeek tokenizers (deepseek-llm: DeepSeek-MoE / V2(-Lite); deepseek-coder) by name,
+// so that their vectors cannot silently drop out of the loop above. Missing data skips the test,
+// and fails it under CI=true.
+class DeepseekVocab : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekVocab, LlamaCppVectorsPass) {
+  const std::string p = test::vocab_dir() + "/ggml-vocab-" + GetParam() + ".gguf";
+  if (!fs::exists(p) || !fs::exists(p + ".inp") || !fs::exists(p + ".out")) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") FAIL() << "CI=true: missing " << p << " (+ .inp/.out)";
+    GTEST_SKIP() << "no " << p;
+  }
+  auto f = GgufFile::open(p);
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre"), GetParam());
+  auto tok = Tokenizer::from_gguf(*f);
+  const auto vecs = load_vocab_vectors(p + ".inp", p + ".out");
+  const auto r = check_vocab_vectors(*tok, vecs);
+  EXPECT_GT(r.total, 40u);
+  EXPECT_EQ(r.passed, r.total);
+  for (size_t i : r.failed)
+    ADD_FAILURE() << "#" << i << " '" << vecs[i].input << "'\n expected " << format_ids(vecs[i].expected)
+                  << "\n got      " << format_ids(tok->encode(vecs[i].input, false, false));
+}
+
+INSTANTIATE_TEST_SUITE_P(Vectors, DeepseekVocab, ::testing::Values("deepseek-llm", "deepseek-coder"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 TEST(VocabVectors, LoaderRejectsCountMismatch) {
   const std::string dir = test::vocab_dir();

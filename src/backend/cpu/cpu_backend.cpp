@@ -136,45 +136,70 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
   check_f32(v, "attention", "value cache");
   check_f32(out, "attention", "output");
   const int n = (int)q.rows();
-  const int n_head = p.n_head, group = p.n_head / p.n_head_kv;
+  const int group = p.n_head / p.n_head_kv;
   const int64_t hd = p.head_dim, hdv = p.head_dim_v;
   MOEFLOW_CHECK(pos0 + n <= k.rows() && pos0 + n <= v.rows(),
                 "attention: positions up to {} exceed the cache's {} rows", pos0 + n, k.rows());
+  // The heads that share a kv head read the same key and value rows (GQA; MQA and multi-head
+  // latent attention share one between all heads): a work item takes up to kHeadBlock of them
+  // and loads each row once for the block instead of once per head. Every (token, head) output
+  // is still computed by the same operations in the same order as one head alone.
+  constexpr int kHeadBlock = 8;
+  const int hb = std::min(group, kHeadBlock);
+  const int blocks = (group + hb - 1) / hb;
+  const int64_t n_rows = k.rows();
   for (auto& s : scores_)
-    if ((int64_t)s.size() < k.rows()) s.resize(k.rows());
+    if ((int64_t)s.size() < hb * n_rows) s.resize((size_t)(hb * n_rows));
   const float scale = p.scale;
   const DotF32Fn dot_fn = attn_dot_fn();
   const AxpyF32Fn axpy_fn = attn_axpy_fn();
   auto body = [&](int64_t b, int64_t e, int th) {
     float* s = scores_[th].data();
+    float mx[kHeadBlock], inv[kHeadBlock];
+    const float* qr[kHeadBlock];
+    float* o[kHeadBlock];
     for (int64_t i = b; i < e; ++i) {
-      const int64_t t = i / n_head, h = i % n_head, g = h / group;
+      const int64_t t = i / ((int64_t)p.n_head_kv * blocks), r = i % ((int64_t)p.n_head_kv * blocks);
+      const int64_t g = r / blocks, h0 = g * group + (r % blocks) * hb;
+      const int nh = (int)std::min<int64_t>(hb, (g + 1) * group - h0);
       const int64_t n_pos = pos0 + t + 1;  // causal: this token and everything before it
       const int64_t j0 = p.window > 0 ? std::max<int64_t>(0, n_pos - p.window) : 0;
-      const float* qr = frow(q, t) + h * hd;
-      float mx = -INFINITY;
+      for (int u = 0; u < nh; ++u) {
+        qr[u] = frow(q, t) + (h0 + u) * hd;
+        o[u] = frow(out, t) + (h0 + u) * hdv;
+        mx[u] = -INFINITY;
+      }
       for (int64_t j = j0; j < n_pos; ++j) {
         const float* kr = frow(k, j) + g * hd;
-        s[j] = dot_fn(qr, kr, hd) * scale;
-        mx = std::max(mx, s[j]);
+        for (int u = 0; u < nh; ++u) {
+          float& sc = s[u * n_rows + j];
+          sc = dot_fn(qr[u], kr, hd) * scale;
+          mx[u] = std::max(mx[u], sc);
+        }
       }
-      if (p.sinks) mx = std::max(mx, p.sinks[h]);
-      float sum = 0;
+      for (int u = 0; u < nh; ++u) {
+        float* su = s + u * n_rows;
+        if (p.sinks) mx[u] = std::max(mx[u], p.sinks[h0 + u]);
+        float sum = 0;
+        for (int64_t j = j0; j < n_pos; ++j) {
+          su[j] = std::exp(su[j] - mx[u]);
+          sum += su[j];
+        }
+        if (p.sinks) sum += std::exp(p.sinks[h0 + u] - mx[u]);
+        inv[u] = 1.0f / sum;
+        std::memset(o[u], 0, hdv * sizeof(float));
+      }
       for (int64_t j = j0; j < n_pos; ++j) {
-        s[j] = std::exp(s[j] - mx);
-        sum += s[j];
+        const float* vr = frow(v, j) + g * hdv;
+        for (int u = 0; u < nh; ++u) axpy_fn(o[u], vr, s[u * n_rows + j] * inv[u], hdv);
       }
-      if (p.sinks) sum += std::exp(p.sinks[h] - mx);
-      const float inv = 1.0f / sum;
-      float* o = frow(out, t) + h * hdv;
-      std::memset(o, 0, hdv * sizeof(float));
-      for (int64_t j = j0; j < n_pos; ++j) axpy_fn(o, frow(v, j) + g * hdv, s[j] * inv, hdv);
     }
   };
+  const int64_t items = (int64_t)n * p.n_head_kv * blocks;
   if (pool_)
-    pool_->parallel_for((int64_t)n * n_head, body);
+    pool_->parallel_for(items, body);
   else
-    body(0, (int64_t)n * n_head, 0);
+    body(0, items, 0);
 }
 
 void CpuBackend::glu(const TensorView& gate, const TensorView& up, TensorView out, const GluParams& p) {

@@ -45,19 +45,52 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
   u32("vocab_size", s.n_vocab);
   u32("context_length", s.n_ctx);
   u32("embedding_length", s.n_embd);
-  u32("block_count", s.n_layer);
+  u32("block_count", s.n_layer + s.n_nextn);
   u32("feed_forward_length", s.n_ff);
   u32("attention.head_count", s.n_head);
-  u32("attention.head_count_kv", s.n_head_kv);
-  u32("attention.key_length", s.head_dim);
-  u32("attention.value_length", s.head_dim);
-  u32("rope.dimension_count", s.head_dim);
+  if (s.mla()) {
+    // MLA as MQA over the latent: one kv head of kv_lora_rank + rope dims; per-head sizes in *_mla.
+    u32("attention.head_count_kv", 1);
+    u32("attention.key_length", s.kv_lora_rank + s.qk_rope);
+    u32("attention.value_length", s.kv_lora_rank);
+    u32("attention.key_length_mla", s.qk_nope + s.qk_rope);
+    u32("attention.value_length_mla", s.v_head_dim);
+    // llama.cpp requires q_lora_rank except for the layer counts it knows as "lite" models, so
+    // it is written even when 0 (no q compression).
+    u32("attention.q_lora_rank", s.q_lora_rank);
+    u32("attention.kv_lora_rank", s.kv_lora_rank);
+  } else {
+    u32("attention.head_count_kv", s.n_head_kv);
+    u32("attention.key_length", s.head_dim);
+    u32("attention.value_length", s.head_dim);
+  }
+  u32("rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_dim);
   w.set_f32(key("rope.freq_base"), (float)s.rope_base);
   w.set_f32(key("attention.layer_norm_rms_epsilon"), (float)s.rms_eps);
   u32("expert_count", s.n_expert);
   u32("expert_used_count", s.n_expert_used);
   u32("expert_feed_forward_length", s.n_ff_exp);
-  if (s.shared_expert()) u32("expert_shared_feed_forward_length", s.n_ff_shexp);
+  if (s.gated_shared_expert()) u32("expert_shared_feed_forward_length", s.n_ff_shexp);
+  if (s.arch == GenArch::Deepseek2 || s.arch == GenArch::Glm4Moe) {
+    u32("expert_shared_count", s.n_expert_shared);
+    u32("leading_dense_block_count", s.n_layer_dense_lead);
+    w.set_f32(key("expert_weights_scale"), (float)s.weights_scale);
+    if (s.norm_topk) w.set_bool(key("expert_weights_norm"), true);
+    u32("expert_gating_func", s.sigmoid ? 2 : 1);  // llama.cpp: 1 softmax, 2 sigmoid
+    u32("expert_group_count", s.n_group);
+    u32("expert_group_used_count", s.topk_group);
+  }
+  if (s.n_nextn > 0) u32("nextn_predict_layers", s.n_nextn);
+  if (s.yarn_factor > 0) {
+    w.set_string(key("rope.scaling.type"), "yarn");
+    w.set_f32(key("rope.scaling.factor"), (float)s.yarn_factor);
+    u32("rope.scaling.original_context_length", s.yarn_orig_ctx);
+    w.set_f32(key("rope.scaling.yarn_beta_fast"), 32.0f);
+    w.set_f32(key("rope.scaling.yarn_beta_slow"), 1.0f);
+    // llama.cpp's converters store 0.1 * mscale_all_dim under this name.
+    if (s.yarn_mscale_all_dim > 0)
+      w.set_f32(key("rope.scaling.yarn_log_multiplier"), (float)(0.1 * s.yarn_mscale_all_dim));
+  }
 
   const SynthVocab v = make_synth_vocab(s.n_vocab);
   w.set_string("tokenizer.ggml.model", "llama");

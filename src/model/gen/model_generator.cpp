@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include <fmt/format.h>
@@ -101,49 +102,109 @@ GgmlType resolve_type(GgmlType requested, int64_t row_len) {
   return alt;
 }
 
+namespace {
+
+// attn_q/k/v (+ biases, q/k norms) and attn_output of a grouped-query attention layer.
+void plan_gqa(Planner& p, const ModelShape& s, GgmlType wt, const std::function<std::string(const char*)>& n) {
+  const int64_t q_dim = s.n_head * s.head_dim;
+  const int64_t kv_dim = s.n_head_kv * s.head_dim;
+  p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
+  p.add(n("attn_k.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+  p.add(n("attn_v.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+  if (s.qkv_bias()) {
+    p.bias(n("attn_q.bias"), q_dim);
+    p.bias(n("attn_k.bias"), kv_dim);
+    p.bias(n("attn_v.bias"), kv_dim);
+  }
+  if (s.qk_norm() == QkNorm::PerHead) {
+    p.gain(n("attn_q_norm.weight"), s.head_dim);
+    p.gain(n("attn_k_norm.weight"), s.head_dim);
+  } else if (s.qk_norm() == QkNorm::Full) {
+    p.gain(n("attn_q_norm.weight"), q_dim);
+    p.gain(n("attn_k_norm.weight"), kv_dim);
+  }
+  p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
+}
+
+// Multi-head latent attention as current llama.cpp converters store it (attn_kv_b split into
+// attn_k_b, each head's key block transposed, and attn_v_b).
+void plan_mla(Planner& p, const ModelShape& s, GgmlType wt, const std::function<std::string(const char*)>& n) {
+  const int64_t q_dim = s.n_head * (s.qk_nope + s.qk_rope);
+  if (s.q_lora_rank > 0) {
+    p.add(n("attn_q_a.weight"), wt, {s.n_embd, s.q_lora_rank}, inv_sqrt(s.n_embd));
+    p.gain(n("attn_q_a_norm.weight"), s.q_lora_rank);
+    p.add(n("attn_q_b.weight"), wt, {s.q_lora_rank, q_dim}, inv_sqrt(s.q_lora_rank));
+  } else {
+    p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
+  }
+  p.add(n("attn_kv_a_mqa.weight"), wt, {s.n_embd, s.kv_lora_rank + s.qk_rope}, inv_sqrt(s.n_embd));
+  p.gain(n("attn_kv_a_norm.weight"), s.kv_lora_rank);
+  // attn_k_b is stored transposed: as the decompression latent -> key (attn_kv_b's key rows)
+  // its fan-in is kv_lora_rank, not the stored row length.
+  p.add(n("attn_k_b.weight"), wt, {s.qk_nope, s.kv_lora_rank, s.n_head}, inv_sqrt(s.kv_lora_rank));
+  p.add(n("attn_v_b.weight"), wt, {s.kv_lora_rank, s.v_head_dim, s.n_head}, inv_sqrt(s.kv_lora_rank));
+  p.add(n("attn_output.weight"), wt, {s.n_head * s.v_head_dim, s.n_embd}, inv_sqrt(s.n_head * s.v_head_dim));
+}
+
+// Router (+ selection bias), stacked experts and the shared expert(s) of MoE layer l.
+void plan_moe(Planner& p, const GenOptions& opt, int64_t l, const std::function<std::string(const char*)>& n) {
+  const ModelShape& s = opt.shape;
+  const GgmlType wt = opt.type, et = opt.expert_type.value_or(wt);
+  // Routers stay F32, as llama.cpp's quantizer leaves ffn_gate_inp alone.
+  p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert},
+        opt.router_scale * inv_sqrt(s.n_embd));
+  if (s.sigmoid) p.bias(n("exp_probs_b.bias"), s.n_expert);
+  p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+  p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+  p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
+  if (s.shared_expert()) {
+    if (s.gated_shared_expert())
+      p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_gate_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_up_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_down_shexp.weight"), wt, {s.n_ff_shexp, s.n_embd}, inv_sqrt(s.n_ff_shexp));
+  }
+}
+
+// One decoder block: layer l of the trunk, or (l >= n_layer) a next-token-prediction block,
+// which is a MoE block plus its nextn projections.
+void plan_block(Planner& p, const GenOptions& opt, int64_t l) {
+  const ModelShape& s = opt.shape;
+  const GgmlType wt = opt.type;
+  const std::function<std::string(const char*)> n = [l](const char* what) {
+    return fmt::format("blk.{}.{}", l, what);
+  };
+  p.gain(n("attn_norm.weight"), s.n_embd);
+  if (s.mla())
+    plan_mla(p, s, wt, n);
+  else
+    plan_gqa(p, s, wt, n);
+  p.gain(n(s.arch == GenArch::Glm4Moe ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
+  if (s.moe_layer(l)) {
+    plan_moe(p, opt, l, n);
+  } else {
+    p.add(n("ffn_gate.weight"), wt, {s.n_embd, s.n_ff}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_up.weight"), wt, {s.n_embd, s.n_ff}, inv_sqrt(s.n_embd));
+    p.add(n("ffn_down.weight"), wt, {s.n_ff, s.n_embd}, inv_sqrt(s.n_ff));
+  }
+  if (l >= s.n_layer) {
+    p.add(n("nextn.eh_proj.weight"), wt, {2 * s.n_embd, s.n_embd}, inv_sqrt(2 * s.n_embd));
+    p.gain(n("nextn.enorm.weight"), s.n_embd);
+    p.gain(n("nextn.hnorm.weight"), s.n_embd);
+    p.gain(n("nextn.shared_head_norm.weight"), s.n_embd);
+  }
+}
+
+}  // namespace
+
 std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
   const ModelShape& s = opt.shape;
   s.validate();
   const GgmlType wt = opt.type;
-  const GgmlType et = opt.expert_type.value_or(wt);
-  const int64_t q_dim = s.n_head * s.head_dim;
-  const int64_t kv_dim = s.n_head_kv * s.head_dim;
   Planner p{opt, {}};
   // Embedding rows are looked up, not multiplied, so unit variance keeps the residual O(1).
   p.add("token_embd.weight", opt.embd_type.value_or(wt), {s.n_embd, s.n_vocab}, 1.0f);
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    auto n = [&](const char* what) { return fmt::format("blk.{}.{}", l, what); };
-    p.gain(n("attn_norm.weight"), s.n_embd);
-    p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
-    p.add(n("attn_k.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
-    p.add(n("attn_v.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
-    if (s.qkv_bias()) {
-      p.bias(n("attn_q.bias"), q_dim);
-      p.bias(n("attn_k.bias"), kv_dim);
-      p.bias(n("attn_v.bias"), kv_dim);
-    }
-    if (s.qk_norm() == QkNorm::PerHead) {
-      p.gain(n("attn_q_norm.weight"), s.head_dim);
-      p.gain(n("attn_k_norm.weight"), s.head_dim);
-    } else if (s.qk_norm() == QkNorm::Full) {
-      p.gain(n("attn_q_norm.weight"), q_dim);
-      p.gain(n("attn_k_norm.weight"), kv_dim);
-    }
-    p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
-    p.gain(n("ffn_norm.weight"), s.n_embd);
-    // Routers stay F32, as llama.cpp's quantizer leaves ffn_gate_inp alone.
-    p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert},
-          opt.router_scale * inv_sqrt(s.n_embd));
-    p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
-    p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
-    p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
-    if (s.shared_expert()) {
-      p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));
-      p.add(n("ffn_gate_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
-      p.add(n("ffn_up_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
-      p.add(n("ffn_down_shexp.weight"), wt, {s.n_ff_shexp, s.n_embd}, inv_sqrt(s.n_ff_shexp));
-    }
-  }
+  for (int64_t l = 0; l < s.n_layer + s.n_nextn; ++l) plan_block(p, opt, l);
   p.gain("output_norm.weight", s.n_embd);
   p.add("output.weight", opt.output_type.value_or(wt), {s.n_embd, s.n_vocab}, inv_sqrt(s.n_embd));
   return std::move(p.out);

@@ -37,6 +37,63 @@ ModelShape make(GenArch a, int64_t vocab, int64_t embd, int64_t layers, int64_t 
   return s;
 }
 
+struct MlaDims {
+  int64_t q_lora, kv_lora, nope, rope, v;
+};
+struct DsRouting {
+  bool sigmoid, norm;
+  double scale;
+  int64_t n_group, topk_group;
+};
+struct Yarn {
+  double factor;
+  int64_t orig_ctx;
+  double mscale_all_dim;
+};
+
+// DeepSeek-V2/V3 layout: MLA, `lead` dense layers of ff, `shared` experts of ff_exp.
+ModelShape deepseek(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, MlaDims m,
+                    int64_t ff, int64_t ff_exp, int64_t experts, int64_t used, int64_t shared,
+                    int64_t lead, DsRouting r, Yarn y, int64_t ctx, double rope_base) {
+  ModelShape s = make(GenArch::Deepseek2, vocab, embd, layers, heads, heads, m.nope + m.rope, ff,
+                      ff_exp, ff_exp * shared, experts, used, ctx, rope_base, 1e-6);
+  s.q_lora_rank = m.q_lora;
+  s.kv_lora_rank = m.kv_lora;
+  s.qk_nope = m.nope;
+  s.qk_rope = m.rope;
+  s.v_head_dim = m.v;
+  s.n_rot = m.rope;
+  s.n_expert_shared = shared;
+  s.n_layer_dense_lead = lead;
+  s.sigmoid = r.sigmoid;
+  s.norm_topk = r.norm;
+  s.weights_scale = r.scale;
+  s.n_group = r.n_group;
+  s.topk_group = r.topk_group;
+  s.yarn_factor = y.factor;
+  s.yarn_orig_ctx = y.orig_ctx;
+  s.yarn_mscale_all_dim = y.mscale_all_dim;
+  return s;
+}
+
+// GLM-4.5 layout: GQA with half of each head rotating, biases, one shared expert, sigmoid
+// routing with the selection bias and renormalised weights, `nextn` MTP blocks.
+ModelShape glm(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, int64_t heads_kv,
+               int64_t head_dim, int64_t ff, int64_t ff_exp, int64_t experts, int64_t used,
+               int64_t lead, double scale, bool qk_norm, int64_t nextn, int64_t ctx, double rope_base) {
+  ModelShape s = make(GenArch::Glm4Moe, vocab, embd, layers, heads, heads_kv, head_dim, ff, ff_exp,
+                      ff_exp, experts, used, ctx, rope_base, 1e-5);
+  s.n_rot = head_dim / 2;
+  s.n_expert_shared = 1;
+  s.n_layer_dense_lead = lead;
+  s.glm_qk_norm = qk_norm;
+  s.n_nextn = nextn;
+  s.sigmoid = true;
+  s.norm_topk = true;
+  s.weights_scale = scale;
+  return s;
+}
+
 // tiny: fast unit tests (n_embd 64: K-quants fall back, as llama.cpp does for such rows).
 // small: every row a multiple of 256 so all K-quants apply. The named presets are the released
 // models' config.json values.
@@ -61,6 +118,38 @@ const std::vector<PresetRow>& table() {
       {A::Olmoe, "small", make(A::Olmoe, 1024, 256, 4, 8, 8, 32, 256, 256, 0, 16, 4, 2048, 1e4, 1e-5)},
       {A::Olmoe, "1b-7b",
        make(A::Olmoe, 50304, 2048, 16, 16, 16, 128, 1024, 1024, 0, 64, 8, 4096, 1e4, 1e-5)},
+      // DeepSeek: tiny/small are V2-Lite-like (no q_lora, softmax, YaRN), *-v3 V3-like (q_lora,
+      // sigmoid + selection bias, groups, renormalised and scaled weights).
+      {A::Deepseek2, "tiny",
+       deepseek(512, 64, 4, 4, {0, 32, 16, 8, 16}, 128, 32, 8, 2, 2, 1, {false, false, 1.0, 1, 1},
+                {4.0, 64, 0.707}, 512, 1e4)},
+      {A::Deepseek2, "tiny-v3",
+       deepseek(512, 64, 4, 4, {24, 32, 16, 8, 16}, 128, 32, 8, 2, 1, 1, {true, true, 2.5, 4, 2},
+                {4.0, 64, 1.0}, 512, 1e4)},
+      {A::Deepseek2, "small",
+       deepseek(1024, 256, 4, 8, {0, 256, 32, 32, 64}, 512, 256, 16, 4, 2, 1,
+                {false, false, 1.0, 1, 1}, {4.0, 256, 0.707}, 2048, 1e4)},
+      {A::Deepseek2, "small-v3",
+       deepseek(1024, 256, 4, 8, {256, 256, 32, 32, 64}, 512, 256, 16, 4, 1, 1,
+                {true, true, 2.5, 4, 2}, {4.0, 256, 1.0}, 2048, 1e4)},
+      {A::Deepseek2, "v2-lite",
+       deepseek(102400, 2048, 27, 16, {0, 512, 128, 64, 128}, 10944, 1408, 64, 6, 2, 1,
+                {false, false, 1.0, 1, 1}, {40.0, 4096, 0.707}, 163840, 1e4)},
+      {A::Deepseek2, "v2",
+       deepseek(102400, 5120, 60, 128, {1536, 512, 128, 64, 128}, 12288, 1536, 160, 6, 2, 1,
+                {false, false, 16.0, 8, 3}, {40.0, 4096, 0.707}, 163840, 1e4)},
+      {A::Deepseek2, "v3",
+       deepseek(129280, 7168, 61, 128, {1536, 512, 128, 64, 128}, 18432, 2048, 256, 8, 1, 3,
+                {true, true, 2.5, 8, 4}, {40.0, 4096, 1.0}, 163840, 1e4)},
+      {A::Deepseek2, "kimi-k2",
+       deepseek(163840, 7168, 61, 64, {1536, 512, 128, 64, 128}, 18432, 2048, 384, 8, 1, 1,
+                {true, true, 2.827, 1, 1}, {32.0, 4096, 1.0}, 131072, 5e4)},
+      {A::Glm4Moe, "tiny", glm(512, 64, 4, 4, 2, 32, 128, 32, 8, 2, 1, 2.5, true, 1, 512, 1e4)},
+      {A::Glm4Moe, "small", glm(1024, 256, 4, 8, 4, 64, 512, 256, 16, 4, 1, 2.5, true, 1, 2048, 1e4)},
+      {A::Glm4Moe, "4.5-air",
+       glm(151552, 4096, 46, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0, false, 1, 131072, 1e6)},
+      {A::Glm4Moe, "4.5",
+       glm(151552, 5120, 92, 96, 8, 128, 12288, 1536, 160, 8, 3, 2.5, true, 1, 131072, 1e6)},
   };
   return rows;
 }
@@ -71,6 +160,7 @@ QkNorm ModelShape::qk_norm() const {
   switch (arch) {
     case GenArch::Qwen3Moe: return QkNorm::PerHead;
     case GenArch::Olmoe: return QkNorm::Full;
+    case GenArch::Glm4Moe: return glm_qk_norm ? QkNorm::PerHead : QkNorm::None;
     default: return QkNorm::None;
   }
 }
@@ -101,6 +191,23 @@ void ModelShape::validate() const {
     fail("gen-model --arch olmoe: llama.cpp needs n_head*head_dim == n_embd and n_head_kv == n_head");
   if (arch == GenArch::Mixtral && n_ff != n_ff_exp)
     fail("gen-model --arch mixtral: feed_forward_length must equal the expert length");
+  if (n_layer_dense_lead >= n_layer)
+    fail("gen-model --arch {}: {} leading dense layers leave no MoE layer in --layers {}", a,
+         n_layer_dense_lead, n_layer);
+  if (n_layer_dense_lead > 0) positive(n_ff, "feed_forward_length of the dense layers");
+  if (n_group < 1 || topk_group < 1 || topk_group > n_group || n_expert % n_group != 0 ||
+      n_expert_used > topk_group * (n_expert / n_group))
+    fail("gen-model --arch {}: {} expert groups keeping {} do not fit --experts {} / --expert-used {}",
+         a, n_group, topk_group, n_expert, n_expert_used);
+  if (n_rot < 0 || n_rot > head_dim || n_rot % 2 != 0)
+    fail("gen-model --arch {}: rotary dims {} must be even and at most head_dim {}", a, n_rot, head_dim);
+  if (mla()) {
+    positive(kv_lora_rank, "kv_lora_rank");
+    positive(qk_nope, "qk_nope_head_dim");
+    positive(qk_rope, "qk_rope_head_dim");
+    positive(v_head_dim, "v_head_dim");
+    if (q_lora_rank < 0) fail("gen-model --arch {}: q_lora_rank must not be negative", a);
+  }
 }
 
 GenArch parse_arch(const std::string& name) {
@@ -108,7 +215,10 @@ GenArch parse_arch(const std::string& name) {
   if (name == "qwen2moe") return GenArch::Qwen2Moe;
   if (name == "qwen3moe") return GenArch::Qwen3Moe;
   if (name == "olmoe") return GenArch::Olmoe;
-  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe or olmoe)", name);
+  if (name == "deepseek2") return GenArch::Deepseek2;
+  if (name == "glm4moe") return GenArch::Glm4Moe;
+  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2 or "
+       "glm4moe)", name);
 }
 
 const char* arch_cli_name(GenArch a) {
@@ -117,6 +227,8 @@ const char* arch_cli_name(GenArch a) {
     case GenArch::Qwen2Moe: return "qwen2moe";
     case GenArch::Qwen3Moe: return "qwen3moe";
     case GenArch::Olmoe: return "olmoe";
+    case GenArch::Deepseek2: return "deepseek2";
+    case GenArch::Glm4Moe: return "glm4moe";
   }
   return "?";
 }
@@ -127,6 +239,8 @@ const char* arch_gguf_name(GenArch a) {
     case GenArch::Qwen2Moe: return "qwen2moe";
     case GenArch::Qwen3Moe: return "qwen3moe";
     case GenArch::Olmoe: return "olmoe";
+    case GenArch::Deepseek2: return "deepseek2";
+    case GenArch::Glm4Moe: return "glm4moe";
   }
   return "?";
 }

@@ -7,7 +7,7 @@
 
 namespace moeflow::gen {
 
-enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe };
+enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe, Deepseek2, Glm4Moe };
 
 // Where the attention has q/k RMS norms: none, per head (Qwen3: weight of head_dim), or over the
 // whole projection (OLMoE: weight of n_head*head_dim).
@@ -24,16 +24,36 @@ struct ModelShape {
   int64_t head_dim = 0;
   int64_t n_ff = 0;        // <arch>.feed_forward_length
   int64_t n_ff_exp = 0;    // rows of one routed expert
-  int64_t n_ff_shexp = 0;  // shared expert (qwen2moe), 0 = none
+  int64_t n_ff_shexp = 0;  // shared expert(s) FFN size, 0 = none
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ctx = 0;
   double rope_base = 10000.0;
   double rms_eps = 1e-5;
 
+  // DeepSeek / GLM layouts (deepseek2, glm4moe); defaults elsewhere.
+  int64_t n_layer_dense_lead = 0;  // leading layers with a dense FFN of n_ff
+  int64_t n_expert_shared = 0;     // ungated shared experts of n_ff_exp each (n_ff_shexp = product)
+  int64_t n_rot = 0;               // rotary dims of a head (0: head_dim; glm4moe: half of it)
+  bool glm_qk_norm = false;        // glm4moe: per-head q/k RMSNorm (GLM-4.5, not -Air)
+  int64_t n_nextn = 0;             // glm4moe: next-token-prediction blocks after the trunk
+  bool sigmoid = false;            // sigmoid routing with a selection bias (exp_probs_b)
+  bool norm_topk = false;          // expert_weights_norm
+  double weights_scale = 1.0;      // expert_weights_scale
+  int64_t n_group = 1, topk_group = 1;
+  // Multi-head latent attention (deepseek2): q_lora_rank 0 = a single attn_q.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v_head_dim = 0;
+  // YaRN rope scaling: factor 0 = none; mscale_all_dim as DeepSeek's configs have it.
+  double yarn_factor = 0;
+  int64_t yarn_orig_ctx = 0;
+  double yarn_mscale_all_dim = 0;
+
   QkNorm qk_norm() const;
-  bool qkv_bias() const { return arch == GenArch::Qwen2Moe; }
+  bool qkv_bias() const { return arch == GenArch::Qwen2Moe || arch == GenArch::Glm4Moe; }
   bool shared_expert() const { return n_ff_shexp > 0; }
+  bool gated_shared_expert() const { return arch == GenArch::Qwen2Moe; }
+  bool mla() const { return arch == GenArch::Deepseek2; }
+  bool moe_layer(int64_t l) const { return l >= n_layer_dense_lead; }
   // Throws moeflow::Error naming the setting when the shape cannot make a valid model.
   void validate() const;
 };

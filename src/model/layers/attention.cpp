@@ -21,11 +21,9 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   be.matmul(L.wq, xn, q);
   be.matmul(L.wk, xn, k);
   be.matmul(L.wv, xn, v);
-  if (L.bq) {
-    be.add(q, L.bq);
-    be.add(k, L.bk);
-    be.add(v, L.bv);
-  }
+  if (L.bq) be.add(q, L.bq);
+  if (L.bk) be.add(k, L.bk);
+  if (L.bv) be.add(v, L.bv);
   if (spec.qk_norm == QkNorm::PerHead) {
     be.rms_norm(as_rows_of(q, p.head_dim), L.q_norm.as<float>(), as_rows_of(q, p.head_dim), norm_eps);
     be.rms_norm(as_rows_of(k, p.head_dim), L.k_norm.as<float>(), as_rows_of(k, p.head_dim), norm_eps);

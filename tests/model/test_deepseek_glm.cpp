@@ -1,0 +1,217 @@
+// deepseek2 and glm4moe on `moeflow gen-model` files: the KV cache really holds only MLA's
+// latent, MTP blocks are not run, batching and rewinding keep the cache consistent, and bad
+// files (and unsupported architectures or types, from the CLI) are refused by name. The logits
+// themselves are checked against transformers and llama.cpp in tests/python.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "run_binary.h"
+#include "runtime/engine.h"
+#include "test_helpers.h"
+
+namespace moeflow::test {
+namespace {
+
+std::string gen(const std::string& arch, const std::string& preset, const std::string& type = "F32") {
+  const std::string path = temp_path(arch + "_" + preset + "_" + type + ".gguf");
+  const Cmd c = run_moeflow("gen-model --arch " + arch + " --preset " + preset + " --type " + type +
+                            " --seed 5 -q -o " + path);
+  EXPECT_EQ(c.rc, 0) << c.out;
+  return path;
+}
+
+// A copy of `src` with metadata and tensors filtered / edited (tensors copied byte for byte).
+std::string rewrite(const std::string& src, const std::string& name,
+                    const std::function<bool(const std::string& key)>& keep_key,
+                    const std::function<bool(const std::string& tensor)>& keep_tensor,
+                    const std::function<void(GgufWriter&)>& extra = nullptr) {
+  auto f = GgufFile::open(src);
+  GgufWriter w;
+  for (const auto& kv : f->metadata())
+    if (keep_key(kv.key)) w.set(kv.key, kv.value);
+  if (extra) extra(w);
+  for (const auto& t : f->tensors())
+    if (keep_tensor(t.name)) w.add_tensor(t.name, t.type, t.dims, f->data(t), t.nbytes);
+  const std::string path = temp_path(name + ".gguf");
+  w.write(path);
+  return path;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    auto f = GgufFile::open(path);
+    Model m(*f);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+auto all = [](const std::string&) { return true; };
+
+TEST(DeepseekGlm, MlaCacheHoldsOnlyTheLatentAndTheRotaryKey) {
+  // tiny: 4 layers, 4 heads, kv_lora_rank 32, rope 8, nope 16, v 16.
+  const std::string path = gen("deepseek2", "tiny");
+  EngineOptions opt;
+  opt.n_threads = 1;
+  opt.n_ctx = 64;
+  Engine e(path, opt);
+  const Model& m = e.model();
+  EXPECT_EQ(m.kv_widths().k, 32 + 8);
+  EXPECT_EQ(m.kv_widths().v, 0);
+  EXPECT_EQ(m.kv_bytes_per_token(), 4u * (32 + 8) * sizeof(float));
+  EXPECT_EQ(m.kv_bytes_per_token_per_head(), 4u * 4 * (16 + 8 + 16) * sizeof(float));
+  // The memory actually allocated for the context is that, not the per-head size.
+  EXPECT_EQ(e.context().kv().bytes(), 64 * m.kv_bytes_per_token());
+  // GQA is unchanged: K and V rows per kv head (glm4moe tiny: 2 kv heads of 32).
+  Engine g(gen("glm4moe", "tiny"), opt);
+  EXPECT_EQ(g.model().kv_bytes_per_token(), 4u * 2 * (2 * 32) * sizeof(float));
+  EXPECT_EQ(g.model().kv_bytes_per_token(), g.model().kv_bytes_per_token_per_head());
+}
+
+TEST(DeepseekGlm, LayoutFromMetadata) {
+  auto f = GgufFile::open(gen("deepseek2", "tiny-v3"));
+  Model m(*f);
+  const auto& s = m.specs();
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].ffn, FfnKind::Dense);  // leading_dense_block_count 1
+  for (int l = 1; l < 4; ++l) {
+    EXPECT_EQ(s[l].ffn, FfnKind::Moe);
+    EXPECT_EQ(s[l].attn.kind, AttentionKind::Mla);
+    EXPECT_EQ(s[l].moe.routing.gating, RoutingSpec::Gating::Sigmoid);
+    EXPECT_EQ(s[l].moe.routing.n_group, 4);
+    EXPECT_EQ(s[l].moe.routing.topk_group, 2);
+    EXPECT_EQ(s[l].moe.routing.group_top, 2);
+    EXPECT_TRUE(s[l].moe.routing.norm_weights);
+    EXPECT_FLOAT_EQ(s[l].moe.routing.scale, 2.5f);
+    EXPECT_TRUE(s[l].moe.shared_expert);
+    EXPECT_EQ(s[l].moe.shared_gate, GateFn::None);
+  }
+  EXPECT_TRUE(m.weights().layers[1].exp_probs_bias);
+  EXPECT_TRUE(m.weights().layers[1].wq_a);  // q_lora_rank 24
+  // glm4moe tiny: block_count 5 of which 1 MTP block, not run; half of each head rotates.
+  auto g = GgufFile::open(gen("glm4moe", "tiny"));
+  EXPECT_EQ(g->get_int("glm4moe.block_count"), 5);
+  Model mg(*g);
+  EXPECT_EQ(mg.hparams().n_layer, 4);
+  EXPECT_EQ(mg.specs()[1].attn.rope.mode, RopeMode::NeoX);
+  EXPECT_EQ(mg.specs()[1].attn.rope.n_rot, 16);
+  EXPECT_EQ(mg.specs()[1].attn.qk_norm, QkNorm::PerHead);
+  EXPECT_TRUE(mg.weights().layers[1].bq);
+}
+
+TEST(DeepseekGlm, BatchedChunkedAndRewoundRunsAgree) {
+  const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7};
+  for (const auto& [arch, preset] : {std::pair{"deepseek2", "tiny"}, std::pair{"deepseek2", "tiny-v3"},
+                                     std::pair{"glm4moe", "tiny"}}) {
+    SCOPED_TRACE(std::string(arch) + "/" + preset);
+    const std::string path = gen(arch, preset);
+    EngineOptions opt;
+    opt.n_threads = 2;
+    opt.n_ctx = 32;
+    Engine a(path, opt), b(path, opt);
+    opt.batch = 4;  // chunks start at positions 4, 8, 12: cache rows written at an offset
+    Engine c(path, opt);
+    std::vector<float> la, lb, lc;
+    a.prefill(toks, true, &la);
+    b.prefill_sequential(toks, true, &lb);
+    c.prefill(toks, true, &lc);
+    const size_t V = a.n_vocab();
+    ASSERT_EQ(la.size(), toks.size() * V);
+    for (size_t t = 0; t < toks.size(); ++t) {
+      EXPECT_LT(rel_max_diff(la.data() + t * V, lb.data() + t * V, V), 1e-5) << "pos " << t;
+      EXPECT_LT(rel_max_diff(la.data() + t * V, lc.data() + t * V, V), 1e-5) << "pos " << t;
+    }
+    // Rewind to position 5 and feed another token: stale latent rows must not leak in.
+    a.context().truncate(5);
+    auto alt = a.decode(33);
+    std::vector<float> got(alt.begin(), alt.end()), ref;
+    std::vector<int32_t> alt_toks(toks.begin(), toks.begin() + 5);
+    alt_toks.push_back(33);
+    Engine d(path, opt);
+    d.prefill(alt_toks, false, &ref);
+    EXPECT_LT(rel_max_diff(got.data(), ref.data(), V), 1e-5);
+  }
+}
+
+TEST(DeepseekGlm, BadFilesNameWhatIsWrong) {
+  const std::string ds = gen("deepseek2", "tiny");
+  auto no_key = [](const std::string& k) { return [k](const std::string& key) { return key != k; }; };
+  auto no_tensor = [](const std::string& n) { return [n](const std::string& t) { return t != n; }; };
+  struct Case {
+    std::string name, path, needle;
+  };
+  const Case cases[] = {
+      {"kv_lora", rewrite(ds, "no_kv_lora", no_key("deepseek2.attention.kv_lora_rank"), all),
+       "deepseek2.attention.kv_lora_rank"},
+      {"shared", rewrite(ds, "no_shared", no_key("deepseek2.expert_shared_count"), all),
+       "deepseek2.expert_shared_count"},
+      {"k_b", rewrite(ds, "no_k_b", all, no_tensor("blk.2.attn_k_b.weight")), "blk.2.attn_k_b.weight"},
+      {"kv_a", rewrite(ds, "no_kv_a", all, no_tensor("blk.0.attn_kv_a_mqa.weight")),
+       "blk.0.attn_kv_a_mqa.weight"},
+      {"dense", rewrite(ds, "no_dense", all, no_tensor("blk.0.ffn_up.weight")), "blk.0.ffn_up.weight"},
+      {"longrope",
+       rewrite(ds, "longrope", no_key("deepseek2.rope.scaling.type"), all,
+               [](GgufWriter& w) { w.set_string("deepseek2.rope.scaling.type", "longrope"); }),
+       "longrope"},
+      {"temperature",
+       rewrite(ds, "temperature", all, all,
+               [](GgufWriter& w) { w.set_f32("deepseek2.attention.temperature_scale", 0.1f); }),
+       "temperature_scale"},
+      {"gating",
+       rewrite(ds, "gating", no_key("deepseek2.expert_gating_func"), all,
+               [](GgufWriter& w) { w.set_u32("deepseek2.expert_gating_func", 4); }),
+       "expert_gating_func"},
+      {"groups",
+       rewrite(ds, "groups", no_key("deepseek2.expert_group_count"), all,
+               [](GgufWriter& w) { w.set_u32("deepseek2.expert_group_count", 3); }),
+       "expert_group_count"},
+      {"glm_bias", rewrite(gen("glm4moe", "tiny"), "glm_no_bias", all, no_tensor("blk.2.exp_probs_b.bias")),
+       "blk.2.exp_probs_b.bias"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = load_error(c.path);
+    EXPECT_NE(err.find(c.needle), std::string::npos) << c.name << ": '" << err << "'";
+  }
+}
+
+TEST(DeepseekGlm, CliRefusesUnsupportedArchitectureAndTypeByName) {
+  const std::string ds = gen("deepseek2", "tiny");
+  const std::string arch = rewrite(ds, "arch", [](const std::string& k) { return k.rfind("general.architecture", 0) != 0; },
+                                   all, [](GgufWriter& w) { w.set_string("general.architecture", "deepseek4"); });
+  Cmd c = run_moeflow("eval -m " + arch + " --tokens 1,2,3");
+  EXPECT_NE(c.rc, 0);
+  EXPECT_NE(c.out.find("unsupported architecture 'deepseek4'"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("deepseek2"), std::string::npos) << c.out;  // the supported ones are listed
+  EXPECT_NE(c.out.find("glm4moe"), std::string::npos) << c.out;
+  // A tensor of a type moeflow cannot compute with (IQ2_XXS: 66 bytes per 256 values).
+  auto f = GgufFile::open(ds);
+  GgufWriter w;
+  for (const auto& kv : f->metadata()) w.set(kv.key, kv.value);
+  for (const auto& t : f->tensors()) {
+    if (t.name == "blk.1.attn_v_b.weight") {
+      // dims {32, 16, 4}: rows of 32 do not fit 256-blocks, so the row length is stretched.
+      std::vector<uint8_t> bytes(66 * 16 * 4, 0);
+      w.add_tensor(t.name, GgmlType::IQ2_XXS, {256, 16, 4}, bytes.data(), bytes.size());
+    } else {
+      w.add_tensor(t.name, t.type, t.dims, f->data(t), t.nbytes);
+    }
+  }
+  const std::string typ = temp_path("iq2.gguf");
+  w.write(typ);
+  c = run_moeflow("eval -m " + typ + " --tokens 1,2,3");
+  EXPECT_NE(c.rc, 0);
+  EXPECT_NE(c.out.find("IQ2_XXS"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("blk.1.attn_v_b.weight"), std::string::npos) << c.out;
+}
+
+}  // namespace
+}  // namespace moeflow::test
