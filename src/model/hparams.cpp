@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_value.h"
 #include "model/arch/arch.h"
 
 namespace moeflow {
@@ -13,6 +14,51 @@ int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string&
   if (v <= 0 || v > (int64_t(1) << 31)) fail("{}: metadata '{}' = {} is out of range", f.path(), full, v);
   return v;
 }
+
+void load_sliding_window(const GgufFile& f, HParams& hp, int64_t default_period) {
+  const std::string p = hp.arch_name + ".";
+  hp.n_swa = hparam_positive(f, hp, "attention.sliding_window");
+  hp.rope_base_swa = (float)f.get_float(p + "rope.freq_base_swa", hp.rope_base);
+  if (!(hp.rope_base_swa > 0)) fail("{}: {}rope.freq_base_swa must be positive", f.path(), p);
+  const std::string key = p + "attention.sliding_window_pattern";
+  hp.swa_layers.assign(hp.n_layer, 0);
+  const GgufValue* v = f.find(key);
+  if (v && v->type == GgufType::ARRAY) {
+    const std::vector<int64_t> a = f.get_int_array(key);
+    if ((int64_t)a.size() != hp.n_layer)
+      fail("{}: {} has {} entries for {} layers", f.path(), key, a.size(), hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = a[il] != 0;
+    return;
+  }
+  const int64_t period = v ? f.get_int(key) : default_period;
+  if (period < 0 || period > hp.n_layer) fail("{}: {} = {} is out of range", f.path(), key, period);
+  for (int il = 0; il < hp.n_layer; ++il)
+    hp.swa_layers[il] = period == 0 || il % period < period - 1;
+}
+
+namespace {
+
+void load_rope_scaling(const GgufFile& f, HParams& hp) {
+  const std::string p = hp.arch_name + ".rope.scaling.";
+  RopeScaling& rs = hp.rope_scaling;
+  const std::string type = f.has(p + "type") ? f.get_string(p + "type") : "none";
+  if (type == "none") rs.type = RopeScaling::Type::None;
+  else if (type == "linear") rs.type = RopeScaling::Type::Linear;
+  else if (type == "yarn") rs.type = RopeScaling::Type::Yarn;
+  else if (type == "longrope") rs.type = RopeScaling::Type::LongRope;
+  else fail("{}: {}type '{}' is not supported (none, linear, yarn, longrope)", f.path(), p, type);
+  const double factor = f.get_float(p + "factor", 0.0);
+  rs.factor = factor == 0.0 ? 1.0f : (float)factor;
+  if (!(rs.factor > 0)) fail("{}: {}factor = {} must be positive", f.path(), p, factor);
+  rs.n_ctx_orig = f.get_int(p + "original_context_length", hp.n_ctx_train);
+  if (rs.n_ctx_orig <= 0) fail("{}: {}original_context_length must be positive", f.path(), p);
+  rs.yarn_beta_fast = (float)f.get_float(p + "yarn_beta_fast", 32.0);
+  rs.yarn_beta_slow = (float)f.get_float(p + "yarn_beta_slow", 1.0);
+  rs.attn_factor = (float)f.get_float(p + "attn_factor", 1.0);
+  if (!(rs.attn_factor > 0)) fail("{}: {}attn_factor must be positive", f.path(), p);
+}
+
+}  // namespace
 
 HParams load_hparams(const GgufFile& f) {
   HParams hp;
@@ -37,6 +83,7 @@ HParams load_hparams(const GgufFile& f) {
   hp.rms_eps = (float)f.get_float(p + "attention.layer_norm_rms_epsilon");
   if (!(hp.rms_eps >= 0)) fail("{}: {}attention.layer_norm_rms_epsilon is negative", f.path(), p);
   hp.n_ctx_train = f.get_int(p + "context_length", 4096);
+  load_rope_scaling(f, hp);
   hp.n_ff = f.get_int(p + "feed_forward_length", 0);
   hp.n_expert = (int)f.get_int(p + "expert_count", 0);
   if (hp.n_expert < 0 || hp.n_expert > 4096)

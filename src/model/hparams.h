@@ -4,11 +4,24 @@
 // own ones by its file in model/arch/.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace moeflow {
 
 class GgufFile;
 struct ArchDef;
+
+// rope.scaling.* as llama.cpp reads them (type, factor, original context, YaRN betas) and
+// rope.scaling.attn_factor (multiplies the rotated values).
+struct RopeScaling {
+  enum class Type : uint8_t { None, Linear, Yarn, LongRope };
+  Type type = Type::None;
+  float factor = 1.0f;        // context extension factor (freq_scale = 1 / factor)
+  int64_t n_ctx_orig = 0;     // original_context_length (default: context_length)
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  float attn_factor = 1.0f;
+};
 
 struct HParams {
   std::string arch_name;
@@ -30,6 +43,16 @@ struct HParams {
   int64_t n_ff_exp = 0;    // routed expert FFN size
   int64_t n_ff_shexp = 0;  // shared expert FFN size
   bool norm_topk = false;
+  RopeScaling rope_scaling;
+  // Sliding-window attention (read by the architectures that have it, see load_sliding_window):
+  // the window and, per layer, whether that layer uses it.
+  int64_t n_swa = 0;
+  std::vector<uint8_t> swa_layers;
+  float rope_base_swa = 0.0f;  // rope.freq_base_swa (default: rope.freq_base)
+
+  bool is_swa(int layer) const {
+    return n_swa > 0 && layer >= 0 && layer < (int)swa_layers.size() && swa_layers[layer];
+  }
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t k_dim() const { return n_head_kv * head_dim; }
@@ -45,5 +68,10 @@ HParams load_hparams(const GgufFile& f);
 // `fallback` when absent (fallback < 0: required).
 int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string& key,
                         int64_t fallback = -1);
+
+// attention.sliding_window (required) and attention.sliding_window_pattern: an array of bools
+// (per layer) or a period n where layer il slides unless il % n == n - 1 (llama.cpp's rule; 0:
+// every layer), `default_period` when absent. Also rope.freq_base_swa.
+void load_sliding_window(const GgufFile& f, HParams& hp, int64_t default_period);
 
 }  // namespace moeflow
