@@ -111,9 +111,17 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
   Planner p{opt, {}};
   // Embedding rows are looked up, not multiplied, so unit variance keeps the residual O(1).
   p.add("token_embd.weight", opt.embd_type.value_or(wt), {s.n_embd, s.n_vocab}, 1.0f);
+  const bool oss = s.arch == GenArch::GptOss, phi = s.arch == GenArch::PhiMoe;
+  if (phi) {
+    // LongRoPE's per-pair factors (synthetic: 1 for the short context, rising to 32 for the
+    // long one; the real ones are in the model's config).
+    p.add("rope_factors_long.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::LongRope);
+    p.add("rope_factors_short.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::ShortRope);
+  }
   for (int64_t l = 0; l < s.n_layer; ++l) {
     auto n = [&](const char* what) { return fmt::format("blk.{}.{}", l, what); };
     p.gain(n("attn_norm.weight"), s.n_embd);
+    if (phi) p.bias(n("attn_norm.bias"), s.n_embd);
     p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
     p.add(n("attn_k.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
     p.add(n("attn_v.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
@@ -130,13 +138,23 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
       p.gain(n("attn_k_norm.weight"), kv_dim);
     }
     p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
-    p.gain(n("ffn_norm.weight"), s.n_embd);
+    if (s.out_bias()) p.bias(n("attn_output.bias"), s.n_embd);
+    // One sink logit per head, O(1) like the other logits.
+    if (oss) p.add(n("attn_sinks.weight"), GgmlType::F32, {s.n_head}, 1.0f);
+    p.gain(n(oss ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
+    if (phi) p.bias(n("ffn_norm.bias"), s.n_embd);
     // Routers stay F32, as llama.cpp's quantizer leaves ffn_gate_inp alone.
     p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert},
           opt.router_scale * inv_sqrt(s.n_embd));
+    if (oss) p.bias(n("ffn_gate_inp.bias"), s.n_expert);
     p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
     p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
     p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
+    if (oss) {  // expert biases, F32 rows [n_expert][n]
+      p.add(expert_tensor_name((int)l, ExpertTensor::Gate, "bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1f);
+      p.add(expert_tensor_name((int)l, ExpertTensor::Up, "bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1f);
+      p.add(expert_tensor_name((int)l, ExpertTensor::Down, "bias"), GgmlType::F32, {s.n_embd, s.n_expert}, 0.1f);
+    }
     if (s.shared_expert()) {
       p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));
       p.add(n("ffn_gate_shexp.weight"), wt, {s.n_embd, s.n_ff_shexp}, inv_sqrt(s.n_embd));
@@ -145,11 +163,21 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
     }
   }
   p.gain("output_norm.weight", s.n_embd);
+  if (phi) p.bias("output_norm.bias", s.n_embd);
   p.add("output.weight", opt.output_type.value_or(wt), {s.n_embd, s.n_vocab}, inv_sqrt(s.n_embd));
+  if (phi) p.bias("output.bias", s.n_vocab);
   return std::move(p.out);
 }
 
 void generate_row(const PlannedTensor& t, uint64_t seed, int64_t row, float* out) {
+  if (t.init == InitKind::LongRope || t.init == InitKind::ShortRope) {
+    const int64_t n = t.row_len();
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = n > 1 ? (float)i / (float)(n - 1) : 0.0f;
+      out[i] = t.init == InitKind::LongRope ? 1.0f + 31.0f * x * x : 1.0f + 0.05f * x;
+    }
+    return;
+  }
   const uint64_t st = row_stream_seed(seed, stable_hash(t.name), row);
   const float mean = t.init == InitKind::Gain ? 1.0f : 0.0f;
   fill_normal(st, out, t.row_len(), mean, t.std);

@@ -37,6 +37,21 @@ ModelShape make(GenArch a, int64_t vocab, int64_t embd, int64_t layers, int64_t 
   return s;
 }
 
+// gpt-oss: the window on every other layer and the model's YaRN (factor 32 over 4096 positions).
+ModelShape oss(ModelShape s, int64_t window) {
+  s.n_swa = window;
+  s.rope_yarn_factor = 32.0;
+  s.rope_n_ctx_orig = 4096;
+  return s;
+}
+
+// Phi-3.5-MoE: the window on every layer and LongRoPE over the original context.
+ModelShape phi(ModelShape s, int64_t window, int64_t n_ctx_orig) {
+  s.n_swa = window;
+  s.rope_n_ctx_orig = n_ctx_orig;
+  return s;
+}
+
 // tiny: fast unit tests (n_embd 64: K-quants fall back, as llama.cpp does for such rows).
 // small: every row a multiple of 256 so all K-quants apply. The named presets are the released
 // models' config.json values.
@@ -61,6 +76,15 @@ const std::vector<PresetRow>& table() {
       {A::Olmoe, "small", make(A::Olmoe, 1024, 256, 4, 8, 8, 32, 256, 256, 0, 16, 4, 2048, 1e4, 1e-5)},
       {A::Olmoe, "1b-7b",
        make(A::Olmoe, 50304, 2048, 16, 16, 16, 128, 1024, 1024, 0, 64, 8, 4096, 1e4, 1e-5)},
+      // gpt-oss: q is n_head * 64 wide whatever n_embd is; the window of the small shapes is
+      // short enough for the tests' prompts to cross it.
+      {A::GptOss, "tiny", oss(make(A::GptOss, 512, 64, 4, 4, 2, 32, 64, 64, 0, 8, 4, 131072, 150000, 1e-5), 8)},
+      {A::GptOss, "small", oss(make(A::GptOss, 1024, 256, 4, 8, 2, 64, 256, 256, 0, 16, 4, 131072, 150000, 1e-5), 16)},
+      {A::GptOss, "20b", oss(make(A::GptOss, 201088, 2880, 24, 64, 8, 64, 2880, 2880, 0, 32, 4, 131072, 150000, 1e-5), 128)},
+      {A::GptOss, "120b", oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000, 1e-5), 128)},
+      {A::PhiMoe, "tiny", phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
+      {A::PhiMoe, "small", phi(make(A::PhiMoe, 1024, 256, 4, 8, 2, 32, 512, 512, 0, 16, 2, 8192, 1e4, 1e-5), 32, 256)},
+      {A::PhiMoe, "3.5-moe", phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5), 131072, 4096)},
   };
   return rows;
 }
@@ -101,6 +125,9 @@ void ModelShape::validate() const {
     fail("gen-model --arch olmoe: llama.cpp needs n_head*head_dim == n_embd and n_head_kv == n_head");
   if (arch == GenArch::Mixtral && n_ff != n_ff_exp)
     fail("gen-model --arch mixtral: feed_forward_length must equal the expert length");
+  if (arch == GenArch::PhiMoe && (n_head * head_dim != n_embd || n_ff != n_ff_exp))
+    fail("gen-model --arch phimoe: llama.cpp needs n_head*head_dim == n_embd and "
+         "feed_forward_length == the expert length");
 }
 
 GenArch parse_arch(const std::string& name) {
@@ -108,7 +135,10 @@ GenArch parse_arch(const std::string& name) {
   if (name == "qwen2moe") return GenArch::Qwen2Moe;
   if (name == "qwen3moe") return GenArch::Qwen3Moe;
   if (name == "olmoe") return GenArch::Olmoe;
-  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe or olmoe)", name);
+  if (name == "gpt-oss" || name == "gpt_oss") return GenArch::GptOss;
+  if (name == "phimoe") return GenArch::PhiMoe;
+  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, gpt-oss or "
+       "phimoe)", name);
 }
 
 const char* arch_cli_name(GenArch a) {
@@ -117,6 +147,8 @@ const char* arch_cli_name(GenArch a) {
     case GenArch::Qwen2Moe: return "qwen2moe";
     case GenArch::Qwen3Moe: return "qwen3moe";
     case GenArch::Olmoe: return "olmoe";
+    case GenArch::GptOss: return "gpt-oss";
+    case GenArch::PhiMoe: return "phimoe";
   }
   return "?";
 }
@@ -127,6 +159,8 @@ const char* arch_gguf_name(GenArch a) {
     case GenArch::Qwen2Moe: return "qwen2moe";
     case GenArch::Qwen3Moe: return "qwen3moe";
     case GenArch::Olmoe: return "olmoe";
+    case GenArch::GptOss: return "gpt-oss";
+    case GenArch::PhiMoe: return "phimoe";
   }
   return "?";
 }

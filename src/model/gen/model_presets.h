@@ -7,7 +7,7 @@
 
 namespace moeflow::gen {
 
-enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe };
+enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe, GptOss, PhiMoe };
 
 // Where the attention has q/k RMS norms: none, per head (Qwen3: weight of head_dim), or over the
 // whole projection (OLMoE: weight of n_head*head_dim).
@@ -30,9 +30,18 @@ struct ModelShape {
   int64_t n_ctx = 0;
   double rope_base = 10000.0;
   double rms_eps = 1e-5;
+  // gpt-oss: a window on layers 0, 2, ... and YaRN; phimoe: a window on every layer (when > 0)
+  // and LongRoPE over rope_n_ctx_orig.
+  int64_t n_swa = 0;
+  double rope_yarn_factor = 0.0;
+  int64_t rope_n_ctx_orig = 0;
 
   QkNorm qk_norm() const;
-  bool qkv_bias() const { return arch == GenArch::Qwen2Moe; }
+  bool qkv_bias() const {
+    return arch == GenArch::Qwen2Moe || arch == GenArch::GptOss || arch == GenArch::PhiMoe;
+  }
+  // attn_output.bias (gpt-oss, phimoe)
+  bool out_bias() const { return arch == GenArch::GptOss || arch == GenArch::PhiMoe; }
   bool shared_expert() const { return n_ff_shexp > 0; }
   // Throws moeflow::Error naming the setting when the shape cannot make a valid model.
   void validate() const;
