@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 ROUTER_SCALE = 4.0
-ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe")
+ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe")
+# Phi-3.5-MoE's LongRoPE factors in the tiny models: distinct per pair, short != long.
+PHIMOE_SHORT = [1.0 + 0.15 * i for i in range(8)]
+PHIMOE_LONG = [1.5 + 0.9 * i for i in range(8)]
+PHIMOE_ORIG_CTX = 64
 
 
 def moeflow_binary() -> str | None:
@@ -61,6 +65,22 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
         cfg = T.OlmoeConfig(**common, intermediate_size=32, num_key_value_heads=4, num_experts=8,
                             num_experts_per_tok=2, norm_topk_prob=False, rms_norm_eps=1e-5,
                             rope_theta=1e4)
+    elif arch == "gpt-oss":
+        # The real model's YaRN (factor 32 over 4096 positions, base 150000, truncate=false) and
+        # clamp; head_dim 32 so q is wider than n_embd; an 8-token window on layers 0, 2, ...
+        # so the 48 positions of the test cross it; top-4 of 8 experts.
+        common["max_position_embeddings"] = 4096 * 32
+        cfg = T.GptOssConfig(**common, intermediate_size=32, num_key_value_heads=2, head_dim=32,
+                             num_local_experts=8, num_experts_per_tok=4, sliding_window=8,
+                             rms_norm_eps=1e-5)
+    elif arch == "phimoe":
+        cfg = T.PhimoeConfig(**common, intermediate_size=32, num_key_value_heads=2,
+                             num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                             attention_bias=True, lm_head_bias=True, sliding_window=16,
+                             rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                              "short_factor": PHIMOE_SHORT, "long_factor": PHIMOE_LONG,
+                                              "original_max_position_embeddings": PHIMOE_ORIG_CTX,
+                                              "short_mscale": 1.1, "long_mscale": 1.1})
     else:
         raise ValueError(arch)
     cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 1, 2, None
@@ -81,18 +101,19 @@ def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
     import torch
     import transformers as T
     cfg = make_config(arch, n_layer, vocab)
-    _check_rope(cfg, {"olmoe": 1e4}.get(arch, 1e6))
+    _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
-           "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM}[arch]
+           "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM,
+           "gpt-oss": T.GptOssForCausalLM, "phimoe": T.PhimoeForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             shape = p.shape
-            if name.endswith("norm.weight") or "layernorm" in name:
+            if (name.endswith("norm.weight") or "layernorm" in name) and not name.endswith("bias"):
                 v = 1.0 + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
-            elif name.endswith(".bias"):
+            elif name.endswith("bias"):
                 v = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
             elif "embed_tokens" in name:
                 v = torch.randn(shape, generator=g, dtype=torch.float64)
@@ -100,6 +121,8 @@ def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
                 std = 1.0 / np.sqrt(shape[-1])
                 if is_router(name) and "shared_expert" not in name:
                     std *= ROUTER_SCALE
+                if name.endswith("experts.gate_up_proj") and arch == "gpt-oss":
+                    std *= 5  # pre-activations beyond the clamp at 7, often enough to matter
                 v = std * torch.randn(shape, generator=g, dtype=torch.float64)
             p.copy_(v)
     return model
@@ -107,7 +130,7 @@ def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
 
 def is_router(hf_name: str) -> bool:
     return hf_name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight",
-                             "shared_expert_gate.weight"))
+                             "shared_expert_gate.weight", "mlp.router.weight"))
 
 
 def round_like_gguf(model, outtype: str):
@@ -118,7 +141,8 @@ def round_like_gguf(model, outtype: str):
         return
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() >= 2 and not is_router(name):
+            # Biases stay F32 even when 2-D (gpt-oss's expert biases), as llama.cpp keeps them.
+            if p.dim() >= 2 and not is_router(name) and not name.endswith("bias"):
                 p.copy_(p.to(torch.float16).to(torch.float64))
 
 
@@ -142,9 +166,11 @@ def reference_greedy(model, prompt: list[int], n_greedy: int):
 
 
 def run_moeflow_eval(binary: str, model_path: str, tokens: list[int], n_greedy: int, out: Path,
-                     threads: int = 2):
+                     threads: int = 2, ctx: int = 0):
     cmd = [binary, "eval", "-m", str(model_path), "--tokens", ",".join(map(str, tokens)),
            "--logits-out", str(out), "-t", str(threads)]
+    if ctx:
+        cmd += ["-c", str(ctx)]
     if n_greedy:
         cmd += ["--greedy", str(n_greedy)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
