@@ -33,11 +33,23 @@ ARCHS = {
 F32_ALWAYS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
 
 
+# outtype -> (type of the matrices, type of the routed experts). The block types are what the
+# released gpt-oss files hold (mxfp4: MXFP4 experts, Q8_0 elsewhere); gguf-py quantizes them.
+OUTTYPES = {"f32": ("F32", "F32"), "f16": ("F16", "F16"), "q8_0": ("Q8_0", "Q8_0"),
+            "q4_0": ("Q4_0", "Q4_0"), "mxfp4": ("Q8_0", "MXFP4")}
+
+
+def stored_type(name: str, ndim: int, outtype: str) -> str:
+    """The type tensor `name` is written in (shared with tests that round their reference). As
+    llama.cpp's converter: matrices only, never biases (even the 2-D expert biases) or routers."""
+    if not (ndim >= 2 and name.endswith(".weight") and not name.endswith(F32_ALWAYS)):
+        return "F32"
+    dense, experts = OUTTYPES[outtype]
+    return experts if "_exps." in name else dense
+
+
 def stored_as_f16(name: str, ndim: int, outtype: str) -> bool:
-    """Whether tensor `name` is written as F16 (shared with tests that round their reference).
-    As llama.cpp's converter: matrices only, never biases (even the 2-D expert biases)."""
-    return (outtype == "f16" and ndim >= 2 and name.endswith(".weight")
-            and not name.endswith(F32_ALWAYS))
+    return stored_type(name, ndim, outtype) == "F16"
 
 
 def permute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -195,7 +207,7 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
 
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"hf-converted {mt}")
-    w.add_file_type(1 if outtype == "f16" else 0)
+    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "mxfp4": 38}[outtype])
     w.add_vocab_size(n_vocab)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(n_embd)
@@ -231,10 +243,14 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
 
     def put(name: str, a: np.ndarray) -> None:
         a = np.ascontiguousarray(a)
-        if stored_as_f16(name, a.ndim, outtype):
+        t = stored_type(name, a.ndim, outtype)
+        if t == "F32":
+            w.add_tensor(name, a.astype(np.float32))
+        elif t == "F16":
             w.add_tensor(name, a.astype(np.float16))
         else:
-            w.add_tensor(name, a.astype(np.float32))
+            qt = gguf.GGMLQuantizationType[t]
+            w.add_tensor(name, gguf.quants.quantize(a.astype(np.float32), qt), raw_dtype=qt)
 
     put("token_embd.weight", sd["model.embed_tokens.weight"])
     if mt == "gpt_oss":
@@ -304,7 +320,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir", help="transformers model directory (config.json + weights)")
     ap.add_argument("out", help="output .gguf path")
-    ap.add_argument("--outtype", choices=("f32", "f16"), default="f32")
+    ap.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
     args = ap.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM

@@ -20,10 +20,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 ROUTER_SCALE = 4.0
 ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe")
-# Phi-3.5-MoE's LongRoPE factors in the tiny models: distinct per pair, short != long.
-PHIMOE_SHORT = [1.0 + 0.15 * i for i in range(8)]
-PHIMOE_LONG = [1.5 + 0.9 * i for i in range(8)]
 PHIMOE_ORIG_CTX = 64
+
+
+def phimoe_factors(n_pairs: int, long: bool) -> list[float]:
+    """Phi-3.5-MoE's LongRoPE factors in the tiny models: distinct per pair, short != long."""
+    x = [i / max(1, n_pairs - 1) for i in range(n_pairs)]
+    return [1.5 + 6.3 * v for v in x] if long else [1.0 + 1.05 * v for v in x]
 
 
 def moeflow_binary() -> str | None:
@@ -42,9 +45,9 @@ def moeflow_has_command(binary: str, cmd: str) -> bool:
     return r.returncode == 0
 
 
-def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
+def make_config(arch: str, n_layer: int = 2, vocab: int = 512, hidden: int = 64):
     import transformers as T
-    common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=n_layer,
+    common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=n_layer,
                   num_attention_heads=4, max_position_embeddings=256, tie_word_embeddings=False)
     if arch == "mixtral":
         cfg = T.MixtralConfig(**common, intermediate_size=96, num_key_value_heads=2,
@@ -78,7 +81,8 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
                              num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5,
                              attention_bias=True, lm_head_bias=True, sliding_window=16,
                              rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
-                                              "short_factor": PHIMOE_SHORT, "long_factor": PHIMOE_LONG,
+                                              "short_factor": phimoe_factors(hidden // 8, False),
+                                              "long_factor": phimoe_factors(hidden // 8, True),
                                               "original_max_position_embeddings": PHIMOE_ORIG_CTX,
                                               "short_mscale": 1.1, "long_mscale": 1.1})
     else:
@@ -96,11 +100,12 @@ def _check_rope(cfg, want: float):
         rp["rope_theta"] = want
 
 
-def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
+def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512,
+               router_scale: float = ROUTER_SCALE, hidden: int = 64):
     """A float64 *ForCausalLM with seeded O(1)-scaled weights."""
     import torch
     import transformers as T
-    cfg = make_config(arch, n_layer, vocab)
+    cfg = make_config(arch, n_layer, vocab, hidden)
     _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
            "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM,
@@ -120,7 +125,7 @@ def make_model(arch: str, seed: int = 0, n_layer: int = 2, vocab: int = 512):
             else:
                 std = 1.0 / np.sqrt(shape[-1])
                 if is_router(name) and "shared_expert" not in name:
-                    std *= ROUTER_SCALE
+                    std *= router_scale
                 if name.endswith("experts.gate_up_proj") and arch == "gpt-oss":
                     std *= 5  # pre-activations beyond the clamp at 7, often enough to matter
                 v = std * torch.randn(shape, generator=g, dtype=torch.float64)
@@ -133,17 +138,47 @@ def is_router(hf_name: str) -> bool:
                              "shared_expert_gate.weight", "mlp.router.weight"))
 
 
+def _gguf_type(hf_name: str, outtype: str) -> str:
+    """The GGUF type tools/hf_to_gguf.py stores HF parameter `hf_name` in."""
+    from hf_to_gguf import OUTTYPES
+    if is_router(hf_name) or hf_name.endswith("bias") or "norm" in hf_name or hf_name.endswith("sinks"):
+        return "F32"
+    dense, experts = OUTTYPES[outtype]
+    return experts if ".experts." in hf_name else dense
+
+
+def _roundtrip_rows(a, qtype: str):
+    """Quantize then dequantize the rows (last dim) of a float64 array with gguf-py."""
+    import gguf
+    if qtype == "F16":
+        return a.astype(np.float16).astype(np.float64)
+    qt = gguf.GGMLQuantizationType[qtype]
+    flat = a.reshape(-1, a.shape[-1]).astype(np.float32)
+    return gguf.quants.dequantize(gguf.quants.quantize(flat, qt), qt).astype(np.float64).reshape(a.shape)
+
+
 def round_like_gguf(model, outtype: str):
-    """Round, in place, the weights that tools/hf_to_gguf.py stores as F16 (matrices other than
-    the routers), so the float64 model is exactly the model in the F16 file."""
+    """Round, in place, the weights that tools/hf_to_gguf.py stores in a lower precision (F16 or a
+    block format: matrices other than the routers), so the float64 model is exactly the model in
+    the file. Quantization blocks run along the GGUF rows: the input dim of each matrix (gpt-oss
+    keeps its experts as [in, out], so those are transposed first)."""
     import torch
-    if outtype != "f16":
+    if outtype == "f32":
         return
+    gpt_oss = model.config.model_type == "gpt_oss"
     with torch.no_grad():
         for name, p in model.named_parameters():
-            # Biases stay F32 even when 2-D (gpt-oss's expert biases), as llama.cpp keeps them.
-            if p.dim() >= 2 and not is_router(name) and not name.endswith("bias"):
-                p.copy_(p.to(torch.float16).to(torch.float64))
+            t = _gguf_type(name, outtype)
+            if p.dim() < 2 or t == "F32":
+                continue
+            a = p.detach().numpy()
+            transposed = gpt_oss and ".experts." in name
+            if transposed:
+                a = np.swapaxes(a, -1, -2)
+            r = _roundtrip_rows(a, t)
+            if transposed:
+                r = np.swapaxes(r, -1, -2)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(r)))
 
 
 def reference_greedy(model, prompt: list[int], n_greedy: int):

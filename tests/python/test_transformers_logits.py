@@ -72,7 +72,7 @@ def test_phimoe_long_context_takes_the_long_rope_factors(tmp_path):
     convert_model(model, str(path), "f32")
     # The same weights with the long factors as the ones transformers uses.
     cfg = copy.deepcopy(model.config)
-    cfg.rope_parameters["short_factor"] = list(om.PHIMOE_LONG)
+    cfg.rope_parameters["short_factor"] = list(cfg.rope_parameters["long_factor"])
     long_model = type(model)(cfg).double().eval()
     long_model.load_state_dict(model.state_dict())
 
