@@ -54,25 +54,36 @@ RunResult run_engine(std::shared_ptr<const GgufFile> file, int threads, const Of
   return r;
 }
 
-class OffloadExact : public ::testing::Test {
+// One tiny model per architecture family the offloading has to serve: plain experts (mixtral),
+// experts with resident biases, MXFP4 experts, sinks and a window (gpt-oss, as the released
+// files: MXFP4 experts, Q8_0 elsewhere, 32 experts), LayerNorm + SparseMixer + LongRoPE (phimoe).
+struct ArchModel {
+  const char* name;
+  const char* gen_args;
+};
+const ArchModel kModels[] = {
+    {"mixtral", "--arch mixtral --preset tiny --type Q4_K"},
+    {"gpt_oss", "--arch gpt-oss --preset tiny --experts 32 --type Q8_0 --expert-type MXFP4"},
+    {"phimoe", "--arch phimoe --preset tiny --type Q4_K"},
+};
+
+class OffloadExact : public ::testing::TestWithParam<ArchModel> {
  protected:
-  static void SetUpTestSuite() {
-    path_ = new std::string(tmp_path("model"));
-    const std::string cmd = std::string(MOEFLOW_BINARY) +
-                            " gen-model --arch mixtral --preset tiny --type Q4_K --seed 7 -q -o " +
-                            *path_ + " > /dev/null 2>&1";
+  void SetUp() override {
+    path_ = tmp_path(std::string("model_") + GetParam().name);
+    const std::string cmd = std::string(MOEFLOW_BINARY) + " gen-model " + GetParam().gen_args +
+                            " --seed 7 -q -o " + path_ + " > /dev/null 2>&1";
     ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove(*path_);
-    delete path_;
-  }
-  static std::string* path_;
+  void TearDown() override { std::filesystem::remove(path_); }
+  std::string path_;
 };
-std::string* OffloadExact::path_ = nullptr;
 
-TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
-  std::shared_ptr<const GgufFile> file(GgufFile::open(*path_));
+INSTANTIATE_TEST_SUITE_P(Archs, OffloadExact, ::testing::ValuesIn(kModels),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_P(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
+  std::shared_ptr<const GgufFile> file(GgufFile::open(path_));
   const RunResult ref = run_engine(file, 1, nullptr);
   struct Case { double rate; const char* cache; const char* policy; int threads; int io;
                 const char* prefetch; bool early; bool per_layer; };
@@ -86,10 +97,13 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
       {1.0, nullptr, "lfu", 2, 2, "lookahead", true, false},
   };
   ExpertStore probe(file->split_paths(), build_expert_index(*file));
+  const std::string arch = file->get_string("general.architecture");
+  const uint64_t top_k = (uint64_t)file->get_int(arch + ".expert_used_count");
+  const uint64_t layers = (uint64_t)file->get_int(arch + ".block_count");
   for (const Case& c : cases) {
     OffloadOptions o;
     if (c.cache) {
-      o.expert_cache = std::to_string(probe.slot_bytes() * 2 * (c.per_layer ? 4 : 1));
+      o.expert_cache = std::to_string(probe.slot_bytes() * top_k * (c.per_layer ? layers : 1));
     } else {
       o.cache_rate = c.rate;
     }
@@ -117,8 +131,8 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
   }
 }
 
-TEST_F(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
-  std::shared_ptr<const GgufFile> file(GgufFile::open(*path_));
+TEST_P(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
+  std::shared_ptr<const GgufFile> file(GgufFile::open(path_));
   OffloadOptions o;
   o.expert_cache = "4KiB";
   try {
@@ -134,12 +148,12 @@ TEST_F(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
   EXPECT_THROW(make_offload(o, *file), Error);
 }
 
-TEST_F(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
-  const std::string out = tmp_path("packed");
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " pack -m " + *path_ + " -o " + out +
+TEST_P(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
+  const std::string out = tmp_path(std::string("packed_") + GetParam().name);
+  const std::string cmd = std::string(MOEFLOW_BINARY) + " pack -m " + path_ + " -o " + out +
                           " > /dev/null 2>&1";
   ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
-  std::shared_ptr<const GgufFile> orig(GgufFile::open(*path_));
+  std::shared_ptr<const GgufFile> orig(GgufFile::open(path_));
   std::shared_ptr<const GgufFile> packed(GgufFile::open(out));
   EXPECT_TRUE(packed->get_bool("moeflow.packed", false));
   EXPECT_EQ(packed->alignment(), 4096u);
