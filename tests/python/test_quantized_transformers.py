@@ -32,16 +32,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
-
 import oracle_models as om  # noqa: E402
+
+torch = om.oracle_import("torch")
+om.oracle_import("transformers")
+om.oracle_import("gguf")
 from hf_to_gguf import convert_model  # noqa: E402
 
 BIN = om.moeflow_binary()
-if BIN is None or not om.moeflow_has_command(BIN, "eval"):
-    pytest.skip("moeflow binary with the eval command not available", allow_module_level=True)
+assert BIN is not None and om.moeflow_has_command(BIN, "eval"), "moeflow binary not built"
 
 N_TOKENS, N_SEQS, MEDIAN, TOP1 = 64, 4, 3e-2, 0.90
 
