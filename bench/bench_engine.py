@@ -3,7 +3,10 @@
 
 Model: a Mixtral-8x7B-shaped model (real 8x7b layer shape: n_embd 4096, 8 experts of 14336, top-2,
 32 heads / 8 KV heads, vocab 32000) with only --layers layers (default 4, ~3.4 GB in Q4_K),
-written by `moeflow gen-model` and cached in /tmp.
+written by `moeflow gen-model` and cached in /tmp. `--arch gpt-oss` (preset 20b: n_embd 2880,
+32 experts of 2880, top-4, 64 heads / 8 KV heads of 64, window 128 on every other layer, vocab
+201088) with `--type Q8_0 --expert-type MXFP4`: the real gpt-oss-20b layers as the released
+MXFP4 files store them.
 
 Per rep (interleaved, the order alternating between reps so drift hits both sides alike):
   moeflow : `moeflow bench -m M -p P -n N --reps 1 --json -t T` (fresh process)
@@ -21,7 +24,8 @@ every non-expert tensor except token_embd (+ one token_embd row) + top-k experts
 Targets (engine-core issue): decode >= 1.0x llama.cpp, decode >= 70% of measured bandwidth,
 prefill (512 tokens) >= 0.8x llama.cpp.
 
-usage: bench/bench_engine.py [--model M.gguf | --layers 4 --type Q4_K] [--moeflow build/moeflow]
+usage: bench/bench_engine.py [--model M.gguf | [--arch mixtral|gpt-oss] --layers 4 --type Q4_K
+                             [--expert-type MXFP4]] [--moeflow build/moeflow]
                              [-p 512] [-n 32] [-t 2] [--reps 3] [--out F.json] [--report F.md]
 One JSON object on stdout (and --out); a markdown table on stderr (and --report).
 """
@@ -88,12 +92,16 @@ def run_json(cmd: list[str], timeout: float | None = None) -> dict:
 def ensure_model(a) -> str:
     if a.model:
         return a.model
-    path = f"/tmp/moeflow_bench_mixtral_{a.layers}l_{a.type.lower().replace('_', '')}.gguf"
+    preset = {"mixtral": "8x7b", "gpt-oss": "20b"}[a.arch]
+    types = a.type.lower().replace("_", "") + (f"_{a.expert_type.lower()}" if a.expert_type else "")
+    name = "mixtral" if a.arch == "mixtral" else a.arch.replace("-", "") + preset
+    path = f"/tmp/moeflow_bench_{name}_{a.layers}l_{types}.gguf"
     if not os.path.exists(path):
         tmp = f"{path}.part{os.getpid()}"
         print(f"generating {path} (once; cached) ...", file=sys.stderr)
-        subprocess.run([a.moeflow, "gen-model", "--arch", "mixtral", "--preset", "8x7b", "--layers",
-                        str(a.layers), "--type", a.type, "-q", "-t", str(a.threads), "-o", tmp],
+        extra = ["--expert-type", a.expert_type] if a.expert_type else []
+        subprocess.run([a.moeflow, "gen-model", "--arch", a.arch, "--preset", preset, "--layers",
+                        str(a.layers), "--type", a.type, *extra, "-q", "-t", str(a.threads), "-o", tmp],
                        check=True, stdout=subprocess.DEVNULL)
         os.replace(tmp, path)
     return path
@@ -165,6 +173,8 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--type", default="Q4_K")
+    ap.add_argument("--arch", default="mixtral", choices=("mixtral", "gpt-oss"))
+    ap.add_argument("--expert-type", help="type of the routed experts (default: --type)")
     ap.add_argument("-p", type=int, default=512, help="prompt tokens")
     ap.add_argument("-n", type=int, default=32, help="decode tokens")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
