@@ -40,7 +40,8 @@ void mask_groups(const float* sel, int n_expert, const RoutingSpec& spec, std::v
 
 // Rank r's weight: softmax of its logit m over the experts not chosen before r whose logits lie
 // within the relative distance 2 * eps of m (selection is top-k of the logits either way).
-void sparse_mixer_weights(const float* lg, int n_expert, int k, const int32_t* ex, float* w, float eps) {
+void sparse_mixer_weights(const float* lg, int n_expert, int k, const int32_t* ex, float* w,
+                          float eps) {
   for (int r = 0; r < k; ++r) {
     const float m = lg[ex[r]];
     double sum = 0;

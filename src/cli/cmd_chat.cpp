@@ -144,7 +144,8 @@ const bool registered_chat = register_command("chat", "Interactive chat on stdin
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--seed", a->sp.seed, "sampling seed");
   add_sampling_options(app, a->sp);
-  app.add_flag("-v,--verbose", a->verbose, "statistics of each reply (and harmony reasoning) on stderr");
+  app.add_flag("-v,--verbose", a->verbose,
+               "statistics of each reply (and harmony reasoning) on stderr");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_chat(*a); });
 });

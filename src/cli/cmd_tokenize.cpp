@@ -54,7 +54,8 @@ const bool registered_tokenize = register_command("tokenize", "Tokenize text wit
       ->expected(2);
   sub.add_option("--chat", o->chat,
                  "Tokenize the chat prompt of a JSON array of messages (the model's chat format)");
-  sub.add_option("--reasoning-effort", o->reasoning_effort, "harmony (gpt-oss): low | medium | high");
+  sub.add_option("--reasoning-effort", o->reasoning_effort,
+                 "harmony (gpt-oss): low | medium | high");
   sub.add_flag("--no-bos", o->no_bos, "Do not add the BOS/EOS tokens the model asks for");
   sub.add_flag("--no-special", o->no_special, "Spell out special-token text instead of parsing it");
   sub.add_flag("--pieces", o->pieces, "Print each id with its text");

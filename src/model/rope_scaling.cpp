@@ -10,7 +10,8 @@ namespace {
 
 // The dim (of n_rot) whose wavelength turns `rotations` times over n_ctx_orig positions.
 double correction_dim(double rotations, int64_t n_rot, double base, int64_t n_ctx_orig) {
-  return (double)n_rot * std::log((double)n_ctx_orig / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  return (double)n_rot * std::log((double)n_ctx_orig / (rotations * 2 * M_PI)) /
+         (2 * std::log(base));
 }
 
 }  // namespace

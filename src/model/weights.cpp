@@ -85,7 +85,8 @@ TensorView ModelLoader::vectors(const std::string& name, int64_t n, int64_t coun
   if (t->type == GgmlType::F32) return matrix_view(f_.data(*t), GgmlType::F32, n, count);
   std::vector<float>& out = w_.vectors->emplace_back(n * count);
   const size_t rb = row_bytes(t->type, n);
-  for (int64_t r = 0; r < count; ++r) dequantize_row(t->type, f_.data(*t) + r * rb, out.data() + r * n, n);
+  for (int64_t r = 0; r < count; ++r)
+    dequantize_row(t->type, f_.data(*t) + r * rb, out.data() + r * n, n);
   return f32_view(out.data(), n, count);
 }
 

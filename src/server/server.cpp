@@ -226,8 +226,9 @@ struct Server::Impl {
           return true;
         };
         res = generate_text(
-            eng, tok, job.prompt, job.params, [&](const std::string& d) { return deliver(d, false); },
-            &job.cancel, [&](const std::string& d) { deliver(d, true); });
+            eng, tok, job.prompt, job.params,
+            [&](const std::string& d) { return deliver(d, false); }, &job.cancel,
+            [&](const std::string& d) { deliver(d, true); });
       } catch (const std::exception& e) {
         err = e.what();
       }
@@ -421,7 +422,8 @@ struct Server::Impl {
     ojson choice = {{"index", 0}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", job.result.text}};
-      if (!job.result.reasoning.empty()) choice["message"]["reasoning_content"] = job.result.reasoning;
+      if (!job.result.reasoning.empty())
+        choice["message"]["reasoning_content"] = job.result.reasoning;
     }
     else choice["text"] = job.result.text;
     choice["logprobs"] = nullptr;
@@ -446,7 +448,8 @@ struct Server::Impl {
             ojson j = base(id, chat, true);
             ojson c = {{"index", 0}};
             if (chat)
-              c["delta"] = text ? ojson{{reasoning ? "reasoning_content" : "content", *text}} : ojson::object();
+              c["delta"] = text ? ojson{{reasoning ? "reasoning_content" : "content", *text}}
+                                : ojson::object();
             else c["text"] = text ? *text : std::string();
             c["logprobs"] = nullptr;
             c["finish_reason"] = finish;

@@ -1527,7 +1527,8 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool a
 }
 
 std::string ModelChatTemplate::describe() const {
-  if (harmony) return "chat format: harmony (gpt-oss), rendered natively; the answer is the final channel";
+  if (harmony)
+    return "chat format: harmony (gpt-oss), rendered natively; the answer is the final channel";
   if (fallback) return "chat template: the model has none (no tokenizer.chat_template); using ChatML";
   return fmt::format("chat template: {} ({} bytes)", origin, tmpl.source().size());
 }

@@ -27,7 +27,8 @@ int32_t control(const Tokenizer& tok, const char* text) {
 }  // namespace
 
 bool uses_harmony(const Tokenizer& tok) {
-  for (const char* t : {"<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>"})
+  for (const char* t :
+       {"<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>"})
     if (control(tok, t) < 0) return false;
   return true;
 }
@@ -48,7 +49,8 @@ std::string render_harmony(const nlohmann::ordered_json& messages, bool add_gene
     } else if (role == "assistant") {
       turns += "<|start|>assistant<|channel|>final<|message|>" + text + "<|end|>";
     } else {
-      fail("chat template: harmony has no role '{}' here (system, developer, user, assistant)", role);
+      fail("chat template: harmony has no role '{}' here (system, developer, user, assistant)",
+           role);
     }
   }
   std::string out = "<|start|>system<|message|>" + system_message(o.reasoning_effort) + "<|end|>";

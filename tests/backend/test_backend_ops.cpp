@@ -479,7 +479,8 @@ TEST_P(BackendOps, RouteEveryRoutingRule) {
   add("softmax", [](RoutingSpec&) {}, false, 8, 2);
   add("softmax renorm", [](RoutingSpec& s) { s.norm_weights = true; }, false, 60, 4);
   add("softmax after top-k", [](RoutingSpec& s) { s.softmax_after_topk = true; }, false, 32, 4);
-  add("sparsemixer", [](RoutingSpec& s) { s.gating = RoutingSpec::Gating::SparseMixer; }, false, 16, 2);
+  add("sparsemixer", [](RoutingSpec& s) { s.gating = RoutingSpec::Gating::SparseMixer; }, false,
+      16, 2);
   // A wide jitter so that several experts share each rank's softmax.
   add("sparsemixer wide", [](RoutingSpec& s) {
     s.gating = RoutingSpec::Gating::SparseMixer;

@@ -125,11 +125,12 @@ TEST(ModelErrors, UnsupportedArchitectureOrTypeFailsTheCommandNamingIt) {
     return path;
   };
   EXPECT_EQ(run_moeflow("run -m " + base + " -p ids:1,2 -n 1").rc, 0);
-  const Cmd arch = run_moeflow("run -m " + rewrite("oss_arch.gguf", "mamba", "") + " -p ids:1,2 -n 1");
+  const Cmd arch =
+      run_moeflow("run -m " + rewrite("oss_arch.gguf", "mamba", "") + " -p ids:1,2 -n 1");
   EXPECT_NE(arch.rc, 0);
   EXPECT_NE(arch.out.find("unsupported architecture 'mamba'"), std::string::npos) << arch.out;
-  const Cmd type = run_moeflow("run -m " + rewrite("oss_type.gguf", "gpt-oss", "blk.1.ffn_up_exps.weight") +
-                               " -p ids:1,2 -n 1");
+  const std::string bad_type = rewrite("oss_type.gguf", "gpt-oss", "blk.1.ffn_up_exps.weight");
+  const Cmd type = run_moeflow("run -m " + bad_type + " -p ids:1,2 -n 1");
   EXPECT_NE(type.rc, 0);
   EXPECT_NE(type.out.find("blk.1.ffn_up_exps.weight"), std::string::npos) << type.out;
   EXPECT_NE(type.out.find("Q8_1"), std::string::npos) << type.out;

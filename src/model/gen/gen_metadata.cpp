@@ -74,7 +74,8 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
     // the context extension (the factors themselves are tensors).
     u32("rope.scaling.original_context_length", s.rope_n_ctx_orig);
     const double ext = (double)s.n_ctx / (double)s.rope_n_ctx_orig;
-    const double attn = ext > 1 ? std::sqrt(1 + std::log(ext) / std::log((double)s.rope_n_ctx_orig)) : 1.0;
+    const double attn =
+        ext > 1 ? std::sqrt(1 + std::log(ext) / std::log((double)s.rope_n_ctx_orig)) : 1.0;
     w.set_f32(key("rope.scaling.attn_factor"), (float)attn);
   }
 

@@ -151,9 +151,12 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
     p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
     p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
     if (oss) {  // expert biases, F32 rows [n_expert][n]
-      p.add(expert_tensor_name((int)l, ExpertTensor::Gate, "bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1f);
-      p.add(expert_tensor_name((int)l, ExpertTensor::Up, "bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1f);
-      p.add(expert_tensor_name((int)l, ExpertTensor::Down, "bias"), GgmlType::F32, {s.n_embd, s.n_expert}, 0.1f);
+      const auto exp_bias = [&](ExpertTensor t, int64_t n) {
+        p.add(expert_tensor_name((int)l, t, "bias"), GgmlType::F32, {n, s.n_expert}, 0.1f);
+      };
+      exp_bias(ExpertTensor::Gate, s.n_ff_exp);
+      exp_bias(ExpertTensor::Up, s.n_ff_exp);
+      exp_bias(ExpertTensor::Down, s.n_embd);
     }
     if (s.shared_expert()) {
       p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));

@@ -78,13 +78,23 @@ const std::vector<PresetRow>& table() {
        make(A::Olmoe, 50304, 2048, 16, 16, 16, 128, 1024, 1024, 0, 64, 8, 4096, 1e4, 1e-5)},
       // gpt-oss: q is n_head * 64 wide whatever n_embd is; the window of the small shapes is
       // short enough for the tests' prompts to cross it.
-      {A::GptOss, "tiny", oss(make(A::GptOss, 512, 64, 4, 4, 2, 32, 64, 64, 0, 8, 4, 131072, 150000, 1e-5), 8)},
-      {A::GptOss, "small", oss(make(A::GptOss, 1024, 256, 4, 8, 2, 64, 256, 256, 0, 16, 4, 131072, 150000, 1e-5), 16)},
-      {A::GptOss, "20b", oss(make(A::GptOss, 201088, 2880, 24, 64, 8, 64, 2880, 2880, 0, 32, 4, 131072, 150000, 1e-5), 128)},
-      {A::GptOss, "120b", oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000, 1e-5), 128)},
-      {A::PhiMoe, "tiny", phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
-      {A::PhiMoe, "small", phi(make(A::PhiMoe, 1024, 256, 4, 8, 2, 32, 512, 512, 0, 16, 2, 8192, 1e4, 1e-5), 32, 256)},
-      {A::PhiMoe, "3.5-moe", phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5), 131072, 4096)},
+      {A::GptOss, "tiny",
+       oss(make(A::GptOss, 512, 64, 4, 4, 2, 32, 64, 64, 0, 8, 4, 131072, 150000, 1e-5), 8)},
+      {A::GptOss, "small",
+       oss(make(A::GptOss, 1024, 256, 4, 8, 2, 64, 256, 256, 0, 16, 4, 131072, 150000, 1e-5), 16)},
+      {A::GptOss, "20b",
+       oss(make(A::GptOss, 201088, 2880, 24, 64, 8, 64, 2880, 2880, 0, 32, 4, 131072, 150000, 1e-5),
+           128)},
+      {A::GptOss, "120b",
+       oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000, 1e-5),
+           128)},
+      {A::PhiMoe, "tiny",
+       phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
+      {A::PhiMoe, "small",
+       phi(make(A::PhiMoe, 1024, 256, 4, 8, 2, 32, 512, 512, 0, 16, 2, 8192, 1e4, 1e-5), 32, 256)},
+      {A::PhiMoe, "3.5-moe",
+       phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5),
+           131072, 4096)},
   };
   return rows;
 }
