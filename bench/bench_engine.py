@@ -8,6 +8,10 @@ instead (n_embd 2048, MLA with kv_lora_rank 512 over 16 heads, a leading dense l
 64 experts of 1408 top-6 + 2 shared, vocab 102400, YaRN), --layers layers (1 dense + the rest
 MoE); the KV cache bytes per token (MLA's latent vs every head's keys and values) are reported
 from `moeflow bench --json`.
+`--arch gpt-oss` (preset 20b: n_embd 2880,
+32 experts of 2880, top-4, 64 heads / 8 KV heads of 64, window 128 on every other layer, vocab
+201088) with `--type Q8_0 --expert-type MXFP4`: the real gpt-oss-20b layers as the released
+MXFP4 files store them.
 
 Per rep (interleaved, the order alternating between reps so drift hits both sides alike):
   moeflow : `moeflow bench -m M -p P -n N --reps 1 --json -t T` (fresh process)
@@ -28,8 +32,9 @@ prefill (512 tokens) >= 0.8x llama.cpp.
 With --baseline OLD/moeflow an older moeflow binary runs in the same rotation (A/B of a change:
 a restructuring must stay within 3% of the old binary on decode and prefill).
 
-usage: bench/bench_engine.py [--model M.gguf | --arch mixtral|deepseek2 --layers 4 --type Q4_K]
-                             [--moeflow build/moeflow] [--baseline OLD/moeflow]
+usage: bench/bench_engine.py [--model M.gguf | [--arch mixtral|deepseek2|gpt-oss] --layers 4
+                             --type Q4_K [--expert-type MXFP4]] [--moeflow build/moeflow]
+                             [--baseline OLD/moeflow]
                              [-p 512] [-n 32] [-t 2] [--reps 3] [--out F.json] [--report F.md]
 One JSON object on stdout (and --out); a markdown table on stderr (and --report).
 """
@@ -96,13 +101,16 @@ def run_json(cmd: list[str], timeout: float | None = None) -> dict:
 def ensure_model(a) -> str:
     if a.model:
         return a.model
-    preset = {"mixtral": "8x7b", "deepseek2": "v2-lite"}[a.arch]
-    path = f"/tmp/moeflow_bench_{a.arch}_{a.layers}l_{a.type.lower().replace('_', '')}.gguf"
+    preset = {"mixtral": "8x7b", "deepseek2": "v2-lite", "gpt-oss": "20b"}[a.arch]
+    types = a.type.lower().replace("_", "") + (f"_{a.expert_type.lower()}" if a.expert_type else "")
+    name = "mixtral" if a.arch == "mixtral" else a.arch.replace("-", "") + preset
+    path = f"/tmp/moeflow_bench_{name}_{a.layers}l_{types}.gguf"
     if not os.path.exists(path):
         tmp = f"{path}.part{os.getpid()}"
         print(f"generating {path} (once; cached) ...", file=sys.stderr)
+        extra = ["--expert-type", a.expert_type] if a.expert_type else []
         subprocess.run([a.moeflow, "gen-model", "--arch", a.arch, "--preset", preset, "--layers",
-                        str(a.layers), "--type", a.type, "-q", "-t", str(a.threads), "-o", tmp],
+                        str(a.layers), "--type", a.type, *extra, "-q", "-t", str(a.threads), "-o", tmp],
                        check=True, stdout=subprocess.DEVNULL)
         os.replace(tmp, path)
     return path
@@ -172,10 +180,11 @@ def main():
     ap.add_argument("--moeflow", default=os.path.join(ROOT, "build", "moeflow"))
     ap.add_argument("--membw-bin", default=os.path.join(ROOT, "build", "bench", "bench_micro"))
     ap.add_argument("--model")
-    ap.add_argument("--arch", choices=("mixtral", "deepseek2"), default="mixtral",
-                    help="gen-model shape: Mixtral-8x7B or DeepSeek-V2-Lite layers")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--type", default="Q4_K")
+    ap.add_argument("--arch", default="mixtral", choices=("mixtral", "deepseek2", "gpt-oss"),
+                    help="gen-model shape: Mixtral-8x7B, DeepSeek-V2-Lite or gpt-oss-20b layers")
+    ap.add_argument("--expert-type", help="type of the routed experts (default: --type)")
     ap.add_argument("-p", type=int, default=512, help="prompt tokens")
     ap.add_argument("-n", type=int, default=32, help="decode tokens")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)

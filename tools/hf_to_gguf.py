@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert a transformers MoE model (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
-GLM-4.5) to GGUF.
+GLM-4.5, gpt-oss, Phi-3.5-MoE) to GGUF.
 
 An independent converter (written for moeflow, on the `gguf` python package) that lays out
 tensors and metadata the way llama.cpp expects them, so the same file can be run by moeflow,
@@ -35,6 +35,8 @@ ARCHS = {
     "deepseek_v2": ("deepseek2", False, False),
     "deepseek_v3": ("deepseek2", False, False),
     "glm4_moe": ("glm4moe", False, False),
+    "gpt_oss": ("gpt-oss", False, False),
+    "phimoe": ("phimoe", False, False),
 }
 LLAMA_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
@@ -42,9 +44,23 @@ LLAMA_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 F32_ALWAYS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
 
 
+# outtype -> (type of the matrices, type of the routed experts). The block types are what the
+# released gpt-oss files hold (mxfp4: MXFP4 experts, Q8_0 elsewhere); gguf-py quantizes them.
+OUTTYPES = {"f32": ("F32", "F32"), "f16": ("F16", "F16"), "q8_0": ("Q8_0", "Q8_0"),
+            "q4_0": ("Q4_0", "Q4_0"), "mxfp4": ("Q8_0", "MXFP4")}
+
+
+def stored_type(name: str, ndim: int, outtype: str) -> str:
+    """The type tensor `name` is written in (shared with tests that round their reference). As
+    llama.cpp's converter: matrices only, never biases (even the 2-D expert biases) or routers."""
+    if not (ndim >= 2 and name.endswith(".weight") and not name.endswith(F32_ALWAYS)):
+        return "F32"
+    dense, experts = OUTTYPES[outtype]
+    return experts if "_exps." in name else dense
+
+
 def stored_as_f16(name: str, ndim: int, outtype: str) -> bool:
-    """Whether tensor `name` is written as F16 (shared with tests that round their reference)."""
-    return outtype == "f16" and ndim >= 2 and not name.endswith(F32_ALWAYS)
+    return stored_type(name, ndim, outtype) == "F16"
 
 
 def permute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -122,10 +138,14 @@ def _write_synth_vocab(w, n_vocab: int) -> None:
 def _putter(w, outtype: str):
     def put(name: str, a: np.ndarray) -> None:
         a = np.ascontiguousarray(a)
-        if stored_as_f16(name, a.ndim, outtype):
+        t = stored_type(name, a.ndim, outtype)
+        if t == "F32":
+            w.add_tensor(name, a.astype(np.float32))
+        elif t == "F16":
             w.add_tensor(name, a.astype(np.float16))
         else:
-            w.add_tensor(name, a.astype(np.float32))
+            qt = gguf.GGMLQuantizationType[t]
+            w.add_tensor(name, gguf.quants.quantize(a.astype(np.float32), qt), raw_dtype=qt)
     return put
 
 
@@ -347,6 +367,67 @@ def _glm4moe_layer(sd, cfg, l: int):
     return out
 
 
+def _gpt_oss_metadata(cfg, w, n_layer: int) -> None:
+    """llama.cpp's keys for gpt-oss: the window (its layer pattern is fixed: even layers slide)
+    and YaRN as llama.cpp's converter writes it."""
+    types = getattr(cfg, "layer_types", None)
+    want = ["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layer)]
+    if types is not None and list(types) != want:
+        raise ValueError(f"gpt_oss: layer_types {types} differ from llama.cpp's fixed pattern {want}")
+    w.add_sliding_window(cfg.sliding_window)
+    rp = _rope_params(cfg)
+    if rp.get("rope_type") == "yarn":
+        if rp.get("truncate", True):
+            raise ValueError("gpt_oss: only the model's own YaRN (truncate=false) has a GGUF form")
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rp["factor"])
+        w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+        w.add_rope_scaling_yarn_beta_fast(rp.get("beta_fast", 32.0))
+        w.add_rope_scaling_yarn_beta_slow(rp.get("beta_slow", 1.0))
+    if getattr(cfg, "swiglu_limit", 7.0) != 7.0:
+        raise ValueError("gpt_oss: llama.cpp's layout has no key for swiglu_limit != 7")
+
+
+def _phimoe_metadata(cfg, w) -> None:
+    """LongRoPE as llama.cpp's Phi-3 converter writes it (original context, attention factor;
+    the factors are tensors); the model's own attention factor is its short/long_mscale."""
+    rp = _rope_params(cfg)
+    if cfg.sliding_window is not None:
+        w.add_sliding_window(cfg.sliding_window)
+    if rp.get("rope_type") in ("longrope", "su"):
+        if rp["short_mscale"] != rp["long_mscale"]:
+            raise ValueError("phimoe: one rope.scaling.attn_factor cannot hold short_mscale != long_mscale")
+        w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+        w.add_rope_scaling_attn_factors(rp["short_mscale"])
+
+
+def _gpt_oss_tensors(sd: dict, n_layer: int, n_ff: int):
+    """gpt-oss layers in llama.cpp's layout: separate gate and up experts (the model interleaves
+    them column by column), every bias F32, the FFN norm named post_attention_norm."""
+    for l in range(n_layer):
+        hp, b = f"model.layers.{l}.", f"blk.{l}."
+        yield b + "attn_norm.weight", sd[hp + "input_layernorm.weight"]
+        for s in ("q", "k", "v"):
+            yield b + f"attn_{s}.weight", sd[hp + f"self_attn.{s}_proj.weight"]
+            yield b + f"attn_{s}.bias", sd[hp + f"self_attn.{s}_proj.bias"]
+        yield b + "attn_output.weight", sd[hp + "self_attn.o_proj.weight"]
+        yield b + "attn_output.bias", sd[hp + "self_attn.o_proj.bias"]
+        yield b + "attn_sinks.weight", sd[hp + "self_attn.sinks"]
+        yield b + "post_attention_norm.weight", sd[hp + "post_attention_layernorm.weight"]
+        mp = hp + "mlp."
+        yield b + "ffn_gate_inp.weight", sd[mp + "router.weight"]
+        yield b + "ffn_gate_inp.bias", sd[mp + "router.bias"]
+        gu = sd[mp + "experts.gate_up_proj"]            # (E, n_embd, 2 n_ff), [in, out]
+        gub = sd[mp + "experts.gate_up_proj_bias"]      # (E, 2 n_ff)
+        assert gu.shape[2] == 2 * n_ff, gu.shape
+        yield b + "ffn_gate_exps.weight", gu[:, :, 0::2].transpose(0, 2, 1)
+        yield b + "ffn_up_exps.weight", gu[:, :, 1::2].transpose(0, 2, 1)
+        yield b + "ffn_gate_exps.bias", gub[:, 0::2]
+        yield b + "ffn_up_exps.bias", gub[:, 1::2]
+        yield b + "ffn_down_exps.weight", sd[mp + "experts.down_proj"].transpose(0, 2, 1)
+        yield b + "ffn_down_exps.bias", sd[mp + "experts.down_proj_bias"]
+
+
 def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -> None:
     """sd: name -> float numpy array (HF names). Writes GGUF to `path`. opts: kv_b (DeepSeek's
     older attn_kv_b layout), mtp (GLM-4.5 next-token-prediction blocks)."""
@@ -375,14 +456,14 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
     n_vocab = cfg.vocab_size
     n_expert = _cfg(cfg, "num_local_experts", "num_experts")
     n_used = cfg.num_experts_per_tok
-    if mt in ("mixtral", "olmoe"):
+    if mt in ("mixtral", "olmoe", "gpt_oss", "phimoe"):
         n_ff_exp = cfg.intermediate_size
     else:
         n_ff_exp = cfg.moe_intermediate_size
 
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"hf-converted {mt}")
-    w.add_file_type(1 if outtype == "f16" else 0)
+    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "mxfp4": 38}[outtype])
     w.add_vocab_size(n_vocab)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(n_embd)
@@ -400,15 +481,30 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
     w.add_expert_feed_forward_length(n_ff_exp)
     if mt == "qwen2_moe":
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+    if mt == "gpt_oss":
+        _gpt_oss_metadata(cfg, w, n_layer)
+    if mt == "phimoe":
+        _phimoe_metadata(cfg, w)
 
     _write_synth_vocab(w, n_vocab)
     put = _putter(w, outtype)
 
     put("token_embd.weight", sd["model.embed_tokens.weight"])
+    if mt == "gpt_oss":
+        for name, a in _gpt_oss_tensors(sd, n_layer, n_ff_exp):
+            put(name, a)
+        n_layer = 0  # done
+    if mt == "phimoe":
+        rp = _rope_params(cfg)
+        put("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
+        put("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
     for l in range(n_layer):
         hp = f"model.layers.{l}."
         b = f"blk.{l}."
         put(b + "attn_norm.weight", sd[hp + "input_layernorm.weight"])
+        if hp + "input_layernorm.bias" in sd:  # LayerNorm (phimoe)
+            put(b + "attn_norm.bias", sd[hp + "input_layernorm.bias"])
+            put(b + "ffn_norm.bias", sd[hp + "post_attention_layernorm.bias"])
         q = sd[hp + "self_attn.q_proj.weight"]
         k = sd[hp + "self_attn.k_proj.weight"]
         if permute:
@@ -424,9 +520,11 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
             put(b + "attn_q_norm.weight", sd[hp + "self_attn.q_norm.weight"])
             put(b + "attn_k_norm.weight", sd[hp + "self_attn.k_norm.weight"])
         put(b + "attn_output.weight", sd[hp + "self_attn.o_proj.weight"])
+        if hp + "self_attn.o_proj.bias" in sd:
+            put(b + "attn_output.bias", sd[hp + "self_attn.o_proj.bias"])
         put(b + "ffn_norm.weight", sd[hp + "post_attention_layernorm.weight"])
         mp = hp + ("block_sparse_moe." if hp + "block_sparse_moe.gate.weight" in sd else "mlp.")
-        put(b + "ffn_gate_inp.weight", sd[mp + "gate.weight"])
+        put(b + "ffn_gate_inp.weight", sd[mp + ("router.weight" if mp + "router.weight" in sd else "gate.weight")])
         gate, up, down = _experts(sd, mp, n_expert, n_ff_exp)
         put(b + "ffn_gate_exps.weight", gate)
         put(b + "ffn_up_exps.weight", up)
@@ -437,8 +535,12 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
             put(b + "ffn_up_shexp.weight", sd[mp + "shared_expert.up_proj.weight"])
             put(b + "ffn_down_shexp.weight", sd[mp + "shared_expert.down_proj.weight"])
     put("output_norm.weight", sd["model.norm.weight"])
+    if "model.norm.bias" in sd:
+        put("output_norm.bias", sd["model.norm.bias"])
     lm = sd.get("lm_head.weight")
     put("output.weight", lm if lm is not None else sd["model.embed_tokens.weight"])
+    if "lm_head.bias" in sd:
+        put("output.bias", sd["lm_head.bias"])
     _finish(w)
 
 
@@ -451,7 +553,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir", help="transformers model directory (config.json + weights)")
     ap.add_argument("out", help="output .gguf path")
-    ap.add_argument("--outtype", choices=("f32", "f16"), default="f32")
+    ap.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
     ap.add_argument("--mla-kv-b", action="store_true", help="DeepSeek: the older attn_kv_b layout")
     ap.add_argument("--mtp", type=int, default=0, help="GLM-4.5: next-token-prediction blocks to append")
     args = ap.parse_args(argv)

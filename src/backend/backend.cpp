@@ -38,6 +38,24 @@ void mask_groups(const float* sel, int n_expert, const RoutingSpec& spec, std::v
   for (int e = 0; e < n_expert; ++e) masked[e] = !keep[e / per];
 }
 
+// Rank r's weight: softmax of its logit m over the experts not chosen before r whose logits lie
+// within the relative distance 2 * eps of m (selection is top-k of the logits either way).
+void sparse_mixer_weights(const float* lg, int n_expert, int k, const int32_t* ex, float* w,
+                          float eps) {
+  for (int r = 0; r < k; ++r) {
+    const float m = lg[ex[r]];
+    double sum = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int j = 0; j < r; ++j) taken |= ex[j] == e;
+      // Written as the model computes it: a 0/0 (NaN) distance keeps the expert.
+      if (taken || (m - lg[e]) / std::max(std::fabs(lg[e]), m) > 2 * eps) continue;
+      sum += std::exp((double)lg[e] - m);
+    }
+    w[r] = (float)(1.0 / sum);
+  }
+}
+
 }  // namespace
 
 void route_on_host(const float* logits, int n, int n_expert, const RoutingSpec& spec,
@@ -48,6 +66,8 @@ void route_on_host(const float* logits, int n, int n_expert, const RoutingSpec& 
                            spec.group_top > n_expert / spec.n_group))
     fail("routing: {} experts cannot be split into {} groups keeping {} (scored by the top {})",
          n_expert, spec.n_group, spec.topk_group, spec.group_top);
+  if (spec.gating == RoutingSpec::Gating::SparseMixer && (bias || spec.n_group > 1))
+    fail("routing: SparseMixer takes neither a selection bias nor expert groups");
   std::vector<float> sel_buf;
   std::vector<char> masked;
   for (int t = 0; t < n; ++t) {
@@ -70,7 +90,8 @@ void route_on_host(const float* logits, int n, int n_expert, const RoutingSpec& 
       const float inv = (float)(1.0 / sum);
       for (int e = 0; e < n_expert; ++e) p[e] *= inv;
     }
-    const float* sel = p;
+    // SparseMixer selects on the logits themselves (two close logits may round to one probability).
+    const float* sel = spec.gating == RoutingSpec::Gating::SparseMixer ? lg : p;
     if (bias) {
       sel_buf.resize(n_expert);
       for (int e = 0; e < n_expert; ++e) sel_buf[e] = p[e] + bias[e];
@@ -89,6 +110,8 @@ void route_on_host(const float* logits, int n, int n_expert, const RoutingSpec& 
       ex[r] = best;
       w[r] = p[best];
     }
+    if (spec.gating == RoutingSpec::Gating::SparseMixer)
+      sparse_mixer_weights(lg, n_expert, k, ex, w, spec.jitter_eps);
     if (spec.softmax_after_topk) {
       float mx = w[0];
       for (int r = 1; r < k; ++r) mx = std::max(mx, w[r]);

@@ -77,8 +77,13 @@ struct GluParams {
 
 // Routing as data: how a router's logits become each token's experts and weights.
 struct RoutingSpec {
-  enum class Gating : uint8_t { Softmax, Sigmoid };
+  // SparseMixer: Phi-3.5-MoE's router at inference. Rank r takes the best logit m among the
+  // experts not yet chosen; its weight is its softmax over those of them whose logits s are close
+  // to m, (m - s) / max(|s|, m) <= 2 * jitter_eps (the others count as -inf). Selection is plain
+  // top-k; the weights are neither renormalised afterwards nor a softmax over all experts.
+  enum class Gating : uint8_t { Softmax, Sigmoid, SparseMixer };
   Gating gating = Gating::Softmax;
+  float jitter_eps = 0.01f;  // SparseMixer only
   // Softmax over the k selected logits only (gpt-oss, Mixtral's formulation) instead of over all
   // experts before selection. Selection is the same; the weights differ unless renormalised.
   bool softmax_after_topk = false;

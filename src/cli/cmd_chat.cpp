@@ -108,12 +108,19 @@ int run_chat(ChatArgs& a) {
       continue;
     }
     const int64_t room = n_ctx - (int64_t)prompt.size();
+    params.harmony = tmpl.harmony;  // the reply is the final channel (reasoning: -v, on stderr)
     params.max_tokens = (int)(a.n_predict < 0 ? room : std::min<int64_t>(a.n_predict, room));
-    const TextGenResult r = generate_text(eng, *tok, prompt, params, [](const std::string& d) {
-      std::fputs(d.c_str(), stdout);
-      std::fflush(stdout);
-      return true;
-    });
+    const TextGenResult r = generate_text(
+        eng, *tok, prompt, params,
+        [](const std::string& d) {
+          std::fputs(d.c_str(), stdout);
+          std::fflush(stdout);
+          return true;
+        },
+        nullptr,
+        [&](const std::string& d) {
+          if (a.verbose) std::fputs(d.c_str(), stderr);
+        });
     std::fputs("\n", stdout);
     std::fflush(stdout);
     history.push_back({{"role", "assistant"}, {"content", r.text}});
@@ -137,7 +144,8 @@ const bool registered_chat = register_command("chat", "Interactive chat on stdin
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--seed", a->sp.seed, "sampling seed");
   add_sampling_options(app, a->sp);
-  app.add_flag("-v,--verbose", a->verbose, "statistics of each reply on stderr");
+  app.add_flag("-v,--verbose", a->verbose,
+               "statistics of each reply (and harmony reasoning) on stderr");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_chat(*a); });
 });

@@ -27,6 +27,7 @@ struct GenArgs {
   int threads = 0;
   bool quiet = false;
   bool dry_run = false;
+  std::string rope_scaling;  // "" = the preset's
 };
 
 GgmlType parse_type(const std::string& name, const char* option) {
@@ -73,6 +74,11 @@ int run_gen_model(const GenArgs& a) {
   if (a.vocab) opt.shape.n_vocab = a.vocab;
   if (a.experts) opt.shape.n_expert = a.experts;
   if (a.expert_used) opt.shape.n_expert_used = a.expert_used;
+  if (a.rope_scaling == "none") {
+    opt.shape.yarn_factor = 0;
+  } else if (!a.rope_scaling.empty() && a.rope_scaling != "preset") {
+    fail("gen-model: --rope-scaling '{}' must be preset or none", a.rope_scaling);
+  }
   opt.type = parse_type(a.type, "--type");
   if (!a.expert_type.empty()) opt.expert_type = parse_type(a.expert_type, "--expert-type");
   if (!a.embd_type.empty()) opt.embd_type = parse_type(a.embd_type, "--embd-type");
@@ -117,9 +123,12 @@ int run_gen_model(const GenArgs& a) {
 const bool registered_gen_model = register_command(
     "gen-model", "Write a random-weight GGUF of a real MoE architecture", [](CLI::App& sub) {
       auto a = std::make_shared<GenArgs>();
-      sub.add_option("--arch", a->arch, "mixtral | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe")->required();
+      sub.add_option("--arch", a->arch,
+                     "mixtral | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe | gpt-oss | phimoe")
+          ->required();
       sub.add_option("--preset", a->preset,
-                     "tiny | small | 8x7b (mixtral) | a2.7b (qwen2moe) | 30b-a3b (qwen3moe) | 1b-7b (olmoe)");
+                     "tiny | small | 8x7b (mixtral) | a2.7b (qwen2moe) | 30b-a3b (qwen3moe) | "
+                     "1b-7b (olmoe) | 20b, 120b (gpt-oss) | 3.5-moe (phimoe)");
       sub.add_option("-o,--output", a->out, "output GGUF path")->required();
       sub.add_option("--layers", a->layers, "override the layer count");
       sub.add_option("--type", a->type, "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...)");
@@ -131,6 +140,8 @@ const bool registered_gen_model = register_command(
       sub.add_option("--vocab", a->vocab, "override the vocabulary size (>= 260)");
       sub.add_option("--experts", a->experts, "override the expert count");
       sub.add_option("--expert-used", a->expert_used, "override the experts used per token");
+      sub.add_option("--rope-scaling", a->rope_scaling,
+                     "preset (default) | none: drop the preset's YaRN (gpt-oss)");
       sub.add_option("-t,--threads", a->threads, "generator threads (default: all cores)");
       sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
       sub.add_flag("--dry-run", a->dry_run, "print the tensor plan as JSON, write nothing");

@@ -2,8 +2,8 @@
 // block format (llama-quantize's job, done with moeflow's own encoders and writer). Used to
 // turn the trained demo model's F32 export into the shipped file, and by users who want a
 // smaller copy of a model. Norms, biases and the router stay F32 as llama.cpp keeps them: the
-// router's top-k is the most precision-sensitive decision in an MoE layer (1-D tensors and
-// routers are copied as they are).
+// router's top-k is the most precision-sensitive decision in an MoE layer (1-D tensors, biases
+// and routers are copied as they are).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -37,9 +37,13 @@ GgmlType parse_type(const std::string& opt, const std::string& name) {
   return *t;
 }
 
+// Biases stay too, 2-D ones included (gpt-oss's expert biases), as llama.cpp keeps them.
 bool keeps_f32(const GgufTensorInfo& t) {
+  const auto ends_with = [&](std::string_view s) {
+    return t.name.size() >= s.size() && t.name.compare(t.name.size() - s.size(), s.size(), s) == 0;
+  };
   return t.dims.size() < 2 || t.name.find("ffn_gate_inp") != std::string::npos ||
-         t.name.find("_norm") != std::string::npos;
+         t.name.find("_norm") != std::string::npos || ends_with(".bias");
 }
 
 // Re-encodes `rows` rows of `src` (type `from`) into `dst` (type `to`), rows split over the pool.

@@ -1,5 +1,6 @@
 // `moeflow tokenize`: print the ids of a prompt, or check llama.cpp tokenizer test vectors.
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_vectors.h"
 
@@ -14,7 +16,7 @@ namespace moeflow::cli {
 namespace {
 
 struct TokenizeOpts {
-  std::string model, prompt;
+  std::string model, prompt, chat, reasoning_effort;
   std::vector<std::string> vectors;
   bool no_bos = false, no_special = false, pieces = false;
 };
@@ -50,6 +52,10 @@ const bool registered_tokenize = register_command("tokenize", "Tokenize text wit
   sub.add_option("-p,--prompt", o->prompt, "Text to tokenize");
   sub.add_option("--vectors", o->vectors, "Check FILE.inp FILE.out test vectors (exit 2 on any mismatch)")
       ->expected(2);
+  sub.add_option("--chat", o->chat,
+                 "Tokenize the chat prompt of a JSON array of messages (the model's chat format)");
+  sub.add_option("--reasoning-effort", o->reasoning_effort,
+                 "harmony (gpt-oss): low | medium | high");
   sub.add_flag("--no-bos", o->no_bos, "Do not add the BOS/EOS tokens the model asks for");
   sub.add_flag("--no-special", o->no_special, "Spell out special-token text instead of parsing it");
   sub.add_flag("--pieces", o->pieces, "Print each id with its text");
@@ -58,7 +64,19 @@ const bool registered_tokenize = register_command("tokenize", "Tokenize text wit
     auto tok = Tokenizer::from_gguf(*gguf);
     if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
     if (!o->vectors.empty()) return run_vectors(*tok, *o);
-    const auto ids = tok->encode(o->prompt, !o->no_bos, !o->no_special);
+    std::vector<int32_t> ids;
+    if (!o->chat.empty()) {
+      // The prompt `chat`/`serve` would give the model for this conversation.
+      std::ifstream in(o->chat, std::ios::binary);
+      if (!in) fail("--chat: cannot open '{}'", o->chat);
+      const auto messages = nlohmann::ordered_json::parse(in, nullptr, false);
+      if (messages.is_discarded()) fail("--chat: '{}' is not JSON", o->chat);
+      ModelChatTemplate t = model_chat_template(*tok);
+      if (!o->reasoning_effort.empty()) t.harmony_options.reasoning_effort = o->reasoning_effort;
+      ids = t.tokenize(*tok, t.format(messages, true));
+    } else {
+      ids = tok->encode(o->prompt, !o->no_bos, !o->no_special);
+    }
     if (o->pieces) {
       for (int32_t id : ids)
         std::printf("%d\t'%s'\n", id, escape(tok->token_to_piece(id, true)).c_str());

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_value.h"
 #include "model/arch/arch.h"
 
 namespace moeflow {
@@ -26,25 +27,27 @@ int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& ke
 void load_rope_scaling(const GgufFile& f, HParams& hp) {
   const std::string p = hp.arch_name + ".";
   RopeScaling& r = hp.rope_scaling;
+  // llama.cpp: no type means linear, and an absent or zero factor means no scaling.
   const std::string type = f.has(p + "rope.scaling.type") ? f.get_string(p + "rope.scaling.type") : "linear";
   double factor = f.get_float(p + "rope.scaling.factor", 0.0);
   if (factor == 0.0) factor = f.get_float(p + "rope.scale_linear", 0.0);
   if (type == "none") {
     r.type = RopeScaling::Type::None;
   } else if (type == "linear") {
-    r.type = RopeScaling::Type::Linear;
+    r.type = factor == 0.0 ? RopeScaling::Type::None : RopeScaling::Type::Linear;
   } else if (type == "yarn") {
     r.type = RopeScaling::Type::Yarn;
+  } else if (type == "longrope") {
+    r.type = RopeScaling::Type::LongRope;
   } else {
-    fail("{}: {}rope.scaling.type '{}' is not supported (none, linear, yarn)", f.path(), p, type);
+    fail("{}: {}rope.scaling.type '{}' is not supported (none, linear, yarn, longrope)", f.path(), p, type);
   }
-  // llama.cpp: no type means linear, and an absent or zero factor means no scaling.
   r.factor = factor == 0.0 ? 1.0f : (float)factor;
-  if (r.type != RopeScaling::Type::None && !(r.factor >= 1.0f))
-    fail("{}: {}rope.scaling.factor = {} must be at least 1", f.path(), p, r.factor);
+  if (!(r.factor > 0) || !std::isfinite(r.factor))
+    fail("{}: {}rope.scaling.factor = {} must be positive", f.path(), p, factor);
   r.n_ctx_orig = f.get_int(p + "rope.scaling.original_context_length", hp.n_ctx_train);
-  if (r.type == RopeScaling::Type::Yarn && r.n_ctx_orig <= 0)
-    fail("{}: YaRN needs {}rope.scaling.original_context_length > 0", f.path(), p);
+  if (r.n_ctx_orig < 0 || (r.type == RopeScaling::Type::Yarn && r.n_ctx_orig == 0))
+    fail("{}: {}rope.scaling.original_context_length must be positive", f.path(), p);
   r.attn_factor = (float)f.get_float(p + "rope.scaling.attn_factor", 1.0);
   r.beta_fast = (float)f.get_float(p + "rope.scaling.yarn_beta_fast", 32.0);
   r.beta_slow = (float)f.get_float(p + "rope.scaling.yarn_beta_slow", 1.0);
@@ -78,6 +81,28 @@ void load_moe_routing(const GgufFile& f, HParams& hp, MoeRouting::Gating default
          "top-{}", f.path(), p, r.n_group, r.n_group_used, hp.n_expert, hp.n_expert_used);
 }
 
+void load_sliding_window(const GgufFile& f, HParams& hp, int64_t default_period) {
+  const std::string p = hp.arch_name + ".";
+  hp.n_swa = hparam_positive(f, hp, "attention.sliding_window");
+  hp.rope_base_swa = (float)f.get_float(p + "rope.freq_base_swa", hp.rope_base);
+  if (!(hp.rope_base_swa > 0)) fail("{}: {}rope.freq_base_swa must be positive", f.path(), p);
+  const std::string key = p + "attention.sliding_window_pattern";
+  hp.swa_layers.assign(hp.n_layer, 0);
+  const GgufValue* v = f.find(key);
+  if (v && v->type == GgufType::ARRAY) {
+    const std::vector<int64_t> a = f.get_int_array(key);
+    if ((int64_t)a.size() != hp.n_layer)
+      fail("{}: {} has {} entries for {} layers", f.path(), key, a.size(), hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) hp.swa_layers[il] = a[il] != 0;
+    return;
+  }
+  const int64_t period = v ? f.get_int(key) : default_period;
+  if (period < 0 || period > hp.n_layer) fail("{}: {} = {} is out of range", f.path(), key, period);
+  for (int il = 0; il < hp.n_layer; ++il)
+    hp.swa_layers[il] = period == 0 || il % period < period - 1;
+}
+
+
 HParams load_hparams(const GgufFile& f) {
   HParams hp;
   hp.arch_name = f.get_string("general.architecture");
@@ -108,6 +133,7 @@ HParams load_hparams(const GgufFile& f) {
   hp.rms_eps = (float)f.get_float(p + "attention.layer_norm_rms_epsilon");
   if (!(hp.rms_eps >= 0)) fail("{}: {}attention.layer_norm_rms_epsilon is negative", f.path(), p);
   hp.n_ctx_train = f.get_int(p + "context_length", 4096);
+  load_rope_scaling(f, hp);
   hp.n_ff = f.get_int(p + "feed_forward_length", 0);
   hp.n_expert = (int)f.get_int(p + "expert_count", 0);
   if (hp.n_expert < 0 || hp.n_expert > 4096)

@@ -4,6 +4,7 @@
 // own ones by its file in model/arch/.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace moeflow {
 
@@ -20,12 +21,13 @@ struct MoeRouting {
   int n_group_used = 1;        // expert_group_used_count
 };
 
-// <arch>.rope.scaling.* (llama.cpp names).
+// <arch>.rope.scaling.* as llama.cpp reads them (type, factor, original context, YaRN betas,
+// attn_factor which multiplies the rotated values).
 struct RopeScaling {
-  enum class Type : uint8_t { None, Linear, Yarn };
+  enum class Type : uint8_t { None, Linear, Yarn, LongRope };
   Type type = Type::None;
   float factor = 1.0f;          // context extension factor (freq_scale = 1 / factor)
-  int64_t n_ctx_orig = 0;       // original_context_length
+  int64_t n_ctx_orig = 0;       // original_context_length (default: context_length)
   float attn_factor = 1.0f;     // rope.scaling.attn_factor
   float beta_fast = 32.0f, beta_slow = 1.0f;
   float yarn_log_mul = 0.0f;    // DeepSeek's mscale_all_dim (the stored 0.1 * it, undone)
@@ -68,6 +70,15 @@ struct HParams {
   MoeRouting routing;
   RopeScaling rope_scaling;
   MlaDims mla;
+  // Sliding-window attention (read by the architectures that have it, see load_sliding_window):
+  // the window and, per layer, whether that layer uses it.
+  int64_t n_swa = 0;
+  std::vector<uint8_t> swa_layers;
+  float rope_base_swa = 0.0f;  // rope.freq_base_swa (default: rope.freq_base)
+
+  bool is_swa(int layer) const {
+    return n_swa > 0 && layer >= 0 && layer < (int)swa_layers.size() && swa_layers[layer];
+  }
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t k_dim() const { return n_head_kv * head_dim; }
@@ -88,10 +99,16 @@ int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& ke
 
 // Shared readers for the architectures that have these keys (llama.cpp names and defaults).
 // rope.scaling.{type,factor,original_context_length,attn_factor,yarn_beta_fast,yarn_beta_slow,
-// yarn_log_multiplier} (and the old rope.scale_linear).
+// yarn_log_multiplier} (and the old rope.scale_linear); load_hparams calls it for every
+// architecture.
 void load_rope_scaling(const GgufFile& f, HParams& hp);
 // expert_gating_func (absent or 0: `default_gating`), expert_weights_scale (absent or 0: none),
 // expert_group_count / expert_group_used_count, checked against expert_count.
 void load_moe_routing(const GgufFile& f, HParams& hp, MoeRouting::Gating default_gating);
+
+// attention.sliding_window (required) and attention.sliding_window_pattern: an array of bools
+// (per layer) or a period n where layer il slides unless il % n == n - 1 (llama.cpp's rule; 0:
+// every layer), `default_period` when absent. Also rope.freq_base_swa.
+void load_sliding_window(const GgufFile& f, HParams& hp, int64_t default_period);
 
 }  // namespace moeflow

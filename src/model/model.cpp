@@ -102,6 +102,9 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
   for_each_view(w_, [&](TensorView& v) {
     if (v) v = be_.adopt_weight(v);
   });
+  // LongRoPE: the long factors when the context is longer than the model was trained on
+  // (llama.cpp's rule: the context size decides, once, so the cache holds one rotation).
+  long_rope_ = n_ctx > hp_.rope_scaling.n_ctx_orig;
   x_.f32(hp_.n_embd, max_batch_);
   xn_.f32(hp_.n_embd, max_batch_);
   tmp_.f32(hp_.n_embd, max_batch_);
@@ -146,10 +149,12 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
     const LayerWeights& L = w_.layers[il];
     const LayerSpec& spec = specs[il];
     norm(spec, x, L.attn_norm, L.attn_norm_bias, xn);
-    if (spec.attn.kind == AttentionKind::Mla)
+    if (spec.attn.kind == AttentionKind::Mla) {
       mla_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, tmp, mla_scratch_);
-    else
-      gqa_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, tmp, attn_scratch_);
+    } else {
+      const TensorView& freqs = long_rope_ && L.rope_freqs_long ? L.rope_freqs_long : L.rope_freqs;
+      gqa_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, freqs, tmp, attn_scratch_);
+    }
     be_.add(x, tmp);
 
     norm(spec, x, L.ffn_norm, L.ffn_norm_bias, xn);
@@ -173,6 +178,7 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
          xn.slice_rows(first, rows));
     const TensorView lg = logits_.f32(n_vocab, rows);
     be_.matmul(w_.output, xn.slice_rows(first, rows), lg);
+    if (w_.output_bias) be_.add(lg, w_.output_bias);
     logits_host_ = be_.read_f32(lg, logits_staging_);
   }
   pos_ += n;

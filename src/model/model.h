@@ -105,6 +105,7 @@ class ForwardContext {
   ModelWeights w_;  // the model's weights as the backend sees them
   ForwardObserver* observer_ = nullptr;
   int max_batch_;
+  bool long_rope_ = false;  // LongRoPE long factors (the context exceeds the original one)
   int64_t pos_ = 0;
   KvCache kv_;
   MoeBlock moe_;

@@ -71,6 +71,31 @@ TensorView ModelLoader::vector(const std::string& name, int64_t n, bool required
   return f32_view(out.data(), n, 1);
 }
 
+TensorView ModelLoader::vectors(const std::string& name, int64_t n, int64_t count, bool required) {
+  const GgufTensorInfo* t = find(f_, name, required);
+  if (!t) return {};
+  check_type(f_, *t);
+  if (!same_shape(t->dims, {n, count}))
+    fail("{}: tensor '{}' has shape {}, expected {}", f_.path(), name, dims_str(t->dims),
+         dims_str({n, count}));
+  if (n % type_traits(t->type).block_size != 0)
+    fail("{}: tensor '{}' row length {} is not a multiple of the {} block size", f_.path(), name,
+         n, type_name(t->type));
+  w_.non_expert_bytes += t->nbytes;
+  if (t->type == GgmlType::F32) return matrix_view(f_.data(*t), GgmlType::F32, n, count);
+  std::vector<float>& out = w_.vectors->emplace_back(n * count);
+  const size_t rb = row_bytes(t->type, n);
+  for (int64_t r = 0; r < count; ++r)
+    dequantize_row(t->type, f_.data(*t) + r * rb, out.data() + r * n, n);
+  return f32_view(out.data(), n, count);
+}
+
+TensorView ModelLoader::own_vector(std::vector<float> values) {
+  const int64_t n = (int64_t)values.size();
+  std::vector<float>& out = w_.vectors->emplace_back(std::move(values));
+  return f32_view(out.data(), n, 1);
+}
+
 TensorView ModelLoader::layer_matrix(int il, const std::string& name, int64_t cols, int64_t rows,
                                      bool required) {
   return matrix(layer_tensor_name(il, name), cols, rows, required);
@@ -194,6 +219,11 @@ void ModelLoader::moe(int il, LayerWeights& L, const MoeOptions& o) {
     check3(ExpertTensor::Up, {d, ff, E});
   }
   check3(ExpertTensor::Down, {ff, d, E});
+  if (o.expert_bias) {
+    L.exp_gate_bias = vectors(expert_tensor_name(il, ExpertTensor::Gate, "bias"), ff, E);
+    L.exp_up_bias = vectors(expert_tensor_name(il, ExpertTensor::Up, "bias"), ff, E);
+    L.exp_down_bias = vectors(expert_tensor_name(il, ExpertTensor::Down, "bias"), d, E);
+  }
   if (o.shared) {
     const int64_t fs = o.n_ff_shexp;
     if (o.shared_gate) L.gate_inp_shexp = layer_matrix(il, "ffn_gate_inp_shexp.weight", d, 1);
@@ -263,6 +293,23 @@ LayerSpec ModelLoader::default_spec(RopeMode rope) const {
   s.attn.params.head_dim_v = hp_.head_dim_v;
   s.attn.params.scale = 1.0f / std::sqrt((float)hp_.head_dim);
   s.moe.routing.norm_weights = hp_.norm_topk;
+  // rope.scaling.* as llama.cpp applies it.
+  const RopeScaling& rs = hp_.rope_scaling;
+  RopeParams& r = s.attn.rope;
+  r.attn_factor = rs.attn_factor;
+  if (rs.type == RopeScaling::Type::Linear || rs.type == RopeScaling::Type::Yarn)
+    r.freq_scale = 1.0f / rs.factor;
+  if (rs.type == RopeScaling::Type::Yarn) {
+    r.ext_factor = 1.0f;
+    r.n_ctx_orig = rs.n_ctx_orig;
+    r.beta_fast = rs.beta_fast;
+    r.beta_slow = rs.beta_slow;
+    // YaRN's magnitude factor is 1 + 0.1 ln(factor) for factor > 1, else 1; the rope op
+    // multiplies by 1 + 0.1 ln(factor) itself, so attn_factor carries only the rest.
+    const float op = 1.0f + 0.1f * std::log(rs.factor);
+    const float want = rs.factor > 1.0f ? op : 1.0f;
+    r.attn_factor *= want / op;
+  }
   return s;
 }
 

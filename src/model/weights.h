@@ -36,6 +36,9 @@ struct LayerWeights {
   TensorView wkv_a, kv_a_norm;      // [kv_lora + rope][n_embd], RMSNorm of kv_lora
   TensorView wk_b;                  // n_head stacked [kv_lora][nope]: q_nope -> latent space
   TensorView wv_b;                  // n_head stacked [head_dim_v][kv_lora]: latent -> values
+  // RoPE frequency divisors (n_rot / 2 floats): LongRoPE's short factors (rope_freqs_long
+  // replaces them when the context exceeds the original one) or an architecture's own ramp.
+  TensorView rope_freqs, rope_freqs_long;
   // MoE layer
   bool moe = false;
   TensorView gate_inp;              // router [n_embd -> n_expert]
@@ -43,6 +46,10 @@ struct LayerWeights {
   TensorView exp_probs_bias;        // selection bias (DeepSeek-V3 style): host floats, the
                                     // planner selects on the host (not adopted by backends)
   TensorView gate_inp_shexp;        // [n_embd -> 1]
+  // Routed experts' biases, float rows [n_expert][n_ff] / [n_expert][n_embd] (gpt-oss). They
+  // stay resident with the other non-expert weights (a fraction of a percent of the experts'
+  // bytes), so every provider and budget adds the same bits.
+  TensorView exp_gate_bias, exp_up_bias, exp_down_bias;
   FfnWeights shexp;                 // shared expert(s)
   // dense layer
   FfnWeights ffn;
@@ -52,6 +59,7 @@ struct ModelWeights {
   TensorView token_embd;
   TensorView output_norm, output_norm_bias;
   TensorView output;  // token_embd when the model ties them
+  TensorView output_bias;  // added to the logits (phimoe), or empty
   std::vector<LayerWeights> layers;
   uint64_t non_expert_bytes = 0;
   // Storage of the dequantized vectors the views above point at (a deque never moves them),
@@ -63,12 +71,14 @@ struct ModelWeights {
 // Calls f(TensorView&) on every weight view of the model (absent ones included).
 template <typename F>
 void for_each_view(ModelWeights& w, F&& f) {
-  f(w.token_embd), f(w.output_norm), f(w.output_norm_bias), f(w.output);
+  f(w.token_embd), f(w.output_norm), f(w.output_norm_bias), f(w.output), f(w.output_bias);
   for (LayerWeights& L : w.layers) {
     for (TensorView* v : {&L.attn_norm, &L.attn_norm_bias, &L.ffn_norm, &L.ffn_norm_bias, &L.wq,
                           &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
-                          &L.sinks, &L.gate_inp, &L.gate_inp_bias, &L.gate_inp_shexp, &L.wq_a,
-                          &L.q_a_norm, &L.wq_b, &L.wkv_a, &L.kv_a_norm, &L.wk_b, &L.wv_b})
+                          &L.sinks, &L.rope_freqs, &L.rope_freqs_long, &L.gate_inp,
+                          &L.gate_inp_bias, &L.gate_inp_shexp, &L.exp_gate_bias, &L.exp_up_bias,
+                          &L.exp_down_bias, &L.wq_a, &L.q_a_norm, &L.wq_b, &L.wkv_a,
+                          &L.kv_a_norm, &L.wk_b, &L.wv_b})
       f(*v);
     for (FfnWeights* ffn : {&L.shexp, &L.ffn})
       for (TensorView* v : {&ffn->gate, &ffn->up, &ffn->down, &ffn->gate_bias, &ffn->up_bias,
@@ -89,6 +99,10 @@ class ModelLoader {
   TensorView matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true);
   // A vector of n elements dequantized to float; empty view when absent and not required.
   TensorView vector(const std::string& name, int64_t n, bool required = true);
+  // `count` vectors of n elements each (GGUF dims {n, count}) as float rows [count][n].
+  TensorView vectors(const std::string& name, int64_t n, int64_t count, bool required = true);
+  // A vector of floats the architecture computed (kept by the weights, like a loaded one).
+  TensorView own_vector(std::vector<float> values);
 
   // Layer il's "blk.<il>.<name>" versions of the above.
   TensorView layer_matrix(int il, const std::string& name, int64_t cols, int64_t rows,
@@ -118,6 +132,7 @@ class ModelLoader {
     int64_t n_ff_shexp = 0;
     bool router_bias = false;
     bool selection_bias = false;  // exp_probs_b
+    bool expert_bias = false;     // ffn_{gate,up,down}_exps.bias
   };
   void moe(int il, LayerWeights& L, const MoeOptions& o);
   // ffn_{gate,up,down}.weight of a dense layer (n_ff from the hyper-parameters).
@@ -126,7 +141,8 @@ class ModelLoader {
   void globals(NormKind kind);
 
   // The spec every layer starts from: heads, sizes and 1/sqrt(head_dim) from the
-  // hyper-parameters, plain RoPE of n_rot dims, SwiGLU, softmax routing of top-k.
+  // hyper-parameters, RoPE of n_rot dims scaled as rope.scaling.* says (linear, YaRN; the
+  // attention factor), SwiGLU, softmax routing of top-k.
   LayerSpec default_spec(RopeMode rope) const;
   // Applies hp.rope_scaling (linear or YaRN, llama.cpp's arithmetic) to a spec's RoPE;
   // `yarn_mscale` is YaRN's mscale (numerator of the rotation's attention factor).

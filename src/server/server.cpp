@@ -64,7 +64,8 @@ struct Job {
   std::atomic<bool> cancel{false};
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::string> deltas;  // streaming: text not yet written to the client
+  // Streaming: text not yet written to the client; `second` marks harmony reasoning text.
+  std::deque<std::pair<std::string, bool>> deltas;
   bool done = false;
   TextGenResult result;
   std::string error;  // generation failed (or the server stopped) with this message
@@ -214,16 +215,20 @@ struct Server::Impl {
       res.finish_reason = "cancelled";
     } else {
       try {
-        res = generate_text(eng, tok, job.prompt, job.params, [&](const std::string& d) {
+        auto deliver = [&](const std::string& d, bool reasoning) {
           if (!job.stream) return !job.cancel.load();
           std::unique_lock lk(job.mu);
           job.cv.wait(lk, [&] { return job.deltas.size() < kMaxPendingDeltas || job.cancel.load(); });
           if (job.cancel) return false;
-          job.deltas.push_back(d);
+          job.deltas.emplace_back(d, reasoning);
           lk.unlock();
           job.cv.notify_all();
           return true;
-        }, &job.cancel);
+        };
+        res = generate_text(
+            eng, tok, job.prompt, job.params,
+            [&](const std::string& d) { return deliver(d, false); }, &job.cancel,
+            [&](const std::string& d) { deliver(d, true); });
       } catch (const std::exception& e) {
         err = e.what();
       }
@@ -347,7 +352,16 @@ struct Server::Impl {
         }
         std::string text;
         try {
-          text = tmpl.format(msgs, true);
+          if (tmpl.harmony) {
+            // gpt-oss: the answer is the final channel; reasoning_effort is OpenAI's field.
+            HarmonyOptions ho = tmpl.harmony_options;
+            if (auto it = body.find("reasoning_effort"); it != body.end() && it->is_string())
+              ho.reasoning_effort = it->get<std::string>();
+            text = render_harmony(msgs, true, ho);
+            job->params.harmony = true;
+          } else {
+            text = tmpl.format(msgs, true);
+          }
         } catch (const Error& e) {
           throw bad_request(e.what(), "messages");
         }
@@ -406,7 +420,11 @@ struct Server::Impl {
     }
     ojson j = base(id, chat, false);
     ojson choice = {{"index", 0}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", job.result.text}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", job.result.text}};
+      if (!job.result.reasoning.empty())
+        choice["message"]["reasoning_content"] = job.result.reasoning;
+    }
     else choice["text"] = job.result.text;
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_reason(job.result);
@@ -426,10 +444,12 @@ struct Server::Impl {
             job->set_cancel();
             return false;
           };
-          auto chunk = [&](const std::string* text, const ojson& finish) {
+          auto chunk = [&](const std::string* text, const ojson& finish, bool reasoning = false) {
             ojson j = base(id, chat, true);
             ojson c = {{"index", 0}};
-            if (chat) c["delta"] = text ? ojson{{"content", *text}} : ojson::object();
+            if (chat)
+              c["delta"] = text ? ojson{{reasoning ? "reasoning_content" : "content", *text}}
+                                : ojson::object();
             else c["text"] = text ? *text : std::string();
             c["logprobs"] = nullptr;
             c["finish_reason"] = finish;
@@ -442,7 +462,7 @@ struct Server::Impl {
             if (!send(dump(first))) return false;
           }
           for (;;) {
-            std::deque<std::string> batch;
+            std::deque<std::pair<std::string, bool>> batch;
             bool done;
             {
               std::unique_lock lk(job->mu);
@@ -451,8 +471,8 @@ struct Server::Impl {
               done = job->done;
             }
             job->cv.notify_all();  // room for the engine thread again
-            for (const std::string& d : batch)
-              if (!send(dump(chunk(&d, nullptr)))) return false;
+            for (const auto& [d, reasoning] : batch)
+              if (!send(dump(chunk(&d, nullptr, reasoning)))) return false;
             if (done) break;
           }
           if (!job->error.empty()) {

@@ -1,9 +1,11 @@
 #include "server/text_generation.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "tokenizer/harmony.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow {
@@ -25,7 +27,8 @@ size_t stop_prefix_overlap(const std::string& text, const std::vector<std::strin
 TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<const int32_t> prompt,
                             const TextGenParams& params,
                             const std::function<bool(const std::string&)>& on_delta,
-                            const std::atomic<bool>* cancel) {
+                            const std::atomic<bool>* cancel,
+                            const std::function<void(const std::string&)>& on_reasoning) {
   if (params.max_tokens < 0) fail("max_tokens must be >= 0, got {}", params.max_tokens);
   TextGenResult res;
   res.n_prompt = (int)prompt.size();
@@ -36,6 +39,8 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
   for (const std::string& s : params.stop)
     if (!s.empty()) stops.push_back(s);
   StreamDecoder dec(tok);
+  std::optional<HarmonyStream> harmony;
+  if (params.harmony) harmony.emplace(tok);
   std::string pending;  // decoded text not yet handed out
   bool finished = false, stopped_by_string = false;
 
@@ -68,6 +73,15 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
     return !finished;
   };
 
+  // Harmony: reasoning goes out at once, the answer through `pending`.
+  auto take = [&](HarmonyStream::Delta d) {
+    if (!d.reasoning.empty()) {
+      res.reasoning += d.reasoning;
+      if (on_reasoning) on_reasoning(d.reasoning);
+    }
+    return d.answer;
+  };
+
   Sampler sampler(params.sampling);
   std::vector<int32_t> eog;
   if (!params.ignore_eos) eog = tok.eog_ids();
@@ -82,13 +96,13 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
       finished = true;
       return false;
     }
-    pending += dec.push(id);
+    pending += harmony ? take(harmony->push(id)) : dec.push(id);
     return release(false);
   }, eog);
   // Whatever is still held back (an unfinished character, a possible stop-string prefix) ends
   // the text, unless a stop string or the callback already ended it.
   if (!stopped_by_string && res.finish_reason != "cancelled") {
-    pending += dec.flush();
+    pending += harmony ? take(harmony->flush()) : dec.flush();
     release(true);
   }
   const GenerationStats& st = engine.stats();

@@ -22,10 +22,14 @@ struct TextGenParams {
   SamplerParams sampling;
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;        // keep going past end-of-generation tokens
+  // Harmony (gpt-oss): the text is the final channel; the other channels go to
+  // TextGenResult::reasoning (stop strings apply to the text).
+  bool harmony = false;
 };
 
 struct TextGenResult {
   std::string text;
+  std::string reasoning;      // harmony: analysis / commentary text
   int n_prompt = 0;
   int n_generated = 0;        // tokens sampled (an end-of-generation token included)
   std::string finish_reason;  // "stop" (EOG token or stop string), "length" or "cancelled"
@@ -35,10 +39,12 @@ struct TextGenResult {
 // Resets the engine's context, then generates from `prompt`. on_delta (optional) gets each
 // piece of final text; returning false cancels (finish_reason "cancelled"), and so does
 // *cancel becoming true (checked at every token). The pieces concatenate to result.text.
+// on_reasoning (optional, harmony) gets the pieces of result.reasoning as they come.
 TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<const int32_t> prompt,
                             const TextGenParams& params,
                             const std::function<bool(const std::string&)>& on_delta = nullptr,
-                            const std::atomic<bool>* cancel = nullptr);
+                            const std::atomic<bool>* cancel = nullptr,
+                            const std::function<void(const std::string&)>& on_reasoning = nullptr);
 
 // Length of the longest suffix of `text` that is a proper prefix of one of `stops`.
 size_t stop_prefix_overlap(const std::string& text, const std::vector<std::string>& stops);

@@ -1527,11 +1527,14 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool a
 }
 
 std::string ModelChatTemplate::describe() const {
+  if (harmony)
+    return "chat format: harmony (gpt-oss), rendered natively; the answer is the final channel";
   if (fallback) return "chat template: the model has none (no tokenizer.chat_template); using ChatML";
   return fmt::format("chat template: {} ({} bytes)", origin, tmpl.source().size());
 }
 
 std::string ModelChatTemplate::format(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+  if (harmony) return render_harmony(messages, add_generation_prompt, harmony_options);
   return tmpl.apply(messages, add_generation_prompt, bos_token, eos_token);
 }
 
@@ -1541,10 +1544,15 @@ std::vector<int32_t> ModelChatTemplate::tokenize(const Tokenizer& tok, const std
 }
 
 ModelChatTemplate model_chat_template(const Tokenizer& tok, const std::string& override_source) {
-  const std::string& own = override_source.empty() ? tok.chat_template() : override_source;
-  const bool fallback = own.empty();
-  ModelChatTemplate m{ChatTemplate(fallback ? std::string(kChatMlTemplate) : own), fallback, "", "", ""};
+  // gpt-oss's own Jinja template is not parsed: harmony is rendered natively.
+  const bool harmony = override_source.empty() && uses_harmony(tok);
+  const std::string& own =
+      override_source.empty() ? (harmony ? std::string() : tok.chat_template()) : override_source;
+  const bool fallback = own.empty() && !harmony;
+  ModelChatTemplate m{ChatTemplate(fallback ? std::string(kChatMlTemplate) : own),
+                      fallback, "", "", "", false, {}};
   m.fallback = fallback;
+  m.harmony = harmony;
   m.origin = override_source.empty() ? "the model's tokenizer.chat_template" : "given on the command line";
   if (tok.bos_id() >= 0) m.bos_token = tok.token_text(tok.bos_id());
   if (tok.eos_id() >= 0) m.eos_token = tok.token_text(tok.eos_id());

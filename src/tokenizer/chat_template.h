@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/harmony.h"
+
 namespace moeflow {
 
 class Tokenizer;
@@ -52,12 +54,15 @@ class ChatTemplate {
 extern const char* const kChatMlTemplate;
 
 // A model's template ready to format conversations: its own tokenizer.chat_template, or ChatML
-// when it has none (fallback = true), with the BOS/EOS texts of its vocabulary.
+// when it has none (fallback = true), with the BOS/EOS texts of its vocabulary. A harmony
+// vocabulary (gpt-oss) is formatted by render_harmony instead, unless a template is given.
 struct ModelChatTemplate {
   ChatTemplate tmpl;
   bool fallback = false;
   std::string origin;  // where the template comes from (for describe())
   std::string bos_token, eos_token;
+  bool harmony = false;
+  HarmonyOptions harmony_options;
   // The line to log: which template is used and why.
   std::string describe() const;
   // Renders messages and tokenizes the result (special tokens parsed; BOS added only when the

@@ -19,6 +19,15 @@ const char* kQwen2 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* kCjk = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+";
+// o200k (GPT-4o, gpt-oss): words split at lower-to-upper case changes, an optional contraction
+// kept on the word, digits in groups of up to three, '/' and line breaks after punctuation.
+// The pattern of the encoding itself (llama.cpp substitutes an ASCII-only approximation).
+const char* kO200k =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 }  // namespace
 
@@ -30,11 +39,14 @@ std::vector<std::string> PreTokenizer::patterns_for(const std::string& pre) {
     return {"\\p{N}", kGpt2};
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "dbrx" ||
       pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral" || pre == "megrez" ||
-      pre == "gpt-4o" || pre == "minerva-7b" ||
+      pre == "minerva-7b" ||
       // GLM-4 / GLM-4.5 (llama.cpp's CHATGLM4: the same pattern with the contractions' case
       // spelled out instead of (?i:...)).
       pre == "chatglm-bpe" || pre == "glm4" || pre == "glm5")
     return {kLlama3};
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "minimax-m2" || pre == "kanana2" ||
+      pre == "talkie")
+    return {kO200k};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "hunyuan" ||
       pre == "qwen35")
     return {kQwen2};
@@ -75,8 +87,10 @@ PreTokenizer::PreTokenizer(const std::string& pre_name, bool strict) {
     known_ = false;
     pats = {kGpt2};
   }
+  // Vocabularies converted from tiktoken ranks: tiktoken takes a whole word that is a token
+  // before merging (HF's ignore_merges).
   ignore_merges_ = pre_name == "llama-bpe" || pre_name == "llama3" || pre_name == "llama-v3" ||
-                   pre_name == "glm4" || pre_name == "glm5";
+                   pre_name == "glm4" || pre_name == "glm5" || pre_name == "gpt-4o";
   for (auto& p : pats) regexes_.emplace_back(p);
 }
 

@@ -81,6 +81,16 @@ void Tokenizer::load_common(const GgufFile& f) {
     if (it != token_to_id_.end() && types_[it->second] == TokenType::Control)
       eog_.push_back(it->second);
   }
+  // Harmony (gpt-oss): <|end|> closes one message of a turn (the reasoning before the answer);
+  // the turn ends at <|return|> or <|call|>.
+  const auto control_id = [&](const char* s) {
+    auto it = token_to_id_.find(s);
+    return it != token_to_id_.end() && types_[it->second] == TokenType::Control ? it->second : -1;
+  };
+  if (control_id("<|return|>") >= 0 && control_id("<|call|>") >= 0) {
+    eog_.push_back(control_id("<|call|>"));
+    std::erase(eog_, control_id("<|end|>"));
+  }
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
 }

@@ -443,6 +443,21 @@ RouteRef route_ref(const std::vector<float>& lg, const RoutingSpec& s, const std
   RouteRef r;
   r.experts.assign(order.begin(), order.begin() + k);
   for (int e : r.experts) r.weights.push_back(p[e]);
+  if (s.gating == RoutingSpec::Gating::SparseMixer) {
+    // Phi-3.5-MoE's sparsemixer at inference: each rank masks, among the experts not chosen
+    // yet, those whose logit is relatively further than 2 eps below its own, then softmaxes.
+    std::vector<char> gone(E, 0);
+    for (int j = 0; j < k; ++j) {
+      const double m = lg[r.experts[j]];
+      double den = 0;
+      for (int e = 0; e < E; ++e) {
+        const double rel = (m - lg[e]) / std::max(std::fabs((double)lg[e]), m);
+        if (!gone[e] && !(rel > 2 * s.jitter_eps)) den += std::exp(lg[e] - m);
+      }
+      r.weights[j] = 1 / den;
+      gone[r.experts[j]] = 1;
+    }
+  }
   if (s.softmax_after_topk) {
     const double mx = *std::max_element(r.weights.begin(), r.weights.end());
     double sum = 0;
@@ -473,6 +488,13 @@ TEST_P(BackendOps, RouteEveryRoutingRule) {
   add("softmax", [](RoutingSpec&) {}, false, 8, 2);
   add("softmax renorm", [](RoutingSpec& s) { s.norm_weights = true; }, false, 60, 4);
   add("softmax after top-k", [](RoutingSpec& s) { s.softmax_after_topk = true; }, false, 32, 4);
+  add("sparsemixer", [](RoutingSpec& s) { s.gating = RoutingSpec::Gating::SparseMixer; }, false,
+      16, 2);
+  // A wide jitter so that several experts share each rank's softmax.
+  add("sparsemixer wide", [](RoutingSpec& s) {
+    s.gating = RoutingSpec::Gating::SparseMixer;
+    s.jitter_eps = 0.2f;
+  }, false, 16, 3);
   add("sigmoid bias norm scale", [](RoutingSpec& s) {
     s.gating = RoutingSpec::Gating::Sigmoid;
     s.norm_weights = true;

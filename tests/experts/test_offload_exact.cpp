@@ -57,40 +57,50 @@ RunResult run_engine(std::shared_ptr<const GgufFile> file, int threads, const Of
   return r;
 }
 
-class OffloadExact : public ::testing::Test {
+// One tiny model per architecture family the offloading has to serve: plain experts (mixtral),
+// experts with resident biases, MXFP4 experts, sinks and a window (gpt-oss, as the released
+// files: MXFP4 experts, Q8_0 elsewhere, 32 experts), LayerNorm + SparseMixer + LongRoPE (phimoe).
+struct ArchModel {
+  const char* name;
+  const char* gen_args;
+};
+const ArchModel kModels[] = {
+    {"mixtral", "--arch mixtral --preset tiny --type Q4_K"},
+    {"gpt_oss", "--arch gpt-oss --preset tiny --experts 32 --type Q8_0 --expert-type MXFP4"},
+    {"phimoe", "--arch phimoe --preset tiny --type Q4_K"},
+};
+
+class OffloadExact : public ::testing::TestWithParam<ArchModel> {
  protected:
-  static void SetUpTestSuite() {
-    path_ = new std::string(tmp_path("model"));
-    const std::string cmd = std::string(MOEFLOW_BINARY) +
-                            " gen-model --arch mixtral --preset tiny --type Q4_K --seed 7 -q -o " +
-                            *path_ + " > /dev/null 2>&1";
+  void SetUp() override {
+    path_ = tmp_path(std::string("model_") + GetParam().name);
+    const std::string cmd = std::string(MOEFLOW_BINARY) + " gen-model " + GetParam().gen_args +
+                            " --seed 7 -q -o " + path_ + " > /dev/null 2>&1";
     ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
     // A routing trace of the same model calibrates the placement policies (static, daop).
-    calib_ = new std::string(tmp_path("calib") + ".mft");
+    calib_ = tmp_path(std::string("calib_") + GetParam().name) + ".mft";
     const std::string prompts = tmp_path("prompts") + ".txt";
     {
       std::ofstream f(prompts);
       f << "the quick brown fox\nonce upon a time there was\n";
     }
-    const std::string rec = std::string(MOEFLOW_BINARY) + " trace -m " + *path_ + " --prompts " + prompts +
-                            " -o " + *calib_ + " -n 6 > /dev/null 2>&1";
+    const std::string rec = std::string(MOEFLOW_BINARY) + " trace -m " + path_ + " --prompts " + prompts +
+                            " -o " + calib_ + " -n 6 > /dev/null 2>&1";
     ASSERT_EQ(0, std::system(rec.c_str())) << rec;
     std::filesystem::remove(prompts);
   }
-  static void TearDownTestSuite() {
-    std::filesystem::remove(*path_);
-    std::filesystem::remove(*calib_);
-    delete path_;
-    delete calib_;
+  void TearDown() override {
+    std::filesystem::remove(path_);
+    std::filesystem::remove(calib_);
   }
-  static std::string* path_;
-  static std::string* calib_;
+  std::string path_, calib_;
 };
-std::string* OffloadExact::path_ = nullptr;
-std::string* OffloadExact::calib_ = nullptr;
 
-TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
-  std::shared_ptr<const GgufFile> file(GgufFile::open(*path_));
+INSTANTIATE_TEST_SUITE_P(Archs, OffloadExact, ::testing::ValuesIn(kModels),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_P(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
+  std::shared_ptr<const GgufFile> file(GgufFile::open(path_));
   std::deque<std::string> policy_names;  // keeps the names the cases point at
   const RunResult ref = run_engine(file, 1, nullptr);
   struct Case { double rate; const char* cache; const char* policy; int threads; int io;
@@ -105,6 +115,9 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
       {1.0, nullptr, "lfu", 2, 2, "lookahead", true, false},
   };
   ExpertStore probe(file->split_paths(), build_expert_index(*file));
+  const std::string arch = file->get_string("general.architecture");
+  const uint64_t top_k = (uint64_t)file->get_int(arch + ".expert_used_count");
+  const uint64_t layers = (uint64_t)file->get_int(arch + ".block_count");
   std::vector<Case> all(std::begin(cases), std::end(cases));
   // Every policy the factory knows, each with its hooks live (placement, declined misses,
   // sequence and prefill signals), at a budget that makes it evict and with both prefetch
@@ -117,12 +130,12 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
   for (const Case& c : all) {
     OffloadOptions o;
     if (c.cache) {
-      o.expert_cache = std::to_string(probe.slot_bytes() * 2 * (c.per_layer ? 4 : 1));
+      o.expert_cache = std::to_string(probe.slot_bytes() * top_k * (c.per_layer ? layers : 1));
     } else {
       o.cache_rate = c.rate;
     }
     o.policy = c.policy;
-    if (eviction_policy_needs_calibration(c.policy)) o.policy_calib = *calib_;
+    if (eviction_policy_needs_calibration(c.policy)) o.policy_calib = calib_;
     o.io_threads = c.io;
     o.prefetch = c.prefetch;
     o.no_early_preemption = !c.early;
@@ -156,8 +169,8 @@ TEST_F(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
   }
 }
 
-TEST_F(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
-  std::shared_ptr<const GgufFile> file(GgufFile::open(*path_));
+TEST_P(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
+  std::shared_ptr<const GgufFile> file(GgufFile::open(path_));
   OffloadOptions o;
   o.expert_cache = "4KiB";
   try {
@@ -182,7 +195,7 @@ TEST_F(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
     }
   }
   o.policy = "lru";
-  o.policy_calib = *calib_;
+  o.policy_calib = calib_;
   EXPECT_THROW(make_offload(o, *file), Error);
   o.policy = "static";
   EXPECT_NO_THROW(make_offload(o, *file));
@@ -202,12 +215,12 @@ TEST_F(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
   EXPECT_THROW(make_offload(o, *file), Error);
 }
 
-TEST_F(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
-  const std::string out = tmp_path("packed");
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " pack -m " + *path_ + " -o " + out +
+TEST_P(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
+  const std::string out = tmp_path(std::string("packed_") + GetParam().name);
+  const std::string cmd = std::string(MOEFLOW_BINARY) + " pack -m " + path_ + " -o " + out +
                           " > /dev/null 2>&1";
   ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
-  std::shared_ptr<const GgufFile> orig(GgufFile::open(*path_));
+  std::shared_ptr<const GgufFile> orig(GgufFile::open(path_));
   std::shared_ptr<const GgufFile> packed(GgufFile::open(out));
   EXPECT_TRUE(packed->get_bool("moeflow.packed", false));
   EXPECT_EQ(packed->alignment(), 4096u);

@@ -8,6 +8,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
+#include "run_binary.h"
 #include "test_helpers.h"
 #include "tiny_model.h"
 
@@ -98,6 +99,41 @@ TEST(ModelErrors, BadExpertCountIsRejected) {
     w.set_u32("qwen2moe.expert_used_count", 99);
   });
   EXPECT_NE(error_of(p).find("expert_used_count"), std::string::npos) << error_of(p);
+}
+
+// The command line: a file of an architecture or block type moeflow does not support is refused
+// with the name of what is unsupported and a non-zero exit, for the new architectures too.
+TEST(ModelErrors, UnsupportedArchitectureOrTypeFailsTheCommandNamingIt) {
+  const std::string base = temp_path("oss_base.gguf");
+  ASSERT_EQ(run_moeflow("gen-model --arch gpt-oss --preset tiny -q -o " + base).rc, 0);
+  auto f = GgufFile::open(base);
+  auto rewrite = [&](const std::string& name, const std::string& arch, const std::string& retype) {
+    GgufWriter w;
+    for (const auto& kv : f->metadata())
+      w.set(kv.key, kv.key == "general.architecture" ? GgufValue::make_string(arch) : kv.value);
+    for (const auto& t : f->tensors()) {
+      if (t.name == retype) {  // the same bytes would do: the type alone must stop it
+        const uint64_t nb = row_bytes(GgmlType::Q8_1, t.dims[0]) * (uint64_t)t.rows();
+        std::vector<uint8_t> zeros(nb, 0);
+        w.add_tensor(t.name, GgmlType::Q8_1, t.dims, zeros.data(), nb);
+      } else {
+        w.add_tensor(t.name, t.type, t.dims, f->data(t), t.nbytes);
+      }
+    }
+    const std::string path = temp_path(name);
+    w.write(path);
+    return path;
+  };
+  EXPECT_EQ(run_moeflow("run -m " + base + " -p ids:1,2 -n 1").rc, 0);
+  const Cmd arch =
+      run_moeflow("run -m " + rewrite("oss_arch.gguf", "mamba", "") + " -p ids:1,2 -n 1");
+  EXPECT_NE(arch.rc, 0);
+  EXPECT_NE(arch.out.find("unsupported architecture 'mamba'"), std::string::npos) << arch.out;
+  const std::string bad_type = rewrite("oss_type.gguf", "gpt-oss", "blk.1.ffn_up_exps.weight");
+  const Cmd type = run_moeflow("run -m " + bad_type + " -p ids:1,2 -n 1");
+  EXPECT_NE(type.rc, 0);
+  EXPECT_NE(type.out.find("blk.1.ffn_up_exps.weight"), std::string::npos) << type.out;
+  EXPECT_NE(type.out.find("Q8_1"), std::string::npos) << type.out;
 }
 
 }  // namespace

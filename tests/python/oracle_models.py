@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 ROUTER_SCALE = 4.0
-ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe")
+ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe")
 # deepseek2: DeepSeek-V2(-Lite) (MLA without q_lora, softmax routing, group-limited greedy,
 # YaRN with mscale == mscale_all_dim); deepseek3: DeepSeek-V3 (q_lora, sigmoid routing with the
 # selection bias, groups scored by their best two, renormalised and scaled weights); both with
@@ -49,6 +49,25 @@ def require(module: str):
         oracle_unavailable(f"{module} not importable: {e}")
 
 
+PHIMOE_ORIG_CTX = 64
+
+
+def phimoe_factors(n_pairs: int, long: bool) -> list[float]:
+    """Phi-3.5-MoE's LongRoPE factors in the tiny models: distinct per pair, short != long."""
+    x = [i / max(1, n_pairs - 1) for i in range(n_pairs)]
+    return [1.5 + 6.3 * v for v in x] if long else [1.0 + 1.05 * v for v in x]
+
+
+def oracle_import(module: str):
+    """Imports an oracle's module: a skip when it is missing on a developer's machine, a failure
+    under CI=true (an oracle test that cannot run must not pass as skipped there)."""
+    import importlib
+    import pytest
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
 def moeflow_binary() -> str | None:
     b = os.environ.get("MOEFLOW_BINARY")
     if b and Path(b).exists():
@@ -65,9 +84,9 @@ def moeflow_has_command(binary: str, cmd: str) -> bool:
     return r.returncode == 0
 
 
-def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
+def make_config(arch: str, n_layer: int = 2, vocab: int = 512, hidden: int = 64):
     import transformers as T
-    common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=n_layer,
+    common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=n_layer,
                   num_attention_heads=4, max_position_embeddings=256, tie_word_embeddings=False)
     if arch == "mixtral":
         cfg = T.MixtralConfig(**common, intermediate_size=96, num_key_value_heads=2,
@@ -115,6 +134,23 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512):
                               norm_topk_prob=True, n_group=1, topk_group=1, rms_norm_eps=1e-5,
                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                "partial_rotary_factor": 0.5})
+    elif arch == "gpt-oss":
+        # The real model's YaRN (factor 32 over 4096 positions, base 150000, truncate=false) and
+        # clamp; head_dim 32 so q is wider than n_embd; an 8-token window on layers 0, 2, ...
+        # so the 48 positions of the test cross it; top-4 of 8 experts.
+        common["max_position_embeddings"] = 4096 * 32
+        cfg = T.GptOssConfig(**common, intermediate_size=32, num_key_value_heads=2, head_dim=32,
+                             num_local_experts=8, num_experts_per_tok=4, sliding_window=8,
+                             rms_norm_eps=1e-5)
+    elif arch == "phimoe":
+        cfg = T.PhimoeConfig(**common, intermediate_size=32, num_key_value_heads=2,
+                             num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                             attention_bias=True, lm_head_bias=True, sliding_window=16,
+                             rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                              "short_factor": phimoe_factors(hidden // 8, False),
+                                              "long_factor": phimoe_factors(hidden // 8, True),
+                                              "original_max_position_embeddings": PHIMOE_ORIG_CTX,
+                                              "short_mscale": 1.1, "long_mscale": 1.1})
     else:
         raise ValueError(arch)
     cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = 1, 2, None
@@ -130,36 +166,40 @@ def _check_rope(cfg, want: float):
         rp["rope_theta"] = want
 
 
-def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int = 512):
-    """A float64 *ForCausalLM with seeded O(1)-scaled weights (2 layers; 3 for the new
+def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int = 512,
+               router_scale: float = ROUTER_SCALE, hidden: int = 64):
+    """A float64 *ForCausalLM with seeded O(1)-scaled weights (2 layers; 3 for the DeepSeek/GLM
     architectures: a dense layer then two MoE layers)."""
     import torch
     import transformers as T
     if n_layer is None:
         n_layer = 3 if arch in NEW_ARCHS else 2
-    cfg = make_config(arch, n_layer, vocab)
+    cfg = make_config(arch, n_layer, vocab, hidden)
     if arch not in NEW_ARCHS:
-        _check_rope(cfg, {"olmoe": 1e4}.get(arch, 1e6))
+        _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
            "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM,
            "deepseek2": T.DeepseekV2ForCausalLM, "deepseek3": T.DeepseekV3ForCausalLM,
-           "glm4moe": T.Glm4MoeForCausalLM}[arch]
+           "glm4moe": T.Glm4MoeForCausalLM, "gpt-oss": T.GptOssForCausalLM,
+           "phimoe": T.PhimoeForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             shape = p.shape
-            if name.endswith("norm.weight") or "layernorm" in name:
+            if (name.endswith("norm.weight") or "layernorm" in name) and not name.endswith("bias"):
                 v = 1.0 + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
-            elif name.endswith(".bias"):
+            elif name.endswith("bias"):
                 v = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
             elif "embed_tokens" in name:
                 v = torch.randn(shape, generator=g, dtype=torch.float64)
             else:
                 std = 1.0 / np.sqrt(shape[-1])
                 if is_router(name) and "shared_expert" not in name:
-                    std *= ROUTER_SCALE
+                    std *= router_scale
+                if name.endswith("experts.gate_up_proj") and arch == "gpt-oss":
+                    std *= 5  # pre-activations beyond the clamp at 7, often enough to matter
                 v = std * torch.randn(shape, generator=g, dtype=torch.float64)
             p.copy_(v)
         for name, b in model.named_buffers():
@@ -171,19 +211,50 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
 
 def is_router(hf_name: str) -> bool:
     return hf_name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight",
-                             "shared_expert_gate.weight"))
+                             "shared_expert_gate.weight", "mlp.router.weight"))
+
+
+def _gguf_type(hf_name: str, outtype: str) -> str:
+    """The GGUF type tools/hf_to_gguf.py stores HF parameter `hf_name` in."""
+    from hf_to_gguf import OUTTYPES
+    if is_router(hf_name) or hf_name.endswith("bias") or "norm" in hf_name or hf_name.endswith("sinks"):
+        return "F32"
+    dense, experts = OUTTYPES[outtype]
+    return experts if ".experts." in hf_name else dense
+
+
+def _roundtrip_rows(a, qtype: str):
+    """Quantize then dequantize the rows (last dim) of a float64 array with gguf-py."""
+    import gguf
+    if qtype == "F16":
+        return a.astype(np.float16).astype(np.float64)
+    qt = gguf.GGMLQuantizationType[qtype]
+    flat = a.reshape(-1, a.shape[-1]).astype(np.float32)
+    return gguf.quants.dequantize(gguf.quants.quantize(flat, qt), qt).astype(np.float64).reshape(a.shape)
 
 
 def round_like_gguf(model, outtype: str):
-    """Round, in place, the weights that tools/hf_to_gguf.py stores as F16 (matrices other than
-    the routers), so the float64 model is exactly the model in the F16 file."""
+    """Round, in place, the weights that tools/hf_to_gguf.py stores in a lower precision (F16 or a
+    block format: matrices other than the routers), so the float64 model is exactly the model in
+    the file. Quantization blocks run along the GGUF rows: the input dim of each matrix (gpt-oss
+    keeps its experts as [in, out], so those are transposed first)."""
     import torch
-    if outtype != "f16":
+    if outtype == "f32":
         return
+    gpt_oss = model.config.model_type == "gpt_oss"
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() >= 2 and not is_router(name):
-                p.copy_(p.to(torch.float16).to(torch.float64))
+            t = _gguf_type(name, outtype)
+            if p.dim() < 2 or t == "F32":
+                continue
+            a = p.detach().numpy()
+            transposed = gpt_oss and ".experts." in name
+            if transposed:
+                a = np.swapaxes(a, -1, -2)
+            r = _roundtrip_rows(a, t)
+            if transposed:
+                r = np.swapaxes(r, -1, -2)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(r)))
 
 
 def reference_greedy(model, prompt: list[int], n_greedy: int):
@@ -206,9 +277,11 @@ def reference_greedy(model, prompt: list[int], n_greedy: int):
 
 
 def run_moeflow_eval(binary: str, model_path: str, tokens: list[int], n_greedy: int, out: Path,
-                     threads: int = 2):
+                     threads: int = 2, ctx: int = 0):
     cmd = [binary, "eval", "-m", str(model_path), "--tokens", ",".join(map(str, tokens)),
            "--logits-out", str(out), "-t", str(threads)]
+    if ctx:
+        cmd += ["-c", str(ctx)]
     if n_greedy:
         cmd += ["--greedy", str(n_greedy)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -80,8 +80,11 @@ SHAPES = {  # arch -> (n_embd, n_head, n_kv, head_dim, ff_exp, ff_shexp, experts
     "qwen2moe": (64, 4, 4, 16, 64, 128, 8, 4, 512),
     "qwen3moe": (64, 4, 2, 32, 64, 0, 8, 2, 512),
     "olmoe": (64, 4, 4, 16, 64, 0, 8, 2, 512),
+    "gpt-oss": (64, 4, 2, 32, 64, 0, 8, 4, 512),
+    "phimoe": (64, 4, 2, 16, 128, 0, 8, 2, 512),
 }
-GGUF_ARCH = {"mixtral": "llama", "qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe", "olmoe": "olmoe"}
+GGUF_ARCH = {"mixtral": "llama", "qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe", "olmoe": "olmoe",
+             "gpt-oss": "gpt-oss", "phimoe": "phimoe"}
 
 
 def expected_tensors(arch, n_layer):
@@ -103,6 +106,19 @@ def expected_tensors(arch, n_layer):
             t.update({b + "attn_q_norm.weight": [hd], b + "attn_k_norm.weight": [hd]})
         if arch == "olmoe":
             t.update({b + "attn_q_norm.weight": [h * hd], b + "attn_k_norm.weight": [kv * hd]})
+        if arch in ("gpt-oss", "phimoe"):
+            t.update({b + "attn_q.bias": [h * hd], b + "attn_k.bias": [kv * hd],
+                      b + "attn_v.bias": [kv * hd], b + "attn_output.bias": [e]})
+        if arch == "gpt-oss":  # llama.cpp's openai-moe tables
+            del t[b + "ffn_norm.weight"]
+            t.update({b + "post_attention_norm.weight": [e], b + "attn_sinks.weight": [h],
+                      b + "ffn_gate_inp.bias": [ne], b + "ffn_gate_exps.bias": [ff, ne],
+                      b + "ffn_up_exps.bias": [ff, ne], b + "ffn_down_exps.bias": [e, ne]})
+        if arch == "phimoe":
+            t.update({b + "attn_norm.bias": [e], b + "ffn_norm.bias": [e]})
+    if arch == "phimoe":
+        t.update({"output_norm.bias": [e], "output.bias": [v], "rope_factors_long.weight": [hd // 2],
+                  "rope_factors_short.weight": [hd // 2]})
     return t
 
 
@@ -126,6 +142,16 @@ def test_layout_and_metadata(tmp_path, arch):
     assert f[f"{a}.expert_feed_forward_length"] == ff
     if arch == "qwen2moe":
         assert f[f"{a}.expert_shared_feed_forward_length"] == sh
+    if arch == "gpt-oss":
+        assert f[f"{a}.attention.sliding_window"] == 8
+        assert f[f"{a}.rope.scaling.type"] == "yarn" and f[f"{a}.rope.scaling.factor"] == 32
+        assert f[f"{a}.rope.scaling.original_context_length"] == 4096
+    if arch == "phimoe":
+        assert f[f"{a}.attention.sliding_window"] == 16
+        assert f[f"{a}.rope.scaling.original_context_length"] == 64
+        # llama.cpp's Phi-3 converter: sqrt(1 + ln(ctx / orig) / ln(orig))
+        want = np.sqrt(1 + np.log(f[f"{a}.context_length"] / 64) / np.log(64))
+        assert abs(f[f"{a}.rope.scaling.attn_factor"] - want) < 1e-6
     for k in ("context_length", "feed_forward_length", "rope.freq_base",
               "attention.layer_norm_rms_epsilon"):
         assert f"{a}.{k}" in f
@@ -226,8 +252,12 @@ def test_bad_settings_fail_with_named_setting(tmp_path, args, needle):
 
 
 # Published total parameter counts of the released models (model cards / config arithmetic).
+# phimoe: + 128 for the two LongRoPE factor tensors (64 floats each), which the model keeps in
+# its config rather than among its parameters.
 RELEASED = [("mixtral", "8x7b", 46_702_792_704), ("qwen2moe", "a2.7b", 14_315_784_192),
-            ("qwen3moe", "30b-a3b", 30_532_122_624), ("olmoe", "1b-7b", 6_919_161_856)]
+            ("qwen3moe", "30b-a3b", 30_532_122_624), ("olmoe", "1b-7b", 6_919_161_856),
+            ("gpt-oss", "20b", 20_914_757_184), ("gpt-oss", "120b", 116_829_156_672),
+            ("phimoe", "3.5-moe", 41_873_153_344 + 128)]
 
 
 @pytest.mark.parametrize("arch,preset,params", RELEASED)

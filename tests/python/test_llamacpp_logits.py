@@ -1,7 +1,7 @@
 """moeflow vs llama.cpp (llama-cpp-python, logits_all=True) on the same quantized GGUF file.
 
-For every architecture (mixtral = GGUF arch "llama" with experts, qwen2moe, qwen3moe, olmoe; the
-llama.cpp 0.3.36 wheel runs all four) and every weight type below, `moeflow gen-model` writes a
+For every architecture llama.cpp computes as moeflow does (mixtral = GGUF arch "llama" with
+experts, qwen2moe, qwen3moe, olmoe, gpt-oss) and every weight type below, `moeflow gen-model` writes a
 seeded random model ('small' shape: n_embd 256 so K-quants do not fall back, 2 layers, vocab
 512, routers scaled by 8 for clear top-k margins; every matrix in the type, norms/routers F32).
 Both engines are teacher-forced with the same 4 sequences of 64 random token ids, each fed from
@@ -26,6 +26,20 @@ A different model fails all three by far: moeflow on the seed-8 file vs llama.cp
 file gives p95 1.7, top-1 0.0-0.8%; even the same weights requantized (Q5_K file vs Q4_K
 reference) give p95 0.39-0.46, top-1 62-65%, no exact rows.
 
+gpt-oss files are generated without the preset's YaRN (--rope-scaling none): llama.cpp rounds
+YaRN's ramp ends to whole dims (ggml_rope_yarn_corr_dims), the model (OpenAI's reference code,
+transformers with truncate=false) does not, and moeflow computes the model. With YaRN the F32
+files differ by that rounding alone (p95 4e-3, every row past position 0 off by ~1e-3, top-1
+100%: test_gpt_oss_yarn_differs_only_by_llamacpps_rounding); YaRN itself is checked against
+transformers (test_transformers_logits.py), and quantized gpt-oss with YaRN against transformers
+running the dequantized weights (test_quantized_transformers.py).
+
+phimoe is not compared: llama.cpp 0.3.36 loads it but computes another function — RMSNorm (plus
+the bias) where the model has LayerNorm, a renormalised softmax top-2 where the model's router
+is SparseMixer, no sliding window (measured on an F32 file: p95 0.93, top-1 25%, while moeflow
+and transformers agree to 4e-7). Its quantized files are checked in
+test_quantized_transformers.py instead.
+
 Measured (AVX2 machine, moeflow ceb4952+, llama-cpp-python 0.3.36), worst arch p95 / worst
 arch max / top-1 over 1024 rows / exact rows:
   Q8_0   1.37e-2 / 2.9e-2  / 99.61% / 67%     Q2_K   1.31e-2 / 1.8e-2  / 99.71% / 82%
@@ -49,7 +63,14 @@ routing with expert groups turns the resulting ~1e-2 noise into occasional exper
 large max). These models are also more sensitive in themselves: moeflow against itself with
 F16 instead of F32 embeddings differs by p50 2.2e-2 (deepseek2, 2 layers) vs 1.3e-2 (qwen3moe).
 With two MoE layers (3 layers) the DeepSeek p95 rises to 2.3..3.3e-2, at the bound, which is why
-they run a dense and a MoE layer here; the transformers test covers two MoE layers exactly. ~55 s on a loaded 2-core machine,
+they run a dense and a MoE layer here; the transformers test covers two MoE layers exactly. 
+
+gpt-oss and MXFP4 on the AVX-512 machine (moeflow 4e234df+), p95 / top-1 / exact per arch
+(256 rows each) and over the five archs (1280 rows):
+  gpt-oss  Q8_0 1.0e-2 / 98.4% / 73%   Q4_0 1.3e-2 / 99.6% / 50%   Q4_K 1.3e-2 / 99.2% / 63%
+           Q6_K 1.5e-2 / 99.2% / 67%   IQ4_XS 1.4e-2 / 98.4% / 46%  MXFP4 1.2e-2 / 98.8% / 22%
+  MXFP4 (all five archs): worst p95 1.24e-2, top-1 99.53%, 60% exact rows.
+(MOEFLOW_LLAMACPP_REPORT=/tmp/x pytest -s ... prints these.) ~5 min on the loaded 2-core machine (five archs, 13 types),
 most of it generating the K-quant models.
 """
 from __future__ import annotations
@@ -70,11 +91,11 @@ if BIN is None or not (om.moeflow_has_command(BIN, "eval") and om.moeflow_has_co
     om.oracle_unavailable("moeflow binary with the eval and gen-model commands not available")
 
 # (name, gen-model --arch, --preset, --layers): mixtral (GGUF arch "llama" with experts),
-# qwen2moe, qwen3moe, olmoe, two MoE layers each; deepseek2 twice, V2-Lite-like (MLA without
-# q_lora, softmax, YaRN) and V3-like (q_lora, sigmoid + selection bias, expert groups,
-# renormalised and scaled weights), a dense layer then a MoE layer; glm4moe (with its MTP
-# block), a dense layer then two MoE layers. (DeepSeek with two MoE layers: see below.)
-MODELS = [(a, a, "small", 2) for a in om.ARCHS] + [
+# qwen2moe, qwen3moe, olmoe, gpt-oss, two MoE layers each (not phimoe: above); deepseek2 twice,
+# V2-Lite-like (MLA without q_lora, softmax, YaRN) and V3-like (q_lora, sigmoid + selection bias,
+# expert groups, renormalised and scaled weights), a dense layer then a MoE layer; glm4moe (with
+# its MTP block), a dense layer then two MoE layers. (DeepSeek with two MoE layers: see above.)
+MODELS = [(a, a, "small", 2) for a in om.ARCHS if a != "phimoe"] + [
     ("deepseek2", "deepseek2", "small", 2), ("deepseek3", "deepseek2", "small-v3", 2),
     ("glm4moe", "glm4moe", "small", 3)]
 ARCHS = [m[0] for m in MODELS]
@@ -87,20 +108,23 @@ BOUNDS = {
     "Q4_1": (3e-2, 0.98, 0.2), "Q5_1": (3e-2, 0.98, 0.2),
     "Q2_K": (3e-2, 0.98, 0.2), "Q3_K": (3e-2, 0.98, 0.2), "Q4_K": (3e-2, 0.98, 0.2),
     "Q5_K": (3e-2, 0.98, 0.2), "Q6_K": (3e-2, 0.98, 0.2),
-    "IQ4_NL": (3e-2, 0.98, 0.2), "IQ4_XS": (3e-2, 0.98, 0.2),
+    "IQ4_NL": (3e-2, 0.98, 0.2), "IQ4_XS": (3e-2, 0.98, 0.2), "MXFP4": (3e-2, 0.98, 0.2),
 }
 TYPES = list(BOUNDS)
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
 
 
-def gen_model(path, name: str, wtype: str, seed: int = SEED) -> str:
+def gen_model(path, name: str, wtype: str, seed: int = SEED, yarn: bool = False) -> str:
     """A `moeflow gen-model` file: a 'small' shape (n_embd 256, so K-quants do not fall back)
-    cut to a few layers and an N_VOCAB vocabulary; routers scaled for clear top-k margins."""
+    cut to a few layers and an N_VOCAB vocabulary; routers scaled for clear top-k margins.
+    gpt-oss without its YaRN unless `yarn` (see the module docstring)."""
     _, arch, preset, layers = next(m for m in MODELS if m[0] == name)
     cmd = [BIN, "gen-model", "--arch", arch, "--preset", preset, "--layers", str(layers),
            "--vocab", str(N_VOCAB), "--type", wtype, "--router-scale", str(ROUTER_SCALE),
            "--seed", str(seed), "-t", "1", "-q", "-o", str(path)]
+    if arch == "gpt-oss" and not yarn:
+        cmd += ["--rope-scaling", "none"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stderr}"
     return str(path)
@@ -181,3 +205,18 @@ def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
     assert top1 >= top1_min, f"{wtype}: top-1 agreement {top1:.4f} < {top1_min} ({stats})"
     assert exact >= exact_min, \
         f"{wtype}: only {exact:.1%} of rows agree to {EXACT:g} (>= {exact_min:.0%} expected) ({stats})"
+
+
+def test_gpt_oss_yarn_differs_only_by_llamacpps_rounding(model_dir, tmp_path):
+    """With the preset's YaRN the two engines differ by llama.cpp's rounding of the ramp ends
+    alone: small and smooth (every row a little), never a different model."""
+    path = gen_model(model_dir / "gpt-oss-yarn-F32.gguf", "gpt-oss", "F32", yarn=True)
+    seqs = sequences()
+    ref = llama_logits(path, seqs)
+    got = moeflow_logits(path, seqs, tmp_path)
+    errs = np.concatenate([om.rel_err_rows(g, r) for g, r in zip(got, ref)])
+    top1 = np.mean(np.concatenate([g.argmax(1) == r.argmax(1) for g, r in zip(got, ref)]))
+    assert np.percentile(errs, 95) < 1e-2 and errs.max() < 3e-2, errs.max()
+    assert top1 >= 0.98, top1
+    # Position 0 has no rotation, so it agrees exactly; later ones carry the rounding.
+    assert all(om.rel_err_rows(g, r)[0] < EXACT for g, r in zip(got, ref))

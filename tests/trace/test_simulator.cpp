@@ -266,7 +266,9 @@ TEST(SimCli, JsonContract) {
       EXPECT_TRUE(row.contains(k)) << k;
     int ri = row["cache_rate"].get<double>() < 0.3 ? 0 : 1;
     if (row["policy"] == "belady" && row["predictor"] == "none") belady = true, belady_hit[ri] = row["hit_rate"];
-    if (row["predictor"] == "none") EXPECT_EQ(row["prefetches"].get<int>(), 0) << row.dump();
+    if (row["predictor"] == "none") {
+      EXPECT_EQ(row["prefetches"].get<int>(), 0) << row.dump();
+    }
   }
   EXPECT_TRUE(belady);
   for (auto& row : j["results"])

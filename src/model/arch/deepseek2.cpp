@@ -23,7 +23,6 @@ void load_hparams(const GgufFile& f, HParams& hp) {
   hp.n_expert_shared = (int)hparam_count(f, hp, "expert_shared_count", -1);
   hp.n_ff_shexp = hp.n_ff_exp * hp.n_expert_shared;
   load_moe_routing(f, hp, MoeRouting::Gating::Softmax);
-  load_rope_scaling(f, hp);
   if (f.get_float(p + "attention.temperature_scale", 0.0) != 0.0)
     fail("{}: {}attention.temperature_scale (Mistral-Large-style query scaling) is not supported",
          f.path(), p);

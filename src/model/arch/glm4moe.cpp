@@ -19,7 +19,6 @@ void load_hparams(const GgufFile& f, HParams& hp) {
   hp.n_expert_shared = (int)hparam_count(f, hp, "expert_shared_count", -1);
   hp.n_ff_shexp = hp.n_ff_exp * hp.n_expert_shared;
   load_moe_routing(f, hp, MoeRouting::Gating::Sigmoid);
-  load_rope_scaling(f, hp);
 }
 
 void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<LayerSpec>& specs) {

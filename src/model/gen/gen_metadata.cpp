@@ -1,5 +1,7 @@
 #include "model/gen/gen_metadata.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "model/gen/gen_vocab.h"
@@ -22,6 +24,7 @@ int llama_file_type(GgmlType t) {
     case GgmlType::Q6_K: return 18;
     case GgmlType::IQ4_NL: return 25;
     case GgmlType::IQ4_XS: return 30;
+    case GgmlType::MXFP4: return 38;  // MXFP4_MOE: the experts in MXFP4
     case GgmlType::BF16: return 32;
     default: return -1;
   }
@@ -81,7 +84,8 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
     u32("expert_group_used_count", s.topk_group);
   }
   if (s.n_nextn > 0) u32("nextn_predict_layers", s.n_nextn);
-  if (s.yarn_factor > 0) {
+  if (s.n_swa > 0) u32("attention.sliding_window", s.n_swa);
+  if (s.yarn_factor > 0) {  // as llama.cpp's converters write a YaRN model
     w.set_string(key("rope.scaling.type"), "yarn");
     w.set_f32(key("rope.scaling.factor"), (float)s.yarn_factor);
     u32("rope.scaling.original_context_length", s.yarn_orig_ctx);
@@ -90,6 +94,15 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
     // llama.cpp's converters store 0.1 * mscale_all_dim under this name.
     if (s.yarn_mscale_all_dim > 0)
       w.set_f32(key("rope.scaling.yarn_log_multiplier"), (float)(0.1 * s.yarn_mscale_all_dim));
+  }
+  if (s.arch == GenArch::PhiMoe) {
+    // llama.cpp's Phi-3 converter: the original context and sqrt(1 + ln(s) / ln(orig)) with s
+    // the context extension (the factors themselves are tensors).
+    u32("rope.scaling.original_context_length", s.rope_n_ctx_orig);
+    const double ext = (double)s.n_ctx / (double)s.rope_n_ctx_orig;
+    const double attn =
+        ext > 1 ? std::sqrt(1 + std::log(ext) / std::log((double)s.rope_n_ctx_orig)) : 1.0;
+    w.set_f32(key("rope.scaling.attn_factor"), (float)attn);
   }
 
   const SynthVocab v = make_synth_vocab(s.n_vocab);

@@ -124,6 +124,9 @@ void plan_gqa(Planner& p, const ModelShape& s, GgmlType wt, const std::function<
     p.gain(n("attn_k_norm.weight"), kv_dim);
   }
   p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
+  if (s.out_bias()) p.bias(n("attn_output.bias"), s.n_embd);
+  // One sink logit per head, O(1) like the other logits.
+  if (s.arch == GenArch::GptOss) p.add(n("attn_sinks.weight"), GgmlType::F32, {s.n_head}, 1.0f);
 }
 
 // Multi-head latent attention as current llama.cpp converters store it (attn_kv_b split into
@@ -154,9 +157,19 @@ void plan_moe(Planner& p, const GenOptions& opt, int64_t l, const std::function<
   p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert},
         opt.router_scale * inv_sqrt(s.n_embd));
   if (s.sigmoid) p.bias(n("exp_probs_b.bias"), s.n_expert);
+  const bool oss = s.arch == GenArch::GptOss;
+  if (oss) p.bias(n("ffn_gate_inp.bias"), s.n_expert);
   p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
   p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
   p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
+  if (oss) {  // expert biases, F32 rows [n_expert][n]
+    const auto exp_bias = [&](ExpertTensor t, int64_t rows) {
+      p.add(expert_tensor_name((int)l, t, "bias"), GgmlType::F32, {rows, s.n_expert}, 0.1f);
+    };
+    exp_bias(ExpertTensor::Gate, s.n_ff_exp);
+    exp_bias(ExpertTensor::Up, s.n_ff_exp);
+    exp_bias(ExpertTensor::Down, s.n_embd);
+  }
   if (s.shared_expert()) {
     if (s.gated_shared_expert())
       p.add(n("ffn_gate_inp_shexp.weight"), GgmlType::F32, {s.n_embd}, inv_sqrt(s.n_embd));
@@ -174,12 +187,16 @@ void plan_block(Planner& p, const GenOptions& opt, int64_t l) {
   const std::function<std::string(const char*)> n = [l](const char* what) {
     return fmt::format("blk.{}.{}", l, what);
   };
+  const bool phi = s.arch == GenArch::PhiMoe;
   p.gain(n("attn_norm.weight"), s.n_embd);
+  if (phi) p.bias(n("attn_norm.bias"), s.n_embd);
   if (s.mla())
     plan_mla(p, s, wt, n);
   else
     plan_gqa(p, s, wt, n);
-  p.gain(n(s.arch == GenArch::Glm4Moe ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
+  const bool post_attn_norm = s.arch == GenArch::Glm4Moe || s.arch == GenArch::GptOss;
+  p.gain(n(post_attn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
+  if (phi) p.bias(n("ffn_norm.bias"), s.n_embd);
   if (s.moe_layer(l)) {
     plan_moe(p, opt, l, n);
   } else {
@@ -204,13 +221,30 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
   Planner p{opt, {}};
   // Embedding rows are looked up, not multiplied, so unit variance keeps the residual O(1).
   p.add("token_embd.weight", opt.embd_type.value_or(wt), {s.n_embd, s.n_vocab}, 1.0f);
+  const bool phi = s.arch == GenArch::PhiMoe;
+  if (phi) {
+    // LongRoPE's per-pair factors (synthetic: 1 for the short context, rising to 32 for the
+    // long one; the real ones are in the model's config).
+    p.add("rope_factors_long.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::LongRope);
+    p.add("rope_factors_short.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::ShortRope);
+  }
   for (int64_t l = 0; l < s.n_layer + s.n_nextn; ++l) plan_block(p, opt, l);
   p.gain("output_norm.weight", s.n_embd);
+  if (phi) p.bias("output_norm.bias", s.n_embd);
   p.add("output.weight", opt.output_type.value_or(wt), {s.n_embd, s.n_vocab}, inv_sqrt(s.n_embd));
+  if (phi) p.bias("output.bias", s.n_vocab);
   return std::move(p.out);
 }
 
 void generate_row(const PlannedTensor& t, uint64_t seed, int64_t row, float* out) {
+  if (t.init == InitKind::LongRope || t.init == InitKind::ShortRope) {
+    const int64_t n = t.row_len();
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = n > 1 ? (float)i / (float)(n - 1) : 0.0f;
+      out[i] = t.init == InitKind::LongRope ? 1.0f + 31.0f * x * x : 1.0f + 0.05f * x;
+    }
+    return;
+  }
   const uint64_t st = row_stream_seed(seed, stable_hash(t.name), row);
   const float mean = t.init == InitKind::Gain ? 1.0f : 0.0f;
   fill_normal(st, out, t.row_len(), mean, t.std);

@@ -27,7 +27,9 @@ struct GenOptions {
   int threads = 1;
 };
 
-enum class InitKind { Normal, Gain };  // Gain: 1 + N(0, std^2), for norm weights
+// Gain: 1 + N(0, std^2), for norm weights. LongRope/ShortRope: fixed LongRoPE factor ramps
+// (phimoe), no randomness.
+enum class InitKind { Normal, Gain, LongRope, ShortRope };
 
 struct PlannedTensor {
   std::string name;

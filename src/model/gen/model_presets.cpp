@@ -94,6 +94,21 @@ ModelShape glm(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, int64
   return s;
 }
 
+// gpt-oss: the window on every other layer and the model's YaRN (factor 32 over 4096 positions).
+ModelShape oss(ModelShape s, int64_t window) {
+  s.n_swa = window;
+  s.yarn_factor = 32.0;
+  s.yarn_orig_ctx = 4096;
+  return s;
+}
+
+// Phi-3.5-MoE: the window on every layer and LongRoPE over the original context.
+ModelShape phi(ModelShape s, int64_t window, int64_t n_ctx_orig) {
+  s.n_swa = window;
+  s.rope_n_ctx_orig = n_ctx_orig;
+  return s;
+}
+
 // tiny: fast unit tests (n_embd 64: K-quants fall back, as llama.cpp does for such rows).
 // small: every row a multiple of 256 so all K-quants apply. The named presets are the released
 // models' config.json values.
@@ -150,6 +165,25 @@ const std::vector<PresetRow>& table() {
        glm(151552, 4096, 46, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0, false, 1, 131072, 1e6)},
       {A::Glm4Moe, "4.5",
        glm(151552, 5120, 92, 96, 8, 128, 12288, 1536, 160, 8, 3, 2.5, true, 1, 131072, 1e6)},
+      // gpt-oss: q is n_head * 64 wide whatever n_embd is; the window of the small shapes is
+      // short enough for the tests' prompts to cross it.
+      {A::GptOss, "tiny",
+       oss(make(A::GptOss, 512, 64, 4, 4, 2, 32, 64, 64, 0, 8, 4, 131072, 150000, 1e-5), 8)},
+      {A::GptOss, "small",
+       oss(make(A::GptOss, 1024, 256, 4, 8, 2, 64, 256, 256, 0, 16, 4, 131072, 150000, 1e-5), 16)},
+      {A::GptOss, "20b",
+       oss(make(A::GptOss, 201088, 2880, 24, 64, 8, 64, 2880, 2880, 0, 32, 4, 131072, 150000, 1e-5),
+           128)},
+      {A::GptOss, "120b",
+       oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000, 1e-5),
+           128)},
+      {A::PhiMoe, "tiny",
+       phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
+      {A::PhiMoe, "small",
+       phi(make(A::PhiMoe, 1024, 256, 4, 8, 2, 32, 512, 512, 0, 16, 2, 8192, 1e4, 1e-5), 32, 256)},
+      {A::PhiMoe, "3.5-moe",
+       phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5),
+           131072, 4096)},
   };
   return rows;
 }
@@ -208,6 +242,9 @@ void ModelShape::validate() const {
     positive(v_head_dim, "v_head_dim");
     if (q_lora_rank < 0) fail("gen-model --arch {}: q_lora_rank must not be negative", a);
   }
+  if (arch == GenArch::PhiMoe && (n_head * head_dim != n_embd || n_ff != n_ff_exp))
+    fail("gen-model --arch phimoe: llama.cpp needs n_head*head_dim == n_embd and "
+         "feed_forward_length == the expert length");
 }
 
 GenArch parse_arch(const std::string& name) {
@@ -217,8 +254,10 @@ GenArch parse_arch(const std::string& name) {
   if (name == "olmoe") return GenArch::Olmoe;
   if (name == "deepseek2") return GenArch::Deepseek2;
   if (name == "glm4moe") return GenArch::Glm4Moe;
-  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2 or "
-       "glm4moe)", name);
+  if (name == "gpt-oss" || name == "gpt_oss") return GenArch::GptOss;
+  if (name == "phimoe") return GenArch::PhiMoe;
+  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, "
+       "glm4moe, gpt-oss or phimoe)", name);
 }
 
 const char* arch_cli_name(GenArch a) {
@@ -229,6 +268,8 @@ const char* arch_cli_name(GenArch a) {
     case GenArch::Olmoe: return "olmoe";
     case GenArch::Deepseek2: return "deepseek2";
     case GenArch::Glm4Moe: return "glm4moe";
+    case GenArch::GptOss: return "gpt-oss";
+    case GenArch::PhiMoe: return "phimoe";
   }
   return "?";
 }
@@ -241,6 +282,8 @@ const char* arch_gguf_name(GenArch a) {
     case GenArch::Olmoe: return "olmoe";
     case GenArch::Deepseek2: return "deepseek2";
     case GenArch::Glm4Moe: return "glm4moe";
+    case GenArch::GptOss: return "gpt-oss";
+    case GenArch::PhiMoe: return "phimoe";
   }
   return "?";
 }

@@ -7,7 +7,7 @@
 
 namespace moeflow::gen {
 
-enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe, Deepseek2, Glm4Moe };
+enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe, Deepseek2, Glm4Moe, GptOss, PhiMoe };
 
 // Where the attention has q/k RMS norms: none, per head (Qwen3: weight of head_dim), or over the
 // whole projection (OLMoE: weight of n_head*head_dim).
@@ -30,6 +30,10 @@ struct ModelShape {
   int64_t n_ctx = 0;
   double rope_base = 10000.0;
   double rms_eps = 1e-5;
+  // gpt-oss: a window on layers 0, 2, ... (and YaRN below); phimoe: a window on every layer
+  // (when > 0) and LongRoPE over rope_n_ctx_orig.
+  int64_t n_swa = 0;
+  int64_t rope_n_ctx_orig = 0;
 
   // DeepSeek / GLM layouts (deepseek2, glm4moe); defaults elsewhere.
   int64_t n_layer_dense_lead = 0;  // leading layers with a dense FFN of n_ff
@@ -49,7 +53,12 @@ struct ModelShape {
   double yarn_mscale_all_dim = 0;
 
   QkNorm qk_norm() const;
-  bool qkv_bias() const { return arch == GenArch::Qwen2Moe || arch == GenArch::Glm4Moe; }
+  bool qkv_bias() const {
+    return arch == GenArch::Qwen2Moe || arch == GenArch::Glm4Moe || arch == GenArch::GptOss ||
+           arch == GenArch::PhiMoe;
+  }
+  // attn_output.bias (gpt-oss, phimoe)
+  bool out_bias() const { return arch == GenArch::GptOss || arch == GenArch::PhiMoe; }
   bool shared_expert() const { return n_ff_shexp > 0; }
   bool gated_shared_expert() const { return arch == GenArch::Qwen2Moe; }
   bool mla() const { return arch == GenArch::Deepseek2; }

@@ -11,8 +11,8 @@ TensorView as_rows_of(const TensorView& v, int64_t width) {
 }  // namespace
 
 void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec, float norm_eps,
-                   const TensorView& xn, KvCache& kv, int layer, int64_t pos0, TensorView out,
-                   AttentionScratch& s) {
+                   const TensorView& xn, KvCache& kv, int layer, int64_t pos0,
+                   const TensorView& rope_freqs, TensorView out, AttentionScratch& s) {
   const AttentionParams& p = spec.params;
   const int64_t n = xn.rows();
   const TensorView q = s.q.f32(L.wq.rows(), n);
@@ -31,8 +31,10 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
     be.rms_norm(q, L.q_norm.as<float>(), q, norm_eps);
     be.rms_norm(k, L.k_norm.as<float>(), k, norm_eps);
   }
-  be.rope(q, p.n_head, p.head_dim, pos0, spec.rope);
-  be.rope(k, p.n_head_kv, p.head_dim, pos0, spec.rope);
+  RopeParams rope = spec.rope;
+  if (rope_freqs) rope.freq_factors = rope_freqs.as<float>();
+  be.rope(q, p.n_head, p.head_dim, pos0, rope);
+  be.rope(k, p.n_head_kv, p.head_dim, pos0, rope);
   be.copy(kv.k_view(layer).slice_rows(pos0, n), k);
   be.copy(kv.v_view(layer).slice_rows(pos0, n), v);
   AttentionParams ap = p;

@@ -16,8 +16,10 @@ struct AttentionScratch {
 };
 
 // out[n][n_embd] = attention of the n rows of xn (normalised input) at positions pos0..
+// rope_freqs: the RoPE frequency divisors to use (one of the layer's, chosen by the caller for
+// the context length), or empty.
 void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec, float norm_eps,
-                   const TensorView& xn, KvCache& kv, int layer, int64_t pos0, TensorView out,
-                   AttentionScratch& scratch);
+                   const TensorView& xn, KvCache& kv, int layer, int64_t pos0,
+                   const TensorView& rope_freqs, TensorView out, AttentionScratch& scratch);
 
 }  // namespace moeflow

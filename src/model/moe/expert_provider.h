@@ -30,6 +30,10 @@ enum class Residency : uint8_t { Resident = 0, InFlight = 1, NotStarted = 2 };
 // 2 * n_ff rows (gate rows first) and no up matrix.
 struct ExpertView {
   TensorView proj[kNumExpertProj];
+  // The expert's bias rows (one float row each, gate/up/down), or empty. Biases are small and
+  // stay resident with the layer's other weights: the MoE block fills these in after acquire,
+  // providers leave them empty.
+  TensorView bias[kNumExpertProj];
   const TensorView& gate() const { return proj[(int)ExpertProj::Gate]; }
   const TensorView& up() const { return proj[(int)ExpertProj::Up]; }
   const TensorView& down() const { return proj[(int)ExpertProj::Down]; }

@@ -29,13 +29,17 @@ MoeBlock::MoeBlock(Backend& be, const HParams& hp, int max_tokens)
 }
 
 template <typename Fn>
-void MoeBlock::with_expert(ExpertProvider& provider, int layer, int e, Precision p, Fn&& compute) {
+void MoeBlock::with_expert(ExpertProvider& provider, const LayerWeights& L, int layer, int e,
+                           Precision p, Fn&& compute) {
   const int64_t d = hp_.n_embd;
   ExpertView v = provider.acquire(layer, e, p);
   try {
     if (v.gate().cols() != d || v.down().rows() != d)
       fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
            layer, e, v.down().rows(), v.gate().cols(), d);
+    const TensorView* biases[kNumExpertProj] = {&L.exp_gate_bias, &L.exp_up_bias, &L.exp_down_bias};
+    for (int j = 0; j < kNumExpertProj; ++j)
+      if (*biases[j]) v.bias[j] = biases[j]->slice_rows(e, 1);
     compute(v);
   } catch (...) {
     provider.release(layer, e, p);
@@ -64,7 +68,7 @@ void MoeBlock::precalculate(int layer, ExpertProvider& provider) {
     // Only what costs no read: waiting for a copy here would delay this layer's own experts.
     if (provider.residency(next, e) != Residency::Resident) continue;
     const TensorView y = pre_outputs_.slice_rows((int64_t)pre_computed_.size(), 1);
-    with_expert(provider, next, e, Precision::High,
+    with_expert(provider, N, next, e, Precision::High,
                 [&](const ExpertView& v) { exec_.run_expert(v, stale, y, NS.moe.act); });
     pre_computed_.push_back(e);
   }
@@ -106,7 +110,7 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
       may_precalc = false;
       if (planner_.precalc_before(i, layer, provider)) precalculate(layer, provider);
     }
-    with_expert(provider, layer, u.expert, u.precision,
+    with_expert(provider, L, layer, u.expert, u.precision,
                 [&](const ExpertView& v) { exec_.run_unit(v, xn, u.slots, spec.moe.act); });
   }
 

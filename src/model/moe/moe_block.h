@@ -64,9 +64,11 @@ class MoeBlock {
   const std::vector<Precision>& last_exec_precisions() const { return planner_.last_exec_precisions(); }
 
  private:
-  // acquire, check the slice's shape, compute, release (also when the computation throws).
+  // acquire, check the slice's shape, add the expert's resident bias rows from L, compute,
+  // release (also when the computation throws).
   template <typename Fn>
-  void with_expert(ExpertProvider& provider, int layer, int e, Precision p, Fn&& compute);
+  void with_expert(ExpertProvider& provider, const LayerWeights& L, int layer, int e, Precision p,
+                   Fn&& compute);
   // Computes layer+1's predicted resident experts on the stale input (decode, one token).
   void precalculate(int layer, ExpertProvider& provider);
 

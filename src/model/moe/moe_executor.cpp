@@ -16,6 +16,9 @@ void MoeExecutor::run_expert(const ExpertView& v, const TensorView& x, TensorVie
   w.gate = v.gate();
   w.up = v.up();
   w.down = v.down();
+  w.gate_bias = v.bias[(int)ExpertProj::Gate];
+  w.up_bias = v.bias[(int)ExpertProj::Up];
+  w.down_bias = v.bias[(int)ExpertProj::Down];
   glu_ffn(be_, w, x, y, act, ffn_);
 }
 

@@ -1,0 +1,129 @@
+// The harmony chat format (gpt-oss): detection, end-of-generation ids, rendering, and the split
+// of generated tokens into the answer (final channel) and reasoning. The rendering is checked
+// against OpenAI's openai-harmony in tests/python/test_harmony_format.py; here on a byte-level
+// vocabulary with the harmony control tokens, so multi-byte characters arrive byte by byte.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "gguf/gguf_writer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/harmony.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer_test_util.h"
+
+namespace moeflow {
+namespace {
+
+const char* kSpecials[] = {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                           "<|return|>", "<|call|>", "<|endoftext|>"};
+
+// 256 byte tokens (no merges: one token per byte) + the harmony control tokens.
+std::string write_byte_vocab(bool harmony) {
+  std::vector<std::string> toks;
+  std::vector<int32_t> types;
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    unicode::append_utf8(s, unicode::byte_to_cp((uint8_t)b));
+    toks.push_back(s);
+    types.push_back(1);
+  }
+  for (const char* s : kSpecials) {
+    if (!harmony && std::string(s) == "<|call|>") continue;
+    toks.push_back(s);
+    types.push_back(3);
+  }
+  GgufWriter w;
+  w.set_string("general.architecture", "gpt-oss");
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "gpt-4o");
+  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(toks));
+  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
+  w.set("tokenizer.ggml.merges", GgufValue::make_string_array({}));
+  w.set_bool("tokenizer.ggml.add_bos_token", false);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("moeflow_harmony_" + std::to_string(harmony) + "_" +
+                             std::to_string(::getpid()) + ".gguf")).string();
+  w.write(path);
+  return path;
+}
+
+struct Vocab {
+  explicit Vocab(bool harmony) : path(write_byte_vocab(harmony)) {
+    file = GgufFile::open(path);
+    tok = Tokenizer::from_gguf(*file);
+  }
+  ~Vocab() { std::filesystem::remove(path); }
+  int32_t id(const char* s) const { return *tok->find_token(s); }
+  std::string path;
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+HarmonyStream::Delta run(const Tokenizer& tok, const std::string& generated) {
+  HarmonyStream hs(tok);
+  HarmonyStream::Delta all;
+  for (int32_t id : tok.encode(generated, false, true)) {
+    const HarmonyStream::Delta d = hs.push(id);
+    all.answer += d.answer;
+    all.reasoning += d.reasoning;
+  }
+  const HarmonyStream::Delta d = hs.flush();
+  return {all.answer + d.answer, all.reasoning + d.reasoning};
+}
+
+TEST(Harmony, DetectedAndTheTurnEndsAtReturnOrCallNotAtEnd) {
+  Vocab v(true);
+  EXPECT_TRUE(uses_harmony(*v.tok));
+  EXPECT_TRUE(v.tok->is_eog(v.id("<|return|>")));
+  EXPECT_TRUE(v.tok->is_eog(v.id("<|call|>")));
+  EXPECT_FALSE(v.tok->is_eog(v.id("<|end|>")));  // it only ends the reasoning message
+  EXPECT_TRUE(model_chat_template(*v.tok).harmony);
+  EXPECT_FALSE(model_chat_template(*v.tok, "{{ messages[0].content }}").harmony);
+
+  Vocab plain(false);  // no <|call|>: not harmony, <|end|> ends the turn (Phi-3 style)
+  EXPECT_FALSE(uses_harmony(*plain.tok));
+  EXPECT_TRUE(plain.tok->is_eog(plain.id("<|end|>")));
+  EXPECT_FALSE(model_chat_template(*plain.tok).harmony);
+}
+
+TEST(Harmony, AnswerIsTheFinalChannelAndReasoningTheRest) {
+  Vocab v(true);
+  const auto d = run(*v.tok,
+                     "<|channel|>analysis<|message|>Think: é→ü 🎉.<|end|><|start|>assistant<|channel|>"
+                     "final<|message|>Answer: 4 ✓<|return|>");
+  EXPECT_EQ(d.answer, "Answer: 4 ✓");
+  EXPECT_EQ(d.reasoning, "Think: é→ü 🎉.");
+  // A tool call on the commentary channel with a constrained format is not the answer.
+  const auto c = run(*v.tok,
+                     "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":1}<|call|>");
+  EXPECT_EQ(c.answer, "");
+  EXPECT_EQ(c.reasoning, "{\"x\":1}");
+  // No channel at all: taken as the answer; header text (role, recipient) never leaks.
+  EXPECT_EQ(run(*v.tok, "<|message|>plain").answer, "plain");
+  EXPECT_EQ(run(*v.tok, "stray header<|channel|>final<|message|>ok").answer, "ok");
+}
+
+TEST(Harmony, RendersSystemAsDeveloperInstructionsAndAnswersOnTheFinalChannel) {
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::parse(R"([
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "More"}])");
+  const std::string sys =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\n\nReasoning: low\n\n# Valid channels: analysis, commentary, "
+      "final. Channel must be included for every message.<|end|>";
+  EXPECT_EQ(render_harmony(msgs, true, {"low"}),
+            sys + "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
+                  "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>"
+                  "Hello!<|end|><|start|>user<|message|>More<|end|><|start|>assistant");
+  EXPECT_THROW(render_harmony(msgs, true, {"extreme"}), Error);
+  EXPECT_THROW(render_harmony(nlohmann::ordered_json::parse(R"([{"role": "tool", "content": "x"}])"),
+                              true),
+               Error);
+}
+
+}  // namespace
+}  // namespace moeflow
