@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace moeflow {
@@ -11,6 +13,12 @@ KvCache::KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim, Alloc
   const uint64_t nv = (uint64_t)n_layer * n_ctx * v_dim * sizeof(float);
   k_ = alloc.allocate(nk);
   v_ = alloc.allocate(nv);
+}
+
+void KvCache::prefault() {
+  if (k_.space() == MemSpace::Device) return;
+  std::memset(k_.data(), 0, k_.size());
+  std::memset(v_.data(), 0, v_.size());
 }
 
 TensorView KvCache::k_view(int layer) const {
