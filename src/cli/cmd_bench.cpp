@@ -90,6 +90,7 @@ int run_bench(const BenchArgs& a) {
     j["active_expert_bytes_per_token"] = eng.model().active_expert_bytes_per_token();
     j["non_expert_bytes"] = eng.model().weights().non_expert_bytes;
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
+    j["memory"] = memory_json(loaded.plan);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s (%s, %.1f MiB), %d threads, %s\n", a.model.c_str(), hp.arch_name.c_str(),

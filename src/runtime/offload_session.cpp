@@ -30,9 +30,9 @@ uint64_t parse_byte_size(const std::string& text, const std::string& option) {
 }
 
 uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes) {
-  if (!o.expert_cache.empty() && o.cache_rate > 0)
+  if (!o.is_auto() && o.cache_rate > 0)
     fail("--expert-cache and --cache-rate are exclusive: give one of them");
-  if (!o.expert_cache.empty()) return parse_byte_size(o.expert_cache, "--expert-cache");
+  if (!o.is_auto()) return parse_byte_size(o.expert_cache, "--expert-cache");
   if (o.cache_rate > 0) {
     if (!(o.cache_rate <= 1.0)) fail("--cache-rate must be in (0, 1], got {}", o.cache_rate);
     return static_cast<uint64_t>(std::ceil(o.cache_rate * static_cast<double>(total_expert_bytes)));

@@ -27,7 +27,9 @@
 namespace moeflow {
 
 struct OffloadOptions {
-  std::string expert_cache;      // "3GiB", "512MiB", bytes
+  // "3GiB", "512MiB", bytes; "" or "auto": decided by auto-fit (runtime/offload_plan.h), which
+  // fills in the bytes before make_offload sees the options.
+  std::string expert_cache;
   double cache_rate = 0;         // fraction of all expert bytes
   std::string policy = "lru";
   bool per_layer = false;
@@ -48,7 +50,11 @@ struct OffloadOptions {
   std::string low_cache;                       // low-precision cache budget ("256MiB")
   double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
   std::optional<double> low_share;             // ... as a fraction of the expert budget
-  bool enabled() const { return !expert_cache.empty() || cache_rate > 0; }
+  bool no_offload = false;   // every expert resident (the mmap) whatever the memory
+  std::string mem_limit;     // auto-fit plans for at most this much memory ("8GiB")
+  bool is_auto() const { return expert_cache.empty() || expert_cache == "auto"; }
+  // A budget is given (explicitly or filled in by auto-fit).
+  bool enabled() const { return !is_auto() || cache_rate > 0; }
 };
 
 constexpr double kDefaultSkipThreshold = 0.1;
