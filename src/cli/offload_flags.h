@@ -19,9 +19,12 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--mem-limit", o.mem_limit,
                  "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
                  "has more free");
-  app.add_option("--cache-policy", o.policy, "eviction policy (lru, lfu, ...)");
+  app.add_option("--cache-policy", o.policy,
+                 "eviction policy (lru, lfu, ...), or auto (the default: lfu, split per layer when "
+                 "every layer gets its top-k slots)");
   app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
-  app.add_option("--io-threads", o.io_threads, "expert I/O worker threads");
+  app.add_option("--io-threads", o.io_threads,
+                 "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)");
   app.add_option("--prefetch", o.prefetch,
                  "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc");
   app.add_option("--predictor-model", o.predictor_model,

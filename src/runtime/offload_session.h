@@ -31,9 +31,9 @@ struct OffloadOptions {
   // fills in the bytes before make_offload sees the options.
   std::string expert_cache;
   double cache_rate = 0;         // fraction of all expert bytes
-  std::string policy = "lru";
+  std::string policy = "auto";  // an eviction policy, or auto (runtime/offload_auto.h)
   bool per_layer = false;
-  int io_threads = 2;
+  int io_threads = 0;  // <= 0: auto (runtime/offload_auto.h)
   std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
   std::string predictor_model;         // trained weights (--prefetch promoe)
   int lookahead = 1;
