@@ -14,6 +14,8 @@
 #include "gguf/gguf_file.h"
 #include "backend/cpu/matmul.h"
 #include "runtime/engine.h"
+#include "trace/recorder.h"
+#include "trace/trace.h"
 
 namespace moeflow::cli {
 namespace {
@@ -26,6 +28,7 @@ struct BenchArgs {
   int reps = 3;
   int batch = 512;
   bool json = false;
+  std::string trace_out;  // routing of the timed passes, for the simulator's bounds
   OffloadOptions offload;
 };
 
@@ -45,6 +48,21 @@ int run_bench(const BenchArgs& a) {
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
+  // The recorder is chained behind the offloading predictor (or alone without one).
+  trace::Trace routing;
+  std::unique_ptr<trace::TraceRecorder> rec;
+  if (!a.trace_out.empty()) {
+    const HParams& hp = eng.model().hparams();
+    routing.model = eng.file().has("general.name") ? eng.file().get_string("general.name") : a.model;
+    routing.source = "moeflow bench -m " + a.model;
+    routing.n_layers = hp.n_layer;
+    routing.n_experts = hp.n_expert;
+    routing.top_k = hp.n_expert_used;
+    rec = std::make_unique<trace::TraceRecorder>(routing, 0);
+    loaded.offload.attach(eng.context(), eng.model(), rec.get());
+    if (!offload.provider || loaded.offload.options.prefetch == "none")
+      eng.context().set_observer(rec.get());
+  }
   const int64_t V = eng.n_vocab();
   // Fixed pseudo-random ids (an LCG) so every run and every engine sees the same tokens.
   std::vector<int32_t> toks(std::max(a.n_prompt, a.n_gen));
@@ -57,6 +75,7 @@ int run_bench(const BenchArgs& a) {
   for (int r = 0; r < a.reps; ++r) {
     if (a.n_prompt > 0) {
       eng.reset();
+      if (rec) rec->begin_request(trace::Phase::prefill);
       const double t0 = now_seconds();
       eng.prefill(std::span<const int32_t>(toks.data(), a.n_prompt), false, nullptr);
       pp.push_back(a.n_prompt / (now_seconds() - t0));
@@ -64,10 +83,16 @@ int run_bench(const BenchArgs& a) {
     if (a.n_gen > 0) {
       eng.reset();
       if (offload.provider) offload.provider->reset_stats();  // report decode only
+      if (rec) rec->begin_request(trace::Phase::decode);
       const double t0 = now_seconds();
       for (int i = 0; i < a.n_gen; ++i) eng.decode(toks[i]);
       tg.push_back(a.n_gen / (now_seconds() - t0));
     }
+  }
+  if (rec) {
+    eng.context().set_observer(nullptr);
+    routing.validate(a.trace_out);
+    trace::write_trace(routing, a.trace_out);
   }
   const double prefill_tps = pp.empty() ? 0 : median(pp);
   const double decode_tps = tg.empty() ? 0 : median(tg);
@@ -92,6 +117,7 @@ int run_bench(const BenchArgs& a) {
     j["kv_bytes_per_token"] = eng.model().kv_bytes_per_token();
     j["kv_bytes_per_token_per_head"] = eng.model().kv_bytes_per_token_per_head();
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
+    j["memory"] = memory_json(loaded.plan);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s (%s, %.1f MiB), %d threads, %s\n", a.model.c_str(), hp.arch_name.c_str(),
@@ -111,6 +137,9 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--reps", a->reps, "repetitions (median is reported)");
   app.add_flag("--json", a->json, "print one JSON object");
+  app.add_option("--trace-out", a->trace_out,
+                 "record the routing of the timed passes to this trace file (moeflow sim replays "
+                 "it, e.g. for Belady's bytes on the same routing)");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_bench(*a); });
 });

@@ -26,12 +26,14 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "experts/expert_store.h"
+#include "experts/read_bench.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "gguf/tensor_names.h"
 #include "model/gen/model_generator.h"
 #include "quant/quant.h"
+#include "runtime/offload_session.h"
 
 namespace moeflow::cli {
 namespace {
@@ -42,6 +44,10 @@ struct PackArgs {
   int threads = 4;
   double seconds = 3.0;
   std::string low;  // type of the low-precision expert copies; empty: none
+  bool sweep = false;  // --measure by request size x queue depth x engine
+  std::vector<std::string> sizes = {"64KiB", "256KiB", "1MiB", "4MiB", "16MiB"};
+  std::vector<int> depths = {1, 2, 4, 8, 16, 32};
+  std::vector<std::string> engines = {"pread", "uring"};
 };
 
 bool is_expert_tensor(const std::string& name, int& layer) {
@@ -237,6 +243,41 @@ int run_measure(const PackArgs& a) {
   return 0;
 }
 
+// O_DIRECT bandwidth over the expert bytes of the file by request size, queue depth and engine
+// (experts/read_bench.h): one JSON object with a row per point and the best point.
+int run_sweep(const PackArgs& a) {
+  auto file = GgufFile::open(a.in);
+  const ExpertIndex idx = build_expert_index(*file);
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& li : idx.layers)
+    for (const auto& e : li.slices)
+      for (const auto& s : e)
+        if (s.nbytes > 0) lo = std::min(lo, s.file_offset), hi = std::max(hi, s.file_offset + s.nbytes);
+  if (hi == 0) fail("{}: no expert tensors to measure", a.in);
+  ReadBenchConfig c;
+  c.path = a.in;
+  c.region_begin = lo;
+  c.region_end = hi;
+  for (const std::string& s : a.sizes) c.sizes.push_back(parse_byte_size(s, "--sizes"));
+  c.depths = a.depths;
+  c.engines = a.engines;
+  c.seconds = a.seconds;
+  nlohmann::json rows = nlohmann::json::array();
+  ReadBenchPoint best;
+  for (const ReadBenchPoint& p : run_read_bench(c)) {
+    rows.push_back({{"engine", p.engine}, {"request_bytes", p.request_bytes}, {"depth", p.depth},
+                    {"GBps", p.gbps()}});
+    if (p.gbps() > best.gbps()) best = p;
+  }
+  nlohmann::json j = {{"file", a.in},
+                      {"seconds_per_point", a.seconds},
+                      {"points", rows},
+                      {"best", {{"engine", best.engine}, {"request_bytes", best.request_bytes},
+                                {"depth", best.depth}, {"GBps", best.gbps()}}}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
 const bool registered_pack = register_command(
     "pack", "Repack a GGUF for expert offloading (4 KiB-aligned expert slices)", [](CLI::App& app) {
       auto a = std::make_shared<PackArgs>();
@@ -247,9 +288,15 @@ const bool registered_pack = register_command(
       app.add_option("--low", a->low,
                      "also store a low-precision copy of every expert in this type (Q2_K, Q3_K, "
                      "Q4_0, ...) for --mode hobbit");
-      app.add_option("--seconds", a->seconds, "time limit for --measure");
+      app.add_option("--seconds", a->seconds, "time limit for --measure (per point with --sweep)");
+      app.add_flag("--sweep", a->sweep,
+                   "--measure: bandwidth by request size x queue depth x engine (pread threads, io_uring)");
+      app.add_option("--sizes", a->sizes, "--sweep: request sizes")->delimiter(',');
+      app.add_option("--depths", a->depths, "--sweep: queue depths (reads in flight)")->delimiter(',');
+      app.add_option("--engines", a->engines, "--sweep: pread, uring")->delimiter(',');
       return CommandMain([a] {
-        if (a->measure) return run_measure(*a);
+        if (a->sweep && !a->measure) fail("pack: --sweep is a kind of --measure: give --measure too");
+        if (a->measure) return a->sweep ? run_sweep(*a) : run_measure(*a);
         if (a->out.empty()) fail("pack: -o OUT is required");
         if (a->out == a->in) fail("pack: -o must differ from -m ({})", a->in);
         return run_pack(*a);

@@ -67,7 +67,7 @@ int run_perplexity_cmd(PplArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = ctx;
   opt.batch = a.batch;
-  LoadedEngine loaded = load_engine(file, opt, a.offload);
+  LoadedEngine loaded = load_engine(file, opt, a.offload, opt.batch);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
 

@@ -103,9 +103,13 @@ int run_run(RunArgs& a) {
   if (a.stats == "json") {
     nlohmann::json j = nlohmann::json::parse(s.to_json());
     if (offload.provider) j["offload"] = offload_stats_json(offload);
+    j["memory"] = memory_json(loaded.plan);
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else if (a.stats == "text") {
     if (offload.provider) print_offload_summary(offload);
+    const ProcessMemory pm = read_process_memory();
+    std::fprintf(stderr, "memory: %s | RSS %s, peak %s\n", loaded.plan.fit.reason.c_str(),
+                 format_bytes(pm.vm_rss).c_str(), format_bytes(pm.vm_hwm).c_str());
     std::fprintf(stderr,
                  "prompt %d tokens, %.2f tok/s | generated %d tokens, TTFT %.1f ms, TPOT %.1f ms, "
                  "%.2f tok/s | %d threads\n",

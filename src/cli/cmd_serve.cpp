@@ -87,6 +87,7 @@ int run_serve(ServeArgs& a) {
   std::fprintf(stderr, "moeflow serve: model '%s', context %lld, %d threads, offloading %s\n",
                so.model_id.c_str(), (long long)eng.context().n_ctx(), eng.pool().size(),
                offload.provider ? "on" : "off");
+  std::fprintf(stderr, "moeflow serve: memory: %s\n", loaded.plan.fit.reason.c_str());
   std::fprintf(stderr, "moeflow serve: listening on http://%s:%d (Ctrl-C to stop)\n", a.host.c_str(), port);
   std::atomic<bool> exiting{false};
   std::thread waiter([&server, &exiting, sigs] {

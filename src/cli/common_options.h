@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the commands that run a model (run, chat, serve, bench, perplexity), so that
 // a flag means the same thing, with the same help, everywhere, and loading is done one way.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -9,7 +10,9 @@
 
 #include "core/error.h"
 #include "cli/offload_flags.h"
+#include "model/hparams.h"
 #include "runtime/engine.h"
+#include "runtime/offload_plan.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -41,26 +44,41 @@ inline std::unique_ptr<Tokenizer> require_tokenizer(const GgufFile& file, const 
   return tok;
 }
 
-// An engine over `file` with the offloading options applied: the cached expert provider when a
-// budget is set, and its predictor plugged into the forward pass. Members are destroyed engine
-// first, so the provider outlives every forward pass that uses it.
+// An engine over `file` with the offloading options applied: the memory plan first (auto-fit
+// unless --expert-cache / --cache-rate / --no-offload say otherwise; an automatic choice of
+// offloading is announced on stderr), then the cached expert provider when the plan offloads,
+// with its predictor plugged into the forward pass and the non-expert weights and KV cache held
+// in the process's own memory. Members are destroyed engine first, so the provider outlives
+// every forward pass that uses it. `logits_rows`: rows of logits a forward keeps (perplexity
+// keeps the whole batch), for the activation estimate.
 struct LoadedEngine {
+  OffloadPlan plan;
   OffloadSession offload;
   std::unique_ptr<Engine> engine;
 };
 
-inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, const EngineOptions& opt,
-                                const OffloadOptions& offload) {
+inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
+                                const OffloadOptions& offload, int logits_rows = 1) {
   LoadedEngine le;
-  le.offload = make_offload(offload, *file);
+  FitContext fc;
+  fc.n_ctx = resolve_n_ctx(opt.n_ctx, load_hparams(*file).n_ctx_train);
+  fc.batch = (int)std::min<int64_t>(std::max(1, opt.batch), fc.n_ctx);
+  fc.threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
+  fc.logits_rows = logits_rows;
+  fc.per_layer = offload.per_layer;
+  le.plan = plan_offload(offload, *file, fc, read_memory_facts());
+  if (le.plan.how == "auto" && le.plan.offload())
+    std::fprintf(stderr, "moeflow: %s\n", le.plan.fit.reason.c_str());
+  le.offload = make_offload(le.plan.options, *file);
+  opt.resident_weights = le.offload.provider != nullptr;
   le.engine = std::make_unique<Engine>(std::move(file), opt, le.offload.provider);
   le.offload.attach(le.engine->context(), le.engine->model());
   return le;
 }
 
 inline LoadedEngine load_engine(const std::string& path, const EngineOptions& opt,
-                                const OffloadOptions& offload) {
-  return load_engine(std::shared_ptr<const GgufFile>(GgufFile::open(path)), opt, offload);
+                                const OffloadOptions& offload, int logits_rows = 1) {
+  return load_engine(std::shared_ptr<const GgufFile>(GgufFile::open(path)), opt, offload, logits_rows);
 }
 
 }  // namespace moeflow::cli

@@ -9,17 +9,26 @@ namespace moeflow::cli {
 
 inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--expert-cache", o.expert_cache,
-                 "offload experts: RAM budget for cached experts (e.g. 3GiB)");
+                 "offload experts: RAM budget for cached experts (e.g. 3GiB), or auto (the "
+                 "default): offload only when the model does not fit the free memory (and the "
+                 "cgroup limit), with the budget that fits");
   app.add_option("--cache-rate", o.cache_rate,
                  "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)");
+  app.add_flag("--no-offload", o.no_offload,
+               "keep every expert resident (mmap) even when the model does not fit the free memory");
+  app.add_option("--mem-limit", o.mem_limit,
+                 "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
+                 "has more free");
   app.add_option("--cache-policy", o.policy,
-                 "eviction policy: lru, lfu, moe-infinity, hobbit, static, daop (the last two need "
+                 "eviction policy: auto (the default: lfu, split per layer when every layer gets "
+                 "its top-k slots), lru, lfu, moe-infinity, hobbit, static, daop (the last two need "
                  "--policy-calib)");
   app.add_option("--policy-calib", o.policy_calib,
                  "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
                  "or daop");
   app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
-  app.add_option("--io-threads", o.io_threads, "expert I/O worker threads");
+  app.add_option("--io-threads", o.io_threads,
+                 "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)");
   app.add_option("--prefetch", o.prefetch,
                  "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc");
   app.add_option("--predictor-model", o.predictor_model,

@@ -224,6 +224,20 @@ void GgufFile::prefetch(const GgufTensorInfo& t) const {
   advise(maps_[t.split]->base, maps_[t.split]->size, t.file_offset, t.nbytes, MADV_WILLNEED);
 }
 
+void GgufFile::drop_mapped(const void* p, uint64_t n) const {
+  const auto* u = static_cast<const uint8_t*>(p);
+  for (const auto& m : maps_) {
+    if (!m->owned.empty() || u < m->base || u + n > m->base + m->size || n == 0) continue;
+    const uint64_t off = static_cast<uint64_t>(u - m->base);
+    advise(m->base, m->size, off, n, MADV_DONTNEED);
+    const int fd = ::open(m->path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+    ::close(fd);
+    return;
+  }
+}
+
 void GgufFile::release(const GgufTensorInfo& t) const {
   data(t);
   advise(maps_[t.split]->base, maps_[t.split]->size, t.file_offset, t.nbytes, MADV_DONTNEED);

@@ -79,6 +79,12 @@ class GgufFile {
   void prefetch(const GgufTensorInfo& t) const;
   void release(const GgufTensorInfo& t) const;
   void advise_random() const;
+  // Drops the cached pages of bytes [p, p + n) of the mapping, from this process
+  // (MADV_DONTNEED) and from the page cache (POSIX_FADV_DONTNEED), once they live elsewhere
+  // (copied by a backend), so that they are not counted twice against a memory limit. Pages
+  // are read back from the file if touched again. Does nothing for memory outside the mapping.
+  // A hint: errors are ignored.
+  void drop_mapped(const void* p, uint64_t n) const;
 
  private:
   GgufFile() = default;

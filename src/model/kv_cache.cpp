@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace moeflow {
@@ -12,6 +14,12 @@ KvCache::KvCache(int n_layer, int64_t n_ctx, int64_t k_dim, int64_t v_dim, Alloc
   if (k_dim <= 0 || v_dim < 0) fail("kv cache: row widths k {} / v {} are invalid", k_dim, v_dim);
   k_ = alloc.allocate(nk);
   if (nv) v_ = alloc.allocate(nv);
+}
+
+void KvCache::prefault() {
+  if (k_.space() == MemSpace::Device) return;
+  std::memset(k_.data(), 0, k_.size());
+  std::memset(v_.data(), 0, v_.size());
 }
 
 TensorView KvCache::k_view(int layer) const {

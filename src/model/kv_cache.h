@@ -33,6 +33,8 @@ class KvCache {
   const float* v(int layer, int64_t pos) const {
     return v_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * v_dim_;
   }
+  // Writes zeros over the whole cache (host memory only), so its pages are resident now.
+  void prefault();
   // One layer's keys / values as [n_ctx][k_dim] / [n_ctx][v_dim] views (row = position);
   // v_view is empty when v_dim is 0.
   TensorView k_view(int layer) const;

@@ -87,6 +87,9 @@ class ForwardContext {
   int max_batch() const { return max_batch_; }
   void set_observer(ForwardObserver* o) { observer_ = o; }
   const KvCache& kv() const { return kv_; }
+  // Touches every page of the KV cache now, so its memory is taken at start instead of growing
+  // with the context (a run planned for a memory limit fails early, not mid-generation).
+  void prefault_kv() { kv_.prefault(); }
   MoeBlock& moe() { return moe_; }
   const Model& model() const { return model_; }
   Backend& backend() { return be_; }

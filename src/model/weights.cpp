@@ -257,6 +257,10 @@ void ModelLoader::globals(NormKind kind) {
 void ModelLoader::apply_rope_scaling(RopeParams& r, float yarn_mscale) const {
   const RopeScaling& sc = hp_.rope_scaling;
   if (sc.type == RopeScaling::Type::None) return;
+  // LongRoPE is a per-pair factor table (phimoe's rope_factors_* tensors), not this formula.
+  if (sc.type == RopeScaling::Type::LongRope)
+    fail("{}: {}.rope.scaling.type longrope is not supported for this architecture (none, linear, "
+         "yarn)", f_.path(), hp_.arch_name);
   r.freq_scale = 1.0f / sc.factor;
   r.attn_factor = sc.attn_factor;
   if (sc.type != RopeScaling::Type::Yarn) return;

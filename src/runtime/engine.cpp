@@ -19,6 +19,12 @@ std::string GenerationStats::to_json() const {
       n_prompt, n_generated, ttft_s * 1e3, tpot_s() * 1e3, prefill_tps(), decode_tps());
 }
 
+int64_t resolve_n_ctx(int64_t requested, int64_t n_ctx_train) {
+  if (requested < 0) fail("context size (-c) must be positive, got {}", requested);
+  if (requested > 0) return requested;
+  return std::min<int64_t>(4096, std::max<int64_t>(1, n_ctx_train));
+}
+
 Engine::Engine(const std::string& model_path, const EngineOptions& opt,
                std::shared_ptr<ExpertProvider> provider)
     : file_(GgufFile::open(model_path)), provider_(std::move(provider)) {
@@ -38,12 +44,19 @@ void Engine::init(const EngineOptions& opt) {
   if (!provider_) provider_ = std::make_shared<ResidentExpertProvider>(*file_);
   if (opt.n_threads < 0) fail("thread count (-t) must be positive, got {}", opt.n_threads);
   pool_ = std::make_unique<ThreadPool>(opt.n_threads == 0 ? default_thread_count() : opt.n_threads);
-  int64_t n_ctx = opt.n_ctx;
-  if (n_ctx < 0) fail("context size (-c) must be positive, got {}", n_ctx);
-  if (n_ctx == 0) n_ctx = std::min<int64_t>(4096, std::max<int64_t>(1, model_->hparams().n_ctx_train));
+  const int64_t n_ctx = resolve_n_ctx(opt.n_ctx, model_->hparams().n_ctx_train);
   if (opt.batch <= 0) fail("batch size must be positive, got {}", opt.batch);
   const int batch = (int)std::min<int64_t>(opt.batch, n_ctx);
-  ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+  if (!opt.resident_weights) {
+    ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+    return;
+  }
+  backend_ = std::make_unique<CpuBackend>(pool_.get());
+  // Each weight's file pages go as soon as its copy holds the bytes.
+  const GgufFile& file = *file_;
+  backend_->set_copy_weights(true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); });
+  ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
+  ctx_->prefault_kv();
 }
 
 void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out) {

@@ -21,7 +21,15 @@ struct EngineOptions {
   int n_threads = 0;      // 0: all cores
   int64_t n_ctx = 0;      // 0: min(4096, context_length)
   int batch = 256;        // prefill chunk (tokens per forward call)
+  // Keep the non-expert weights and the KV cache in memory of the process's own: weights copied
+  // out of the mmap (their file pages dropped), KV cache touched up front. Set when experts are
+  // offloaded: under the memory pressure a budget is chosen for, file pages would be evicted and
+  // re-read every token, and a lazily touched KV cache would grow past the plan.
+  bool resident_weights = false;
 };
+
+// The context size a run gets: `requested`, or min(4096, trained context) for 0. Throws for < 0.
+int64_t resolve_n_ctx(int64_t requested, int64_t n_ctx_train);
 
 struct GenerationStats {
   int n_prompt = 0;
@@ -75,6 +83,7 @@ class Engine {
   std::shared_ptr<ExpertProvider> provider_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CpuBackend> backend_;  // own backend (resident_weights); outlives ctx_
   std::unique_ptr<ForwardContext> ctx_;
   GenerationStats stats_;
 };

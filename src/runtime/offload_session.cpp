@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "runtime/offload_auto.h"
 #include "trace/importers.h"
 #include "trace/simulator.h"
 
@@ -33,9 +34,9 @@ uint64_t parse_byte_size(const std::string& text, const std::string& option) {
 }
 
 uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes) {
-  if (!o.expert_cache.empty() && o.cache_rate > 0)
+  if (!o.is_auto() && o.cache_rate > 0)
     fail("--expert-cache and --cache-rate are exclusive: give one of them");
-  if (!o.expert_cache.empty()) return parse_byte_size(o.expert_cache, "--expert-cache");
+  if (!o.is_auto()) return parse_byte_size(o.expert_cache, "--expert-cache");
   if (o.cache_rate > 0) {
     if (!(o.cache_rate <= 1.0)) fail("--cache-rate must be in (0, 1], got {}", o.cache_rate);
     return static_cast<uint64_t>(std::ceil(o.cache_rate * static_cast<double>(total_expert_bytes)));
@@ -195,23 +196,29 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
     fail("--predictor-model is read by --prefetch promoe only (got --prefetch {})", o.prefetch);
   auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
   const int top_k = model_top_k(file);
-  OffloadConfig cfg;
-  cfg.budget_bytes = resolve_budget(o, store->total_expert_bytes());
-  cfg.per_layer = o.per_layer;
-  cfg.top_k = top_k;
-  cfg.io_threads = o.io_threads;
-  cfg.early_preemption = !o.no_early_preemption;
-  cfg.prefetch = o.prefetch != "none";
-  cfg.skip_late_prefetch = !o.prefetch_always;
   int moe_layers = 0;
   for (int l = 0; l < store->n_layers(); ++l) moe_layers += store->is_moe_layer(l);
+  OffloadConfig cfg;
+  cfg.budget_bytes = resolve_budget(o, store->total_expert_bytes());
   if (s.mode.needs_low()) {  // resolve_mode checked that the file has low copies
-    const uint64_t parts = cfg.per_layer ? static_cast<uint64_t>(moe_layers) : 1;
+    const uint64_t parts = o.per_layer ? static_cast<uint64_t>(moe_layers) : 1;
     cfg.low_budget_bytes = resolve_low_budget(
         o, s.mode, cfg.budget_bytes, store->total_expert_bytes(Precision::Low),
         store->slot_bytes(Precision::Low) * static_cast<uint64_t>(top_k) * parts);
     cfg.budget_bytes -= cfg.low_budget_bytes;  // one budget for both precisions
   }
+  // The low-precision cache was sized for the partitioning asked for: auto does not split it.
+  const AutoPolicy pol = resolve_auto_policy(o.policy, o.per_layer, cfg.budget_bytes,
+                                             store->slot_bytes(), top_k,
+                                             s.mode.needs_low() ? 0 : moe_layers);
+  s.options.policy = pol.policy;
+  s.options.per_layer = pol.per_layer;
+  cfg.per_layer = pol.per_layer;
+  cfg.top_k = top_k;
+  cfg.io_threads = s.options.io_threads = resolve_io_threads(o.io_threads, *store);
+  cfg.early_preemption = !o.no_early_preemption;
+  cfg.prefetch = o.prefetch != "none";
+  cfg.skip_late_prefetch = !o.prefetch_always;
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();
@@ -234,10 +241,10 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
     const uint64_t low_slots = cfg.low_budget_bytes / store->slot_bytes(Precision::Low);
     lpo.capacity_total = static_cast<int>(low_slots);
     lpo.capacity_per_layer = moe_layers ? static_cast<int>(low_slots / moe_layers) : 0;
-    low_policy = make_eviction_policy(o.policy, lpo);
+    low_policy = make_eviction_policy(pol.policy, lpo);
   }
   s.provider = std::make_shared<CachedExpertProvider>(
-      std::move(store), make_eviction_policy(o.policy, po), cfg, std::move(low_policy));
+      std::move(store), make_eviction_policy(pol.policy, po), cfg, std::move(low_policy));
   if (policy_predictor) {
     PredictorOptions pr;
     pr.n_layers = s.provider->store().n_layers();

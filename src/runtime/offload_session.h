@@ -27,14 +27,16 @@
 namespace moeflow {
 
 struct OffloadOptions {
-  std::string expert_cache;      // "3GiB", "512MiB", bytes
+  // "3GiB", "512MiB", bytes; "" or "auto": decided by auto-fit (runtime/offload_plan.h), which
+  // fills in the bytes before make_offload sees the options.
+  std::string expert_cache;
   double cache_rate = 0;         // fraction of all expert bytes
-  std::string policy = "lru";
+  std::string policy = "auto";  // an eviction policy, or auto (runtime/offload_auto.h)
   // Routing trace (moeflow trace, or an imported one) whose per-expert counts calibrate the
   // placement policies (static, daop); they refuse to start without one.
   std::string policy_calib;
   bool per_layer = false;
-  int io_threads = 2;
+  int io_threads = 0;  // <= 0: auto (runtime/offload_auto.h)
   std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
   std::string predictor_model;         // trained weights (--prefetch promoe)
   int lookahead = 1;
@@ -51,7 +53,11 @@ struct OffloadOptions {
   std::string low_cache;                       // low-precision cache budget ("256MiB")
   double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
   std::optional<double> low_share;             // ... as a fraction of the expert budget
-  bool enabled() const { return !expert_cache.empty() || cache_rate > 0; }
+  bool no_offload = false;   // every expert resident (the mmap) whatever the memory
+  std::string mem_limit;     // auto-fit plans for at most this much memory ("8GiB")
+  bool is_auto() const { return expert_cache.empty() || expert_cache == "auto"; }
+  // A budget is given (explicitly or filled in by auto-fit).
+  bool enabled() const { return !is_auto() || cache_rate > 0; }
 };
 
 constexpr double kDefaultSkipThreshold = 0.1;

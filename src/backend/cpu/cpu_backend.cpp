@@ -38,7 +38,19 @@ Allocator& CpuBackend::allocator() { return HostAllocator::instance(); }
 
 TensorView CpuBackend::adopt_weight(const TensorView& w) {
   check_host(w, "adopt_weight", "weight");
-  return w;
+  if (!copy_weights_ || !w) return w;
+  const uint64_t n = w.nbytes();
+  auto it = copies_.find({w.data, n});
+  if (it == copies_.end()) {
+    Buffer b = HostAllocator::instance().allocate(n, 4096);
+    std::memcpy(b.data(), w.data, n);
+    copied_bytes_ += n;
+    it = copies_.emplace(std::make_pair(w.data, n), std::move(b)).first;
+    if (on_copied_) on_copied_(w.data, n);
+  }
+  TensorView v = w;
+  v.data = it->second.data();
+  return v;
 }
 
 void CpuBackend::copy(TensorView dst, const TensorView& src) {

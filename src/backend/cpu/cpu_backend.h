@@ -1,6 +1,10 @@
 #pragma once
 // The reference backend: the SIMD kernels (matmul.h, ops.h, attn_math.h) on host memory, split
 // over a ThreadPool by output rows. Every op gives the same bits for any thread count.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -15,6 +19,18 @@ class CpuBackend final : public Backend {
 
   void set_pool(ThreadPool* pool);
   ThreadPool* pool() const { return pool_; }
+  // With copies on, adopt_weight copies each weight into memory of the backend's own
+  // (anonymous pages) instead of using it where it is (the file's mmap). Offloading needs this:
+  // the expert budget is chosen for a machine under memory pressure, where file pages of the
+  // non-expert weights would be evicted and re-read on every token. The copy holds the same
+  // bytes, so every op gives the same bits. Set before the weights are adopted. `copied` is
+  // told each source range once its copy is made (to drop the file pages right away, so the
+  // peak never holds both).
+  void set_copy_weights(bool on, std::function<void(const void*, uint64_t)> copied = {}) {
+    copy_weights_ = on;
+    on_copied_ = std::move(copied);
+  }
+  uint64_t copied_weight_bytes() const { return copied_bytes_; }
 
   std::string name() const override { return "cpu"; }
   MemSpace space() const override { return MemSpace::Host; }
@@ -47,6 +63,11 @@ class CpuBackend final : public Backend {
   ThreadPool* pool_;
   std::vector<std::vector<float>> scores_;  // attention scratch, one row of positions per thread
   std::vector<float> x_pack_, y_pack_;      // matmul of strided rows
+  bool copy_weights_ = false;
+  std::function<void(const void*, uint64_t)> on_copied_;
+  // One copy per source range: tied embeddings (output = token_embd) are copied once.
+  std::map<std::pair<const uint8_t*, uint64_t>, Buffer> copies_;
+  uint64_t copied_bytes_ = 0;
 };
 
 }  // namespace moeflow

@@ -1,0 +1,107 @@
+#include "runtime/auto_fit.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "experts/expert_store.h"
+#include "gguf/expert_index.h"
+#include "gguf/gguf_file.h"
+#include "gguf/tensor_names.h"
+#include "model/hparams.h"
+#include "runtime/memory_facts.h"
+
+namespace moeflow {
+
+uint64_t fit_margin(uint64_t available) { return (64ull << 20) + available / 16; }
+
+FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string& source) {
+  FitDecision d;
+  d.available = available;
+  d.source = source;
+  const uint64_t all = m.fixed() + m.expert_bytes;
+  if (available == 0) {
+    d.reason = fmt::format("all experts resident (auto: the free memory is unknown here; the model "
+                           "needs {})",
+                           format_bytes(all));
+    return d;
+  }
+  d.margin = fit_margin(available);
+  const std::string parts = fmt::format(
+      "non-expert weights {} + KV cache {} (-c {}) + activations {}", format_bytes(m.non_expert_bytes),
+      format_bytes(m.kv_bytes), m.n_ctx, format_bytes(m.scratch_bytes));
+  if (all + d.margin <= available) {
+    d.reason = fmt::format("all experts resident (auto: the model needs {} ({} + experts {}) + "
+                           "margin {}; {} available, {})",
+                           format_bytes(all), parts, format_bytes(m.expert_bytes),
+                           format_bytes(d.margin), format_bytes(available), source);
+    return d;
+  }
+  const uint64_t reserved = m.fixed() + d.margin;
+  const uint64_t budget = available > reserved ? available - reserved : 0;
+  if (budget < m.min_budget)
+    fail("the model does not fit in memory: {} available ({}), but running it with expert "
+         "offloading needs at least {}: {} + the smallest expert budget {} (top-{} experts of a "
+         "layer) + margin {}. Free memory, lower -c, or give --expert-cache SIZE to try anyway",
+         format_bytes(available), source, format_bytes(reserved + m.min_budget), parts,
+         format_bytes(m.min_budget), m.top_k, format_bytes(d.margin));
+  d.offload = true;
+  d.budget = budget;
+  d.reason = fmt::format("expert offloading on, budget {} of {} of experts (auto: {} available, {}; "
+                         "all resident would need {} ({} + experts) + margin {}; "
+                         "--expert-cache SIZE or --no-offload override)",
+                         format_bytes(budget), format_bytes(m.expert_bytes), format_bytes(available),
+                         source, format_bytes(all), parts, format_bytes(d.margin));
+  return d;
+}
+
+namespace {
+
+// Float32 activations the forward pass keeps for a batch (model/model.cpp, layers/, moe/): the
+// residual stream and its two scratch copies, attention's q/k/v/output and one row of scores
+// per thread, the widest gated FFN's gate+up and hidden, the MoE slot rows and gathered rows,
+// router probabilities, and the logits.
+uint64_t activation_bytes(const HParams& hp, const FitContext& c) {
+  const uint64_t B = static_cast<uint64_t>(std::max(1, c.batch));
+  const uint64_t d = static_cast<uint64_t>(hp.n_embd);
+  const uint64_t ff = static_cast<uint64_t>(std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp}));
+  const uint64_t k = static_cast<uint64_t>(std::max(1, hp.n_expert_used));
+  uint64_t floats = 3 * d * B;
+  floats += static_cast<uint64_t>(hp.q_dim() + hp.k_dim() + hp.v_dim() + hp.attn_out_dim()) * B;
+  floats += static_cast<uint64_t>(std::max(1, c.threads)) * static_cast<uint64_t>(c.n_ctx);
+  floats += 3 * ff * B;
+  floats += (k + 2) * d * B + static_cast<uint64_t>(hp.n_expert) * B;
+  floats += static_cast<uint64_t>(hp.n_vocab) * static_cast<uint64_t>(std::max(1, c.logits_rows));
+  return floats * sizeof(float);
+}
+
+}  // namespace
+
+ModelMemory model_memory(const GgufFile& file, const FitContext& c) {
+  ModelMemory m;
+  const HParams hp = load_hparams(file);
+  HParams h = hp;
+  if (h.n_vocab == 0)
+    if (const auto* t = file.find_tensor("token_embd.weight")) h.n_vocab = t->rows();
+  for (const GgufTensorInfo& t : file.tensors())
+    (parse_expert_tensor_name(t.name) ? m.expert_bytes : m.non_expert_bytes) += t.nbytes;
+  // The low-precision copies (pack --low) are expert bytes too, but only the model's own
+  // precision decides the fit.
+  m.expert_bytes = build_expert_index(file).total_expert_bytes();
+  m.n_ctx = c.n_ctx;
+  m.kv_bytes = static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(c.n_ctx) *
+               static_cast<uint64_t>(hp.k_dim() + hp.v_dim()) * sizeof(float);
+  m.scratch_bytes = activation_bytes(h, c);
+  m.top_k = hp.n_expert_used;
+  if (m.expert_bytes > 0) {
+    const ExpertStore store(file.split_paths(), build_expert_index(file), StoreOptions{false});
+    int moe_layers = 0;
+    for (int l = 0; l < store.n_layers(); ++l) moe_layers += store.is_moe_layer(l);
+    m.min_budget = store.slot_bytes() * static_cast<uint64_t>(std::max(1, hp.n_expert_used)) *
+                   static_cast<uint64_t>(c.per_layer ? std::max(1, moe_layers) : 1);
+  }
+  return m;
+}
+
+}  // namespace moeflow

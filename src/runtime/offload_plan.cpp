@@ -1,0 +1,78 @@
+#include "runtime/offload_plan.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace moeflow {
+
+OffloadPlan plan_offload(const OffloadOptions& o, const GgufFile& file, const FitContext& ctx,
+                         const MemoryFacts& facts) {
+  OffloadPlan p;
+  p.options = o;
+  const bool explicit_budget = !o.is_auto() || o.cache_rate > 0;
+  if (o.expert_cache == "auto" && o.cache_rate > 0)
+    fail("--expert-cache auto and --cache-rate are exclusive: give one of them");
+  if (o.no_offload && explicit_budget)
+    fail("--no-offload and --expert-cache / --cache-rate are exclusive: give one of them");
+  if (!o.mem_limit.empty() && (o.no_offload || explicit_budget))
+    fail("--mem-limit sizes the automatic expert budget; it does nothing with --no-offload or an "
+         "explicit --expert-cache / --cache-rate");
+  p.memory = model_memory(file, ctx);
+  if (o.no_offload) {
+    p.how = "off";
+    p.fit.reason = "all experts resident (--no-offload)";
+    return p;
+  }
+  if (explicit_budget) {
+    p.how = "explicit";
+    p.fit.offload = true;
+    p.fit.budget = resolve_budget(o, p.memory.expert_bytes);
+    p.fit.reason = fmt::format("expert offloading on, budget {} of {} of experts ({})",
+                               format_bytes(p.fit.budget), format_bytes(p.memory.expert_bytes),
+                               o.is_auto() ? "--cache-rate" : "--expert-cache");
+    return p;
+  }
+  p.how = "auto";
+  uint64_t available = facts.available();
+  std::string source = facts.source();
+  if (!o.mem_limit.empty()) {
+    const uint64_t limit = parse_byte_size(o.mem_limit, "--mem-limit");
+    if (available == 0 || limit < available) {
+      available = limit;
+      source = "--mem-limit";
+    }
+  }
+  if (p.memory.expert_bytes == 0) {
+    p.fit.available = available;
+    p.fit.source = source;
+    p.fit.reason = "all weights resident (auto: the model has no routed experts to offload)";
+    return p;
+  }
+  p.fit = auto_fit(p.memory, available, source);
+  if (p.fit.offload) p.options.expert_cache = std::to_string(p.fit.budget);
+  return p;
+}
+
+nlohmann::json memory_json(const OffloadPlan& plan) {
+  const ProcessMemory pm = read_process_memory();
+  const ModelMemory& m = plan.memory;
+  return {{"plan", plan.how},
+          {"offload", plan.offload()},
+          {"reason", plan.fit.reason},
+          {"available_bytes", plan.fit.available},
+          {"available_source", plan.fit.source},
+          {"margin_bytes", plan.fit.margin},
+          {"budget_bytes", plan.fit.budget},
+          {"non_expert_bytes", m.non_expert_bytes},
+          {"expert_bytes", m.expert_bytes},
+          {"kv_bytes", m.kv_bytes},
+          {"scratch_bytes", m.scratch_bytes},
+          {"n_ctx", m.n_ctx},
+          {"vm_rss_bytes", pm.vm_rss},
+          {"vm_hwm_bytes", pm.vm_hwm},
+          {"rss_anon_bytes", pm.rss_anon},
+          {"rss_file_bytes", pm.rss_file}};
+}
+
+}  // namespace moeflow
