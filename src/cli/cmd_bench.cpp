@@ -26,6 +26,7 @@ struct BenchArgs {
   int reps = 3;
   int batch = 512;
   bool json = false;
+  std::string backend = "cpu";
   OffloadOptions offload;
 };
 
@@ -42,6 +43,7 @@ int run_bench(const BenchArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = std::max(1, a.n_prompt + a.n_gen);
   opt.batch = std::max(1, std::min(a.batch, std::max(1, a.n_prompt)));
+  opt.backend = parse_backend_kind(a.backend);
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -83,6 +85,7 @@ int run_bench(const BenchArgs& a) {
     j["reps"] = a.reps;
     j["threads"] = eng.pool().size();
     j["simd"] = simd_level();
+    j["backend"] = eng.backend().name();
     j["prefill_tps"] = prefill_tps;
     j["decode_tps"] = decode_tps;
     j["model_bytes"] = model_bytes;
@@ -92,8 +95,9 @@ int run_bench(const BenchArgs& a) {
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("model %s (%s, %.1f MiB), %d threads, %s\n", a.model.c_str(), hp.arch_name.c_str(),
-                model_bytes / 1048576.0, eng.pool().size(), simd_level());
+    std::printf("model %s (%s, %.1f MiB), %d threads, %s, backend %s\n", a.model.c_str(),
+                hp.arch_name.c_str(), model_bytes / 1048576.0, eng.pool().size(), simd_level(),
+                eng.backend().name().c_str());
     std::printf("prefill pp%d: %.2f tok/s\n", a.n_prompt, prefill_tps);
     std::printf("decode  tg%d: %.2f tok/s\n", a.n_gen, decode_tps);
   }
@@ -110,6 +114,7 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
   app.add_option("--reps", a->reps, "repetitions (median is reported)");
   app.add_flag("--json", a->json, "print one JSON object");
   add_offload_options(app, a->offload);
+  add_backend_option(app, a->backend);
   return CommandMain([a] { return run_bench(*a); });
 });
 

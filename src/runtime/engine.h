@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "model/moe/expert_provider.h"
+#include "runtime/backend_choice.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -21,6 +22,8 @@ struct EngineOptions {
   int n_threads = 0;      // 0: all cores
   int64_t n_ctx = 0;      // 0: min(4096, context_length)
   int batch = 256;        // prefill chunk (tokens per forward call)
+  // cuda: weights, KV cache and every expert in VRAM (docs/gpu.md); expert offloading is CPU only.
+  BackendKind backend = BackendKind::Cpu;
 };
 
 struct GenerationStats {
@@ -37,7 +40,8 @@ struct GenerationStats {
 
 class Engine {
  public:
-  // provider == nullptr: a ResidentExpertProvider over the mmap.
+  // provider == nullptr: a ResidentExpertProvider over the mmap (a DeviceExpertProvider with a
+  // device backend).
   Engine(const std::string& model_path, const EngineOptions& opt,
          std::shared_ptr<ExpertProvider> provider = nullptr);
   // Takes an already opened file (for tools that opened it to build their own provider).
@@ -50,6 +54,7 @@ class Engine {
   ForwardContext& context() { return *ctx_; }
   ExpertProvider& provider() { return *provider_; }
   ThreadPool& pool() { return *pool_; }
+  Backend& backend() { return ctx_->backend(); }
   int64_t n_vocab() const { return model_->n_vocab(); }
   int64_t pos() const { return ctx_->pos(); }
   void reset() { ctx_->reset(); }
@@ -72,6 +77,7 @@ class Engine {
  private:
   void init(const EngineOptions& opt);
   std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<Backend> backend_;  // device backends (the CPU one is the context's own)
   std::shared_ptr<ExpertProvider> provider_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
