@@ -36,7 +36,8 @@ void CudaBackend::matmul(const TensorView& w, const TensorView& x, TensorView y)
   if (!type_traits(w.type).supported) fail("cuda backend: matmul cannot read weight type {}", type_name(w.type));
   if (n == 0 || w.rows() == 0) return;
   const size_t rb = row_bytes(w.type, w.cols());
-  const uint64_t key = mix_key(mix_key(2, (uint64_t)w.type), (uint64_t)w.rows() * 1000003u + (uint64_t)w.cols());
+  const uint64_t key =
+      mix_key(mix_key(mix_key(2, (uint64_t)w.type), (uint64_t)w.rows() * 1000003u + (uint64_t)w.cols()), (uint64_t)n);
   if (n > kMaxVecTokens) {
     gemm(w, x, y);
     return;
