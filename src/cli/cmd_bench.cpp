@@ -29,6 +29,7 @@ struct BenchArgs {
   int batch = 512;
   bool json = false;
   std::string trace_out;  // routing of the timed passes, for the simulator's bounds
+  std::string backend = "cpu";
   OffloadOptions offload;
 };
 
@@ -45,6 +46,7 @@ int run_bench(const BenchArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = std::max(1, a.n_prompt + a.n_gen);
   opt.batch = std::max(1, std::min(a.batch, std::max(1, a.n_prompt)));
+  opt.backend = parse_backend_kind(a.backend);
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -108,6 +110,7 @@ int run_bench(const BenchArgs& a) {
     j["reps"] = a.reps;
     j["threads"] = eng.pool().size();
     j["simd"] = simd_level();
+    j["backend"] = eng.backend().name();
     j["prefill_tps"] = prefill_tps;
     j["decode_tps"] = decode_tps;
     j["model_bytes"] = model_bytes;
@@ -120,8 +123,9 @@ int run_bench(const BenchArgs& a) {
     j["memory"] = memory_json(loaded.plan);
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("model %s (%s, %.1f MiB), %d threads, %s\n", a.model.c_str(), hp.arch_name.c_str(),
-                model_bytes / 1048576.0, eng.pool().size(), simd_level());
+    std::printf("model %s (%s, %.1f MiB), %d threads, %s, backend %s\n", a.model.c_str(),
+                hp.arch_name.c_str(), model_bytes / 1048576.0, eng.pool().size(), simd_level(),
+                eng.backend().name().c_str());
     std::printf("prefill pp%d: %.2f tok/s\n", a.n_prompt, prefill_tps);
     std::printf("decode  tg%d: %.2f tok/s\n", a.n_gen, decode_tps);
   }
@@ -141,6 +145,7 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
                  "record the routing of the timed passes to this trace file (moeflow sim replays "
                  "it, e.g. for Belady's bytes on the same routing)");
   add_offload_options(app, a->offload);
+  add_backend_option(app, a->backend);
   return CommandMain([a] { return run_bench(*a); });
 });
 

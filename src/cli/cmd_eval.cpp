@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"
@@ -23,6 +24,7 @@ struct EvalArgs {
   int64_t ctx = 0;
   int batch = 256;
   bool sequential = false;
+  std::string backend = "cpu";
 };
 
 int run_eval(const EvalArgs& a) {
@@ -32,6 +34,7 @@ int run_eval(const EvalArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx > 0 ? a.ctx : (int64_t)toks.size() + a.greedy;
   opt.batch = a.batch;
+  opt.backend = parse_backend_kind(a.backend);
   Engine eng(a.model, opt);
   const int64_t V = eng.n_vocab();
   std::FILE* f = nullptr;
@@ -80,6 +83,7 @@ const bool registered_eval = register_command(
       app.add_option("-c,--ctx-size", a->ctx, "context size (default: tokens + greedy)");
       app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
       app.add_flag("--sequential", a->sequential, "feed the prompt one token at a time");
+      add_backend_option(app, a->backend);
       return CommandMain([a] { return run_eval(*a); });
     });
 

@@ -32,6 +32,7 @@ struct PplArgs {
   int batch = 512;
   int threads = 0;
   bool json = false;
+  std::string backend = "cpu";
   OffloadOptions offload;
 };
 
@@ -67,6 +68,7 @@ int run_perplexity_cmd(PplArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = ctx;
   opt.batch = a.batch;
+  opt.backend = parse_backend_kind(a.backend);
   LoadedEngine loaded = load_engine(file, opt, a.offload, opt.batch);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -177,6 +179,7 @@ const bool registered_perplexity = register_command(
       app.add_option("--kl-divergence", a->kl_base,
                      "compare with logits saved by --save-logits (same text, -c and --chunks)");
       add_offload_options(app, a->offload);
+      add_backend_option(app, a->backend);
       return CommandMain([a] { return run_perplexity_cmd(*a); });
     });
 

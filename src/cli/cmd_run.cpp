@@ -28,6 +28,7 @@ struct RunArgs {
   SamplerParams sp;
   bool stats_json = false;
   std::string stats = "text";  // text | json | none
+  std::string backend = "cpu";
   OffloadOptions offload;
 };
 
@@ -57,6 +58,7 @@ int run_run(RunArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
+  opt.backend = parse_backend_kind(a.backend);
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -133,6 +135,7 @@ const bool registered_run = register_command("run", "Generate text from a prompt
                  "statistics on stderr after the text: text | json (one object, the last line) | none");
   app.add_flag("--stats-json", a->stats_json, "same as --stats json");
   add_offload_options(app, a->offload);
+  add_backend_option(app, a->backend);
   return CommandMain([a] { return run_run(*a); });
 });
 

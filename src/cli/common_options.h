@@ -31,6 +31,15 @@ inline void add_sampling_options(CLI::App& app, SamplerParams& sp, const std::st
   app.add_option("--repeat-last-n", sp.repeat_last_n, "penalty window (-1 = all)");
 }
 
+// --backend cpu|cuda (EngineOptions::backend): parsed by the command with parse_backend_kind,
+// whose error names the choices; a missing CUDA build or device is reported when the engine
+// is made.
+inline void add_backend_option(CLI::App& app, std::string& backend) {
+  app.add_option("--backend", backend,
+                 "cpu (default) or cuda: weights, KV cache and every expert in VRAM (needs a "
+                 "build with -DMOEFLOW_CUDA=ON and a CUDA device)");
+}
+
 // The model's tokenizer for a command that cannot work on token ids alone; warnings about the
 // vocabulary go to stderr.
 inline std::unique_ptr<Tokenizer> require_tokenizer(const GgufFile& file, const char* command) {

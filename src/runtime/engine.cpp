@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "experts/device_provider.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
 
@@ -41,20 +42,32 @@ Engine::~Engine() = default;
 
 void Engine::init(const EngineOptions& opt) {
   model_ = std::make_unique<Model>(*file_);
-  if (!provider_) provider_ = std::make_shared<ResidentExpertProvider>(*file_);
+  const bool device = opt.backend != BackendKind::Cpu;
+  if (device && provider_)
+    fail("--backend {} copies every expert to the GPU: expert offloading (--expert-cache, "
+         "--cache-rate) runs on the CPU backend only for now",
+         backend_kind_name(opt.backend));
+  if (!provider_ && !device) provider_ = std::make_shared<ResidentExpertProvider>(*file_);
   if (opt.n_threads < 0) fail("thread count (-t) must be positive, got {}", opt.n_threads);
   pool_ = std::make_unique<ThreadPool>(opt.n_threads == 0 ? default_thread_count() : opt.n_threads);
   const int64_t n_ctx = resolve_n_ctx(opt.n_ctx, model_->hparams().n_ctx_train);
   if (opt.batch <= 0) fail("batch size must be positive, got {}", opt.batch);
   const int batch = (int)std::min<int64_t>(opt.batch, n_ctx);
+  if (device) {
+    backend_ = make_backend(opt.backend, pool_.get());
+    provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
+    ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
+    return;
+  }
   if (!opt.resident_weights) {
     ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
     return;
   }
-  backend_ = std::make_unique<CpuBackend>(pool_.get());
+  auto cpu = std::make_unique<CpuBackend>(pool_.get());
   // Each weight's file pages go as soon as its copy holds the bytes.
   const GgufFile& file = *file_;
-  backend_->set_copy_weights(true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); });
+  cpu->set_copy_weights(true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); });
+  backend_ = std::move(cpu);
   ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
   ctx_->prefault_kv();
 }

@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "model/moe/expert_provider.h"
+#include "runtime/backend_choice.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -26,6 +27,8 @@ struct EngineOptions {
   // offloaded: under the memory pressure a budget is chosen for, file pages would be evicted and
   // re-read every token, and a lazily touched KV cache would grow past the plan.
   bool resident_weights = false;
+  // cuda: weights, KV cache and every expert in VRAM (docs/gpu.md); expert offloading is CPU only.
+  BackendKind backend = BackendKind::Cpu;
 };
 
 // The context size a run gets: `requested`, or min(4096, trained context) for 0. Throws for < 0.
@@ -45,7 +48,8 @@ struct GenerationStats {
 
 class Engine {
  public:
-  // provider == nullptr: a ResidentExpertProvider over the mmap.
+  // provider == nullptr: a ResidentExpertProvider over the mmap (a DeviceExpertProvider with a
+  // device backend).
   Engine(const std::string& model_path, const EngineOptions& opt,
          std::shared_ptr<ExpertProvider> provider = nullptr);
   // Takes an already opened file (for tools that opened it to build their own provider).
@@ -58,6 +62,7 @@ class Engine {
   ForwardContext& context() { return *ctx_; }
   ExpertProvider& provider() { return *provider_; }
   ThreadPool& pool() { return *pool_; }
+  Backend& backend() { return ctx_->backend(); }
   int64_t n_vocab() const { return model_->n_vocab(); }
   int64_t pos() const { return ctx_->pos(); }
   void reset() { ctx_->reset(); }
@@ -79,11 +84,15 @@ class Engine {
 
  private:
   void init(const EngineOptions& opt);
+  // Declared so that destruction runs ctx_ -> model_ -> provider_ (it may free device memory
+  // through the backend) -> backend_ -> pool_.
   std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<ThreadPool> pool_;
+  // A device backend, or the CPU one when the engine needs its own (resident_weights);
+  // otherwise the context owns a CpuBackend.
+  std::unique_ptr<Backend> backend_;
   std::shared_ptr<ExpertProvider> provider_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<CpuBackend> backend_;  // own backend (resident_weights); outlives ctx_
   std::unique_ptr<ForwardContext> ctx_;
   GenerationStats stats_;
 };

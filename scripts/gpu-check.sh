@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# The one command to run on a GPU machine (CUDA toolkit, CMake, ninja, Python; no network):
+# builds moeflow with CUDA and llama.cpp with CUDA from the carried sources, runs the GPU tests,
+# compute-sanitizer over the op tests, and the all-in-VRAM benchmarks against llama.cpp; prints
+# one short table last. Full logs go to LOGDIR. Run scripts/gpu-bundle.sh first on a machine
+# with network and the Debian build packages: it fills .gpu-carry/, which travels with the tree.
+#
+# Usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench] LOGDIR
+#   build     moeflow (-DMOEFLOW_CUDA=ON, sm_90 + PTX, tests) and llama.cpp's llama-bench (CUDA)
+#   test      GPU tests with MOEFLOW_REQUIRE_GPU=1 (op suite on CUDA, GPU vs CPU logits for
+#             every architecture and block format), then the CPU suite
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the CUDA op tests, and
+#             memcheck on two whole-model GPU tests
+#   bench     generates the benchmark models here, then prefill / decode tok/s of moeflow
+#             (CUDA graphs on and off) and llama.cpp -ngl 99 on the same files
+# Each stage is meant to finish in under 10 minutes on a 16-core machine.
+# Environment: JOBS (default: all cores), GPU_CHECK_BUILD (default build-gpu),
+# GPU_CHECK_LLAMA=0 (skip llama.cpp: build and bench moeflow only), BENCH_REPS (default 3).
+# shellcheck disable=SC2317  # the stage_* functions are called by name ("stage_$s")
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+
+stages=build,test,sanitize,bench
+logdir=""
+while (($#)); do
+  case $1 in
+    --stages) stages=$2; shift 2 ;;
+    --stages=*) stages=${1#--stages=}; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+    *) logdir=$1; shift ;;
+  esac
+done
+[ -n "$logdir" ] || { echo "usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench] LOGDIR" >&2; exit 2; }
+for s in ${stages//,/ }; do
+  case $s in build|test|sanitize|bench) ;; *) echo "gpu-check: unknown stage '$s'" >&2; exit 2 ;; esac
+done
+mkdir -p "$logdir"
+logdir=$(cd "$logdir" && pwd)
+JOBS=${JOBS:-$(nproc)}
+BUILD=${GPU_CHECK_BUILD:-build-gpu}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+LLAMA=${GPU_CHECK_LLAMA:-1}
+REPS=${BENCH_REPS:-3}
+CARRY=$ROOT/.gpu-carry
+summary=()   # "stage|check|result|detail"
+failed=0
+
+if ! command -v nvcc >/dev/null; then
+  for d in "${CUDA_HOME:-}" /usr/local/cuda; do
+    [ -n "$d" ] && [ -x "$d/bin/nvcc" ] && export PATH="$d/bin:$PATH" && break
+  done
+fi
+CUDA_BIN=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+
+note() { echo "gpu-check: $*"; }
+record() {  # stage check status detail
+  summary+=("$1|$2|$3|$4")
+  [ "$3" = FAIL ] && failed=1
+  note "$1 / $2: $3 ${4:+($4)}"
+}
+# Runs a command with its output in LOGDIR/NAME.log; prints the elapsed seconds.
+logged() {
+  local name=$1; shift
+  local t0=$SECONDS
+  { echo "\$ $*"; "$@"; } >"$logdir/$name.log" 2>&1
+  local rc=$?
+  echo "[exit $rc after $((SECONDS - t0)) s]" >>"$logdir/$name.log"
+  LAST_SECONDS=$((SECONDS - t0))
+  return "$rc"
+}
+gtest_counts() {  # log -> "N passed, M skipped, K failed"
+  local log=$1
+  local p s f
+  # Per-test result lines end with the test's time; gtest's closing lists do not.
+  p=$(grep -Ec '^\[       OK \] .*\([0-9]+ ms\)$' "$log" || true)
+  s=$(grep -Ec '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$log" || true)
+  f=$(grep -Ec '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log" || true)
+  echo "$p passed, $s skipped, $f failed"
+}
+
+# ------------------------------------------------------------------------------------- build
+stage_build() {
+  local tp=()
+  if [ -d "$CARRY" ]; then
+    tp=(-DMOEFLOW_THIRD_PARTY_DIR="$CARRY")
+  else
+    note "no .gpu-carry/ (scripts/gpu-bundle.sh): using the system's fmt, CLI11, nlohmann-json, httplib, GoogleTest"
+  fi
+  # The shared test data beside the tree does not travel: the carried corpus stands in for it.
+  if [ ! -d "$ROOT/../shared/data/corpus" ] && [ -f "$CARRY/shared-data.tar.gz" ]; then
+    mkdir -p "$BUILD/shared-data" && tar xzf "$CARRY/shared-data.tar.gz" -C "$BUILD/shared-data"
+    tp+=(-DMOEFLOW_SHARED_DATA_DIR="$BUILD/shared-data")
+  fi
+  local launch=()
+  command -v ccache >/dev/null && launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  if logged build-moeflow bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLOW_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF ${tp[*]} ${launch[*]} && \
+        cmake --build '$BUILD' -j $JOBS"; then
+    record build moeflow PASS "CUDA sm_90+PTX, ${LAST_SECONDS} s"
+  else
+    record build moeflow FAIL "see build-moeflow.log"
+    return
+  fi
+  if [ "$LLAMA" = 0 ]; then
+    record build llama.cpp SKIP "GPU_CHECK_LLAMA=0"
+    return
+  fi
+  if [ ! -f "$CARRY/llama.cpp.tar.gz" ]; then
+    record build llama.cpp FAIL "no .gpu-carry/llama.cpp.tar.gz (run scripts/gpu-bundle.sh)"
+    return
+  fi
+  local src=$BUILD/llama.cpp-src
+  if [ ! -f "$src/.stamp" ] || ! cmp -s "$src/.stamp" <(sha256sum "$CARRY/llama.cpp.tar.gz"); then
+    rm -rf "$src" && mkdir -p "$src"
+    tar xzf "$CARRY/llama.cpp.tar.gz" -C "$src" --strip-components=1
+    sha256sum "$CARRY/llama.cpp.tar.gz" >"$src/.stamp"
+  fi
+  # llama-bench only, CUDA for Hopper, no network features.
+  if logged build-llama bash -c "cmake -S '$src' -B '$BUILD/llama.cpp' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_OPENSSL=OFF -DGGML_CUDA_NCCL=OFF ${launch[*]} && \
+        cmake --build '$BUILD/llama.cpp' --target llama-bench -j $JOBS"; then
+    record build llama.cpp PASS "llama-bench with CUDA, ${LAST_SECONDS} s"
+  else
+    record build llama.cpp FAIL "see build-llama.log"
+  fi
+}
+
+# -------------------------------------------------------------------------------------- test
+stage_test() {
+  local t=$BUILD/tests
+  [ -x "$t/test_backend" ] || { record test all FAIL "no $t/test_backend: run the build stage"; return; }
+  nvidia-smi >"$logdir/nvidia-smi.log" 2>&1 || true
+  local name
+  for spec in "ops:test_backend:*cuda*:CudaDevice.*:BlockDecode.*" "logits:test_gpu:*" "choice:test_runtime:BackendChoice.*"; do
+    name=${spec%%:*}; spec=${spec#*:}
+    local bin=${spec%%:*} filter=${spec#*:}
+    if logged "test-gpu-$name" env MOEFLOW_REQUIRE_GPU=1 "$t/$bin" --gtest_filter="$filter"; then
+      record test "gpu $name ($bin)" PASS "$(gtest_counts "$logdir/test-gpu-$name.log"), ${LAST_SECONDS} s"
+    else
+      record test "gpu $name ($bin)" FAIL "$(gtest_counts "$logdir/test-gpu-$name.log"), see test-gpu-$name.log"
+    fi
+  done
+  # The CPU suite of this build, the GPU cases excluded (run above), the Python oracles
+  # excluded (their packages are not on GPU machines).
+  if logged test-cpu bash -c "cd '$BUILD' && ctest -j $JOBS -LE 'python|slow|gpu' -E 'cuda|CudaDevice' --timeout 600 --output-on-failure"; then
+    record test "cpu suite" PASS "$(grep -Eo '[0-9]+% tests passed.*' "$logdir/test-cpu.log" | tail -1), ${LAST_SECONDS} s"
+  else
+    record test "cpu suite" FAIL "$(grep -Eo '[0-9]+% tests passed.*' "$logdir/test-cpu.log" | tail -1), see test-cpu.log"
+  fi
+}
+
+# ---------------------------------------------------------------------------------- sanitize
+stage_sanitize() {
+  local cs=""
+  for c in "$(command -v compute-sanitizer 2>/dev/null)" "$CUDA_BIN/compute-sanitizer" \
+           "$CUDA_BIN/../compute-sanitizer/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer; do
+    [ -n "$c" ] && [ -x "$c" ] && { cs=$c; break; }
+  done
+  [ -n "$cs" ] || { record sanitize compute-sanitizer FAIL "not found next to nvcc ($CUDA_BIN)"; return; }
+  local t=$BUILD/tests
+  [ -x "$t/test_backend" ] || { record sanitize all FAIL "no $t/test_backend: run the build stage"; return; }
+  # memcheck: every CUDA op test; racecheck / synccheck: the kernels with shared memory and
+  # barriers (attention, norms, routing); memcheck again on whole models (graphs, cuBLAS, routing
+  # round trips). Time limits keep the stage under 10 minutes.
+  local ops='EveryBackend/BackendOps.*/cuda:CudaDevice.*'
+  local shared='EveryBackend/BackendOps.Attention*/cuda:EveryBackend/BackendOps.*Norm*/cuda:EveryBackend/BackendOps.Route*/cuda'
+  local model='*mixtral_Q4_K:*qwen2moe_Q4_0:*qwen3moe_IQ4_XS:*olmoe_F16'
+  for spec in "memcheck:200:test_backend:$ops" "racecheck:150:test_backend:$shared" \
+              "synccheck:90:test_backend:$shared" "memcheck-models:130:test_gpu:$model"; do
+    local name=${spec%%:*}; spec=${spec#*:}
+    local limit=${spec%%:*}; spec=${spec#*:}
+    local bin=${spec%%:*} filter=${spec#*:} tool=${name%%-*}
+    if logged "sanitize-$name" env MOEFLOW_REQUIRE_GPU=1 timeout "$limit" "$cs" --tool "$tool" \
+        --error-exitcode 99 "$t/$bin" --gtest_filter="$filter"; then
+      record sanitize "$name" PASS "$(grep -Eo 'ERROR SUMMARY: [0-9]+ error[s]?|RACECHECK SUMMARY: [0-9]+ hazard[s]? displayed' "$logdir/sanitize-$name.log" | tail -1), ${LAST_SECONDS} s"
+    else
+      record sanitize "$name" FAIL "$(grep -Eo 'ERROR SUMMARY: [0-9]+ error[s]?|RACECHECK SUMMARY.*' "$logdir/sanitize-$name.log" | tail -1), see sanitize-$name.log"
+    fi
+  done
+}
+
+# ------------------------------------------------------------------------------------- bench
+bench_rows=()  # "model|moeflow pp|moeflow tg|moeflow tg no graphs|llama pp|llama tg"
+stage_bench() {
+  local mf=$BUILD/moeflow
+  [ -x "$mf" ] || { record bench all FAIL "no $mf: run the build stage"; return; }
+  local lb=$BUILD/llama.cpp/bin/llama-bench
+  [ "$LLAMA" = 0 ] || [ -x "$lb" ] || { record bench llama-bench FAIL "no $lb: run the build stage"; lb=""; }
+  [ "$LLAMA" = 0 ] && lb=""
+  local mdir=$BUILD/bench-models
+  mkdir -p "$mdir"
+  # name : gen-model arguments. Four layers of the real Mixtral-8x7B shape (bench/bench_engine.py's
+  # model) and eight of Qwen3-30B-A3B's (128 small experts, top-8): the whole model in VRAM.
+  local models=("mixtral8x7b-4l-q4k:--arch mixtral --preset 8x7b --layers 4 --type Q4_K"
+                "qwen3-30b-a3b-8l-q4k:--arch qwen3moe --preset 30b-a3b --layers 8 --type Q4_K")
+  for m in "${models[@]}"; do
+    local name=${m%%:*} args=${m#*:} path
+    path=$mdir/$name.gguf
+    if [ ! -f "$path" ]; then
+      # shellcheck disable=SC2086  # args are words
+      if ! logged "bench-gen-$name" "$mf" gen-model $args -q -t "$JOBS" -o "$path.part" || ! mv "$path.part" "$path"; then
+        record bench "gen $name" FAIL "see bench-gen-$name.log"
+        continue
+      fi
+    fi
+    local pp tg tg0 lpp="-" ltg="-"
+    if logged "bench-moeflow-$name" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" --json &&
+       logged "bench-moeflow-nographs-$name" env MOEFLOW_CUDA_GRAPHS=0 "$mf" bench --backend cuda -m "$path" -p 0 -n 128 --reps "$REPS" --json; then
+      pp=$(json_field "$logdir/bench-moeflow-$name.log" prefill_tps)
+      tg=$(json_field "$logdir/bench-moeflow-$name.log" decode_tps)
+      tg0=$(json_field "$logdir/bench-moeflow-nographs-$name.log" decode_tps)
+      record bench "moeflow $name" PASS "pp512 $pp, tg128 $tg ($tg0 without graphs) tok/s"
+    else
+      record bench "moeflow $name" FAIL "see bench-moeflow-$name.log"
+      pp=-; tg=-; tg0=-
+    fi
+    if [ -n "$lb" ]; then
+      local out=$logdir/bench-llama-$name.json
+      if logged "bench-llama-$name" bash -c "'$lb' -m '$path' -ngl 99 -p 512 -n 128 -r $REPS -o json >'$out'"; then
+        lpp=$(llama_ts "$out" prompt)
+        ltg=$(llama_ts "$out" gen)
+        record bench "llama.cpp $name" PASS "pp512 $lpp, tg128 $ltg tok/s"
+      else
+        record bench "llama.cpp $name" FAIL "see bench-llama-$name.log"
+      fi
+    fi
+    bench_rows+=("$name|$pp|$tg|$tg0|$lpp|$ltg")
+  done
+  # PLACEHOLDER (issue 16, second half): the VRAM-budget benchmarks -- experts offloaded to a
+  # budgeted VRAM cache over pinned host memory, decode at 25% / 50% of the expert bytes in
+  # VRAM vs llama.cpp with partial offload (-ngl / --override-tensor). Not implemented yet.
+  record bench "VRAM budget (offloaded experts)" TODO "not implemented yet: second half of issue 16"
+}
+
+# The last JSON line of a log's field.
+json_field() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+rows = [l for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"{json.loads(rows[-1])[sys.argv[2]]:.1f}" if rows else "-")
+EOF
+}
+# llama-bench -o json: the avg_ts of the prompt-only or generation-only test.
+llama_ts() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))
+except ValueError:
+    print("-"); sys.exit()
+want = [r for r in runs if (r["n_gen"] == 0) == (sys.argv[2] == "prompt")]
+print(f"{want[0]['avg_ts']:.1f}" if want else "-")
+EOF
+}
+
+ratio() { python3 -c "import sys; a, b = sys.argv[1:]; print(f'{float(a) / float(b):.2f}x')" "$1" "$2" 2>/dev/null || echo -; }
+
+t_all=$SECONDS
+for s in ${stages//,/ }; do
+  t0=$SECONDS
+  note "== stage $s"
+  "stage_$s"
+  note "== stage $s took $((SECONDS - t0)) s"
+  echo "$s $((SECONDS - t0))" >>"$logdir/stage-seconds.txt"
+done
+
+{
+  echo
+  echo "moeflow gpu-check ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo 'no GPU seen')), logs in $logdir, $((SECONDS - t_all)) s"
+  printf '%-9s %-44s %-5s %s\n' stage check result detail
+  for r in "${summary[@]}"; do
+    IFS='|' read -r st ck rs dt <<<"$r"
+    printf '%-9s %-44s %-5s %s\n' "$st" "$ck" "$rs" "$dt"
+  done
+  if ((${#bench_rows[@]})); then
+    echo
+    printf '%-22s %12s %12s %16s %12s %12s %9s %9s\n' model "moeflow pp" "moeflow tg" "tg (no graphs)" "llama pp" "llama tg" "pp ratio" "tg ratio"
+    for r in "${bench_rows[@]}"; do
+      IFS='|' read -r m pp tg tg0 lpp ltg <<<"$r"
+      printf '%-22s %12s %12s %16s %12s %12s %9s %9s\n' "$m" "$pp" "$tg" "$tg0" "$lpp" "$ltg" "$(ratio "$pp" "$lpp")" "$(ratio "$tg" "$ltg")"
+    done
+    echo "(tok/s: prefill of 512 tokens, decode of 128; everything in VRAM; llama.cpp -ngl 99, default flash attention)"
+  fi
+} | tee "$logdir/summary.txt"
+exit $failed

@@ -1,0 +1,211 @@
+// The CUDA backend against the CPU backend on whole models: every architecture (Mixtral,
+// Qwen2-MoE, Qwen3-MoE, OLMoE; `moeflow gen-model`'s "small" shapes, every row a multiple of
+// 256 so every block format applies) in every block format, exact expert mode.
+//   - prompt logits (batched prefill: the GEMM path) and decode logits (the matvec path,
+//     teacher-forced on the CPU's greedy tokens) within a stated tolerance of the CPU's;
+//   - greedy tokens identical to the CPU's, except where the CPU's own top two logits are
+//     closer than the tolerance allows to decide (counted and reported, at most 2 of 8);
+//   - the GPU deterministic: a second run, with CUDA graphs off, gives the same bits;
+//   - the decode steps really ran as graphs, reused from step to step.
+// Without a device every case is skipped ("no CUDA device: ..."); MOEFLOW_REQUIRE_GPU=1
+// makes that a failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "../backend/gpu_guard.h"
+#include "backend/cuda/cuda_backend.h"
+#include "model/gen/model_generator.h"
+#include "runtime/engine.h"
+
+namespace moeflow::test {
+namespace {
+
+struct Case {
+  std::string arch;
+  GgmlType type;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << " " << type_name(c.type); }
+
+// Largest |gpu - cpu| over a logits row, relative to the row's largest |cpu| (at least 1).
+// F32: both sides float32 throughout (the GEMM in float32 too). F16/BF16: the GPU's prefill
+// GEMM rounds activations to the weight's type. Block formats: the CPU quantizes activations
+// to Q8_0 / Q8_K blocks, the GPU to 8 bits per 32 (decode) or fp16 (prefill), so the two
+// differ by about the activation quantization error, compounded over the layers.
+double tolerance(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 1e-4;
+    case GgmlType::F16: return 1e-2;
+    case GgmlType::BF16: return 5e-2;
+    default: return 5e-2;
+  }
+}
+
+// One folder per test process, removed when it exits.
+std::string temp_dir() {
+  struct Dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("moeflow_gpu_test_" + std::to_string(getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path.string();
+}
+
+std::string make_model(const Case& c) {
+  const std::string path = temp_dir() + "/" + c.arch + "_" + type_name(c.type) + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    gen::GenOptions o;
+    o.shape = gen::find_preset(gen::parse_arch(c.arch), "small");
+    o.type = c.type;
+    o.seed = 1234;
+    o.threads = 4;
+    gen::generate_model(o, path);
+  }
+  return path;
+}
+
+double rel_diff(const float* a, const float* b, size_t n) {
+  double md = 0, scale = 1;
+  for (size_t i = 0; i < n; ++i) {
+    md = std::max(md, std::fabs((double)a[i] - (double)b[i]));
+    scale = std::max(scale, std::fabs((double)b[i]));
+  }
+  return md / scale;
+}
+
+// Top logit's index and its margin over the second (relative to the row's scale).
+std::pair<int32_t, double> top(const float* row, size_t n) {
+  int32_t best = 0;
+  double scale = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (row[i] > row[best]) best = (int32_t)i;
+    scale = std::max(scale, std::fabs((double)row[i]));
+  }
+  double second = -INFINITY;
+  for (size_t i = 0; i < n; ++i)
+    if ((int32_t)i != best) second = std::max(second, (double)row[i]);
+  return {best, (row[best] - second) / scale};
+}
+
+struct RunResult {
+  std::vector<float> prompt_logits;  // [n_prompt][V]
+  std::vector<float> step_logits;    // [n_steps][V]
+  std::vector<int32_t> tokens;       // tokens fed to the decode steps
+  CudaGraphCounts graphs;
+};
+
+constexpr int kPrompt = 12, kSteps = 8;
+
+std::vector<int32_t> prompt_ids(int64_t vocab) {
+  std::vector<int32_t> ids(kPrompt);
+  uint64_t s = 99;
+  for (auto& t : ids) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t = (int32_t)((s >> 33) % (uint64_t)vocab);
+  }
+  return ids;
+}
+
+// Prefill (all logits), then kSteps decode steps fed `force` (or the run's own greedy tokens).
+RunResult run(const std::string& path, BackendKind backend, const std::vector<int32_t>* force) {
+  EngineOptions opt;
+  opt.n_threads = 2;
+  opt.n_ctx = kPrompt + kSteps + 4;
+  opt.batch = kPrompt;
+  opt.backend = backend;
+  Engine eng(path, opt);
+  const size_t V = (size_t)eng.n_vocab();
+  RunResult r;
+  eng.prefill(prompt_ids((int64_t)V), true, &r.prompt_logits);
+  const float* last = r.prompt_logits.data() + (kPrompt - 1) * V;
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t tok = force ? (*force)[i] : top(last, V).first;
+    r.tokens.push_back(tok);
+    const std::span<const float> row = eng.decode(tok);
+    r.step_logits.insert(r.step_logits.end(), row.begin(), row.end());
+    last = r.step_logits.data() + (size_t)i * V;
+  }
+  r.graphs = cuda_graph_counts(eng.backend());
+  return r;
+}
+
+class GpuVsCpu : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { MOEFLOW_NEED_CUDA_DEVICE(); }
+};
+
+TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
+  const Case& c = GetParam();
+  const std::string path = make_model(c);
+  const double tol = tolerance(c.type);
+  const RunResult cpu = run(path, BackendKind::Cpu, nullptr);
+  const RunResult gpu = run(path, BackendKind::Cuda, &cpu.tokens);
+  const size_t V = cpu.step_logits.size() / kSteps;
+
+  double worst = 0;
+  for (int t = 0; t < kPrompt; ++t) {
+    const double d = rel_diff(gpu.prompt_logits.data() + t * V, cpu.prompt_logits.data() + t * V, V);
+    worst = std::max(worst, d);
+    EXPECT_LT(d, tol) << "prompt position " << t;
+  }
+  int near_ties = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    const float* g = gpu.step_logits.data() + i * V;
+    const float* p = cpu.step_logits.data() + i * V;
+    const double d = rel_diff(g, p, V);
+    worst = std::max(worst, d);
+    EXPECT_LT(d, tol) << "decode step " << i;
+    const auto [ct, margin] = top(p, V);
+    const int32_t gt = top(g, V).first;
+    if (gt != ct) {
+      // Only a near tie on the CPU's own side excuses a different greedy token.
+      EXPECT_LT(margin, 2 * tol) << "decode step " << i << ": GPU picks " << gt << ", CPU " << ct
+                                 << " by a margin of " << margin;
+      ++near_ties;
+    }
+  }
+  EXPECT_LE(near_ties, 2) << "greedy tokens differ at " << near_ties << " of " << kSteps << " steps";
+  std::printf("%s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps\n",
+              c.arch.c_str(), type_name(c.type), worst, tol, near_ties);
+
+  // Decode steps captured as graphs and reused (updated) from one step to the next.
+  EXPECT_GT(gpu.graphs.launches, 0u);
+  EXPECT_GT(gpu.graphs.updates, 0u);
+
+  // Deterministic, and the graphs change nothing: the same run without them, bit for bit.
+  setenv("MOEFLOW_CUDA_GRAPHS", "0", 1);
+  const RunResult plain = run(path, BackendKind::Cuda, &cpu.tokens);
+  unsetenv("MOEFLOW_CUDA_GRAPHS");
+  EXPECT_EQ(plain.graphs.launches, 0u);
+  EXPECT_TRUE(plain.prompt_logits == gpu.prompt_logits) << "prefill logits differ between two GPU runs";
+  EXPECT_TRUE(plain.step_logits == gpu.step_logits) << "decode logits differ with and without CUDA graphs";
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  using T = GgmlType;
+  for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "olmoe"})
+    for (T t : {T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::IQ4_NL,
+                T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS})
+      out.push_back({arch, t});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryArchAndFormat, GpuVsCpu, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.arch + "_" + type_name(info.param.type); });
+
+}  // namespace
+}  // namespace moeflow::test
