@@ -9,12 +9,13 @@ import subprocess
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+from oracle_import import require, require_module
+
+gguf = require_module("gguf", "gguf-py, the independent GGUF reader")
 from oracle_models import moeflow_binary  # noqa: E402
 
 BIN = moeflow_binary()
-if BIN is None:
-    pytest.skip("moeflow binary not built", allow_module_level=True)
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
 
 M64 = (1 << 64) - 1
 

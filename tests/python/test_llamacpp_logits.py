@@ -47,14 +47,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp")
-
 import oracle_models as om  # noqa: E402
+from oracle_import import require, require_module  # noqa: E402
+
+llama_cpp = require_module("llama_cpp", "llama.cpp, the reference for quantized models")
 
 BIN = om.moeflow_binary()
-if BIN is None or not (om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen-model")):
-    pytest.skip("moeflow binary with the eval and gen-model commands not available",
-                allow_module_level=True)
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
+require(om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen-model"),
+        f"{BIN} lacks the eval or gen-model command")
 
 ARCHS = om.ARCHS  # mixtral (GGUF arch "llama" with experts), qwen2moe, qwen3moe, olmoe
 N_TOKENS, N_SEQS, N_VOCAB, N_LAYERS, ROUTER_SCALE, SEED = 64, 4, 512, 2, 8.0, 7
