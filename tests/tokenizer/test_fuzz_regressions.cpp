@@ -1,5 +1,5 @@
-// Inputs that the libFuzzer targets (tests/fuzz, docs/fuzzing.md) found to crash the
-// tokenizer: the committed reproducers of tests/fuzz/regressions/ and hand-made
+// Inputs that the libFuzzer targets (tests/fuzz, docs/fuzzing.md) found to crash the tokenizer
+// or the chat template: the committed reproducers of tests/fuzz/regressions/ and hand-made
 // cases of the same bugs. Each must now give one moeflow::Error naming what is wrong.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow {
@@ -77,6 +78,20 @@ TEST(TokenizerFuzzRegressions, ByteTokenWithASignIsRefused) {
     EXPECT_EQ(tok->token_to_piece(3), "\n") << t;
     EXPECT_EQ(tok->encode("\n", false), std::vector<int32_t>({3})) << t;
   }
+}
+
+// fuzz_chat_template: an integer literal longer than int64 made std::stoll throw
+// std::out_of_range out of the ChatTemplate constructor.
+TEST(ChatTemplateFuzzRegressions, IntegerLiteralOutOfRangeIsAnError) {
+  const std::string input = reproducer("chat_template/int_literal_out_of_range");
+  const std::string source = input.substr(0, input.find('\0'));
+  expect_error([&] { ChatTemplate t(source); }, "chat template: integer literal 7777777777");
+  expect_error([&] { ChatTemplate t("{{ 9223372036854775808 }}"); },
+               "chat template: integer literal 9223372036854775808 is out of range");
+  EXPECT_EQ(ChatTemplate("{{ 9223372036854775807 }}").render(nlohmann::ordered_json::object()),
+            "9223372036854775807");
+  // A float literal too large for a double is inf, as in Python, not an exception.
+  EXPECT_EQ(ChatTemplate("{{ " + std::string(400, '9') + ".5 }}").render(nlohmann::ordered_json::object()), "inf");
 }
 
 }  // namespace
