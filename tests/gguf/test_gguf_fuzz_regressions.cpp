@@ -72,9 +72,18 @@ TEST(GgufFuzzRegressions, TensorsSharingBytesAreRefused) {
   }
 }
 
-// Found by fuzz_gguf (heap bound): a 128-byte file with llama.block_count = 1000000 made the
-// expert index allocate 40 MB of empty layers; a tensor named blk.999999.x did the same.
+// Found by fuzz_gguf (heap bound): its 2144-byte input with llama.block_count = 655363 made the
+// expert index allocate 26 MB of empty layers (tests/fuzz/regressions/gguf/
+// block_count_655363.gguf); 1000000 in a 128-byte file gave 40 MB, and a tensor named
+// blk.999999.x did the same.
 TEST(GgufFuzzRegressions, LayerCountIsBounded) {
+  const std::string found = test::read_bytes(std::string(MOEFLOW_SOURCE_DIR) +
+                                             "/tests/fuzz/regressions/gguf/block_count_655363.gguf");
+  ASSERT_EQ(found.size(), 2144u);
+  auto fz = GgufFile::open_bytes("block_count_655363.gguf", found.data(), found.size());
+  expect_error([&] { build_expert_index(*fz); },
+               "block_count_655363.gguf: metadata key 'llama.block_count' = 655363 is out of range 0..65536");
+
   Bytes b;
   b.header(3, 0, 2);
   b.kv_str("general.architecture", "llama");
