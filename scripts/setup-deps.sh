@@ -7,7 +7,9 @@ set -euo pipefail
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libcpp-httplib-dev liburing-dev)
-[ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] || APT_PKGS+=(googletest libgtest-dev libbenchmark-dev)
+# Tests; clang and its runtimes (libFuzzer, sanitizers) for the fuzz targets (scripts/fuzz.sh).
+[ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] ||
+  APT_PKGS+=(googletest libgtest-dev libbenchmark-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: builds moeflow and runs the whole suite — release build (C++ tests and the
-# Python oracle tests), then the C++ tests again under ASan+UBSan and under TSan.
-# Usage: scripts/test.sh [--fast]   (--fast: release build only)
+# Python oracle tests), then the C++ tests again under ASan+UBSan and under TSan, then every
+# libFuzzer target for a bounded time (scripts/fuzz.sh: clang, ASan+UBSan, docs/fuzzing.md).
+# Usage: scripts/test.sh [--fast]   (--fast: release build only: no sanitizers, no fuzzing)
+# MOEFLOW_FUZZ_SECONDS: seconds per fuzz target (default 60; 0 leaves fuzzing out).
 # Every ctest run ends with the list of tests it skipped; a skip that is not in SKIP_ALLOW below
 # fails the run. Under CI (CI=true, .ci/run) missing oracles or shared data already fail the
 # tests themselves (tests/python/oracle_import.py, tests/require_data.h).
@@ -54,5 +56,10 @@ if [ "${1:-}" != --fast ]; then
   echo "== TSan build: C++ tests"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
     run_suite build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEFLOW_SANITIZE=thread -- -LE 'python|slow'
+  fuzz_seconds=${MOEFLOW_FUZZ_SECONDS:-60}
+  if [ "$fuzz_seconds" != 0 ]; then
+    echo "== libFuzzer targets, $fuzz_seconds s each (clang, ASan+UBSan)"
+    JOBS=$JOBS bash scripts/fuzz.sh --seconds "$fuzz_seconds"
+  fi
 fi
 echo "== all test suites passed"
