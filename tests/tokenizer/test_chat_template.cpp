@@ -653,7 +653,9 @@ TEST(ChatTemplateLimits, WorkIsBoundedAndTheErrorComesQuickly) {
         EXPECT_NE(std::string(e.what()).find(h[1]), std::string::npos) << h[0] << ": " << e.what();
       }
     });
-    EXPECT_LT(s, 20.0) << h[0];  // ~0.1 s in a release build, a few s under the sanitizers
+    // ~0.1 s in a release build, ~2 s in a Debug ASan build; generous for loaded CI machines
+    // (the unfixed code ran for hours).
+    EXPECT_LT(s, 120.0) << h[0];
   }
 }
 
@@ -664,7 +666,7 @@ TEST(ChatTemplateLimits, SubstringSearchIsLinear) {
   std::string out;
   const double s = seconds([&] { out = r(t); });
   EXPECT_EQ(out, "False True 2 1000000");
-  EXPECT_LT(s, 10.0);
+  EXPECT_LT(s, 60.0);  // milliseconds in a release build; the unfixed search ran for hours
 }
 
 TEST(ChatTemplateLimits, LongConversationsStayWithinTheBudget) {
