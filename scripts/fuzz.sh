@@ -5,8 +5,10 @@
 # violation; the offending input is kept under DIR/fuzz-artifacts/ and the command to replay it
 # is printed. See docs/fuzzing.md.
 #
-# Usage: scripts/fuzz.sh [--seconds N] [--build DIR] [--jobs N] [targets...]
+# Usage: scripts/fuzz.sh [--seconds N] [--runs N] [--build DIR] [--jobs N] [targets...]
 #   --seconds N  time per target (default 60); targets run one after another
+#   --runs N     stop a target after N executions (its time limit still applies); the long run
+#                of docs/fuzzing.md is --runs 1000000 --seconds 14400
 #   --build DIR  the fuzz build directory (default build-fuzz)
 #   --jobs N     build parallelism (default: all cores)
 #   targets      names without the fuzz_ prefix (default: every tests/fuzz/fuzz_<name>.cpp)
@@ -15,15 +17,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECONDS_PER_TARGET=60
+RUNS=-1
 BUILD=build-fuzz
 JOBS=${JOBS:-$(nproc)}
 targets=()
 while (($#)); do
   case "$1" in
     --seconds) SECONDS_PER_TARGET=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("${1#fuzz_}"); shift ;;
   esac
@@ -60,8 +64,11 @@ for t in "${targets[@]}"; do
   mkdir -p "$scratch/$t" "$artifacts/$t"
   cp -R "$seeds/." "$scratch/$t/"
   log="$artifacts/$t/fuzz.log"
-  echo "== fuzz_$t: $SECONDS_PER_TARGET s on $(ls "$seeds" | wc -l) seeds (log: $log)"
+  limit="$SECONDS_PER_TARGET s"
+  [ "$RUNS" -ge 0 ] && limit="$RUNS runs (at most $SECONDS_PER_TARGET s)"
+  echo "== fuzz_$t: $limit on $(ls "$seeds" | wc -l) seeds (log: $log)"
   rc=0
+  started=$SECONDS
   # detect_leaks: at exit and after inputs that grew the heap; max_len: the largest seed, at
   # least 4096 bytes (libFuzzer's default rule, made explicit).
   max_len=$(find "$seeds" -type f -printf '%s\n' | sort -n | tail -n1)
@@ -71,23 +78,24 @@ for t in "${targets[@]}"; do
   [ -d "tests/fuzz/regressions/$t" ] && extra=("tests/fuzz/regressions/$t")
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1:${ASAN_OPTIONS:-}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
-    "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 -detect_leaks=1 \
+    "$bin" -max_total_time="$SECONDS_PER_TARGET" -runs="$RUNS" -rss_limit_mb=2048 -timeout=10 -detect_leaks=1 \
       -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts/$t/" \
       "$scratch/$t" "${extra[@]}" >"$log" 2>&1 || rc=$?
+  elapsed=$((SECONDS - started))
   found=$(find "$artifacts/$t" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o \
           -name 'timeout-*' -o -name 'oom-*' \) -newer "$scratch" | sort)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n1)
-  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n1 || true)
+  done_line=$(grep -aE '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n1 || true)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$done_line")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$done_line")
   corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$done_line")
   line=$(printf '%-22s %12s execs %8s exec/s  cov %6s  ft %7s  corpus %-12s %5ss' "fuzz_$t" \
-         "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$SECONDS_PER_TARGET")
+         "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$elapsed")
   if [ "$rc" != 0 ] || [ -n "$found" ]; then
     line+="  FAILED (exit $rc)"
     failed+=("$t")
-    grep -E 'ERROR: |SUMMARY: |fuzz property violated|runtime error|==[0-9]+== ?ERROR' "$log" | head -n 5 | sed 's/^/   /'
+    grep -aE 'ERROR: |SUMMARY: |fuzz property violated|runtime error|==[0-9]+== ?ERROR' "$log" | head -n 5 | sed 's/^/   /'
     for a in $found; do
       echo "   input: $a"
       echo "   replay: $bin $a"
@@ -98,7 +106,7 @@ for t in "${targets[@]}"; do
   summary+=("$line")
 done
 
-echo "== fuzz summary (${SECONDS_PER_TARGET} s per target)"
+echo "== fuzz summary (at most ${SECONDS_PER_TARGET} s per target$([ "$RUNS" -ge 0 ] && echo ", $RUNS runs"))"
 printf '   %s\n' "${summary[@]}"
 if ((${#failed[@]})); then
   echo "== fuzzing FAILED: ${failed[*]/#/fuzz_} (inputs under $artifacts)" >&2
