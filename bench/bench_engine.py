@@ -54,6 +54,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".deps", "python"))
 
 
+def require_llama_cpp() -> None:
+    """The llama.cpp baseline is part of the report: an import failure stops the run at once,
+    naming the cause, instead of the baseline going missing (--no-llama leaves it out on purpose)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"llama-cpp-python cannot be imported from {os.path.join(ROOT, '.deps', 'python')} "
+                 f"({type(e).__name__}: {e}); run scripts/setup-deps.sh, or pass --no-llama")
+
+
 def bench_tokens(n: int, n_vocab: int) -> list[int]:
     """The ids `moeflow bench` feeds (src/cli/cmd_bench.cpp): a 64-bit LCG from 12345."""
     s, out = 12345, []
@@ -199,6 +209,8 @@ def main():
         m, p, n, t = a.llama_worker
         llama_worker(m, int(p), int(n), int(t))
         return
+    if not a.no_llama:
+        require_llama_cpp()
 
     model = ensure_model(a)
     info = model_bytes(model)

@@ -45,12 +45,18 @@ def warm_page_cache(path):
             pass
 
 
-def llama_decode_tps(model, n, threads):
-    """llama.cpp decode tok/s through bench_engine.py's worker (same token ids as moeflow bench)."""
+def require_llama_cpp() -> None:
+    """The llama.cpp baseline is part of the report: an import failure stops the run at once,
+    naming the cause, instead of the baseline going missing (--no-llama leaves it out on purpose)."""
     try:
         import llama_cpp  # noqa: F401
-    except ImportError:
-        return None
+    except ImportError as e:
+        sys.exit(f"llama-cpp-python cannot be imported from {os.path.join(ROOT, '.deps', 'python')} "
+                 f"({type(e).__name__}: {e}); run scripts/setup-deps.sh, or pass --no-llama")
+
+
+def llama_decode_tps(model, n, threads):
+    """llama.cpp decode tok/s through bench_engine.py's worker (same token ids as moeflow bench)."""
     r = run([sys.executable, os.path.join(ROOT, "bench", "bench_engine.py"), "--llama-worker",
              model, "0", str(n), str(threads)])
     return r.get("decode_tps")
@@ -73,6 +79,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--report")
     a = ap.parse_args()
+    if not a.no_llama:
+        require_llama_cpp()
     model = a.model
     if not model:
         model = f"/tmp/moeflow_bench_mixtral_{a.layers}l_q4k.gguf"

@@ -7,7 +7,9 @@ set -euo pipefail
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libcpp-httplib-dev liburing-dev)
-[ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] || APT_PKGS+=(googletest libgtest-dev libbenchmark-dev)
+# Tests; clang and its runtimes (libFuzzer, sanitizers) for the fuzz targets (scripts/fuzz.sh).
+[ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] ||
+  APT_PKGS+=(googletest libgtest-dev libbenchmark-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -48,12 +50,46 @@ if [ "${MOEFLOW_SKIP_PY:-0}" != 1 ] && [ "${MOEFLOW_BUILD_ONLY:-0}" != 1 ]; then
   LLAMA_ARGS+=" -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF"
   deps=.deps/python
   stamp="llama-cpp-python==$LLAMA_CPP_VERSION $LLAMA_ARGS"
+  # Rebuilt only when the build settings changed or the native library is gone: an import that
+  # fails for another reason (a missing runtime dependency) is fixed below, not by a 6-minute
+  # rebuild.
   if [ "$(cat "$deps/.llama-cpp-stamp" 2>/dev/null)" != "$stamp" ] ||
-     ! PYTHONPATH=$deps python3 -c "import llama_cpp" 2>/dev/null; then
+     [ ! -e "$deps/llama_cpp/lib/libllama.so" ]; then
     echo "setup: building llama-cpp-python $LLAMA_CPP_VERSION for this CPU (llama.cpp from source, ~6 min)"
     rm -rf "$deps"
     CMAKE_ARGS="$LLAMA_ARGS" python3 -m pip install -q --no-cache-dir --no-deps --target "$deps" \
       "llama-cpp-python==$LLAMA_CPP_VERSION"
     echo "$stamp" > "$deps/.llama-cpp-stamp"
+  fi
+  # --no-deps above keeps pip from installing a second numpy (and friends) into .deps, but
+  # llama_cpp imports its runtime dependencies (diskcache, jinja2, typing-extensions, numpy):
+  # install the ones its own metadata lists (extras excluded) normally, next to the other
+  # oracles. Without them `import llama_cpp` fails and the llama.cpp oracle tests used to skip.
+  meta=$(ls -d "$deps"/llama_cpp_python-*.dist-info 2>/dev/null | head -n1)
+  if [ -z "$meta" ] || [ ! -f "$meta/METADATA" ]; then
+    echo "setup: FAILED: no llama_cpp_python-*.dist-info/METADATA in $deps" >&2
+    exit 1
+  fi
+  mapfile -t llama_reqs < <(sed -n 's/^Requires-Dist: *//p' "$meta/METADATA" | grep -v 'extra *==' |
+                            sed 's/ *;.*//; s/ //g')
+  if ((${#llama_reqs[@]})) &&
+     ! python3 -c "import sys
+from importlib.metadata import version, PackageNotFoundError
+from packaging.requirements import Requirement
+for r in map(Requirement, sys.argv[1:]):
+    try:
+        if version(r.name) not in r.specifier:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)" "${llama_reqs[@]}" 2>/dev/null; then
+    echo "setup: pip install ${llama_reqs[*]} (llama-cpp-python's runtime dependencies)"
+    python3 -m pip install -q "${llama_reqs[@]}"
+  fi
+  # The oracle must import exactly as the tests and benchmarks import it (PYTHONPATH=.deps/python,
+  # the same python3); if it does not, setup fails here, loudly, instead of the tests skipping.
+  if ! err=$(PYTHONPATH=$deps python3 -c "import llama_cpp" 2>&1); then
+    echo "setup: FAILED: 'import llama_cpp' with PYTHONPATH=$deps does not work:" >&2
+    echo "$err" | tail -n 5 >&2
+    exit 1
   fi
 fi

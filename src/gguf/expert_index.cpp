@@ -12,6 +12,9 @@ namespace {
 
 // Slot 3 is the fused gate+up tensor; it ends up in proj Gate.
 constexpr int kFused = (int)ExpertTensor::GateUp;
+// More layers than any model has (the largest published ones have ~160); block_count is only
+// metadata, so it must not size the index beyond this (a few hundred KiB of empty layers).
+constexpr int64_t kMaxLayers = 65536;
 
 struct LayerTensors {
   const GgufTensorInfo* t[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -121,14 +124,16 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
     found[layer].t[slot] = &t;
   }
 
+  if (max_layer >= kMaxLayers)
+    fail("{}: a tensor of layer {} (a model has at most {} layers)", f.path(), max_layer, kMaxLayers);
   int64_t n_layers = max_layer + 1;
   if (const GgufValue* arch = f.find("general.architecture");
       arch && arch->type == GgufType::STRING) {
     const std::string key = arch->s + ".block_count";
     if (f.has(key)) {
       n_layers = f.get_int(key);
-      if (n_layers < 0 || n_layers > 1000000)
-        fail("{}: metadata key '{}' = {} is out of range", f.path(), key, n_layers);
+      if (n_layers < 0 || n_layers > kMaxLayers)
+        fail("{}: metadata key '{}' = {} is out of range 0..{}", f.path(), key, n_layers, kMaxLayers);
       if (max_layer >= n_layers)
         fail("{}: tensor of layer {} but '{}' = {}", f.path(), max_layer, key, n_layers);
       // Next-token-prediction blocks come after the trunk and are counted in block_count;

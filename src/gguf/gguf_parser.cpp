@@ -1,6 +1,8 @@
 #include "gguf/gguf_parser.h"
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -280,6 +282,23 @@ GgufPart GgufParser::parse(const std::string& path, const uint8_t* data, uint64_
     if (end > size)
       fail("{}: tensor '{}' ends at byte {}, past the end of the file ({} bytes)", path, t.name,
            end, size);
+  }
+  // Every tensor owns its bytes (llama.cpp even requires them back to back, in order). Shared
+  // bytes would let a small file describe any number of tensors, layers and experts over the
+  // same data, so that what moeflow builds from it (the expert index) grows with the square of
+  // the file's size.
+  std::vector<size_t> order(part.tensors.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {  // ties: file order
+    return part.tensors[a].file_offset < part.tensors[b].file_offset;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const GgufTensorInfo& prev = part.tensors[order[k - 1]];
+    const GgufTensorInfo& t = part.tensors[order[k]];
+    if (t.file_offset < prev.file_offset + prev.nbytes)
+      fail("{}: tensors '{}' (bytes {}..{}) and '{}' (bytes {}..{}) overlap", path, prev.name,
+           prev.file_offset, prev.file_offset + prev.nbytes, t.name, t.file_offset,
+           t.file_offset + t.nbytes);
   }
   return part;
 }

@@ -3,7 +3,9 @@
 #include "tokenizer/chat_template.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -31,24 +33,96 @@ template <typename... Args>
   fail("chat template: {}", fmt::format(f, std::forward<Args>(args)...));
 }
 
+// Limits that keep a hostile template or conversation from exhausting the stack, the memory or
+// the time of the process (tests/fuzz/fuzz_chat_template.cpp); exceeding one is an Error
+// naming it. Published templates render real conversations far below all of them.
+constexpr int kMaxNesting = 100;        // brackets, unary operators or blocks inside each other
+constexpr int kMaxExprDepth = 256;      // depth of one expression's tree (operator chains too)
+constexpr int kMaxValueDepth = 100;     // lists/objects inside each other in any value
+constexpr int64_t kMaxRange = 100000;   // items of one range() (Jinja's sandbox limit)
+// Work of one render, in proportion to its context (the conversation): steps (expressions
+// evaluated + statements run; a loop iteration counts kLoopStepCost) up to kBaseSteps +
+// kStepsPerItem per list item / object member of the context, and bytes (text, values and
+// copies made) up to kBaseBytes + kBytesPerByte per byte of the context. Published templates
+// need a few dozen steps per message and a few times the conversation's size in bytes; with
+// a small context the worst a hostile template can do within both is ~50 ms (release build).
+constexpr uint64_t kBaseSteps = 250000;
+constexpr uint64_t kStepsPerItem = 64;
+constexpr uint64_t kLoopStepCost = 4;
+constexpr uint64_t kBaseBytes = uint64_t{16} << 20;
+constexpr uint64_t kBytesPerByte = 8;
+constexpr uint64_t kItemBytes = 32;     // what one list item or object member is charged
+
+// Whether `j` nests lists/objects deeper than `limit` (recursion bounded by the limit).
+bool deeper_than(const json& j, int limit) {
+  if (!j.is_structured()) return false;
+  if (limit <= 0) return true;
+  for (const json& x : j)
+    if (deeper_than(x, limit - 1)) return true;
+  return false;
+}
+
+// Approximate heap bytes of a value's top level: string bytes, or a slot per item.
+uint64_t shallow_bytes(const json& j) {
+  if (j.is_string()) return j.get_ref<const std::string&>().size();
+  if (j.is_structured()) return kItemBytes * static_cast<uint64_t>(j.size());
+  return 0;
+}
+
+// hay.find(needle, from) in linear time (Knuth-Morris-Pratt): std::string::find is
+// O(|hay| * |needle|) in the worst case, which a template can make last for hours.
+size_t find_text(std::string_view hay, std::string_view needle, size_t from = 0) {
+  if (needle.size() <= 16 || from >= hay.size()) return hay.find(needle, from);
+  std::vector<size_t> fail(needle.size(), 0);
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (size_t i = from, k = 0; i < hay.size(); ++i) {
+    while (k > 0 && hay[i] != needle[k]) k = fail[k - 1];
+    if (hay[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - k;
+  }
+  return std::string_view::npos;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Values: JSON plus "undefined" (a missing variable, key or attribute).
 
+// A variable's value is borrowed, not copied: expressions have no side effects, so the
+// variables an expression reads cannot change while it is evaluated (statements copy with
+// take() before they store). Reading `messages` in a loop therefore costs nothing, however
+// long the conversation.
 struct Value {
-  json j;
   bool undef = false;
   Value() = default;
-  Value(json v) : j(std::move(v)) {}  // NOLINT: implicit on purpose
+  Value(json v) : own_(std::move(v)) {}  // NOLINT: implicit on purpose
   static Value undefined() {
     Value v;
     v.undef = true;
     return v;
   }
+  static Value borrow(const json* v) {
+    Value r;
+    r.ref_ = v;
+    return r;
+  }
+  const json& j() const { return ref_ ? *ref_ : own_; }
+  bool borrowed() const { return ref_ != nullptr; }
+  // The value to keep: moved out when owned, copied when borrowed.
+  json take() && { return ref_ ? *ref_ : std::move(own_); }
+  // A part of this value (an item, a member), borrowed when this value is.
+  Value part(const json& sub) const { return ref_ ? borrow(&sub) : Value(sub); }
+
+ private:
+  json own_;
+  const json* ref_ = nullptr;
 };
 
 bool truthy(const Value& v) {
   if (v.undef) return false;
-  const json& j = v.j;
+  const json& j = v.j();
   switch (j.type()) {
     case json::value_t::null: return false;
     case json::value_t::boolean: return j.get<bool>();
@@ -79,7 +153,7 @@ std::string py_repr(const json& j);
 // Python's str() of a value, as {{ }} prints it.
 std::string to_str(const Value& v) {
   if (v.undef) return "";
-  const json& j = v.j;
+  const json& j = v.j();
   switch (j.type()) {
     case json::value_t::string: return j.get<std::string>();
     case json::value_t::null: return "None";
@@ -122,7 +196,9 @@ std::string py_repr(const json& j) {
 }
 
 // Python's json.dumps(x, ensure_ascii=False, indent=indent) (the tojson filter of transformers).
-void dumps(const json& j, int indent, int depth, std::string& out) {
+// Stops with an Error once `out` passes `max_size` bytes (indentation multiplies sizes).
+void dumps(const json& j, int indent, int depth, std::string& out, uint64_t max_size) {
+  if (out.size() > max_size) terr("tojson output exceeds {} bytes", max_size);
   const std::string nl = indent >= 0 ? "\n" + std::string((size_t)indent * (depth + 1), ' ') : "";
   const std::string nl_end = indent >= 0 ? "\n" + std::string((size_t)indent * depth, ' ') : "";
   const char* sep = indent >= 0 ? "," : ", ";
@@ -136,7 +212,7 @@ void dumps(const json& j, int indent, int depth, std::string& out) {
       for (size_t i = 0; i < j.size(); ++i) {
         if (i) out += sep;
         out += nl;
-        dumps(j[i], indent, depth + 1, out);
+        dumps(j[i], indent, depth + 1, out, max_size);
       }
       out += nl_end + "]";
       return;
@@ -152,7 +228,7 @@ void dumps(const json& j, int indent, int depth, std::string& out) {
         if (!first) out += sep;
         first = false;
         out += nl + json_string(it.key()) + ": ";
-        dumps(it.value(), indent, depth + 1, out);
+        dumps(it.value(), indent, depth + 1, out, max_size);
       }
       out += nl_end + "}";
       return;
@@ -169,26 +245,55 @@ bool is_int(const json& j) { return j.is_number_integer(); }
 bool is_num(const json& j) { return j.is_number(); }
 
 const std::string& need_str(const Value& v, const char* what) {
-  if (v.undef || !v.j.is_string()) terr("{} needs a string, got {}", what, v.undef ? "undefined" : v.j.type_name());
-  return v.j.get_ref<const std::string&>();
+  if (v.undef || !v.j().is_string()) terr("{} needs a string, got {}", what, v.undef ? "undefined" : v.j().type_name());
+  return v.j().get_ref<const std::string&>();
 }
 
 int64_t need_int(const Value& v, const char* what) {
-  if (v.undef || !v.j.is_number()) terr("{} needs a number", what);
-  return v.j.is_number_float() ? (int64_t)v.j.get<double>() : v.j.get<int64_t>();
+  if (v.undef || !v.j().is_number()) terr("{} needs a number", what);
+  if (!v.j().is_number_float()) return v.j().get<int64_t>();
+  const double d = v.j().get<double>();
+  // [-2^63, 2^63): the doubles that convert to int64 without undefined behaviour.
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+    terr("{} needs a number in the 64-bit integer range, got {}", what, d);
+  return static_cast<int64_t>(d);
+}
+
+// Argument k of a call, or an Error naming the call.
+const Value& arg(const std::vector<Value>& a, size_t k, const std::string& what) {
+  if (k >= a.size()) terr("{} needs at least {} argument(s)", what, k + 1);
+  return a[k];
+}
+
+// p + q, p - q or p * q; an Error instead of signed overflow.
+int64_t int_arith(const std::string& op, int64_t p, int64_t q) {
+  int64_t r = 0;
+  const bool overflow = op == "+"   ? __builtin_add_overflow(p, q, &r)
+                        : op == "-" ? __builtin_sub_overflow(p, q, &r)
+                                    : __builtin_mul_overflow(p, q, &r);
+  if (overflow) terr("integer overflow in '{}'", op);
+  return r;
+}
+
+// -x, |x|: an Error for INT64_MIN, whose negation does not fit.
+int64_t int_negate(int64_t x, const char* op) {
+  if (x == INT64_MIN) terr("integer overflow in '{}'", op);
+  return -x;
 }
 
 bool values_equal(const Value& a, const Value& b) {
   if (a.undef || b.undef) return a.undef && b.undef;
-  return a.j == b.j;
+  return a.j() == b.j();
 }
 
 std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
+  bool strip[256] = {};
+  for (unsigned char c : chars) strip[c] = true;
   size_t b = 0, e = s.size();
   if (left)
-    while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+    while (b < e && strip[(unsigned char)s[b]]) ++b;
   if (right)
-    while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
+    while (e > b && strip[(unsigned char)s[e - 1]]) --e;
   return s.substr(b, e - b);
 }
 
@@ -228,11 +333,12 @@ std::vector<Token> lex_expr(std::string_view src) {
         ++j;
         while (j < src.size() && std::isdigit((unsigned char)src[j])) ++j;
         Token t{TT::Float, std::string(src.substr(i, j - i))};
-        t.f = std::stod(t.s);
+        t.f = std::strtod(t.s.c_str(), nullptr);  // too large: inf, as Python's float()
         out.push_back(t);
       } else {
         Token t{TT::Int, std::string(src.substr(i, j - i))};
-        t.i = std::stoll(t.s);
+        const auto r = std::from_chars(t.s.data(), t.s.data() + t.s.size(), t.i);
+        if (r.ec != std::errc()) terr("integer literal {} is out of range", t.s);
         out.push_back(t);
       }
       i = j;
@@ -293,6 +399,7 @@ struct Expr {
   std::vector<ExprP> args;
   std::vector<std::pair<std::string, ExprP>> kwargs;
   bool negate = false;  // "is not"
+  int depth = 1;        // of this node's tree (bounded by kMaxExprDepth)
   explicit Expr(Kind k) : kind(k) {}
 };
 
@@ -301,6 +408,15 @@ ExprP mk(Expr::Kind k) { return std::make_unique<Expr>(k); }
 class ExprParser {
  public:
   ExprParser(std::vector<Token> toks, std::string_view src) : t_(std::move(toks)), src_(src) {}
+
+  // Recursion guard of the descent: brackets, unary operators and `not` nest.
+  struct Nest {
+    explicit Nest(ExprParser& p) : p_(p) {
+      if (++p_.nest_ > kMaxNesting) terr("expression nested deeper than {} levels", kMaxNesting);
+    }
+    ~Nest() { --p_.nest_; }
+    ExprParser& p_;
+  };
 
   ExprP parse_expr() { return conditional(); }
   ExprP parse_or_expr() { return or_expr(); }
@@ -330,21 +446,35 @@ class ExprParser {
   }
 
  private:
+  // Every finished node goes through here: its tree's depth is bounded, so evaluating and
+  // destroying it (both recursive) stay within the stack whatever the template says.
+  static ExprP done(ExprP e) {
+    int d = 0;
+    for (const Expr* c : {e->a.get(), e->b.get(), e->c.get()})
+      if (c) d = std::max(d, c->depth);
+    for (const ExprP& c : e->args)
+      if (c) d = std::max(d, c->depth);
+    for (const auto& kv : e->kwargs) d = std::max(d, kv.second->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxExprDepth) terr("expression deeper than {} levels", kMaxExprDepth);
+    return e;
+  }
   ExprP bin(const std::string& op, ExprP a, ExprP b) {
     auto e = mk(Expr::Bin);
     e->name = op;
     e->a = std::move(a);
     e->b = std::move(b);
-    return e;
+    return done(std::move(e));
   }
   ExprP conditional() {
+    Nest nest(*this);
     ExprP a = or_expr();
     while (accept_name("if")) {
       auto e = mk(Expr::Cond);
       e->b = or_expr();  // condition
       if (accept_name("else")) e->c = or_expr();
       e->a = std::move(a);
-      a = std::move(e);
+      a = done(std::move(e));
     }
     return a;
   }
@@ -354,7 +484,7 @@ class ExprParser {
       auto e = mk(Expr::Or);
       e->a = std::move(a);
       e->b = and_expr();
-      a = std::move(e);
+      a = done(std::move(e));
     }
     return a;
   }
@@ -364,15 +494,16 @@ class ExprParser {
       auto e = mk(Expr::And);
       e->a = std::move(a);
       e->b = not_expr();
-      a = std::move(e);
+      a = done(std::move(e));
     }
     return a;
   }
   ExprP not_expr() {
     if (accept_name("not")) {
+      Nest nest(*this);
       auto e = mk(Expr::Not);
       e->a = not_expr();
-      return e;
+      return done(std::move(e));
     }
     return compare();
   }
@@ -429,11 +560,15 @@ class ExprParser {
   }
   ExprP unary() {
     if (accept_op("-")) {
+      Nest nest(*this);
       auto e = mk(Expr::Neg);
       e->a = unary();
-      return filters(std::move(e));
+      return filters(done(std::move(e)));
     }
-    if (accept_op("+")) return unary();
+    if (accept_op("+")) {
+      Nest nest(*this);
+      return unary();
+    }
     return filters(postfix(primary()));
   }
   void call_args(Expr& e) {
@@ -456,7 +591,7 @@ class ExprParser {
         auto e = mk(Expr::Attr);
         e->name = name();
         e->a = std::move(a);
-        a = std::move(e);
+        a = done(std::move(e));
       } else if (accept_op("[")) {
         ExprP lo, hi, step;
         bool slice = false;
@@ -472,12 +607,12 @@ class ExprParser {
         e->b = std::move(lo);
         e->c = std::move(hi);
         if (slice) e->args.push_back(std::move(step));
-        a = std::move(e);
+        a = done(std::move(e));
       } else if (accept_op("(")) {
         auto e = mk(Expr::Call);
         e->a = std::move(a);
         call_args(*e);
-        a = std::move(e);
+        a = done(std::move(e));
       } else {
         return a;
       }
@@ -490,7 +625,7 @@ class ExprParser {
         e->name = name();
         e->a = std::move(a);
         if (accept_op("(")) call_args(*e);
-        a = std::move(e);
+        a = done(std::move(e));
       } else if (accept_name("is")) {
         auto e = mk(Expr::Test);
         e->negate = accept_name("not");
@@ -505,7 +640,7 @@ class ExprParser {
                             t.s != "if" && t.s != "not" && t.s != "in" && t.s != "is");
           if (arg) e->args.push_back(postfix(primary()));
         }
-        a = std::move(e);
+        a = done(std::move(e));
       } else {
         return a;
       }
@@ -548,7 +683,7 @@ class ExprParser {
           if (!accept_op(",")) break;
         }
         expect_op(")");
-        return l;
+        return done(std::move(l));
       }
       expect_op(")");
       return e;
@@ -560,7 +695,7 @@ class ExprParser {
         if (!accept_op(",")) break;
       }
       expect_op("]");
-      return l;
+      return done(std::move(l));
     }
     if (t.s == "{") {
       auto d = mk(Expr::Dict);
@@ -572,7 +707,7 @@ class ExprParser {
         if (!accept_op(",")) break;
       }
       expect_op("}");
-      return d;
+      return done(std::move(d));
     }
     terr("unexpected '{}' in '{}'", t.s, src_);
   }
@@ -580,6 +715,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t p_ = 0;
   std::string src_;
+  int nest_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -743,6 +879,13 @@ class TemplateParser {
   }
 
   NodeP statement(const std::string& kw, const std::string& rest, const std::string& src) {
+    struct Nest {
+      explicit Nest(int& n) : n_(n) {
+        if (++n_ > kMaxNesting) terr("blocks nested deeper than {} levels", kMaxNesting);
+      }
+      ~Nest() { --n_; }
+      int& n_;
+    } nest(nest_);
     if (kw == "if") {
       auto n = std::make_unique<TemplateNode>(TemplateNode::If);
       std::string cond_src = rest;
@@ -815,6 +958,7 @@ class TemplateParser {
   std::vector<Segment> segs_;
   size_t i_ = 0;
   std::string rest_;
+  int nest_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -825,7 +969,16 @@ struct LoopContinue {};
 
 class Renderer {
  public:
-  explicit Renderer(const json& globals) { scopes_.emplace_back(); for (auto it = globals.begin(); it != globals.end(); ++it) scopes_[0][it.key()] = it.value(); }
+  explicit Renderer(const json& globals) {
+    if (deeper_than(globals, kMaxValueDepth))
+      terr("the context nests lists/objects deeper than {} levels", kMaxValueDepth);
+    uint64_t items = 0, bytes = 0;
+    measure(globals, items, bytes);
+    max_steps_ = kBaseSteps + kStepsPerItem * items;
+    max_bytes_ = kBaseBytes + kBytesPerByte * bytes;
+    scopes_.emplace_back();
+    for (auto it = globals.begin(); it != globals.end(); ++it) scopes_[0][it.key()] = it.value();
+  }
 
   void exec(const Body& b, std::string& out) {
     for (const NodeP& n : b) exec(*n, out);
@@ -833,6 +986,42 @@ class Renderer {
 
  private:
   using Scope = std::map<std::string, json>;
+
+  // The render's work budget (kBaseSteps.., kBaseBytes..): a template that loops or copies without
+  // end stops with an Error instead of stalling the server or exhausting memory.
+  static void measure(const json& j, uint64_t& items, uint64_t& bytes) {
+    bytes += shallow_bytes(j);
+    if (!j.is_structured()) return;
+    items += j.size();
+    for (const json& x : j) measure(x, items, bytes);  // depth checked by the caller
+  }
+  void step(uint64_t cost = 1) {
+    steps_ += cost;
+    if (steps_ > max_steps_) terr("rendering took more than {} steps", max_steps_);
+  }
+  // Charged before an allocation of `n` bytes where one can be large.
+  void produce(uint64_t n) {
+    bytes_ += n;
+    if (n > max_bytes_ || bytes_ > max_bytes_)
+      terr("rendering produced more than {} MiB of text and values", max_bytes_ >> 20);
+  }
+  uint64_t bytes_left() const { return bytes_ >= max_bytes_ ? 0 : max_bytes_ - bytes_; }
+  // Heap bytes of a whole value (string bytes + kItemBytes per item), counted up to `cap` (so
+  // the walk costs no more than the budget allows).
+  uint64_t deep_bytes(const json& j, uint64_t cap) const {
+    uint64_t n = shallow_bytes(j);
+    if (j.is_structured())
+      for (const json& x : j) {
+        if (n > cap) break;
+        n += deep_bytes(x, cap - n);
+      }
+    return n;
+  }
+  void charge_copy(const json& j) { produce(deep_bytes(j, bytes_left() + 1)); }
+  void append(std::string& out, std::string_view piece) {
+    produce(piece.size());
+    out += piece;
+  }
 
   json* lookup(const std::string& name) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
@@ -843,9 +1032,10 @@ class Renderer {
   }
 
   void exec(const TemplateNode& n, std::string& out) {
+    step();
     switch (n.kind) {
-      case TemplateNode::Text: out += n.text; return;
-      case TemplateNode::Output: out += to_str(eval(*n.expr)); return;
+      case TemplateNode::Text: append(out, n.text); return;
+      case TemplateNode::Output: append(out, to_str(eval(*n.expr))); return;
       case TemplateNode::If:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) {
@@ -855,7 +1045,12 @@ class Renderer {
         }
         return;
       case TemplateNode::For: exec_for(n, out); return;
-      case TemplateNode::Set: assign(n.targets, eval(*n.expr).j); return;
+      case TemplateNode::Set: {
+        Value v = eval(*n.expr);
+        if (v.borrowed()) charge_copy(v.j());
+        assign(n.targets, std::move(v).take());
+        return;
+      }
       case TemplateNode::SetBlock: {
         std::string s;
         exec(n.body, s);
@@ -869,6 +1064,10 @@ class Renderer {
   }
 
   void assign(const std::vector<std::string>& t, json v) {
+    // Values a template builds stay as flat as its context may be (a namespace can hold
+    // itself: {% set ns.x = ns %} in a loop would nest without end).
+    if (deeper_than(v, kMaxValueDepth))
+      terr("'{}' would nest lists/objects deeper than {} levels", t.back(), kMaxValueDepth);
     if (t.size() == 1) {
       scopes_.back()[t[0]] = std::move(v);
       return;
@@ -881,15 +1080,18 @@ class Renderer {
   void exec_for(const TemplateNode& n, std::string& out) {
     Value seq = eval(*n.expr);
     std::vector<json> items;
-    if (seq.undef || seq.j.is_null()) {
-    } else if (seq.j.is_array()) {
-      items.assign(seq.j.begin(), seq.j.end());
-    } else if (seq.j.is_object()) {
-      for (auto it = seq.j.begin(); it != seq.j.end(); ++it) items.emplace_back(it.key());
-    } else if (seq.j.is_string()) {
-      for (char c : seq.j.get<std::string>()) items.emplace_back(std::string(1, c));
+    // The items are copied (a string's characters become one item each).
+    if (!seq.undef) seq.j().is_string() ? produce(kItemBytes * seq.j().get_ref<const std::string&>().size())
+                                        : charge_copy(seq.j());
+    if (seq.undef || seq.j().is_null()) {
+    } else if (seq.j().is_array()) {
+      items.assign(seq.j().begin(), seq.j().end());
+    } else if (seq.j().is_object()) {
+      for (auto it = seq.j().begin(); it != seq.j().end(); ++it) items.emplace_back(it.key());
+    } else if (seq.j().is_string()) {
+      for (char c : seq.j().get<std::string>()) items.emplace_back(std::string(1, c));
     } else {
-      terr("cannot iterate over a {}", seq.j.type_name());
+      terr("cannot iterate over a {}", seq.j().type_name());
     }
     auto bind = [&](Scope& s, const json& item) {
       if (n.targets.size() == 1) {
@@ -903,6 +1105,7 @@ class Renderer {
     if (n.cond) {
       std::vector<json> kept;
       for (const json& it : items) {
+        step(kLoopStepCost);
         scopes_.emplace_back();
         bind(scopes_.back(), it);
         const bool keep = truthy(eval(*n.cond));
@@ -917,6 +1120,7 @@ class Renderer {
     }
     const int64_t len = (int64_t)items.size();
     for (int64_t i = 0; i < len; ++i) {
+      step(kLoopStepCost);  // a scope, the loop variables and the loop object
       scopes_.emplace_back();
       bind(scopes_.back(), items[i]);
       json loop = json::object();
@@ -942,16 +1146,27 @@ class Renderer {
     }
   }
 
+  // Every evaluation is a step; a new value (not a borrowed variable) is charged by its size.
   Value eval(const Expr& e) {
+    step();
+    Value v = eval_node(e);
+    if (!v.undef && !v.borrowed()) charge_copy(v.j());
+    return v;
+  }
+
+  Value eval_node(const Expr& e) {
     switch (e.kind) {
       case Expr::Lit: return e.lit;
       case Expr::Name: {
         const json* v = lookup(e.name);
-        return v ? Value(*v) : Value::undefined();
+        return v ? Value::borrow(v) : Value::undefined();
       }
       case Expr::Attr: {
         Value o = eval(*e.a);
-        if (!o.undef && o.j.is_object() && o.j.contains(e.name)) return o.j[e.name];
+        if (!o.undef && o.j().is_object()) {
+          auto it = o.j().find(e.name);
+          if (it != o.j().end()) return o.part(*it);
+        }
         return Value::undefined();
       }
       case Expr::Index: return index(eval(*e.a), eval(*e.b));
@@ -965,9 +1180,11 @@ class Renderer {
       case Expr::Not: return json(!truthy(eval(*e.a)));
       case Expr::Neg: {
         Value v = eval(*e.a);
-        if (v.undef || !v.j.is_number()) terr("unary '-' needs a number");
-        if (is_int(v.j)) return json(-v.j.get<int64_t>());
-        return json(-v.j.get<double>());
+        if (v.undef || !v.j().is_number()) terr("unary '-' needs a number");
+        if (is_int(v.j())) {
+          return json(int_negate(v.j().get<int64_t>(), "-"));
+        }
+        return json(-v.j().get<double>());
       }
       case Expr::And: {
         Value a = eval(*e.a);
@@ -982,13 +1199,13 @@ class Renderer {
         return e.c ? eval(*e.c) : Value::undefined();
       case Expr::List: {
         json arr = json::array();
-        for (const auto& x : e.args) arr.push_back(eval(*x).j);
+        for (const auto& x : e.args) arr.push_back(eval(*x).take());
         return arr;
       }
       case Expr::Dict: {
         json obj = json::object();
         for (size_t k = 0; k + 1 < e.args.size(); k += 2)
-          obj[to_str(eval(*e.args[k]))] = eval(*e.args[k + 1]).j;
+          obj[to_str(eval(*e.args[k]))] = eval(*e.args[k + 1]).take();
         return obj;
       }
       case Expr::Bin: return binary(e.name, eval(*e.a), eval(*e.b));
@@ -998,19 +1215,20 @@ class Renderer {
 
   static Value index(const Value& o, const Value& k) {
     if (o.undef || k.undef) return Value::undefined();
-    if (o.j.is_object()) {
-      const std::string key = k.j.is_string() ? k.j.get<std::string>() : to_str(k);
-      if (o.j.contains(key)) return o.j[key];
+    if (o.j().is_object()) {
+      const std::string key = k.j().is_string() ? k.j().get<std::string>() : to_str(k);
+      auto it = o.j().find(key);
+      if (it != o.j().end()) return o.part(*it);
       return Value::undefined();
     }
-    if (o.j.is_array() || o.j.is_string()) {
-      if (!k.j.is_number_integer()) terr("index must be an integer");
-      const int64_t len = o.j.is_array() ? (int64_t)o.j.size() : (int64_t)o.j.get_ref<const std::string&>().size();
-      int64_t i = k.j.get<int64_t>();
+    if (o.j().is_array() || o.j().is_string()) {
+      if (!k.j().is_number_integer()) terr("index must be an integer");
+      const int64_t len = o.j().is_array() ? (int64_t)o.j().size() : (int64_t)o.j().get_ref<const std::string&>().size();
+      int64_t i = k.j().get<int64_t>();
       if (i < 0) i += len;
       if (i < 0 || i >= len) return Value::undefined();
-      if (o.j.is_array()) return o.j[(size_t)i];
-      return json(std::string(1, o.j.get_ref<const std::string&>()[(size_t)i]));
+      if (o.j().is_array()) return o.part(o.j()[(size_t)i]);
+      return json(std::string(1, o.j().get_ref<const std::string&>()[(size_t)i]));
     }
     return Value::undefined();
   }
@@ -1018,9 +1236,9 @@ class Renderer {
   Value slice(const Expr& e) {
     Value o = eval(*e.a);
     if (o.undef) return o;
-    const bool str = o.j.is_string();
-    if (!str && !o.j.is_array()) terr("cannot slice a {}", o.j.type_name());
-    const int64_t len = str ? (int64_t)o.j.get_ref<const std::string&>().size() : (int64_t)o.j.size();
+    const bool str = o.j().is_string();
+    if (!str && !o.j().is_array()) terr("cannot slice a {}", o.j().type_name());
+    const int64_t len = str ? (int64_t)o.j().get_ref<const std::string&>().size() : (int64_t)o.j().size();
     int64_t step = e.args[0] ? need_int(eval(*e.args[0]), "slice step") : 1;
     if (step == 0) terr("slice step cannot be zero");
     auto norm = [&](const ExprP& x, int64_t dflt) -> int64_t {
@@ -1032,32 +1250,48 @@ class Renderer {
     };
     const int64_t lo = norm(e.b, step > 0 ? 0 : len - 1), hi = norm(e.c, step > 0 ? len : -1);
     json out = str ? json(std::string()) : json::array();
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
-      if (str) out.get_ref<std::string&>() += o.j.get_ref<const std::string&>()[(size_t)i];
-      else out.push_back(o.j[(size_t)i]);
+    // lo and hi are in [-1, len]; the count is computed without stepping past them (a step
+    // near INT64_MAX would overflow i).
+    const uint64_t span = step > 0 ? (hi > lo ? uint64_t(hi - lo) : 0) : (lo > hi ? uint64_t(lo - hi) : 0);
+    const uint64_t stride = step > 0 ? uint64_t(step) : 0 - uint64_t(step);
+    const uint64_t count = span ? (span - 1) / stride + 1 : 0;
+    for (uint64_t k = 0; k < count; ++k) {
+      const int64_t i = lo + (step > 0 ? int64_t(k * stride) : -int64_t(k * stride));
+      if (str) out.get_ref<std::string&>() += o.j().get_ref<const std::string&>()[(size_t)i];
+      else out.push_back(o.j()[(size_t)i]);
     }
     return out;
   }
 
-  static Value binary(const std::string& op, const Value& a, const Value& b) {
+  // Comparing big borrowed values costs their size: charged like a copy of the smaller one.
+  void charge_compare(const Value& a, const Value& b) {
+    if (a.undef || b.undef) return;
+    const uint64_t cap = bytes_left() + 1;
+    produce(std::min(deep_bytes(a.j(), cap), deep_bytes(b.j(), cap)));
+  }
+
+  Value binary(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") return json(to_str(a) + to_str(b));
-    if (op == "==") return json(values_equal(a, b));
-    if (op == "!=") return json(!values_equal(a, b));
+    if (op == "==" || op == "!=") {
+      charge_compare(a, b);
+      return json(values_equal(a, b) == (op == "=="));
+    }
     if (op == "in" || op == "not in") {
+      if (!b.undef) charge_copy(b.j());  // a linear search through b
       bool r = false;
       if (!b.undef) {
-        if (b.j.is_string()) {
-          r = a.j.is_string() && b.j.get_ref<const std::string&>().find(a.j.get_ref<const std::string&>()) != std::string::npos;
-        } else if (b.j.is_array()) {
-          for (const json& x : b.j) r = r || (!a.undef && x == a.j);
-        } else if (b.j.is_object()) {
-          r = a.j.is_string() && b.j.contains(a.j.get<std::string>());
+        if (b.j().is_string()) {
+          r = a.j().is_string() && find_text(b.j().get_ref<const std::string&>(), a.j().get_ref<const std::string&>()) != std::string::npos;
+        } else if (b.j().is_array()) {
+          for (const json& x : b.j()) r = r || (!a.undef && x == a.j());
+        } else if (b.j().is_object()) {
+          r = a.j().is_string() && b.j().contains(a.j().get<std::string>());
         }
       }
       return json(op == "in" ? r : !r);
     }
     if (a.undef || b.undef) terr("'{}' on an undefined value", op);
-    const json &x = a.j, &y = b.j;
+    const json &x = a.j(), &y = b.j();
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       if (!((is_num(x) && is_num(y)) || (x.is_string() && y.is_string())))
         terr("cannot compare {} and {}", x.type_name(), y.type_name());
@@ -1075,23 +1309,31 @@ class Renderer {
       }
     }
     if (op == "*" && x.is_string() && is_int(y)) {
+      const std::string& xs = x.get_ref<const std::string&>();
+      const int64_t n = y.get<int64_t>();
+      if (xs.empty() || n <= 0) return json(std::string());
+      if (uint64_t(n) > max_bytes_ / xs.size()) produce(max_bytes_ + 1);  // too long, before allocating
+      produce(xs.size() * uint64_t(n));
       std::string r;
-      for (int64_t i = 0; i < y.get<int64_t>(); ++i) r += x.get<std::string>();
-      return json(r);
+      r.reserve(xs.size() * size_t(n));
+      for (int64_t i = 0; i < n; ++i) r += xs;
+      return json(std::move(r));
     }
     if (!is_num(x) || !is_num(y)) terr("unsupported operand types for '{}': {} and {}", op, x.type_name(), y.type_name());
     const bool ints = is_int(x) && is_int(y);
     if (ints) {
       const int64_t p = x.get<int64_t>(), q = y.get<int64_t>();
-      if (op == "+") return json(p + q);
-      if (op == "-") return json(p - q);
-      if (op == "*") return json(p * q);
+      if (op == "+" || op == "-" || op == "*") return json(int_arith(op, p, q));
       if (op == "/") {
         if (q == 0) terr("division by zero");
         return json((double)p / (double)q);
       }
       if (op == "//" || op == "%") {
         if (q == 0) terr("division by zero");
+        if (p == INT64_MIN && q == -1) {
+          if (op == "%") return json(int64_t{0});
+          terr("integer overflow in '{}'", op);
+        }
         int64_t d = p / q, m = p % q;
         if (m != 0 && ((m < 0) != (q < 0))) {  // Python floors
           d -= 1;
@@ -1099,7 +1341,11 @@ class Renderer {
         }
         return json(op == "//" ? d : m);
       }
-      if (op == "**") return json((int64_t)std::llround(std::pow((double)p, (double)q)));
+      if (op == "**") {
+        const double r = std::round(std::pow((double)p, (double)q));
+        if (!(r >= -9223372036854775808.0 && r < 9223372036854775808.0)) terr("integer overflow in '**'");
+        return json(static_cast<int64_t>(r));
+      }
     }
     const double p = x.get<double>(), q = y.get<double>();
     if (op == "+") return json(p + q);
@@ -1130,7 +1376,7 @@ class Renderer {
       if (f == "raise_exception") terr("{}", a.empty() ? std::string("raise_exception") : to_str(a[0]));
       if (f == "namespace" || f == "dict") {
         json obj = json::object();
-        for (const auto& [k, x] : e.kwargs) obj[k] = eval(*x).j;
+        for (const auto& [k, x] : e.kwargs) obj[k] = eval(*x).take();
         return obj;
       }
       if (f == "range") {
@@ -1142,8 +1388,14 @@ class Renderer {
           if (a.size() >= 3) step = need_int(a[2], "range");
         }
         if (step == 0) terr("range step cannot be zero");
+        // Counted in unsigned arithmetic: hi - lo or i + step may not fit in int64.
+        const uint64_t span = step > 0 ? (hi > lo ? uint64_t(hi) - uint64_t(lo) : 0)
+                                       : (lo > hi ? uint64_t(lo) - uint64_t(hi) : 0);
+        const uint64_t stride = step > 0 ? uint64_t(step) : 0 - uint64_t(step);
+        const uint64_t count = span ? (span - 1) / stride + 1 : 0;
+        if (count > uint64_t(kMaxRange)) terr("range() of {} items (at most {})", count, kMaxRange);
         json r = json::array();
-        for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) r.push_back(i);
+        for (uint64_t k = 0; k < count; ++k) r.push_back(int64_t(uint64_t(lo) + k * uint64_t(step)));
         return r;
       }
       if (f == "strftime_now") {
@@ -1162,15 +1414,15 @@ class Renderer {
 
   Value method(const Value& o, const std::string& m, const std::vector<Value>& a, const Expr& e) {
     if (o.undef) terr("cannot call '{}' on an undefined value", m);
-    if (o.j.is_string()) {
-      const std::string& s = o.j.get_ref<const std::string&>();
+    if (o.j().is_string()) {
+      const std::string& s = o.j().get_ref<const std::string&>();
       if (m == "strip" || m == "lstrip" || m == "rstrip") {
-        const std::string chars = a.empty() || a[0].j.is_null() ? kWhitespace : need_str(a[0], m.c_str());
+        const std::string chars = a.empty() || a[0].j().is_null() ? kWhitespace : need_str(a[0], m.c_str());
         return json(strip_chars(s, chars, m != "rstrip", m != "lstrip"));
       }
-      if (m == "startswith") return json(s.rfind(need_str(a.at(0), "startswith"), 0) == 0);
+      if (m == "startswith") return json(s.rfind(need_str(arg(a, 0, m), "startswith"), 0) == 0);
       if (m == "endswith") {
-        const std::string& x = need_str(a.at(0), "endswith");
+        const std::string& x = need_str(arg(a, 0, m), "endswith");
         return json(s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0);
       }
       if (m == "upper" || m == "lower") {
@@ -1182,12 +1434,13 @@ class Renderer {
       if (m == "replace") return filter_named("replace", o, a, e);
       if (m == "split") {
         json r = json::array();
-        if (a.empty() || a[0].j.is_null()) {
+        if (a.empty() || a[0].j().is_null()) {
           size_t i = 0;
           while (true) {
             i = s.find_first_not_of(kWhitespace, i);
             if (i == std::string::npos) break;
             size_t j = s.find_first_of(kWhitespace, i);
+            produce(kItemBytes);  // before the item exists: "a a a ..." makes many
             r.push_back(s.substr(i, j == std::string::npos ? std::string::npos : j - i));
             if (j == std::string::npos) break;
             i = j;
@@ -1199,23 +1452,25 @@ class Renderer {
         int64_t maxsplit = a.size() > 1 ? need_int(a[1], "split") : -1;
         size_t i = 0;
         for (;;) {
-          size_t j = s.find(sep, i);
+          size_t j = find_text(s, sep, i);
+          produce(kItemBytes);  // before the item exists: "xxxx".split("x") makes many
           if (j == std::string::npos || maxsplit == 0) {
             r.push_back(s.substr(i));
             break;
           }
           r.push_back(s.substr(i, j - i));
           i = j + sep.size();
-          --maxsplit;
+          if (maxsplit > 0) --maxsplit;
         }
         return r;
       }
       if (m == "join") {
         std::string r;
-        if (a.empty() || !a[0].j.is_array()) terr("join needs a list");
+        if (a.empty() || !a[0].j().is_array()) terr("join needs a list");
         bool first = true;
-        for (const json& x : a[0].j) {
-          r += (first ? "" : s) + to_str(Value(x));
+        for (const json& x : a[0].j()) {
+          if (!first) append(r, s);
+          append(r, to_str(Value::borrow(&x)));
           first = false;
         }
         return json(r);
@@ -1234,24 +1489,25 @@ class Renderer {
         return json(r);
       }
     }
-    if (o.j.is_object()) {
+    if (o.j().is_object()) {
       if (m == "items") {
         json r = json::array();
-        for (auto it = o.j.begin(); it != o.j.end(); ++it) r.push_back(json::array({it.key(), it.value()}));
+        for (auto it = o.j().begin(); it != o.j().end(); ++it) r.push_back(json::array({it.key(), it.value()}));
         return r;
       }
       if (m == "keys" || m == "values") {
         json r = json::array();
-        for (auto it = o.j.begin(); it != o.j.end(); ++it) r.push_back(m == "keys" ? json(it.key()) : it.value());
+        for (auto it = o.j().begin(); it != o.j().end(); ++it) r.push_back(m == "keys" ? json(it.key()) : it.value());
         return r;
       }
       if (m == "get") {
-        const std::string& k = need_str(a.at(0), "get");
-        if (o.j.contains(k)) return o.j[k];
+        const std::string& k = need_str(arg(a, 0, m), "get");
+        auto it = o.j().find(k);
+        if (it != o.j().end()) return o.part(*it);
         return a.size() > 1 ? a[1] : Value(json(nullptr));
       }
     }
-    terr("unknown method '{}' of a {}", m, o.j.type_name());
+    terr("unknown method '{}' of a {}", m, o.j().type_name());
   }
 
   Value filter(const Expr& e) {
@@ -1260,7 +1516,7 @@ class Renderer {
   }
 
   bool apply_test(const std::string& t, const Value& v, const std::vector<Value>& a) {
-    const json& j = v.j;
+    const json& j = v.j();
     if (t == "defined") return !v.undef;
     if (t == "undefined") return v.undef;
     if (t == "none") return !v.undef && j.is_null();
@@ -1278,23 +1534,24 @@ class Renderer {
       return (x % 2 != 0) == (t == "odd");
     }
     if (t == "divisibleby") {
-      const int64_t d = need_int(a.at(0), "divisibleby");
-      return d != 0 && need_int(v, "divisibleby") % d == 0;
+      const int64_t d = need_int(arg(a, 0, t), "divisibleby");
+      const int64_t x = need_int(v, "divisibleby");
+      return d != 0 && (d == -1 || x % d == 0);  // INT64_MIN % -1 overflows
     }
-    if (t == "equalto" || t == "eq" || t == "==" || t == "sameas") return values_equal(v, a.at(0));
-    if (t == "ne" || t == "!=") return !values_equal(v, a.at(0));
+    if (t == "equalto" || t == "eq" || t == "==" || t == "sameas" || t == "ne" || t == "!=")
+      return truthy(binary(t == "ne" || t == "!=" ? "!=" : "==", v, arg(a, 0, t)));
     if (t == "lt" || t == "gt" || t == "le" || t == "ge") {
       static const std::map<std::string, std::string> ops = {{"lt", "<"}, {"gt", ">"}, {"le", "<="}, {"ge", ">="}};
-      return truthy(binary(ops.at(t), v, a.at(0)));
+      return truthy(binary(ops.at(t), v, arg(a, 0, t)));
     }
-    if (t == "in") return truthy(binary("in", v, a.at(0)));
+    if (t == "in") return truthy(binary("in", v, arg(a, 0, t)));
     terr("unknown test '{}'", t);
   }
 
   bool test(const Expr& e) { return apply_test(e.name, eval(*e.a), args(e)); }
 
   Value filter_named(const std::string& f, const Value& v, const std::vector<Value>& a, const Expr& e) {
-    const json& j = v.j;
+    const json& j = v.j();
     if (f == "trim") return json(strip_chars(v.undef ? "" : need_str(v, "trim"), a.empty() ? kWhitespace : need_str(a[0], "trim"), true, true));
     if (f == "length" || f == "count") {
       if (v.undef) return json(0);
@@ -1304,9 +1561,11 @@ class Renderer {
     }
     if (f == "tojson") {
       Value ind = a.empty() ? kwarg(e, "indent") : a[0];
+      int64_t indent = ind.undef || ind.j().is_null() ? -1 : need_int(ind, "tojson indent");
+      if (indent > 1024) terr("tojson indent {} is too large", indent);
       std::string out;
-      dumps(v.undef ? json(nullptr) : j, ind.undef || ind.j.is_null() ? -1 : (int)need_int(ind, "tojson indent"), 0, out);
-      return json(out);
+      dumps(v.undef ? json(nullptr) : j, static_cast<int>(std::max<int64_t>(indent, -1)), 0, out, bytes_left());
+      return json(std::move(out));
     }
     if (f == "string") return json(to_str(v));
     if (f == "safe" || f == "e" || f == "escape" || f == "forceescape") return v;
@@ -1330,17 +1589,19 @@ class Renderer {
     }
     if (f == "replace") {
       std::string s = to_str(v);
-      const std::string from = to_str(a.at(0)), to = to_str(a.at(1));
+      const std::string from = to_str(arg(a, 0, f)), to = to_str(arg(a, 1, f));
       if (from.empty()) return json(s);
       std::string r;
       size_t i = 0;
       for (;;) {
-        size_t k = s.find(from, i);
+        size_t k = find_text(s, from, i);
         if (k == std::string::npos) break;
-        r += s.substr(i, k - i) + to;
+        append(r, std::string_view(s).substr(i, k - i));
+        append(r, to);
         i = k + from.size();
       }
-      return json(r + s.substr(i));
+      append(r, std::string_view(s).substr(i));
+      return json(std::move(r));
     }
     if (f == "default" || f == "d") {
       const bool boolean = (a.size() > 1 && truthy(a[1])) || truthy(kwarg(e, "boolean"));
@@ -1364,8 +1625,10 @@ class Renderer {
       if (v.undef) return json::array();
       if (j.is_array()) return v;
       json r = json::array();
-      if (j.is_string())
+      if (j.is_string()) {
+        produce(kItemBytes * j.get_ref<const std::string&>().size());  // one item per character
         for (char c : j.get<std::string>()) r.push_back(std::string(1, c));
+      }
       else if (j.is_object())
         for (auto it = j.begin(); it != j.end(); ++it) r.push_back(it.key());
       else
@@ -1391,11 +1654,11 @@ class Renderer {
       std::string r;
       bool first = true;
       for (const json& x : j) {
-        r += first ? "" : sep;
+        if (!first) append(r, sep);
         first = false;
-        r += attr.undef ? to_str(Value(x)) : to_str(index(Value(x), attr));
+        append(r, attr.undef ? to_str(Value::borrow(&x)) : to_str(index(Value::borrow(&x), attr)));
       }
-      return json(r);
+      return json(std::move(r));
     }
     if (f == "items") {
       if (!j.is_object()) terr("items of a {}", j.type_name());
@@ -1410,12 +1673,12 @@ class Renderer {
       const bool keep_if = f == "selectattr" || f == "select";
       size_t k = 0;
       Value name;
-      if (attr) name = a.at(k++);
+      if (attr) name = arg(a, k++, f);
       std::string test_name = k < a.size() ? to_str(a[k++]) : "";
       std::vector<Value> targs(a.begin() + (long)std::min(k, a.size()), a.end());
       json r = json::array();
       for (const json& x : j) {
-        Value item = attr ? index(Value(x), name) : Value(x);
+        Value item = attr ? index(Value::borrow(&x), name) : Value::borrow(&x);
         const bool ok = test_name.empty() ? truthy(item) : apply_test(test_name, item, targs);
         if (ok == keep_if) r.push_back(x);
       }
@@ -1428,11 +1691,11 @@ class Renderer {
       json r = json::array();
       for (const json& x : j) {
         if (!attr.undef) {
-          Value item = index(Value(x), attr);
-          r.push_back(item.undef ? (a.empty() ? json(nullptr) : kwarg(e, "default").j) : item.j);
+          Value item = index(Value::borrow(&x), attr);
+          r.push_back(item.undef ? (a.empty() ? json(nullptr) : kwarg(e, "default").j()) : item.j());
         } else {
           if (a.empty()) terr("map needs a filter name or attribute=");
-          r.push_back(filter_named(to_str(a[0]), Value(x), std::vector<Value>(a.begin() + 1, a.end()), e).j);
+          r.push_back(filter_named(to_str(a[0]), Value::borrow(&x), std::vector<Value>(a.begin() + 1, a.end()), e).take());
         }
       }
       return r;
@@ -1453,25 +1716,31 @@ class Renderer {
       return json(0.0);
     }
     if (f == "abs") {
-      if (is_int(j)) return json(std::llabs(j.get<int64_t>()));
+      if (is_int(j)) {
+        const int64_t x = j.get<int64_t>();
+        return json(x < 0 ? int_negate(x, "abs") : x);
+      }
       if (j.is_number()) return json(std::fabs(j.get<double>()));
       terr("abs of a {}", j.type_name());
     }
     if (f == "indent") {
       const int64_t w = a.empty() ? 4 : need_int(a[0], "indent");
       const bool first = (a.size() > 1 && truthy(a[1])) || truthy(kwarg(e, "first"));
+      if (w > 1024) terr("indent width {} is too large", w);
       const std::string pad((size_t)std::max<int64_t>(0, w), ' ');
-      std::string s = to_str(v), r = first ? pad : "";
+      std::string s = to_str(v), r;
+      if (first) append(r, pad);
       for (size_t i = 0; i < s.size(); ++i) {
         r += s[i];
-        if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') r += pad;
+        if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') append(r, pad);
       }
-      return json(r);
+      return json(std::move(r));
     }
     terr("unknown filter '{}'", f);
   }
 
   std::vector<Scope> scopes_;
+  uint64_t steps_ = 0, bytes_ = 0, max_steps_ = kBaseSteps, max_bytes_ = kBaseBytes;
 };
 
 }  // namespace

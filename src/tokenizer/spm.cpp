@@ -31,8 +31,8 @@ class SpmTokenizer : public Tokenizer {
     byte_ids_.fill(-1);
     for (size_t i = 0; i < n; ++i) {
       const std::string& t = tokens_[i];
-      if (types_[i] == TokenType::Byte && t.size() == 6 && t.compare(0, 3, "<0x") == 0) {
-        const int v = std::stoi(t.substr(3, 2), nullptr, 16);
+      if (types_[i] == TokenType::Byte) {
+        const int v = byte_token_value(t);  // 0..255: load_common refused any other BYTE token
         if (byte_ids_[v] < 0) byte_ids_[v] = static_cast<int32_t>(i);
       }
     }

@@ -12,6 +12,15 @@ namespace moeflow {
 
 Tokenizer::~Tokenizer() = default;
 
+int byte_token_value(std::string_view t) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   if (!f.has("tokenizer.ggml.model"))
     fail("{}: no tokenizer in this file (metadata key tokenizer.ggml.model is missing)", f.path());
@@ -40,6 +49,11 @@ void Tokenizer::load_common(const GgufFile& f) {
     for (size_t i = 0; i < n; ++i) {
       if (tt[i] < 0 || tt[i] > 6) fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type", path_, i, tt[i]);
       types_[i] = static_cast<TokenType>(tt[i]);
+      // A byte token must say which byte: "<0x-1>" or "<0xZZ>" would index outside the
+      // 256-entry byte table (and std::stoi threw on it).
+      if (types_[i] == TokenType::Byte && byte_token_value(tokens_[i]) < 0)
+        fail("{}: tokenizer.ggml.tokens[{}] = '{}' has token type BYTE but is not of the form <0xHH>",
+             path_, i, tokens_[i]);
     }
   }
   token_to_id_.reserve(n * 2);
@@ -173,10 +187,7 @@ std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
     case TokenType::UserDefined:
       return text;
     case TokenType::Byte:
-      if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
-        return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
-      }
-      return normal_piece(id);
+      return std::string(1, static_cast<char>(byte_token_value(text)));  // checked at load
     default:
       return normal_piece(id);
   }

@@ -69,6 +69,7 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
   using Rule = std::function<Serve(const std::vector<float>& weights, int rank)>;
   RuleReference(const GgufFile& f, Rule rule) : f_(f), rule_(std::move(rule)) {}
 
+  using ExpertProvider::on_route;  // the provider's overload stays visible (clang -Woverloaded-virtual)
   void on_route(const RouteRecord& r) override {
     ASSERT_EQ(r.n_tokens, 1) << "the reference needs one token per step";
     layer_ = r.layer;

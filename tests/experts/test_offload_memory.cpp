@@ -90,7 +90,13 @@ TEST(OffloadMemory, ResidentMemoryStaysWithinBudgetAndPageCacheUntouched) {
   EXPECT_LE(peak - before, cfg.budget_bytes + slack)
       << "RSS grew by " << (peak - before) << " bytes for a budget of " << cfg.budget_bytes;
 #endif
-  if (!direct) GTEST_SKIP() << "filesystem refused O_DIRECT: page cache check not applicable";
+  // The only skip scripts/test.sh accepts (its allow-list): the fake model lives in the temp
+  // directory, and a filesystem without O_DIRECT there (tmpfs, some overlay filesystems) makes
+  // ExpertStore fall back to buffered reads, which go through the page cache by design. The
+  // RSS bound above was still checked. On ext4/xfs (CI's disks) this check must run.
+  if (!direct)
+    GTEST_SKIP() << "O_DIRECT refused by the filesystem of " << m.path
+                 << " (tmpfs?): reads are buffered, so the page-cache check does not apply";
   uint64_t resident = 0;
   for (int l = 1; l < 8; ++l) {
     for (int e = 0; e < 8; ++e) {

@@ -33,20 +33,15 @@ BIAS_STD = 0.1
 
 def oracle_unavailable(reason: str):
     """An oracle (tool, binary, data) this test needs is missing: skip, or fail under CI=true,
-    where every oracle must run."""
-    import pytest
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true: {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+    where every oracle must run (tests/python/oracle_import.py)."""
+    from oracle_import import unavailable
+    unavailable(reason)
 
 
 def require(module: str):
     """import `module` for an oracle test (oracle_unavailable when it cannot be imported)."""
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        oracle_unavailable(f"{module} not importable: {e}")
+    from oracle_import import require_module
+    return require_module(module, "an oracle of this test")
 
 
 PHIMOE_ORIG_CTX = 64
@@ -61,11 +56,7 @@ def phimoe_factors(n_pairs: int, long: bool) -> list[float]:
 def oracle_import(module: str):
     """Imports an oracle's module: a skip when it is missing on a developer's machine, a failure
     under CI=true (an oracle test that cannot run must not pass as skipped there)."""
-    import importlib
-    import pytest
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module)
+    return require(module)
 
 
 def moeflow_binary() -> str | None:

@@ -20,17 +20,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-tokenizers = pytest.importorskip("tokenizers")
-
 import oracle_models as om  # noqa: E402
+from oracle_import import require, require_module  # noqa: E402
+
+gguf = require_module("gguf", "gguf-py, the independent GGUF reader")
+tokenizers = require_module("tokenizers", "Hugging Face tokenizers, the BPE reference")
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = Path(os.environ.get("MOEFLOW_DEMO_MODEL", ROOT / "models" / "demo-moe.gguf"))
 CORPUS = Path(os.environ.get("MOEFLOW_SHARED_DATA", ROOT.parent / "shared" / "data")) / "corpus"
 BIN = om.moeflow_binary()
-if BIN is None or not MODEL.exists():
-    pytest.skip("moeflow binary or demo model not available", allow_module_level=True)
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
+require(MODEL.exists(), f"demo model {MODEL} missing")
+require(CORPUS.is_dir(), f"shared corpus {CORPUS} missing (../shared/data)")
 
 
 def field(r, key):

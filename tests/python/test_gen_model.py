@@ -9,12 +9,13 @@ import subprocess
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+from oracle_import import require, require_module
+
+gguf = require_module("gguf", "gguf-py, the independent GGUF reader")
 from oracle_models import moeflow_binary  # noqa: E402
 
 BIN = moeflow_binary()
-if BIN is None:
-    pytest.skip("moeflow binary not built", allow_module_level=True)
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
 
 M64 = (1 << 64) - 1
 
@@ -362,8 +363,9 @@ def _hf_params(arch, preset):
     """Parameters of the released model's transformers config (meta device, no memory), plus what
     the GGUF holds beyond it: the selection-bias buffers of sigmoid routing and, for GLM, the MTP
     block (a MoE layer + eh_proj + its three norms)."""
-    torch = pytest.importorskip("torch")
-    T = pytest.importorskip("transformers")
+    from oracle_import import require_module
+    torch = require_module("torch", "meta-device configs of the released models")
+    T = require_module("transformers", "the released models' configs")
     yarn = lambda f, m, theta=1e4: {"rope_type": "yarn", "rope_theta": theta, "factor": f,
                                     "original_max_position_embeddings": 4096, "mscale": m,
                                     "mscale_all_dim": m, "beta_fast": 32, "beta_slow": 1}

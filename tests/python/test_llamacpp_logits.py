@@ -83,12 +83,15 @@ import numpy as np
 import pytest
 
 import oracle_models as om  # noqa: E402
+from oracle_import import require, require_module  # noqa: E402
 
-llama_cpp = om.require("llama_cpp")
+llama_cpp = require_module("llama_cpp", "llama.cpp, the reference for quantized models")
+
 
 BIN = om.moeflow_binary()
-if BIN is None or not (om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen-model")):
-    om.oracle_unavailable("moeflow binary with the eval and gen-model commands not available")
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
+require(om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen-model"),
+        f"{BIN} lacks the eval or gen-model command")
 
 # (name, gen-model --arch, --preset, --layers): mixtral (GGUF arch "llama" with experts),
 # qwen2moe, qwen3moe, olmoe, gpt-oss, two MoE layers each (not phimoe: above); deepseek2 twice,

@@ -40,19 +40,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp")
-
 import oracle_models as om  # noqa: E402
+from oracle_import import require, require_module  # noqa: E402
+
+llama_cpp = require_module("llama_cpp", "llama.cpp, the perplexity reference")
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = Path(os.environ.get("MOEFLOW_DEMO_MODEL", ROOT / "models" / "demo-moe.gguf"))
 CORPUS = Path(os.environ.get("MOEFLOW_SHARED_DATA", ROOT.parent / "shared" / "data")) / "corpus"
 TEXT_FILE = CORPUS / "wikipedia_texts.txt"
 BIN = om.moeflow_binary()
-if BIN is None or not MODEL.exists() or not TEXT_FILE.exists():
-    pytest.skip("moeflow binary, demo model or corpus not available", allow_module_level=True)
-if not om.moeflow_has_command(BIN, "perplexity"):
-    pytest.skip("moeflow binary without the perplexity command", allow_module_level=True)
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
+require(MODEL.exists(), f"demo model {MODEL} missing")
+require(TEXT_FILE.exists(), f"shared corpus {TEXT_FILE} missing (../shared/data)")
+require(om.moeflow_has_command(BIN, "perplexity"), f"{BIN} has no perplexity command")
 
 CTX = 256
 

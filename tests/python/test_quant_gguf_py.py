@@ -6,13 +6,14 @@ import subprocess
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
+from oracle_import import require, require_module
+
+gguf = require_module("gguf", "gguf-py, the independent block-format implementation")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.quants import dequantize as gq_dequantize, quantize as gq_quantize  # noqa: E402
 
 BIN = os.environ.get("MOEFLOW_BINARY")
-if not BIN or not os.path.exists(BIN):
-    pytest.skip("MOEFLOW_BINARY not set or missing", allow_module_level=True)
+require(bool(BIN) and os.path.exists(BIN), f"MOEFLOW_BINARY not set or missing ({BIN!r})")
 
 DEQUANT_TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
                  "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"]

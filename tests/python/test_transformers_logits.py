@@ -30,16 +30,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from oracle_import import require, require_module
+
+torch = require_module("torch", "PyTorch, the float64 reference forward pass")
+require_module("transformers", "transformers, the reference implementation of each architecture")
+require_module("gguf", "gguf-py, the GGUF writer of tools/hf_to_gguf.py")
+
 import oracle_models as om  # noqa: E402
 
-torch = om.require("torch")
-om.require("transformers")
-om.require("gguf")
 from hf_to_gguf import convert_model  # noqa: E402
 
 BIN = om.moeflow_binary()
-if BIN is None or not om.moeflow_has_command(BIN, "eval"):
-    om.oracle_unavailable("moeflow binary with the eval command not available")
+require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
+require(om.moeflow_has_command(BIN, "eval"), f"{BIN} has no eval command")
 
 N_PROMPT, N_GREEDY, TOL = 32, 16, 1e-3
 

@@ -25,7 +25,8 @@ int run(const std::string& args, std::string* out = nullptr) {
 
 TEST(TokenizeCli, VectorsPassAndMismatchesFail) {
   const std::string d = test::vocab_dir();
-  if (!std::filesystem::exists(d + "/ggml-vocab-phi-3.gguf")) GTEST_SKIP();
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("phi-3"));
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("gpt-2"));
   std::string out;
   EXPECT_EQ(run("tokenize -m " + d + "/ggml-vocab-phi-3.gguf --vectors " + d + "/ggml-vocab-phi-3.gguf.inp " + d +
                     "/ggml-vocab-phi-3.gguf.out", &out), 0) << out;
@@ -38,7 +39,7 @@ TEST(TokenizeCli, VectorsPassAndMismatchesFail) {
 
 TEST(TokenizeCli, PromptIdsAndErrors) {
   const std::string d = test::vocab_dir();
-  if (!std::filesystem::exists(d + "/ggml-vocab-gpt-2.gguf")) GTEST_SKIP();
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("gpt-2"));
   std::string out;
   ASSERT_EQ(run("tokenize -m " + d + "/ggml-vocab-gpt-2.gguf -p 'Hello world'", &out), 0) << out;
   auto v = test::load_vocab("gpt-2");

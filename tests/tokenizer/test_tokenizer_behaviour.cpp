@@ -15,11 +15,16 @@
 namespace moeflow {
 namespace {
 
+const char* const kCorpusFiles[] = {"wikipedia_texts.txt", "github_oss_with_stack_texts.txt", "arxiv_texts.txt"};
+
+std::string corpus_path(const char* name) { return std::string(MOEFLOW_SHARED_DATA) + "/corpus/" + name; }
+
+// The callers check with MOEFLOW_REQUIRE_PATH that every corpus file is there.
 std::vector<std::string> corpus_samples() {
   std::vector<std::string> out;
-  for (const char* name : {"wikipedia_texts.txt", "github_oss_with_stack_texts.txt", "arxiv_texts.txt"}) {
-    std::ifstream in(std::string(MOEFLOW_SHARED_DATA) + "/corpus/" + name, std::ios::binary);
-    if (!in) continue;
+  for (const char* name : kCorpusFiles) {
+    std::ifstream in(corpus_path(name), std::ios::binary);
+    EXPECT_TRUE(in) << "cannot read " << corpus_path(name);
     std::string chunk(6000, '\0');
     in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     chunk.resize(static_cast<size_t>(in.gcount()));
@@ -43,8 +48,9 @@ bool valid_utf8(const std::string& s) {
 class RoundTrip : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RoundTrip, DecodeOfEncodeIsIdentityAndStreamsValidUtf8) {
+  MOEFLOW_REQUIRE_PATH(test::vocab_path(GetParam()));
+  for (const char* name : kCorpusFiles) MOEFLOW_REQUIRE_PATH(corpus_path(name));
   auto v = test::load_vocab(GetParam());
-  if (!v.tok) GTEST_SKIP();
   for (const std::string& text : corpus_samples()) {
     const auto ids = v.tok->encode(text, false, false);
     ASSERT_FALSE(ids.empty());
@@ -66,8 +72,8 @@ TEST_P(RoundTrip, DecodeOfEncodeIsIdentityAndStreamsValidUtf8) {
 INSTANTIATE_TEST_SUITE_P(Vocabs, RoundTrip, ::testing::Values("gpt-2", "llama-spm", "deepseek-llm", "dbrx"));
 
 TEST(StreamDecoder, HoldsBackSplitCharacters) {
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("llama-spm"));
   auto v = test::load_vocab("llama-spm");
-  if (!v.tok) GTEST_SKIP();
   // U+1F999 is not in the Llama vocabulary: it becomes four <0xXX> byte tokens.
   const auto ids = v.tok->encode("🦙", false, false);
   std::vector<int32_t> bytes;
@@ -88,8 +94,8 @@ TEST(StreamDecoder, HoldsBackSplitCharacters) {
 }
 
 TEST(Specials, ParsedOnlyWhenAsked) {
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("phi-3"));
   auto v = test::load_vocab("phi-3");
-  if (!v.tok) GTEST_SKIP();
   const auto user = v.tok->find_token("<|user|>");
   const auto end = v.tok->find_token("<|end|>");
   ASSERT_TRUE(user && end);
@@ -111,9 +117,10 @@ TEST(Specials, ParsedOnlyWhenAsked) {
 }
 
 TEST(Specials, BosFollowsTheVocabulary) {
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("llama-spm"));
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("gpt-2"));
   auto spm = test::load_vocab("llama-spm");
   auto gpt2 = test::load_vocab("gpt-2");
-  if (!spm.tok || !gpt2.tok) GTEST_SKIP();
   EXPECT_TRUE(spm.tok->add_bos_token());
   EXPECT_EQ(spm.tok->encode("Hi", true).front(), spm.tok->bos_id());
   const auto with_bos = spm.tok->encode("Hi", true);
@@ -125,8 +132,8 @@ TEST(Specials, BosFollowsTheVocabulary) {
 }
 
 TEST(Robustness, InvalidUtf8AndOutOfRangeIds) {
+  MOEFLOW_REQUIRE_PATH(test::vocab_path("gpt-2"));
   auto v = test::load_vocab("gpt-2");
-  if (!v.tok) GTEST_SKIP();
   const std::string bad = "ok \xFF\xC3 \xE2\x82 end";
   const auto ids = v.tok->encode(bad, false, false);
   EXPECT_FALSE(ids.empty());

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 TEST(VocabVectors, EveryVocabWithVectorsPasses) {
   const std::string dir = test::vocab_dir();
-  if (!fs::exists(dir)) GTEST_SKIP() << "no " << dir;
+  MOEFLOW_REQUIRE_PATH(dir);
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string p = e.path().string();
@@ -71,7 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Vectors, DeepseekVocab, ::testing::Values("deepseek-llm
 
 TEST(VocabVectors, LoaderRejectsCountMismatch) {
   const std::string dir = test::vocab_dir();
-  if (!fs::exists(dir)) GTEST_SKIP();
+  MOEFLOW_REQUIRE_PATH(dir);
   // dbrx has 43 inputs, gpt-2 46 lines of ids.
   EXPECT_THROW(load_vocab_vectors(dir + "/ggml-vocab-dbrx.gguf.inp", dir + "/ggml-vocab-gpt-2.gguf.out"), Error);
   EXPECT_THROW(load_vocab_vectors(dir + "/missing.inp", dir + "/missing.out"), Error);

@@ -5,23 +5,25 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "require_data.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow::test {
 
 inline std::string vocab_dir() { return std::string(MOEFLOW_SHARED_DATA) + "/tokenizers/llamacpp_vocab"; }
 
+inline std::string vocab_path(const std::string& name) { return vocab_dir() + "/ggml-vocab-" + name + ".gguf"; }
+
 struct LoadedVocab {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Tokenizer> tok;
 };
 
-// Opens ggml-vocab-NAME.gguf; returns an empty result (caller skips) if the data is absent.
+// Opens ggml-vocab-NAME.gguf (throws naming the file if it is missing: callers first say
+// MOEFLOW_REQUIRE_PATH(vocab_path(NAME)), which skips outside CI and fails under CI).
 inline LoadedVocab load_vocab(const std::string& name) {
-  const std::string path = vocab_dir() + "/ggml-vocab-" + name + ".gguf";
   LoadedVocab v;
-  if (!std::filesystem::exists(path)) return v;
-  v.file = GgufFile::open(path);
+  v.file = GgufFile::open(vocab_path(name));
   v.tok = Tokenizer::from_gguf(*v.file);
   return v;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "require_data.h"
 #include "trace/importers.h"
 #include "trace/trace.h"
 #include "trace_util.h"
@@ -124,7 +125,7 @@ const std::string kMixtral = kData + "mixtral-8x7b-instruct_speculative-moe/";
 
 TEST(Importers, MixtralHumanEvalDecode) {
   auto path = kMixtral + "routing_data_collected/humaneval_2_routing.jsonl";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared data at " << path;
+  MOEFLOW_REQUIRE_PATH(path);
   Trace t = load_any({path});
   EXPECT_EQ(t.n_layers, 32);
   EXPECT_EQ(t.n_experts, 8);
@@ -149,7 +150,7 @@ TEST(Importers, MixtralHumanEvalDecode) {
 
 TEST(Importers, MixtralPrefillPlusDecode) {
   auto path = kMixtral + "analysis/deep_analysis/routing_raw.jsonl";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared data";
+  MOEFLOW_REQUIRE_PATH(path);
   Trace t = load_any({path});
   EXPECT_EQ(t.n_routes(), 6777u);
   size_t pre = 0, dec = 0;
@@ -166,7 +167,7 @@ TEST(Importers, MixtralPrefillPlusDecode) {
 TEST(Importers, QwenVllmLoggerLayers) {
   std::vector<std::string> files;
   for (int l : {0, 8, 12, 18, 23}) files.push_back(kData + "qwen1.5-moe_vllm-logger_weiran0129/moe_layer" + std::to_string(l) + ".jsonl");
-  if (!std::filesystem::exists(files[0])) GTEST_SKIP() << "no shared data";
+  for (const auto& f : files) MOEFLOW_REQUIRE_PATH(f);
   Trace t = load_any(files);
   EXPECT_EQ(t.n_experts, 60);
   EXPECT_EQ(t.top_k, 4);

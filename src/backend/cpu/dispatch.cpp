@@ -1,5 +1,7 @@
 // Runtime choice of instruction set. Detection runs once; tests may force a lower level to
 // check every kernel family on one machine.
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -13,15 +15,22 @@ namespace moeflow {
 namespace kernels {
 namespace {
 
+// CPUID.1:ECX.F16C (the bit __builtin_cpu_supports("f16c") reads; clang 14 does not know
+// that name).
+bool has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 Simd detect() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+      has_f16c() && __builtin_cpu_supports("bmi2"))
     return Simd::Avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+      has_f16c() && __builtin_cpu_supports("bmi2"))
     return Simd::Avx2;
   return Simd::Scalar;
 }

@@ -5,7 +5,9 @@
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own "undefined" pass-through
 // operands (cvtph_ps, extract); nothing in this file reads uninitialised data.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "backend/cpu/kquant_avx2.h"
 #include "backend/cpu/nt_dispatch.h"
