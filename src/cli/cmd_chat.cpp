@@ -20,6 +20,7 @@
 #include "experts/offload_options.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
 #include "server/text_generation.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +35,7 @@ struct ChatArgs {
   int64_t ctx = 0;
   int batch = 256;
   bool verbose = false;
+  bool no_prefix_cache = false;
   SamplerParams sp;
   OffloadOptions offload;
 };
@@ -76,6 +78,7 @@ int run_chat(ChatArgs& a) {
   reset();
   TextGenParams params;
   params.sampling = a.sp;
+  PrefixCache cache(!a.no_prefix_cache);
   std::string line;
   for (;;) {
     if (tty) {
@@ -109,18 +112,18 @@ int run_chat(ChatArgs& a) {
     }
     const int64_t room = n_ctx - (int64_t)prompt.size();
     params.max_tokens = (int)(a.n_predict < 0 ? room : std::min<int64_t>(a.n_predict, room));
-    const TextGenResult r = generate_text(eng, *tok, prompt, params, [](const std::string& d) {
-      std::fputs(d.c_str(), stdout);
+    const TextGenResult r = generate_text(eng, *tok, prompt, params, [](const TextDelta& d) {
+      std::fputs(d.text.c_str(), stdout);
       std::fflush(stdout);
       return true;
-    });
+    }, nullptr, &cache);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     history.push_back({{"role", "assistant"}, {"content", r.text}});
     if (a.verbose) {
-      const GenerationStats& s = eng.stats();
-      std::fprintf(stderr, "moeflow chat: prompt %d tokens, generated %d (%s), TTFT %.1f ms, %.2f tok/s\n",
-                   r.n_prompt, r.n_generated, r.finish_reason.c_str(), s.ttft_s * 1e3, s.decode_tps());
+      std::fprintf(stderr, "moeflow chat: prompt %d tokens (%d cached), generated %d (%s), TTFT %.1f ms, %.2f tok/s\n",
+                   r.n_prompt, r.n_cached, r.n_generated, r.finish_reason.c_str(), r.ttft_s * 1e3,
+                   r.tpot_s() > 0 ? 1.0 / r.tpot_s() : 0.0);
     }
   }
   return 0;
@@ -138,6 +141,7 @@ const bool registered_chat = register_command("chat", "Interactive chat on stdin
   app.add_option("--seed", a->sp.seed, "sampling seed");
   add_sampling_options(app, a->sp);
   app.add_flag("-v,--verbose", a->verbose, "statistics of each reply on stderr");
+  app.add_flag("--no-prefix-cache", a->no_prefix_cache, "prefill the whole conversation every turn");
   add_offload_options(app, a->offload);
   return CommandMain([a] { return run_chat(*a); });
 });

@@ -1,5 +1,6 @@
 // `moeflow serve`: the OpenAI-compatible HTTP server (src/server/) over one model, with the
 // same engine, sampling and offloading options as `moeflow run`. SIGINT/SIGTERM stop it cleanly.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -55,6 +56,11 @@ int run_serve(ServeArgs& a) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // Request bodies (up to 8 MiB) are allocated on one thread and freed on another. With glibc's
+  // sliding mmap threshold they soon come from the arenas' heaps, where freed memory stays
+  // resident; a fixed threshold keeps every allocation of 1 MiB or more an mmap that free()
+  // returns to the system at once.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   EngineOptions opt;
   opt.n_threads = a.threads;
