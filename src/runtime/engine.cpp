@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -11,6 +13,26 @@
 #include "gguf/gguf_file.h"
 
 namespace moeflow {
+
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+uint64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+}
+
+}  // namespace
 
 std::string GenerationStats::to_json() const {
   return fmt::format(
@@ -43,7 +65,21 @@ void Engine::init(const EngineOptions& opt) {
   if (n_ctx == 0) n_ctx = std::min<int64_t>(4096, std::max<int64_t>(1, model_->hparams().n_ctx_train));
   if (opt.batch <= 0) fail("batch size must be positive, got {}", opt.batch);
   const int batch = (int)std::min<int64_t>(opt.batch, n_ctx);
-  ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+  // The KV cache (and a row of attention scores per thread) grows with the context: a context
+  // too large for the machine is named with its size instead of a bare "out of memory".
+  const HParams& hp = model_->hparams();
+  const double kv_bytes = (double)hp.n_layer * (double)n_ctx * (double)(hp.k_dim() + hp.v_dim()) * sizeof(float) +
+                          (double)pool_->size() * (double)n_ctx * sizeof(float);
+  const double avail = (double)available_memory_bytes();
+  if (avail > 0 && kv_bytes > avail)
+    fail("context size {} (-c) needs {} for its KV cache, more than the {} of memory available; pass a smaller -c "
+         "(the model was trained with {})", n_ctx, human_bytes(kv_bytes), human_bytes(avail), hp.n_ctx_train);
+  try {
+    ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+  } catch (const std::bad_alloc&) {
+    fail("context size {} (-c): out of memory allocating its {} KV cache; pass a smaller -c", n_ctx,
+         human_bytes(kv_bytes));
+  }
 }
 
 void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out) {
