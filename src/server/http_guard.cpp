@@ -223,10 +223,11 @@ struct GuardedHttpServer::Guard {
     const std::string resp = fmt::format(
         "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
         status, status_text(status), body.size(), body);
-    [[maybe_unused]] ssize_t r = send(c->fd, resp.data(), resp.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(c->fd, SHUT_WR);
+    // Counted before the client can see the answer (tests read the counters right after).
     if (opt.on_answered) opt.on_answered(path.empty() ? "other" : path, status);
     if (opt.on_drop) opt.on_drop(reason);
+    [[maybe_unused]] ssize_t r = send(c->fd, resp.data(), resp.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(c->fd, SHUT_WR);
     c->closing = true;
     std::string().swap(c->buf);
     c->rpos = 0;
