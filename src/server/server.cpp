@@ -502,7 +502,6 @@ struct Server::Impl {
       if (opt.log_requests) std::fprintf(stderr, "moeflow serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
     });
     http.set_payload_max_length(opt.limits.max_body_bytes);
-    http.set_keep_alive_max_count(1000);
   }
 
   std::string metrics() const {

@@ -208,6 +208,37 @@ TEST_F(ServerApi, CompletionLogprobsLegacyLayoutAndStreaming) {
   EXPECT_EQ(lps, lp["token_logprobs"]);
 }
 
+// Logprob entries follow the text: a stop string keeps the entries of the tokens before it.
+TEST_F(ServerApi, LogprobsStopWhereTheTextStops) {
+  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true},
+                     {"logprobs", 1}};
+  const json full = post_ok("/v1/completions", base)["choices"][0];
+  const std::string text = full["text"];
+  size_t i = text.size() / 2;
+  while (!utf8_boundary(text, i)) ++i;
+  size_t e = i + 1;
+  while (!utf8_boundary(text, e)) ++e;
+  ASSERT_LT(e, text.size());
+  const std::string stop = text.substr(i, e - i);
+  json req = base;
+  req["stop"] = stop;
+  const json cut = post_ok("/v1/completions", req)["choices"][0];
+  const std::string got = cut["text"];
+  ASSERT_EQ(got, text.substr(0, text.find(stop)));
+  const json& a = full["logprobs"];
+  const json& b = cut["logprobs"];
+  ASSERT_LE(b["tokens"].size(), a["tokens"].size());
+  for (size_t k = 0; k < b["tokens"].size(); ++k) {
+    EXPECT_EQ(b["tokens"][k], a["tokens"][k]);
+    EXPECT_EQ(b["token_logprobs"][k], a["token_logprobs"][k]);
+    EXPECT_LT(b["text_offset"][k].get<size_t>(), std::max<size_t>(got.size(), 1));
+  }
+  // Every token whose text starts before the stop string is there.
+  size_t expected = 0;
+  while (expected < a["tokens"].size() && a["text_offset"][expected].get<size_t>() < got.size()) ++expected;
+  EXPECT_EQ(b["tokens"].size(), expected);
+}
+
 TEST_F(ServerApi, SeveralChoicesEachEqualASingleRequestWithTheNextSeed) {
   const json base = {{"prompt", "Count"}, {"max_tokens", 10}, {"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0},
                      {"min_p", 0}, {"ignore_eos", true}, {"seed", 500}};
