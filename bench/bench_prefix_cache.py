@@ -36,7 +36,7 @@ GEN_ARGS = ["--arch", "qwen3moe", "--preset", "30b-a3b", "--layers", "4", "--exp
             "--vocab", "32000", "--type", "Q4_K", "--seed", "11"]
 
 
-def user_turns(n, words=45):
+def user_turns(n, words=20):
     """n user messages of real text, ~`words` words each, from the corpus."""
     with open(CORPUS, encoding="utf-8") as f:
         text = " ".join(l.strip() for l in f.read().split("\n")[:400] if l.strip())
@@ -122,7 +122,7 @@ def main():
     ap.add_argument("--moeflow", default=os.path.join(ROOT, "build", "moeflow"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--turns", type=int, default=10)
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "prefix-cache.json"))
     ap.add_argument("--report", default=os.path.join(ROOT, "bench", "REPORT-prefix-cache.md"))
