@@ -137,7 +137,7 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
   app.add_option("-m,--model", a->model, "GGUF model")->required();
   app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens");
   app.add_option("-n,--n-gen", a->n_gen, "generated tokens");
-  app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+  add_threads_option(app, a->threads, "threads (0 = all cores)");
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--reps", a->reps, "repetitions (median is reported)");
   app.add_flag("--json", a->json, "print one JSON object");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "cli/scoring_text.h"
 #include "core/error.h"
 #include "model/moe/precision_mode.h"
@@ -113,7 +114,7 @@ const bool registered_calibrate = register_command(
       app.add_option("-f,--file", a->text_file, "calibration text")->required();
       app.add_option("-c,--ctx-size", a->ctx, "chunk size in tokens (perplexity rule)");
       app.add_option("--chunks", a->chunks, "chunks of the text to score");
-      app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
       app.add_option("--max-ppl-increase", a->max_ppl_increase_pct,
                      "accuracy target: perplexity at most this many percent above exact (default 1)");
       app.add_option("--max-kl", a->max_kl, "accuracy target: mean KL divergence at most this");

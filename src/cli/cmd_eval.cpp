@@ -79,7 +79,7 @@ const bool registered_eval = register_command(
       app.add_option("--tokens", a->tokens, "comma-separated token ids")->required();
       app.add_option("--greedy", a->greedy, "greedy steps after the prompt");
       app.add_option("--logits-out", a->logits_out, "raw float32 logits file");
-      app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
       app.add_option("-c,--ctx-size", a->ctx, "context size (default: tokens + greedy)");
       app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
       app.add_flag("--sequential", a->sequential, "feed the prompt one token at a time");

@@ -1,20 +1,23 @@
 // `moeflow gen-model`: writes a random-weight GGUF of a real MoE architecture (see
 // model/gen/model_generator.h), for tests, benchmarks and llama.cpp cross-checks.
-#include <unistd.h>
-
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/progress_bar.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/gen/model_generator.h"
 #include "model/gen/model_presets.h"
+#include "core/ggml_type.h"
+#include "quant/quant.h"
 
 namespace moeflow::cli {
 namespace {
@@ -32,39 +35,29 @@ struct GenArgs {
 
 GgmlType parse_type(const std::string& name, const char* option) {
   auto t = type_from_name(name);
-  if (!t) fail("gen-model: {} '{}' is not a ggml type name (e.g. F32, F16, Q8_0, Q4_K)", option, name);
+  if (!t) usage_fail("{} '{}' is not a ggml type name (e.g. F32, F16, Q8_0, Q4_K)", option, name);
   return *t;
 }
 
-// A bar redrawn in place on a terminal; on a pipe (CI logs) one line per 10%.
-class ProgressBar {
- public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled), tty_(isatty(fileno(stderr))) {}
-  void update(uint64_t done, uint64_t total) {
-    if (!enabled_ || total == 0) return;
-    const double frac = (double)done / (double)total;
-    const double now = now_seconds();
-    if (tty_) {
-      if (done != total && now - last_ < 0.1) return;
-      last_ = now;
-      const int width = 40, fill = (int)(frac * width);
-      std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.2f / %.2f GB", std::string(fill, '#').c_str(),
-                   std::string(width - fill, ' ').c_str(), 100.0 * frac, done / 1e9, total / 1e9);
-    } else if (total >= (256ull << 20)) {  // small files: no log noise
-      const int decile = (int)(frac * 10);
-      if (decile <= last_decile_) return;
-      last_decile_ = decile;
-      std::fprintf(stderr, "gen-model: %d%% (%.2f / %.2f GB)\n", decile * 10, done / 1e9, total / 1e9);
-    }
-    if (done == total && tty_) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
+// Bytes per second the generator will make, from a few rows of the first tensor made here on
+// one thread: the progress bar's speed until the first tensor is done (token_embd of a large
+// model takes tens of seconds).
+double sample_rate(const std::vector<gen::PlannedTensor>& plan, const gen::GenOptions& opt) {
+  if (plan.empty()) return 0;
+  const gen::PlannedTensor& t = plan.front();
+  const uint64_t row_bytes = t.nbytes() / (uint64_t)std::max<int64_t>(1, t.n_rows());
+  std::vector<float> row((size_t)t.row_len());
+  std::vector<uint8_t> out(row_bytes + 64);
+  const double t0 = now_seconds();
+  int64_t rows = 0;
+  while (rows < t.n_rows() && (rows < 2 || now_seconds() - t0 < 0.05)) {
+    gen::generate_row(t, opt.seed, rows, row.data());
+    if (type_traits(t.type).block_size > 1) quantize_row(t.type, row.data(), out.data(), t.row_len());
+    ++rows;
   }
-
- private:
-  bool enabled_, tty_;
-  double last_ = 0;
-  int last_decile_ = -1;
-};
+  const double dt = now_seconds() - t0;
+  return dt > 0 ? (double)rows * (double)row_bytes / dt * opt.threads : 0;
+}
 
 int run_gen_model(const GenArgs& a) {
   using namespace moeflow::gen;
@@ -84,7 +77,7 @@ int run_gen_model(const GenArgs& a) {
   if (!a.embd_type.empty()) opt.embd_type = parse_type(a.embd_type, "--embd-type");
   if (!a.output_type.empty()) opt.output_type = parse_type(a.output_type, "--output-type");
   opt.seed = a.seed;
-  if (!(a.router_scale > 0.0f)) fail("gen-model: --router-scale must be positive (got {})", a.router_scale);
+  if (!(a.router_scale > 0.0f)) usage_fail("--router-scale must be positive (got {})", a.router_scale);
   opt.router_scale = a.router_scale;
   opt.threads = a.threads > 0 ? a.threads : default_thread_count();
 
@@ -104,7 +97,10 @@ int run_gen_model(const GenArgs& a) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  ProgressBar bar(!a.quiet);
+  const std::vector<PlannedTensor> plan = plan_tensors(opt);
+  std::vector<uint64_t> steps;
+  for (const PlannedTensor& t : plan) steps.push_back(t.nbytes());
+  ProgressBar bar(!a.quiet, std::move(steps), a.quiet ? 0 : sample_rate(plan, opt));
   const GenSummary s =
       generate_model(opt, a.out, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
   nlohmann::json j = {{"path", a.out},
@@ -142,7 +138,7 @@ const bool registered_gen_model = register_command(
       sub.add_option("--expert-used", a->expert_used, "override the experts used per token");
       sub.add_option("--rope-scaling", a->rope_scaling,
                      "preset (default) | none: drop the preset's YaRN (gpt-oss)");
-      sub.add_option("-t,--threads", a->threads, "generator threads (default: all cores)");
+      add_threads_option(sub, a->threads, "generator threads (default: all cores)");
       sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
       sub.add_flag("--dry-run", a->dry_run, "print the tensor plan as JSON, write nothing");
       return CommandMain([a] { return run_gen_model(*a); });

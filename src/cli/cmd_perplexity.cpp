@@ -172,7 +172,7 @@ const bool registered_perplexity = register_command(
       app.add_option("-c,--ctx-size", a->ctx, "chunk size in tokens (0 = min(512, trained context))");
       app.add_option("--chunks", a->chunks, "score at most this many chunks (-1 = all)");
       app.add_option("-b,--batch-size", a->batch, "tokens per forward pass (capped at -c)");
-      app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
       app.add_flag("--json", a->json, "one JSON object on stdout instead of the text report");
       app.add_option("--save-logits", a->save_logits,
                      "write the scored rows' logits (float32) for a later --kl-divergence");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
@@ -121,7 +122,7 @@ const bool registered_quantize = register_command(
       sub.add_option("--expert-type", a->expert_type, "type of the routed experts (default: --type)");
       sub.add_option("--embd-type", a->embd_type, "type of token_embd (default: --type)");
       sub.add_option("--output-type", a->output_type, "type of the output matrix (default: --type)");
-      sub.add_option("-t,--threads", a->threads, "threads (default: all cores)");
+      add_threads_option(sub, a->threads, "threads (default: all cores)");
       sub.add_flag("-q,--quiet", a->quiet, "no progress");
       return CommandMain([a] { return run_quantize(*a); });
     });

@@ -50,10 +50,10 @@ void print_offload_summary(const OffloadSession& s) {
 }
 
 int run_run(RunArgs& a) {
-  if (a.n_predict < 0) fail("-n must be >= 0, got {}", a.n_predict);
+  if (a.n_predict < 0) usage_fail("-n must be >= 0, got {}", a.n_predict);
   if (a.stats_json) a.stats = "json";
   if (a.stats != "text" && a.stats != "json" && a.stats != "none")
-    fail("--stats must be text, json or none, not '{}'", a.stats);
+    usage_fail("--stats must be text, json or none, not '{}'", a.stats);
   EngineOptions opt;
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
@@ -126,7 +126,7 @@ const bool registered_run = register_command("run", "Generate text from a prompt
   app.add_option("-m,--model", a->model, "GGUF model")->required();
   app.add_option("-p,--prompt", a->prompt, "prompt text, or ids:1,2,3")->required();
   app.add_option("-n,--n-predict", a->n_predict, "tokens to generate");
-  app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+  add_threads_option(app, a->threads, "threads (0 = all cores)");
   app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--seed", a->sp.seed, "sampling seed");

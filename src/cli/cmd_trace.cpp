@@ -172,7 +172,7 @@ const bool registered_trace = register_command("trace", "Record the routing of a
   app.add_option("--prompts", a->prompts, "prompts file: one per line, or JSON lines with \"prompt\"")->required();
   app.add_option("-o,--output", a->out, "trace file to write")->required();
   app.add_option("-n,--n-predict", a->n_predict, "tokens to generate per prompt (decode phase)");
-  app.add_option("-t,--threads", a->threads, "threads (0 = all cores)");
+  add_threads_option(app, a->threads, "threads (0 = all cores)");
   app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
   app.add_flag("--hidden", a->hidden_all, "record the hidden state entering every MoE block");
   app.add_option("--hidden-every", a->hidden_every, "record hidden states of every K-th token only");

@@ -7,7 +7,25 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/error.h"
+
 namespace moeflow::cli {
+
+// Exit statuses: 0 success, 1 a runtime error (a file that cannot be read, out of memory, a
+// model the engine cannot run), 2 a usage error (an unknown or missing option, a value that
+// cannot be parsed or is out of range, options that conflict).
+constexpr int kExitError = 1, kExitUsage = 2;
+
+// A usage error found after parsing (main exits with kExitUsage).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Args>
+[[noreturn]] inline void usage_fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw UsageError(fmt::format(f, std::forward<Args>(args)...));
+}
 
 // setup() adds the command's options to `sub` and returns the function that runs it
 // (returning the process exit code). Options must bind to state owned by that closure.

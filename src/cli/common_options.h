@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "cli/offload_flags.h"
 #include "model/hparams.h"
 #include "runtime/engine.h"
@@ -21,14 +22,41 @@ namespace moeflow::cli {
 
 // llama.cpp's sampling flags. `prefix` goes before each description ("default " for serve,
 // whose values are defaults that requests override). The seed is left to the caller: its
-// meaning differs between commands.
+// meaning differs between commands. Values are checked when parsing ends, with the rules the
+// server applies to requests (sampling/sampler.h), so `--temp -1` is a usage error before the
+// model is loaded.
 inline void add_sampling_options(CLI::App& app, SamplerParams& sp, const std::string& prefix = "") {
-  app.add_option("--temp", sp.temperature, prefix + "temperature (0 = greedy)");
+  app.add_option("--temp", sp.temperature, prefix + "temperature, 0..100 (0 = greedy)");
   app.add_option("--top-k", sp.top_k, prefix + "top-k (0 = off)");
-  app.add_option("--top-p", sp.top_p, prefix + "top-p (1 = off)");
-  app.add_option("--min-p", sp.min_p, prefix + "min-p (0 = off)");
-  app.add_option("--repeat-penalty", sp.repeat_penalty, prefix + "repetition penalty (1 = off)");
+  app.add_option("--top-p", sp.top_p, prefix + "top-p, 0..1 (1 = off)");
+  app.add_option("--min-p", sp.min_p, prefix + "min-p, 0..1 (0 = off)");
+  app.add_option("--repeat-penalty", sp.repeat_penalty, prefix + "repetition penalty, > 0 (1 = off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "penalty window (-1 = all)");
+  app.add_option("--presence-penalty", sp.presence_penalty, prefix + "presence penalty, -2..2 (0 = off)");
+  app.add_option("--frequency-penalty", sp.frequency_penalty, prefix + "frequency penalty, -2..2 (0 = off)");
+  app.parse_complete_callback([&sp] {
+    if (auto e = check_sampler_params(sp))
+      throw CLI::ValidationError(e->flag, fmt::format("{}, got {}", e->requirement, e->value));
+  });
+}
+
+// -t/--threads: 0 means every CPU this process may run on; more than that is capped (with a
+// warning): extra threads only time-slice the same cores (-t 1000 ran 400x slower on 2 CPUs).
+inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::string& help) {
+  return app.add_option_function<int>(
+      "-t,--threads",
+      [&threads](const int& v) {
+        if (v < 0) throw CLI::ValidationError("-t,--threads", fmt::format("must be >= 0 (0 = all CPUs), got {}", v));
+        const int cpus = default_thread_count();
+        if (v > cpus) {
+          std::fprintf(stderr, "moeflow: warning: -t %d: this process may run on %d CPUs; using %d threads\n", v,
+                       cpus, cpus);
+          threads = cpus;
+          return;
+        }
+        threads = v;
+      },
+      help);
 }
 
 // --backend cpu|cuda (EngineOptions::backend): parsed by the command with parse_backend_kind,

@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <map>
+#include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -27,27 +28,38 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.description);
     mains[sub] = spec.setup(*sub);
   }
+  std::string cmd = "moeflow";
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line naming the command, whatever CLI11's own exit code (104-109) would have been.
+    for (const CLI::App* sub : app.get_subcommands()) cmd += " " + sub->get_name();
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", cmd.c_str(), e.what(), cmd.c_str());
+    return kExitUsage;
   }
+  for (const CLI::App* sub : app.get_subcommands()) cmd += " " + sub->get_name();
+  auto report = [&](const char* what) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moeflow: error: %s\n", what);
+  };
   try {
     for (auto& [sub, fn] : mains) {
       if (sub->parsed()) return fn();
     }
+  } catch (const UsageError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", cmd.c_str(), e.what(), cmd.c_str());
+    return kExitUsage;
   } catch (const moeflow::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "moeflow: error: %s\n", e.what());
-    return 1;
+    report(e.what());
+    return kExitError;
   } catch (const std::bad_alloc&) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "moeflow: error: out of memory\n");
-    return 1;
+    report("out of memory");
+    return kExitError;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "moeflow: error: %s\n", e.what());
-    return 1;
+    report(e.what());
+    return kExitError;
   }
-  return 1;
+  return kExitError;
 }

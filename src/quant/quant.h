@@ -1,6 +1,6 @@
 #pragma once
 // Scalar reference conversions between float and every supported block format. These are the
-// ground truth that the SIMD kernels in kernels/cpu are tested against.
+// ground truth that the SIMD kernels in backend/cpu are tested against.
 #include <cstdint>
 
 #include "core/ggml_type.h"

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -10,8 +12,18 @@
 #include "experts/device_provider.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
+#include "runtime/memory_facts.h"
 
 namespace moeflow {
+
+namespace {
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.1f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+}
+
+}  // namespace
 
 std::string GenerationStats::to_json() const {
   return fmt::format(
@@ -53,23 +65,39 @@ void Engine::init(const EngineOptions& opt) {
   const int64_t n_ctx = resolve_n_ctx(opt.n_ctx, model_->hparams().n_ctx_train);
   if (opt.batch <= 0) fail("batch size must be positive, got {}", opt.batch);
   const int batch = (int)std::min<int64_t>(opt.batch, n_ctx);
-  if (device) {
-    backend_ = make_backend(opt.backend, pool_.get());
-    provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
+  // The KV cache (and a row of attention scores per thread) grows with the context: a context
+  // too large for the machine is named with its size instead of a bare "out of memory".
+  const HParams& hp = model_->hparams();
+  const double kv_bytes = (double)n_ctx * (double)model_->kv_bytes_per_token() +
+                          (double)pool_->size() * (double)n_ctx * sizeof(float);
+  const MemoryFacts mem = read_memory_facts();
+  const double avail = (double)mem.available();
+  if (avail > 0 && kv_bytes > avail)
+    fail("context size {} (-c) needs {} for its KV cache, more than the {} of memory available ({}); "
+         "pass a smaller -c (the model was trained with {})",
+         n_ctx, human_bytes(kv_bytes), human_bytes(avail), mem.source(), hp.n_ctx_train);
+  try {
+    if (device) {
+      backend_ = make_backend(opt.backend, pool_.get());
+      provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
+      ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
+      return;
+    }
+    if (!opt.resident_weights) {
+      ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+      return;
+    }
+    auto cpu = std::make_unique<CpuBackend>(pool_.get());
+    // Each weight's file pages go as soon as its copy holds the bytes.
+    const GgufFile& file = *file_;
+    cpu->set_copy_weights(true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); });
+    backend_ = std::move(cpu);
     ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
-    return;
+    ctx_->prefault_kv();
+  } catch (const std::bad_alloc&) {
+    fail("context size {} (-c): out of memory allocating its {} KV cache; pass a smaller -c", n_ctx,
+         human_bytes(kv_bytes));
   }
-  if (!opt.resident_weights) {
-    ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
-    return;
-  }
-  auto cpu = std::make_unique<CpuBackend>(pool_.get());
-  // Each weight's file pages go as soon as its copy holds the bytes.
-  const GgufFile& file = *file_;
-  cpu->set_copy_weights(true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); });
-  backend_ = std::move(cpu);
-  ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
-  ctx_->prefault_kv();
 }
 
 void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out) {

@@ -1,9 +1,11 @@
 #pragma once
 // OpenAI-compatible HTTP server (cpp-httplib + nlohmann-json) over one Engine:
 //   POST /v1/chat/completions, POST /v1/completions   (JSON, or SSE with "stream": true)
-//   GET  /v1/models, GET /health, GET /metrics        (Prometheus text format)
-// HTTP requests are accepted on httplib's worker threads; generation runs on one engine thread
-// that takes requests from a bounded FIFO queue (full -> 503). A streaming client that goes
+//   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text format)
+// Connections wait in a guard thread until their request is complete (http_guard.h); requests
+// are parsed and validated (request_parse.h) and tokenized on worker threads; generation runs on
+// one engine thread that takes requests from a bounded FIFO queue (full -> 503) and keeps the KV
+// cache of the previous request for the next one's common prefix. A streaming client that goes
 // away cancels its generation. See docs/server.md.
 #include <cstdint>
 #include <functional>
@@ -13,6 +15,7 @@
 
 #include "experts/offload_stats.h"
 #include "sampling/sampler.h"
+#include "server/request_parse.h"
 
 namespace moeflow {
 
@@ -24,12 +27,19 @@ struct ServerOptions {
   int port = 8080;           // 0: any free port (see Server::port())
   std::string model_id;      // the name /v1/models reports and requests may give as "model"
   int max_queue = 8;         // requests waiting behind the running one; beyond that: 503
-  int http_threads = 0;      // 0: max_queue + 4 (so /health and /metrics stay reachable)
+  int http_threads = 0;      // workers for generation requests; 0: max_queue + 4
   SamplerParams sampling;    // defaults for the sampling fields a request leaves out
   bool random_seed = true;   // a request without "seed" gets a random one (else sampling.seed)
   int default_max_tokens = -1;  // max_tokens when a request gives none (-1: up to the context)
   std::string chat_template;    // Jinja text overriding the model's ("" = the model's)
   bool log_requests = false;    // one line per request on stderr
+  bool prefix_cache = true;     // reuse the KV cache of the longest common prefix across requests
+  // Connection guard (http_guard.h) and request limits (request_parse.h).
+  double header_timeout_s = 10;  // a request must arrive whole within this of its first byte
+  double idle_timeout_s = 5;     // keep-alive connections without a next request are closed
+  double write_timeout_s = 30;
+  size_t max_connections = 512;
+  RequestLimits limits;
 };
 
 class Server {
@@ -51,7 +61,7 @@ class Server {
   // Stops accepting, cancels queued and running requests, joins the threads. Idempotent.
   void stop();
   int port() const;
-  // Text of the chat template in use and the line describing it.
+  // The line describing the chat template in use (its origin), for the startup log.
   const std::string& template_description() const;
   // The /metrics page.
   std::string metrics() const;

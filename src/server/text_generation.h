@@ -1,8 +1,8 @@
 #pragma once
-// Text generation on top of Engine::generate, shared by `moeflow serve` and `moeflow chat`:
-// text deltas streamed as they become final (UTF-8 complete, and held back while they could be
-// the start of a stop string), end-of-generation tokens and stop strings end the text, a
-// callback can cancel.
+// Text generation on an Engine, shared by `moeflow serve` and `moeflow chat`: text deltas
+// streamed as they become final (UTF-8 complete, and held back while they could be the start of
+// a stop string), end-of-generation tokens and stop strings end the text, a callback or a flag
+// can cancel, optional per-token log-probabilities, and an optional prompt (prefix) cache.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -15,6 +15,7 @@
 namespace moeflow {
 
 class Engine;
+class PrefixCache;
 class Tokenizer;
 
 struct TextGenParams {
@@ -25,26 +26,47 @@ struct TextGenParams {
   // Harmony (gpt-oss): the text is the final channel; the other channels go to
   // TextGenResult::reasoning (stop strings apply to the text).
   bool harmony = false;
+  bool logprobs = false;          // per-token log-probabilities (sampling/logprobs.h)
+  int top_logprobs = 0;           // alternatives per token with logprobs
+};
+
+// One sampled token with its log-probabilities, delivered with the text it belongs to.
+struct TokenLogprob {
+  int32_t id = 0;
+  std::string piece;     // the token's bytes (may be part of a UTF-8 character)
+  size_t text_offset = 0;  // where its text starts in TextGenResult::text
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+struct TextDelta {
+  std::string text;
+  std::string reasoning;  // harmony: analysis / commentary text, handed out at once
+  std::vector<TokenLogprob> logprobs;  // the tokens whose text starts in this piece (or before)
 };
 
 struct TextGenResult {
   std::string text;
   std::string reasoning;      // harmony: analysis / commentary text
+  std::vector<TokenLogprob> logprobs;  // with params.logprobs: one per token of `text`
   int n_prompt = 0;
+  int n_cached = 0;           // prompt tokens served from the prefix cache
   int n_generated = 0;        // tokens sampled (an end-of-generation token included)
   std::string finish_reason;  // "stop" (EOG token or stop string), "length" or "cancelled"
   double prefill_s = 0, decode_s = 0, ttft_s = 0;
+  double tpot_s() const { return n_generated > 1 ? decode_s / (n_generated - 1) : 0; }
 };
 
-// Resets the engine's context, then generates from `prompt`. on_delta (optional) gets each
-// piece of final text; returning false cancels (finish_reason "cancelled"), and so does
-// *cancel becoming true (checked at every token). The pieces concatenate to result.text.
-// on_reasoning (optional, harmony) gets the pieces of result.reasoning as they come.
+// Generates from `prompt` (which with max_tokens must fit the context). Without a cache the
+// engine's context is reset first; with one, the common prefix with what the engine holds is
+// kept. on_delta (optional) gets each piece of final text; returning false cancels
+// (finish_reason "cancelled"), and so does *cancel becoming true (checked at every token). The
+// pieces concatenate to result.text; with harmony, pieces of result.reasoning come in
+// TextDelta::reasoning as they are generated.
 TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<const int32_t> prompt,
                             const TextGenParams& params,
-                            const std::function<bool(const std::string&)>& on_delta = nullptr,
-                            const std::atomic<bool>* cancel = nullptr,
-                            const std::function<void(const std::string&)>& on_reasoning = nullptr);
+                            const std::function<bool(const TextDelta&)>& on_delta = nullptr,
+                            const std::atomic<bool>* cancel = nullptr, PrefixCache* cache = nullptr);
 
 // Length of the longest suffix of `text` that is a proper prefix of one of `stops`.
 size_t stop_prefix_overlap(const std::string& text, const std::vector<std::string>& stops);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -154,10 +156,130 @@ TEST(Sampler, RepetitionPenaltyWindow) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], ref[i] / sum, 1e-6) << i;
 }
 
-TEST(Sampler, BadParamsAreErrors) {
+// Softmax at temperature 1 of hand-computed penalised logits, against the sampler's candidates.
+void expect_probs_of(const Sampler& s, const std::vector<double>& logits) {
+  double sum = 0;
+  for (double l : logits) sum += std::exp(l);
+  std::map<int, double> got;
+  for (auto [t, p] : s.candidates()) got[t] = p;
+  ASSERT_EQ(got.size(), logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) EXPECT_NEAR(got[(int)i], std::exp(logits[i]) / sum, 1e-6) << i;
+}
+
+SamplerParams plain(float rp, float freq, float presence, int last_n) {
   SamplerParams sp;
-  sp.repeat_penalty = 0;
-  EXPECT_THROW(Sampler{sp}, Error);
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0;
+  sp.repeat_penalty = rp;
+  sp.frequency_penalty = freq;
+  sp.presence_penalty = presence;
+  sp.repeat_last_n = last_n;
+  return sp;
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesMatchHandComputedLogits) {
+  const std::vector<float> l = {2.0f, -1.0f, 1.0f, 0.5f, 0.25f};
+  // Window of 5: {0, 1, 0, 0, 2}; token 3 fell out of it. Counts: 0 x3, 1 x1, 2 x1.
+  const std::vector<int32_t> hist = {3, 0, 1, 0, 0, 2};
+  Sampler a(plain(1.0f, 0.5f, 0.25f, 5));
+  a.prepare(l, hist);
+  // logit - count * 0.5 - 0.25 for tokens in the window.
+  expect_probs_of(a, {2.0 - 1.75, -1.0 - 0.75, 1.0 - 0.75, 0.5, 0.25});
+  // With the repetition penalty too: divided (positive) or multiplied (negative) first.
+  Sampler b(plain(2.0f, 0.5f, 0.25f, 5));
+  b.prepare(l, hist);
+  expect_probs_of(b, {1.0 - 1.75, -2.0 - 0.75, 0.5 - 0.75, 0.5, 0.25});
+  // Negative values reward repeats; the window of all (-1) sees token 3 as well.
+  Sampler c(plain(1.0f, -0.5f, 0.0f, -1));
+  c.prepare(l, hist);
+  expect_probs_of(c, {2.0 + 1.5, -1.0 + 0.5, 1.0 + 0.5, 0.5 + 0.5, 0.25});
+  // Off by default: the logits are untouched.
+  Sampler d(plain(1.0f, 0.0f, 0.0f, 5));
+  d.prepare(l, hist);
+  expect_probs_of(d, {2.0, -1.0, 1.0, 0.5, 0.25});
+}
+
+TEST(Sampler, LogitBiasIsAddedBeforeEverythingElse) {
+  const std::vector<float> l = {2.0f, -1.0f, 1.0f, 0.5f, 0.25f};
+  SamplerParams sp = plain(2.0f, 0.0f, 0.0f, 4);
+  sp.logit_bias = {{4, 3.0f}, {1, -0.5f}, {99, 5.0f}};  // 99: outside the vocabulary, skipped
+  Sampler s(sp);
+  s.prepare(l, std::vector<int32_t>{4});
+  // Token 4: (0.25 + 3) / 2 (biased, then penalised as a repeat); token 1: -1 - 0.5.
+  expect_probs_of(s, {2.0, -1.5, 1.0, 0.5, 3.25 / 2});
+  SamplerParams g;
+  g.temperature = 0;
+  g.logit_bias = {{0, -100.0f}};  // bans the argmax: the runner-up wins
+  Sampler greedy(g);
+  EXPECT_EQ(greedy.sample(l, {}), 2);
+  g.logit_bias = {{4, 1.8f}};
+  Sampler greedy2(g);
+  EXPECT_EQ(greedy2.sample(l, {}), 4);  // 0.25 + 1.8 > 2
+}
+
+TEST(Sampler, ParameterRangesNameTheFieldAndTheFlag) {
+  auto problem = [](auto set) {
+    SamplerParams p;
+    set(p);
+    return check_sampler_params(p);
+  };
+  EXPECT_FALSE(check_sampler_params(SamplerParams{}));
+  struct Case {
+    std::function<void(SamplerParams&)> set;
+    const char* field;
+    const char* flag;
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const Case bad[] = {
+      {[](SamplerParams& p) { p.temperature = -1; }, "temperature", "--temp"},
+      {[&](SamplerParams& p) { p.temperature = inf; }, "temperature", "--temp"},
+      {[&](SamplerParams& p) { p.temperature = nan; }, "temperature", "--temp"},
+      {[](SamplerParams& p) { p.temperature = 100.5f; }, "temperature", "--temp"},
+      {[](SamplerParams& p) { p.top_k = -2; }, "top_k", "--top-k"},
+      {[](SamplerParams& p) { p.top_p = 1.5f; }, "top_p", "--top-p"},
+      {[](SamplerParams& p) { p.top_p = -0.1f; }, "top_p", "--top-p"},
+      {[](SamplerParams& p) { p.min_p = 2; }, "min_p", "--min-p"},
+      {[](SamplerParams& p) { p.repeat_penalty = 0; }, "repeat_penalty", "--repeat-penalty"},
+      {[](SamplerParams& p) { p.repeat_penalty = -1; }, "repeat_penalty", "--repeat-penalty"},
+      {[&](SamplerParams& p) { p.repeat_penalty = nan; }, "repeat_penalty", "--repeat-penalty"},
+      {[](SamplerParams& p) { p.repeat_last_n = -2; }, "repeat_last_n", "--repeat-last-n"},
+      {[](SamplerParams& p) { p.presence_penalty = 2.5f; }, "presence_penalty", "--presence-penalty"},
+      {[](SamplerParams& p) { p.frequency_penalty = -3; }, "frequency_penalty", "--frequency-penalty"},
+      {[](SamplerParams& p) { p.logit_bias = {{3, 101.0f}}; }, "logit_bias", "--logit-bias"},
+      {[](SamplerParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias", "--logit-bias"},
+  };
+  for (const Case& c : bad) {
+    const auto e = problem(c.set);
+    ASSERT_TRUE(e) << c.field;
+    EXPECT_STREQ(e->field, c.field);
+    EXPECT_STREQ(e->flag, c.flag);
+    EXPECT_FALSE(e->requirement.empty());
+    EXPECT_FALSE(e->value.empty());
+    SamplerParams p;
+    c.set(p);
+    try {
+      Sampler s(p);
+      ADD_FAILURE() << c.field << " accepted";
+    } catch (const Error& ex) {
+      EXPECT_EQ(std::string(ex.what()).rfind(c.flag, 0), 0u) << ex.what();
+    }
+  }
+  // The edges of every range are valid.
+  EXPECT_FALSE(problem([](SamplerParams& p) {
+    p.temperature = 100;
+    p.top_k = -1;
+    p.top_p = 0;
+    p.min_p = 1;
+    p.repeat_penalty = 100;
+    p.repeat_last_n = -1;
+    p.presence_penalty = -2;
+    p.frequency_penalty = 2;
+    p.logit_bias = {{0, -100.0f}, {5, 100.0f}};
+  }));
+  const auto e = problem([](SamplerParams& p) { p.repeat_penalty = 0; });
+  EXPECT_EQ(e->requirement + ", got " + e->value, "must be > 0 and <= 100 (1 = off), got 0");
 }
 
 }  // namespace

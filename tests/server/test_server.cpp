@@ -36,107 +36,12 @@
 #include "server/text_generation.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "server_fixture.h"
 
 extern char** environ;
 
 namespace moeflow::test {
 namespace {
-
-using json = nlohmann::ordered_json;
-
-std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
-
-Cmd run_cmd(const std::string& args, bool merge_stderr = false) {
-  return run_moeflow(args, merge_stderr);
-}
-
-// The tiny generated Mixtral (SentencePiece vocabulary of 512, no chat template: ChatML),
-// removed when the process exits.
-struct TinyModelFile {
-  std::string path;
-  TinyModelFile() {
-    // Per process: ctest runs each test as its own process, possibly in parallel.
-    path = ::testing::TempDir() + "/server_tiny_mixtral_" + std::to_string(getpid()) + ".gguf";
-    const Cmd c = run_cmd("gen-model --arch mixtral --preset tiny -q -o " + shell_quote(path), true);
-    if (c.rc != 0) throw std::runtime_error("gen-model failed: " + c.out);
-  }
-  ~TinyModelFile() { std::remove(path.c_str()); }
-};
-
-const std::string& tiny_model() {
-  static const TinyModelFile f;
-  return f.path;
-}
-
-// A resident provider whose acquire() can be held closed: keeps the engine thread busy on
-// demand, so queueing and 503 are tested without timing assumptions.
-class GatedProvider : public ExpertProvider {
- public:
-  explicit GatedProvider(const GgufFile& f) : inner_(f) {}
-  ExpertView acquire(int layer, int expert, Precision p) override {
-    {
-      std::unique_lock lk(mu_);
-      ++waiting_;
-      cv_.notify_all();
-      cv_.wait(lk, [&] { return open_; });
-      --waiting_;
-    }
-    return inner_.acquire(layer, expert, p);
-  }
-  void release(int layer, int expert, Precision p) override { inner_.release(layer, expert, p); }
-  void set_open(bool open) {
-    {
-      std::lock_guard lk(mu_);
-      open_ = open;
-    }
-    cv_.notify_all();
-  }
-  // Waits (bounded) until the engine is blocked in acquire().
-  bool wait_blocked() {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(20), [&] { return waiting_ > 0; });
-  }
-
- private:
-  ResidentExpertProvider inner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  int waiting_ = 0;
-};
-
-struct Instance {
-  std::shared_ptr<const GgufFile> file;
-  std::shared_ptr<GatedProvider> gate;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Server> server;
-
-  explicit Instance(ServerOptions so, bool gated = false) {
-    file = GgufFile::open(tiny_model());
-    if (gated) gate = std::make_shared<GatedProvider>(*file);
-    EngineOptions eo;
-    eo.n_threads = 1;
-    eo.n_ctx = 256;
-    engine = std::make_unique<Engine>(file, eo, gate);
-    tok = Tokenizer::from_gguf(*file);
-    so.host = "127.0.0.1";
-    so.port = 0;
-    so.model_id = "tiny";
-    server = std::make_unique<Server>(*engine, *tok, so);
-    server->start();
-  }
-  ~Instance() {
-    if (gate) gate->set_open(true);
-    server->stop();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_read_timeout(60, 0);
-    c.set_connection_timeout(10, 0);
-    return c;
-  }
-};
 
 class ServerTest : public ::testing::Test {
  protected:
@@ -168,70 +73,6 @@ class ServerTest : public ::testing::Test {
 };
 Instance* ServerTest::inst_ = nullptr;
 
-// SSE body -> the JSON objects of its "data:" lines; *done says whether "[DONE]" ended it.
-std::vector<json> parse_sse(const std::string& body, bool* done) {
-  std::vector<json> out;
-  *done = false;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    EXPECT_EQ(line.rfind("data: ", 0), 0u) << "unexpected SSE line: " << line;
-    const std::string payload = line.substr(6);
-    if (payload == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    EXPECT_FALSE(*done) << "data after [DONE]";
-    out.push_back(json::parse(payload));
-  }
-  return out;
-}
-
-std::string reassemble(const std::vector<json>& chunks, bool chat, json* last) {
-  std::string text;
-  for (const json& c : chunks) {
-    const json& ch = c["choices"][0];
-    if (chat) {
-      if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
-    } else {
-      text += ch["text"].get<std::string>();
-    }
-  }
-  if (!chunks.empty()) *last = chunks.back();
-  return text;
-}
-
-void expect_error(const httplib::Result& r, int status, const std::string& code_or_empty) {
-  ASSERT_TRUE(r) << httplib::to_string(r.error());
-  EXPECT_EQ(r->status, status) << r->body;
-  const json j = json::parse(r->body);
-  ASSERT_TRUE(j.contains("error")) << r->body;
-  EXPECT_TRUE(j["error"]["message"].is_string());
-  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
-  EXPECT_TRUE(j["error"]["type"].is_string());
-  if (!code_or_empty.empty()) {
-    EXPECT_EQ(j["error"]["code"], code_or_empty) << r->body;
-  }
-}
-
-bool utf8_boundary(const std::string& s, size_t i) { return i >= s.size() || ((unsigned char)s[i] & 0xC0) != 0x80; }
-
-uint64_t metric(const std::string& page, const std::string& name) {
-  std::istringstream in(page);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(name + " ", 0) == 0) return (uint64_t)std::stod(line.substr(name.size() + 1));
-  return UINT64_MAX;
-}
-
-long vm_rss_kib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
 
 TEST_F(ServerTest, HealthAndModels) {
   auto c = inst_->client();
@@ -322,7 +163,9 @@ TEST_F(ServerTest, CompletionStreamingReassembles) {
   json last;
   EXPECT_EQ(reassemble(chunks, false, &last), plain["choices"][0]["text"]);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(last["usage"], plain["usage"]);
+  // The same usage; the second request found its prompt in the prefix cache.
+  for (const char* k : {"prompt_tokens", "completion_tokens", "total_tokens"}) EXPECT_EQ(last["usage"][k], plain["usage"][k]);
+  EXPECT_EQ(last["usage"]["prompt_tokens_details"]["cached_tokens"], plain["usage"]["prompt_tokens"].get<int>() - 1);
 }
 
 TEST_F(ServerTest, SeededSamplingIsReproducibleAndTokenIdPromptsWork) {

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to kernels/cpu: which kernel table is in use.
+// Internal to backend/cpu: which kernel table is in use.
 #include "backend/cpu/kernel_table.h"
 
 namespace moeflow::kernels {

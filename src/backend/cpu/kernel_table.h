@@ -1,5 +1,5 @@
 #pragma once
-// Internal to kernels/cpu: the per-instruction-set tables of dot kernels that dispatch.cpp picks
+// Internal to backend/cpu: the per-instruction-set tables of dot kernels that dispatch.cpp picks
 // from. Not part of the public contract (use matmul.h).
 #include <cstddef>
 #include <cstdint>

@@ -1,0 +1,408 @@
+#include "server/request_parse.h"
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace moeflow {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+RequestError bad(std::string msg, std::string param = "", std::string code = "") {
+  return RequestError(400, std::move(msg), std::move(param), std::move(code));
+}
+
+// A value as the client wrote it, short enough for an error message.
+std::string shown(const ojson& v) {
+  std::string s = v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+// SAX pass over the body that builds nothing: it stops at the first limit exceeded, so the
+// cost of an oversized request is reading it once.
+class Prescan final : public nlohmann::json_sax<ojson> {
+ public:
+  explicit Prescan(const RequestLimits& lim) : lim_(lim) {}
+  std::optional<RequestError> error;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t& s) override { return value() && text(s.size()); }
+  bool binary(binary_t&) override { return value(); }
+  bool key(string_t& k) override {
+    key_is_messages_ = stack_.size() == 1 && k == "messages";
+    return text(k.size());
+  }
+  bool start_object(std::size_t) override { return value() && push('o'); }
+  bool start_array(std::size_t) override {
+    const bool messages = stack_.size() == 1 && key_is_messages_;
+    return value() && push(messages ? 'm' : 'a');
+  }
+  bool end_object() override { return pop(); }
+  bool end_array() override { return pop(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    // nlohmann's text: "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
+    std::string what = ex.what();
+    const size_t p = what.find("] ");
+    if (p != std::string::npos) what = what.substr(p + 2);
+    error = bad("the request body is not valid JSON: " + what);
+    return false;
+  }
+
+ private:
+  bool value() {
+    if (++values_ > lim_.max_values)
+      return fail(bad(fmt::format("the request body has more than {} JSON values", lim_.max_values)));
+    if (!stack_.empty() && stack_.back() == 'm' && ++messages_ > lim_.max_messages)
+      return fail(bad(fmt::format("'messages' has more than {} entries", lim_.max_messages), "messages"));
+    return true;
+  }
+  bool text(size_t n) {
+    string_bytes_ += n;
+    if (string_bytes_ > lim_.max_string_bytes)
+      return fail(bad(fmt::format("the request body has more than {} bytes of strings", lim_.max_string_bytes)));
+    return true;
+  }
+  bool push(char kind) {
+    stack_.push_back(kind);
+    if (stack_.size() > lim_.max_depth)
+      return fail(bad(fmt::format("the request body nests arrays and objects deeper than {}", lim_.max_depth)));
+    return true;
+  }
+  bool pop() {
+    if (!stack_.empty()) stack_.pop_back();
+    return true;
+  }
+  bool fail(RequestError e) {
+    error = std::move(e);
+    return false;
+  }
+
+  const RequestLimits& lim_;
+  size_t values_ = 0, string_bytes_ = 0, messages_ = 0;
+  std::vector<char> stack_;  // 'o' object, 'a' array, 'm' the top-level "messages" array
+  bool key_is_messages_ = false;
+};
+
+const ojson* field(const ojson& b, const char* key) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> opt_number(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw bad(fmt::format("'{}' must be a number, got {}", key, shown(*v)), key);
+  return v->get<double>();
+}
+
+// Integers are JSON integers, or floats with an integral value (4.0); anything else (4.5, 1e300,
+// "4") is refused, never rounded or clamped into range.
+std::optional<int64_t> opt_int(const ojson& b, const char* key, int64_t lo, int64_t hi) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  auto out_of_range = [&] {
+    return bad(fmt::format("'{}' must be an integer in [{}, {}], got {}", key, lo, hi, shown(*v)), key);
+  };
+  if (v->is_number_unsigned()) {  // nlohmann reads every non-negative integer as unsigned
+    const uint64_t u = v->get<uint64_t>();
+    if (u > (uint64_t)INT64_MAX || (int64_t)u < lo || (int64_t)u > hi) throw out_of_range();
+    return (int64_t)u;
+  }
+  if (v->is_number_integer()) {
+    const int64_t i = v->get<int64_t>();
+    if (i < lo || i > hi) throw out_of_range();
+    return i;
+  }
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    // Only floats that hold an integer exactly (|d| <= 2^53) are integers here; checked before
+    // the cast, since casting an out-of-range double is undefined.
+    if (!(std::fabs(d) <= 9007199254740992.0) || d != std::floor(d)) throw out_of_range();
+    const int64_t i = (int64_t)d;
+    if (i < lo || i > hi) throw out_of_range();
+    return i;
+  }
+  throw out_of_range();
+}
+
+std::optional<bool> opt_bool(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw bad(fmt::format("'{}' must be true or false, got {}", key, shown(*v)), key);
+  return v->get<bool>();
+}
+
+// A JSON number as float: out of float range becomes +-inf, which every sampler range refuses.
+float to_float(double d) {
+  if (d > FLT_MAX) return std::numeric_limits<float>::infinity();
+  if (d < -FLT_MAX) return -std::numeric_limits<float>::infinity();
+  return (float)d;
+}
+
+ojson parse_json(std::string_view body, const RequestLimits& lim) {
+  if (body.size() > lim.max_body_bytes)
+    throw RequestError(413, fmt::format("the request body is {} bytes; the limit is {}", body.size(), lim.max_body_bytes));
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    throw bad("the request body is empty; send a JSON object");
+  Prescan scan(lim);
+  const bool ok = ojson::sax_parse(body, &scan, ojson::input_format_t::json, true, false);
+  if (scan.error) throw *scan.error;
+  if (!ok) throw bad("the request body is not valid JSON");
+  try {
+    return ojson::parse(body);
+  } catch (const std::exception& e) {
+    throw bad(fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+}
+
+// The content of a chat message as text: a string, null, or an array of {"type": "text"} parts.
+std::string message_text(const ojson& content, size_t i) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array()) {
+    std::string s;
+    for (size_t k = 0; k < content.size(); ++k) {
+      const ojson& part = content[k];
+      const ojson* type = part.is_object() ? field(part, "type") : nullptr;
+      if (!type || !type->is_string())
+        throw bad(fmt::format("messages[{}].content[{}] must be an object with a 'type'", i, k), "messages");
+      if (type->get<std::string>() != "text")
+        throw bad(fmt::format("messages[{}].content[{}] is of type {}: only text parts are supported", i, k,
+                              shown(*type)),
+                  "messages");
+      const ojson* t = field(part, "text");
+      if (!t || !t->is_string())
+        throw bad(fmt::format("messages[{}].content[{}].text must be a string", i, k), "messages");
+      s += t->get<std::string>();
+    }
+    return s;
+  }
+  throw bad(fmt::format("messages[{}].content must be a string, null or an array of text parts", i), "messages");
+}
+
+void read_messages(const ojson& b, GenerationRequest& r) {
+  const ojson* m = field(b, "messages");
+  if (!m) throw bad("'messages' is required", "messages");
+  if (!m->is_array() || m->empty()) throw bad("'messages' must be a non-empty array", "messages");
+  r.messages = ojson::array();
+  for (size_t i = 0; i < m->size(); ++i) {
+    const ojson& msg = (*m)[i];
+    const ojson* role = msg.is_object() ? field(msg, "role") : nullptr;
+    if (!role || !role->is_string())
+      throw bad(fmt::format("messages[{}] must be an object with a string 'role'", i), "messages");
+    ojson mm = msg;  // other fields (name, tool_calls, tool_call_id) go to the template as given
+    const ojson* content = field(msg, "content");
+    mm["content"] = message_text(content ? *content : ojson(nullptr), i);
+    r.messages.push_back(std::move(mm));
+  }
+  if (const ojson* rf = field(b, "response_format")) {
+    const ojson* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (!type || !type->is_string())
+      throw bad("'response_format' must be an object with a string 'type'", "response_format");
+    if (type->get<std::string>() != "text")
+      throw bad(fmt::format("'response_format' of type {} is not supported: this server has no constrained "
+                            "decoding (only {{\"type\": \"text\"}})",
+                            shown(*type)),
+                "response_format");
+  }
+  bool tools_off = false;
+  if (const ojson* tc = field(b, "tool_choice")) {
+    const std::string c = tc->is_string() ? tc->get<std::string>() : "";
+    if (c == "none") tools_off = true;
+    else if (c != "auto")
+      throw bad(fmt::format("'tool_choice' {} is not supported: tools are passed to the chat template and the model "
+                            "decides (\"auto\"), or left out (\"none\")",
+                            shown(*tc)),
+                "tool_choice");
+  }
+  if (const ojson* t = field(b, "tools")) {
+    if (!t->is_array()) throw bad("'tools' must be an array", "tools");
+    for (size_t i = 0; i < t->size(); ++i)
+      if (!(*t)[i].is_object()) throw bad(fmt::format("tools[{}] must be an object", i), "tools");
+    if (!tools_off && !t->empty()) r.tools = *t;
+  }
+  if (const ojson* e = field(b, "reasoning_effort")) {
+    const std::string v = e->is_string() ? e->get<std::string>() : "";
+    if (v != "low" && v != "medium" && v != "high")
+      throw bad(fmt::format("'reasoning_effort' must be \"low\", \"medium\" or \"high\", got {}", shown(*e)),
+                "reasoning_effort");
+    r.reasoning_effort = v;
+  }
+  for (const char* legacy : {"functions", "function_call"})
+    if (field(b, legacy))
+      throw bad(fmt::format("'{}' is not supported; pass 'tools' (given to the chat template)", legacy), legacy);
+}
+
+void read_prompt(const ojson& b, const RequestContext& ctx, GenerationRequest& r) {
+  const ojson* p = field(b, "prompt");
+  if (!p) throw bad("'prompt' is required", "prompt");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    r.prompt_is_text = true;
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+    r.prompt_is_text = false;
+    for (size_t i = 0; i < p->size(); ++i) {
+      const ojson& x = (*p)[i];
+      if (!x.is_number_integer() && !x.is_number_unsigned())
+        throw bad(fmt::format("prompt[{}] must be a token id (an integer), got {}", i, shown(x)), "prompt");
+      if (x.is_number_unsigned() ? x.get<uint64_t>() >= (uint64_t)ctx.n_vocab
+                                 : (x.get<int64_t>() < 0 || x.get<int64_t>() >= ctx.n_vocab))
+        throw bad(fmt::format("prompt[{}]: token id {} is out of range (vocabulary of {})", i, shown(x), ctx.n_vocab),
+                  "prompt");
+      r.prompt_ids.push_back((int32_t)x.get<int64_t>());
+    }
+  } else if (p->is_array() && p->size() > 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    throw bad(fmt::format("'prompt' holds {} prompts: only one prompt per request is supported", p->size()), "prompt");
+  } else {
+    throw bad("'prompt' must be a string, an array of one string, or a non-empty array of token ids", "prompt");
+  }
+  if (const ojson* s = field(b, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
+    throw bad("'suffix' is not supported (no fill-in-the-middle)", "suffix");
+  if (auto e = opt_bool(b, "echo")) r.echo = *e;
+}
+
+void read_stop(const ojson& b, const RequestLimits& lim, TextGenParams& p) {
+  const ojson* s = field(b, "stop");
+  if (!s) return;
+  const char* rule = "'stop' must be a string or an array of strings";
+  std::vector<const ojson*> items;
+  if (s->is_string()) items.push_back(s);
+  else if (s->is_array())
+    for (const ojson& x : *s) items.push_back(&x);
+  else
+    throw bad(rule, "stop");
+  if (items.size() > lim.max_stop) throw bad(fmt::format("'stop' has more than {} strings", lim.max_stop), "stop");
+  for (const ojson* x : items) {
+    if (!x->is_string()) throw bad(rule, "stop");
+    std::string t = x->get<std::string>();
+    if (t.size() > lim.max_stop_bytes)
+      throw bad(fmt::format("a 'stop' string is longer than {} bytes", lim.max_stop_bytes), "stop");
+    p.stop.push_back(std::move(t));
+  }
+}
+
+void read_logit_bias(const ojson& b, const RequestContext& ctx, SamplerParams& sp) {
+  const ojson* lb = field(b, "logit_bias");
+  if (!lb) return;
+  if (!lb->is_object())
+    throw bad("'logit_bias' must be an object mapping token ids (as strings) to biases in [-100, 100]", "logit_bias");
+  if (lb->size() > ctx.limits.max_logit_bias)
+    throw bad(fmt::format("'logit_bias' has more than {} entries", ctx.limits.max_logit_bias), "logit_bias");
+  sp.logit_bias.clear();
+  for (auto it = lb->begin(); it != lb->end(); ++it) {
+    const std::string& k = it.key();
+    int64_t id = -1;
+    if (!k.empty() && k.size() <= 10 && k.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(k);
+    if (id < 0 || id >= ctx.n_vocab)
+      throw bad(fmt::format("logit_bias key '{}' is not a token id of the vocabulary (0..{})",
+                            k.size() > 20 ? k.substr(0, 20) + "..." : k, ctx.n_vocab - 1),
+                "logit_bias");
+    if (!it.value().is_number())
+      throw bad(fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", k, shown(it.value())),
+                "logit_bias");
+    const double v = it.value().get<double>();
+    if (!(v >= -100 && v <= 100))
+      throw bad(fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", k, shown(it.value())),
+                "logit_bias");
+    sp.logit_bias.emplace_back((int32_t)id, (float)v);
+  }
+}
+
+void read_sampling(const ojson& b, const RequestContext& ctx, GenerationRequest& r) {
+  SamplerParams& sp = r.gen.sampling;
+  if (auto v = opt_number(b, "temperature")) sp.temperature = to_float(*v);
+  if (auto v = opt_number(b, "top_p")) sp.top_p = to_float(*v);
+  if (auto v = opt_number(b, "min_p")) sp.min_p = to_float(*v);
+  if (auto v = opt_number(b, "repeat_penalty")) sp.repeat_penalty = to_float(*v);
+  if (auto v = opt_number(b, "presence_penalty")) sp.presence_penalty = to_float(*v);
+  if (auto v = opt_number(b, "frequency_penalty")) sp.frequency_penalty = to_float(*v);
+  if (auto v = opt_int(b, "top_k", -1, INT32_MAX)) sp.top_k = (int)*v;
+  if (auto v = opt_int(b, "repeat_last_n", -1, INT32_MAX)) sp.repeat_last_n = (int)*v;
+  read_logit_bias(b, ctx, sp);
+  // One rule for the CLI and the server (sampling/sampler.h); the message quotes the request.
+  if (auto e = check_sampler_params(sp)) {
+    const ojson* v = field(b, e->field);
+    const std::string got = v && !v->is_object() ? shown(*v) : e->value;
+    throw bad(fmt::format("'{}' {}, got {}", e->field, e->requirement, got), e->field);
+  }
+  if (const ojson* s = field(b, "seed")) {
+    // Any 64-bit integer; -1 asks for a random seed, as llama.cpp's server reads it.
+    if (s->is_number_unsigned()) {
+      sp.seed = s->get<uint64_t>();
+      r.seed_given = true;
+    } else if (auto v = opt_int(b, "seed", INT64_MIN, INT64_MAX); v && *v != -1) {
+      sp.seed = (uint64_t)*v;
+      r.seed_given = true;
+    }
+  }
+}
+
+void read_logprobs(const ojson& b, const RequestLimits& lim, GenerationRequest& r) {
+  TextGenParams& p = r.gen;
+  if (r.endpoint == Endpoint::Chat) {
+    if (auto v = opt_bool(b, "logprobs")) p.logprobs = *v;
+    if (auto v = opt_int(b, "top_logprobs", 0, lim.max_top_logprobs)) {
+      if (!p.logprobs) throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      p.top_logprobs = (int)*v;
+    }
+  } else {
+    // Completions: an integer, the number of alternatives per token (OpenAI's legacy form).
+    if (auto v = opt_int(b, "logprobs", 0, lim.max_completion_logprobs)) {
+      p.logprobs = true;
+      p.top_logprobs = (int)*v;
+    }
+    if (p.logprobs && r.echo)
+      throw bad("'echo' with 'logprobs' is not supported (prompt tokens get no logprobs)", "echo");
+  }
+}
+
+}  // namespace
+
+GenerationRequest parse_generation_request(std::string_view body, Endpoint endpoint, const RequestContext& ctx) {
+  const ojson b = parse_json(body, ctx.limits);
+  if (!b.is_object()) throw bad("the request body must be a JSON object");
+  if (const ojson* m = field(b, "model")) {
+    if (!m->is_string()) throw bad("'model' must be a string", "model");
+    const std::string id = m->get<std::string>();
+    if (!id.empty() && id != ctx.model_id)
+      throw RequestError(404, fmt::format("The model '{}' does not exist (this server serves '{}')",
+                                          id.size() > 100 ? id.substr(0, 100) + "..." : id, ctx.model_id),
+                         "model", "model_not_found");
+  }
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  r.gen.sampling = ctx.sampling;
+  if (endpoint == Endpoint::Chat) read_messages(b, r);
+  else read_prompt(b, ctx, r);
+  read_sampling(b, ctx, r);
+  read_stop(b, ctx.limits, r.gen);
+  read_logprobs(b, ctx.limits, r);
+  if (auto v = opt_bool(b, "ignore_eos")) r.gen.ignore_eos = *v;
+  if (auto v = opt_bool(b, "stream")) r.stream = *v;
+  if (const ojson* so = field(b, "stream_options")) {
+    if (!r.stream) throw bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (!so->is_object()) throw bad("'stream_options' must be an object", "stream_options");
+    if (auto v = opt_bool(*so, "include_usage")) r.include_usage = *v;
+  }
+  if (auto v = opt_int(b, "n", 1, ctx.limits.max_n)) r.n = (int)*v;
+  if (auto v = opt_int(b, "best_of", 1, ctx.limits.max_n); v && *v != r.n)
+    throw bad("'best_of' is not supported (it may only equal 'n')", "best_of");
+  // max_completion_tokens is the newer name of max_tokens; either may be given.
+  const char* mt_key = field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (auto v = opt_int(b, mt_key, 1, INT32_MAX)) r.gen.max_tokens = (int)*v;
+  else r.gen.max_tokens = ctx.default_max_tokens;
+  return r;
+}
+
+}  // namespace moeflow
