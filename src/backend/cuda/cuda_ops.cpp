@@ -167,9 +167,11 @@ void CudaBackend::moe_combine(TensorView out, const TensorView& slots, std::span
 
 void CudaBackend::route(const TensorView& logits, const RoutingSpec& spec, const float* bias, int k,
                         int32_t* experts, float* weights, float* probs) {
-  // Group-limited selection (DeepSeek) is rare and sequential, and the kernel keeps k <= 64
-  // picks and 2 x E floats in shared memory: anything else takes the host rule.
-  if (spec.n_group > 1 || k > 64 || logits.cols() > 6144) {
+  // Group-limited selection (DeepSeek) and SparseMixer (Phi-3.5-MoE) are sequential per token,
+  // and the kernel keeps k <= 64 picks and 2 x E floats in shared memory: anything else takes
+  // the host rule.
+  if (spec.n_group > 1 || spec.gating == RoutingSpec::Gating::SparseMixer || k > 64 ||
+      logits.cols() > 6144) {
     Backend::route(logits, spec, bias, k, experts, weights, probs);
     return;
   }
