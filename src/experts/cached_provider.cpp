@@ -34,7 +34,10 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
                                            std::unique_ptr<EvictionPolicy> policy,
                                            const OffloadConfig& cfg,
                                            std::unique_ptr<EvictionPolicy> low_policy)
-    : store_(std::move(store)), cfg_(cfg), arrival_(store_->n_layers(), cfg.io_threads) {
+    : store_(std::move(store)),
+      cfg_(cfg),
+      transfer_(cfg.transfer ? cfg.transfer : std::shared_ptr<ChunkTransfer>(make_host_chunk_transfer())),
+      arrival_(store_->n_layers(), cfg.io_threads) {
   high_.cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High),
                                               std::move(policy));
   high_.cache->set_event_log(cfg.event_log);
@@ -52,7 +55,7 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
     low_->io.resize(low_->cache->n_slots());
   }
   stats_.policy = high_.cache->policy().name();
-  stats_.io_backend = "pread";
+  stats_.io_backend = transfer_->name();
   stats_.direct_io = store_->direct_io();
   stats_.per_layer_budget = cfg.per_layer;
   stats_.budget_bytes = cfg.budget_bytes;
@@ -607,7 +610,7 @@ bool CachedExpertProvider::run(const ChunkTask& t) {
   for (;;) {
     const uint64_t end = std::min(len, pos + part);
     const double t0 = now_seconds();
-    store_->read_part(t.layer, t.expert, t.proj, dst, pos, end, T.prec);
+    transfer_->copy(*store_, ChunkPart{t.layer, t.expert, t.proj, T.prec, pos, end}, dst);
     const double dt = now_seconds() - t0;
     std::lock_guard lk(mu_);
     SlotIo& io = T.io[s];

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "experts/arrival_estimate.h"
+#include "experts/chunk_transfer.h"
 #include "experts/expert_cache.h"
 #include "model/moe/expert_provider.h"
 #include "experts/expert_store.h"
@@ -64,6 +65,8 @@ struct OffloadConfig {
   // initial placement on, is appended here; read it after drain(). For tests that compare the
   // live cache with the simulator.
   std::vector<CacheEvent>* event_log = nullptr;
+  // How chunks reach their slots (experts/chunk_transfer.h); null: file -> host slot.
+  std::shared_ptr<ChunkTransfer> transfer;
 };
 
 class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
@@ -158,6 +161,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
 
   std::unique_ptr<ExpertStore> store_;
   OffloadConfig cfg_;
+  std::shared_ptr<ChunkTransfer> transfer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Tier high_;
