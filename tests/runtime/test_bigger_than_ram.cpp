@@ -148,6 +148,11 @@ TEST(AutoFit, ExplicitSettingsOverrideAndContradictionsAreErrors) {
 TEST(BiggerThanRam, ResidentSetStaysWithinThePlanUnderAMemoryLimit) {
   // 4 layers x 64 experts x 786 KiB = 201 MiB of experts, 2 x 64000 x 512 B = 62.5 MiB of
   // embeddings: a 265 MiB file under a 192 MiB limit.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer's shadow memory and quarantine are charged to the cgroup (95 MiB at start under
+  // ASan): the resident set is no longer the program's. Release and scalar runs check it.
+  GTEST_SKIP() << "the resident set under a sanitizer is not the program's (shadow memory)";
+#endif
   const std::string m = gen_model("rss.gguf", 64, 64000);
   const uint64_t limit = 192 * MiB;
   ASSERT_GT(std::filesystem::file_size(m), limit);

@@ -112,7 +112,12 @@ TEST(ChatCli, LineEditingAndHistoryOnATerminal) {
   // Up recalls "Hello"; Left twice, type XY, Enter: "HelXYlo".
   const std::string keys = "\x1b[A\x1b[D\x1b[DXY\r";
   ASSERT_EQ(write(master, keys.data(), keys.size()), (ssize_t)keys.size());
-  ASSERT_TRUE(read_until(master, out, on_tty(want[1]) + "\r\n", mark, 10)) << out.substr(mark);
+  const std::string reply1 = on_tty(want[1]) + "\r\n";
+  ASSERT_TRUE(read_until(master, out, reply1, mark, 10)) << out.substr(mark);
+  // Keys typed before the editor is back in raw mode would be flushed (TCSAFLUSH) or taken by the
+  // terminal's cooked mode: wait for the next prompt, which is drawn once raw mode is on.
+  mark = out.find(reply1, mark) + reply1.size();
+  ASSERT_TRUE(read_until(master, out, "> ", mark, 10)) << out.substr(mark);
   // Ctrl-C discards a half-typed line; Ctrl-D on an empty line ends the chat.
   ASSERT_EQ(write(master, "abc\x03\x04", 5), 5);
   int st = 0;

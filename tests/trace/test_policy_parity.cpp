@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../experts/offload_fixture.h"
+#include "require_data.h"
 #include "experts/cached_provider.h"
 #include "policy/eviction_policy.h"
 #include "policy/policies.h"
@@ -170,7 +171,7 @@ void expect_same(const Replay& live, const Replay& sim) {
 }
 
 void check_trace(const std::string& path) {
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared data at " << path;
+  MOEFLOW_REQUIRE_PATH(path);
   const Trace t = load_any({path});
   test::FakeModel m;
   test::make_fake_model(m, "parity", t.n_layers, t.n_experts, 8, 3, /*first_moe_layer=*/0);
