@@ -56,6 +56,8 @@ constexpr VocabSpec kVocabs[] = {
     {"gpt-2", "qwen2"},           // 9 Qwen2 regex
     {"gpt-2", "deepseek-v3"},     // 10 DeepSeek-V3 regexes
     {"gpt-2", "no-such-pre"},     // 11 unknown name: GPT-2 fallback with a warning
+    {"gpt-2", "gpt-4o"},          // 12 o200k regex (gpt-oss) with ignore_merges
+    {"gpt-2", "glm4"},            // 13 GLM-4 regex with ignore_merges
 };
 constexpr size_t kNumVocabs = sizeof(kVocabs) / sizeof(kVocabs[0]);
 
