@@ -540,27 +540,10 @@ def ensure_model(a, name: str, layers: int) -> str:
 
 
 def model_info(path: str) -> dict:
-    """Shape and byte counts from the GGUF tensor table (gguf-py)."""
-    from gguf import GGUFReader
-    r = GGUFReader(path)
-    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
-
-    def kv(key):
-        f = r.fields.get(f"{arch}.{key}")
-        return int(f.parts[-1][0]) if f else 0
-
-    expert = non_expert = 0
-    moe_layers = set()
-    for t in r.tensors:
-        if "_exps." in t.name:
-            expert += int(t.n_bytes)
-            moe_layers.add(t.name.split(".")[1])
-        else:
-            non_expert += int(t.n_bytes)
-    return {"arch": arch, "n_layer": kv("block_count"), "n_moe_layers": len(moe_layers),
-            "n_expert": kv("expert_count"), "n_expert_used": kv("expert_used_count"),
-            "file_bytes": os.path.getsize(path), "expert_bytes": expert,
-            "non_expert_bytes": non_expert}
+    """Shape and byte counts from the GGUF tensor table (bench_engine's reader)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_engine import model_bytes
+    return model_bytes(path)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -138,10 +138,12 @@ def model_bytes(path: str) -> dict:
 
     n_expert, n_used = kv("expert_count"), kv("expert_used_count")
     expert = non_expert = embd = embd_row = 0
+    moe_layers = set()
     for t in r.tensors:
         nb = int(t.n_bytes)
         if "_exps." in t.name:
             expert += nb
+            moe_layers.add(t.name.split(".")[1])
         else:
             non_expert += nb
         if t.name == "token_embd.weight":
@@ -150,7 +152,7 @@ def model_bytes(path: str) -> dict:
     active_expert = expert // n_expert * n_used if n_expert else 0
     # token_embd: only the token's row is read per step.
     active = non_expert - embd + embd_row + active_expert
-    return {"arch": arch, "n_layer": kv("block_count"), "n_expert": n_expert,
+    return {"arch": arch, "n_layer": kv("block_count"), "n_moe_layers": len(moe_layers), "n_expert": n_expert,
             "n_expert_used": n_used, "file_bytes": os.path.getsize(path), "expert_bytes": expert,
             "non_expert_bytes": non_expert, "token_embd_bytes": embd,
             "active_expert_bytes_per_token": active_expert, "active_bytes_per_token": active}

@@ -30,15 +30,15 @@ DeviceExpertProvider::DeviceExpertProvider(const GgufFile& file, Backend& backen
          "provider",
          backend.name());
   ResidentExpertProvider host(file);
-  has_low_ = host.has_low_precision();
+  table_.has_low = host.has_low_precision();
   const int n_layers = (int)host.index().layers.size();
-  for (int p = 0; p < (has_low_ ? 2 : 1); ++p) {
+  for (int p = 0; p < (table_.has_low ? 2 : 1); ++p) {
     const ExpertIndex index = p == 0 ? host.index() : build_expert_index(file, "low");
-    views_[p].resize(n_layers);
+    table_.views[p].resize(n_layers);
     for (int l = 0; l < n_layers; ++l) {
       const int n_expert = host.index().layers[l].n_expert;
       if (n_expert == 0) continue;
-      std::vector<ExpertView>& vs = views_[p][l];
+      std::vector<ExpertView>& vs = table_.views[p][l];
       vs.resize(n_expert);
       std::vector<Piece> pieces;
       for (int e = 0; e < n_expert; ++e) {
@@ -76,14 +76,7 @@ DeviceExpertProvider::DeviceExpertProvider(const GgufFile& file, Backend& backen
 }
 
 ExpertView DeviceExpertProvider::acquire(int layer, int expert, Precision p) {
-  if (p == Precision::Low && !has_low_)
-    fail("expert {} of layer {} was asked for in low precision, but the model has no "
-         "low-precision copies (pack it with `moeflow pack --low TYPE`)",
-         expert, layer);
-  const auto& views = views_[p == Precision::Low ? 1 : 0];
-  if (layer < 0 || layer >= (int)views.size() || expert < 0 || expert >= (int)views[layer].size())
-    fail("no expert {} in layer {}", expert, layer);
-  return views[layer][expert];
+  return table_.at(layer, expert, p);
 }
 
 }  // namespace moeflow

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "experts/expert_view_table.h"
 #include "model/moe/expert_provider.h"
 
 namespace moeflow {
@@ -25,14 +26,13 @@ class DeviceExpertProvider : public ExpertProvider {
   DeviceExpertProvider(const GgufFile& file, Backend& backend);
 
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
-  bool has_low_precision() const override { return has_low_; }
+  bool has_low_precision() const override { return table_.has_low; }
   // Bytes of expert weights held in device memory.
   uint64_t device_bytes() const { return device_bytes_; }
 
  private:
   std::vector<Buffer> buffers_;
-  std::vector<std::vector<ExpertView>> views_[2];  // [precision][layer][expert]
-  bool has_low_ = false;
+  ExpertViewTable table_;
   uint64_t device_bytes_ = 0;
 };
 

@@ -45,10 +45,10 @@ std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
 
 ResidentExpertProvider::ResidentExpertProvider(const GgufFile& file)
     : index_(build_expert_index(file)) {
-  views_[0] = make_views(file, index_, "weight");
+  table_.views[0] = make_views(file, index_, "weight");
   const ExpertIndex low = build_expert_index(file, "low");
-  for (const ExpertLayerIndex& l : low.layers) has_low_ |= l.n_expert > 0;
-  if (!has_low_) return;
+  for (const ExpertLayerIndex& l : low.layers) table_.has_low |= l.n_expert > 0;
+  if (!table_.has_low) return;
   for (size_t l = 0; l < index_.layers.size(); ++l) {
     const int want = index_.layers[l].n_expert;
     const int got = l < low.layers.size() ? low.layers[l].n_expert : 0;
@@ -65,18 +65,11 @@ ResidentExpertProvider::ResidentExpertProvider(const GgufFile& file)
                file.path(), l, e, b.rows, b.cols, a.rows, a.cols);
       }
   }
-  views_[1] = make_views(file, low, "low");
+  table_.views[1] = make_views(file, low, "low");
 }
 
 ExpertView ResidentExpertProvider::acquire(int layer, int expert, Precision p) {
-  if (p == Precision::Low && !has_low_)
-    fail("expert {} of layer {} was asked for in low precision, but the model has no "
-         "low-precision copies (pack it with `moeflow pack --low TYPE`)",
-         expert, layer);
-  const auto& views = views_[p == Precision::Low ? 1 : 0];
-  if (layer < 0 || layer >= (int)views.size() || expert < 0 || expert >= (int)views[layer].size())
-    fail("no expert {} in layer {}", expert, layer);
-  return views[layer][expert];
+  return table_.at(layer, expert, p);
 }
 
 }  // namespace moeflow

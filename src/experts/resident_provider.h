@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_view_table.h"
 #include "model/moe/expert_provider.h"
 #include "gguf/expert_index.h"
 
@@ -20,7 +21,7 @@ class ResidentExpertProvider : public ExpertProvider {
 
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
   // Files packed with --low also serve the low-precision copies ("blk.N.ffn_*_exps.low").
-  bool has_low_precision() const override { return has_low_; }
+  bool has_low_precision() const override { return table_.has_low; }
   const ExpertIndex& index() const { return index_; }
 
  private:
@@ -29,9 +30,7 @@ class ResidentExpertProvider : public ExpertProvider {
                                                          const ExpertIndex& index,
                                                          const std::string& suffix);
   ExpertIndex index_;
-  // views_[p][layer][expert], precomputed so acquire never allocates or searches.
-  std::vector<std::vector<ExpertView>> views_[2];
-  bool has_low_ = false;
+  ExpertViewTable table_;
 };
 
 }  // namespace moeflow
