@@ -124,7 +124,7 @@ TEST_P(KernelTest, MatvecAndMatmulAreExactAndThreadInvariant) {
       for (int64_t cols : {cols_list.front(), cols_list[2]}) {
         const auto W = random_weights(t, rows, cols, rng);
         const size_t rb = row_bytes(t, cols);
-        const int64_t n_tok = rows == 17 ? 9 : 5;
+        const int64_t n_tok = rows == 17 ? 13 : 5;  // 13: a full 8-token tile and a tail
         const auto X = random_floats(n_tok * cols, rng);
 
         std::vector<float> y1(rows), y2(rows), y3(rows);
@@ -146,7 +146,7 @@ TEST_P(KernelTest, MatvecAndMatmulAreExactAndThreadInvariant) {
         // Bit-identical guarantee the engine relies on: matmul row t == matvec of token t,
         // for any thread count.
         for (ThreadPool* pool : {(ThreadPool*)nullptr, &pool2, &pool3}) {
-          for (int64_t nt : {(int64_t)2, (int64_t)3, n_tok}) {
+          for (int64_t nt : {(int64_t)2, (int64_t)3, std::min<int64_t>(8, n_tok), n_tok}) {
             std::vector<float> Y(nt * rows, -1.f);
             matmul(t, W.data(), rows, cols, X.data(), nt, Y.data(), pool);
             for (int64_t tok = 0; tok < nt; ++tok) {
@@ -160,6 +160,33 @@ TEST_P(KernelTest, MatvecAndMatmulAreExactAndThreadInvariant) {
         }
       }
     }
+  }
+}
+
+// The AVX-512 32-block kernels put two blocks in one zmm whose halves run the AVX2 kernel's
+// even and odd accumulators lane for lane, so the two levels agree bit for bit (odd and even
+// block counts, every tile width).
+TEST_P(KernelTest, Avx512MatchesAvx2BitForBitOn32Blocks) {
+  const GgmlType t = GetParam();
+  const auto lv = levels();
+  if (type_traits(t).block_size != 32 || activation_type_for(t) != GgmlType::Q8_0 ||
+      std::find(lv.begin(), lv.end(), "avx512") == lv.end())
+    return;  // nothing to compare: other formats round differently per level, or no AVX-512
+  std::mt19937 rng(7 + (int)t);
+  for (int64_t cols : {32, 64, 96, 1408}) {
+    const int64_t rows = 5, n_tok = 11;
+    const auto W = random_weights(t, rows, cols, rng);
+    const auto X = random_floats(n_tok * cols, rng);
+    std::vector<float> y2(rows * n_tok), y5(rows * n_tok);
+    {
+      LevelGuard g("avx2");
+      matmul(t, W.data(), rows, cols, X.data(), n_tok, y2.data(), nullptr);
+    }
+    {
+      LevelGuard g("avx512");
+      matmul(t, W.data(), rows, cols, X.data(), n_tok, y5.data(), nullptr);
+    }
+    ASSERT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * 4)) << type_name(t) << " cols=" << cols;
   }
 }
 
@@ -269,8 +296,23 @@ TEST(Kernels, ActivationQuantizationIsFaithful) {
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
     std::vector<uint8_t> act;
     quantize_activation(t, x.data(), n, act);
-    EXPECT_EQ(act.size(), row_bytes(activation_type_for(t), n));
+    EXPECT_EQ(act.size(), activation_row_bytes(t, n));
     const auto a = ref_decode_activation(t, act.data(), n);
+    if (t == GgmlType::Q8_0) {
+      // The blocks, then (4-byte aligned) every block's fp16 scale once more as a float.
+      const size_t tail = (n / 32 * 34 + 3) / 4 * 4;
+      ASSERT_EQ(act.size(), tail + n / 32 * 4);
+      for (int64_t b = 0; b < n / 32; ++b) {
+        uint16_t h;
+        float f;
+        std::memcpy(&h, act.data() + b * 34, 2);
+        std::memcpy(&f, act.data() + tail + b * 4, 4);
+        // fp16 -> float by hand: sign, 5-bit exponent, 10-bit mantissa (subnormals included).
+        const int e = (h >> 10) & 31, m = h & 1023;
+        const double v = (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25)) * (h >> 15 ? -1 : 1);
+        EXPECT_EQ((double)f, v) << "block " << b;
+      }
+    }
     const int64_t bs = t == GgmlType::Q8_0 ? 32 : 256;
     for (int64_t b = 0; b < n / bs; ++b) {
       double amax = 0;

@@ -10,7 +10,17 @@ namespace moeflow::kernels {
 
 // Most activation rows one kernel call dots against the same weight row. matmul tiles tokens
 // by this so each weight block is loaded and unpacked once per tile.
-constexpr int kMaxTokens = 4;
+constexpr int kMaxTokens = 8;
+
+// A Q8_0 activation row is its n / 32 blocks followed (at the next 4-byte boundary) by the same
+// blocks' scales once more as floats: a prefill tile dots each activation block against many
+// weight rows, and converting the fp16 scale for every one of them was a third of the 32-block
+// kernels' work. Rows are a multiple of 4 bytes, so every row's floats are aligned.
+inline size_t q8_0_scales_offset(int64_t n) { return ((size_t)(n / 32) * 34 + 3) & ~(size_t)3; }
+inline size_t q8_0_activation_row_bytes(int64_t n) { return q8_0_scales_offset(n) + (size_t)(n / 32) * 4; }
+inline const float* q8_0_row_scales(const void* row, int64_t n) {
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(row) + q8_0_scales_offset(n));
+}
 
 // out[t] = dot(weight row w of n elements, activation row at act + t * act_stride bytes),
 // t in [0, nt), 1 <= nt <= kMaxTokens. Every kernel computes each token with exactly the same

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/fp16.h"
+#include "quant/blocks.h"
 #include "backend/cpu/dispatch.h"
 
 namespace moeflow {
@@ -16,12 +18,16 @@ using kernels::DotFn;
 void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
   switch (activation_type_for(w)) {
     case GgmlType::F32: std::memcpy(out, x, (size_t)n * sizeof(float)); break;
-    case GgmlType::Q8_0:
+    case GgmlType::Q8_0: {
       if (kernels::active_simd() >= kernels::Simd::Avx2)
         kernels::quantize_q8_0_avx2(x, n, out);
       else
         kernels::quantize_q8_0(x, n, out);
+      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(out);
+      float* scales = const_cast<float*>(kernels::q8_0_row_scales(out, n));
+      for (int64_t b = 0; b < n / QK8_0; ++b) scales[b] = fp16_to_fp32(blocks[b].d);
       break;
+    }
     case GgmlType::Q8_1: kernels::quantize_q8_1(x, n, out); break;
     case GgmlType::Q8_K:
       if (kernels::active_simd() >= kernels::Simd::Avx2)
@@ -33,7 +39,6 @@ void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
   }
 }
 
-size_t act_row_bytes(GgmlType w, int64_t n) { return row_bytes(activation_type_for(w), n); }
 
 void check_shape(GgmlType w, int64_t rows, int64_t cols, const char* what) {
   if (rows < 0 || cols < 0) fail("{}: negative shape {}x{}", what, rows, cols);
@@ -75,9 +80,14 @@ GgmlType activation_type_for(GgmlType w) {
   }
 }
 
+size_t activation_row_bytes(GgmlType w, int64_t n) {
+  const GgmlType a = activation_type_for(w);
+  return a == GgmlType::Q8_0 ? kernels::q8_0_activation_row_bytes(n) : row_bytes(a, n);
+}
+
 void quantize_activation(GgmlType w, const float* x, int64_t n, std::vector<uint8_t>& out) {
   check_shape(w, 1, n, "quantize_activation");
-  out.resize(act_row_bytes(w, n));
+  out.resize(activation_row_bytes(w, n));
   quantize_into(w, x, n, out.data());
 }
 
@@ -103,7 +113,7 @@ void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   const kernels::RowsKernel multi =
       wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
   std::vector<uint8_t>& act = scratch();
-  act.resize(act_row_bytes(w, cols));
+  act.resize(activation_row_bytes(w, cols));
   quantize_into(w, x, cols, act.data());
   const uint8_t* Wb = static_cast<const uint8_t*>(W);
   const uint8_t* a = act.data();
@@ -132,7 +142,7 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
     return;
   }
   const DotFn fn = kernels::dot_fn(w);
-  const size_t astride = act_row_bytes(w, cols);
+  const size_t astride = activation_row_bytes(w, cols);
   std::vector<uint8_t> act(astride * (size_t)n_tok);
   auto quant = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) quantize_into(w, X + t * cols, cols, act.data() + t * astride);

@@ -6,6 +6,7 @@
 //
 // Determinism: each output element is computed by one thread with a fixed reduction order, so
 // results are bit-identical for any thread count and any ThreadPool.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -18,7 +19,11 @@ namespace moeflow {
 // (F32 for F32/F16/BF16 weights, Q8_0 for 32-blocks, Q8_K for K-quants / IQ4_XS).
 GgmlType activation_type_for(GgmlType w);
 
-// Converts n floats into activation_type_for(w); resizes `out`.
+// Bytes of one activation row for weights of type w: the activation type's row; Q8_0 rows also
+// carry their block scales as floats (see kernels::q8_0_row_scales).
+size_t activation_row_bytes(GgmlType w, int64_t n);
+
+// Converts n floats into activation_type_for(w); resizes `out` to activation_row_bytes(w, n).
 void quantize_activation(GgmlType w, const float* x, int64_t n, std::vector<uint8_t>& out);
 
 // Dot product of one weight row of type w with an activation produced by quantize_activation.

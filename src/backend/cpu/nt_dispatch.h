@@ -3,18 +3,39 @@
 // time. Each NT instantiation runs the same per-token arithmetic, only interleaved.
 #include "backend/cpu/kernel_table.h"
 
+// Kernels instantiated up to NT = 4 (the AVX2 and scalar levels: 16 ymm registers hold four
+// tokens' accumulators, not eight) serve nt = 5..8 as two calls.
 #define MOEFLOW_DOT_FN(name)                                                                  \
+  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) {                   \
+    for (int t0 = 0; t0 < nt; t0 += 4) {                                                      \
+      const void* at = static_cast<const uint8_t*>(a) + (size_t)t0 * s;                       \
+      switch (nt - t0) {                                                                      \
+        case 1: name<1>(n, w, at, s, o + t0); break;                                          \
+        case 2: name<2>(n, w, at, s, o + t0); break;                                          \
+        case 3: name<3>(n, w, at, s, o + t0); break;                                          \
+        default: name<4>(n, w, at, s, o + t0); break;                                         \
+      }                                                                                       \
+    }                                                                                         \
+  }
+
+// Eight tokens per weight block where the level has the registers for it (AVX-512: 32 zmm):
+// the block is unpacked once for twice as many tokens, which is most of prefill's gain.
+#define MOEFLOW_DOT_FN8(name)                                                                 \
   [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) {                   \
     switch (nt) {                                                                             \
       case 1: name<1>(n, w, a, s, o); break;                                                  \
       case 2: name<2>(n, w, a, s, o); break;                                                  \
       case 3: name<3>(n, w, a, s, o); break;                                                  \
-      default: name<4>(n, w, a, s, o); break;                                                 \
+      case 4: name<4>(n, w, a, s, o); break;                                                  \
+      case 5: name<5>(n, w, a, s, o); break;                                                  \
+      case 6: name<6>(n, w, a, s, o); break;                                                  \
+      case 7: name<7>(n, w, a, s, o); break;                                                  \
+      default: name<8>(n, w, a, s, o); break;                                                 \
     }                                                                                         \
   }
 
 namespace moeflow::kernels {
-static_assert(kMaxTokens == 4, "MOEFLOW_DOT_FN handles up to 4 tokens");
+static_assert(kMaxTokens == 8, "MOEFLOW_DOT_FN / MOEFLOW_DOT_FN8 handle up to 8 tokens");
 
 // Internal linkage on purpose: this header is compiled with different -m flags in different
 // files, and one shared inline copy could carry AVX-512 code into the scalar path.

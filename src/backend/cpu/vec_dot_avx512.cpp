@@ -29,41 +29,77 @@ inline float hsum512(__m512 v) {
 
 // ---- 32-element blocks x Q8_0 -----------------------------------------------------------------
 
-// One block into acc[t] for every token.
+// Two blocks per zmm: the low half holds block i's eight int32 partial sums, the high half
+// block i + 1's, so each half runs exactly the float operations of the AVX2 kernel's even and
+// odd accumulators (same lanes, same scale products, same order) and the results are the
+// AVX2 level's bit for bit. AVX-512 has no vpsignb: the activation bytes are negated under the
+// weights' sign mask instead, and |q| x that equals q x y.
+template <typename B>
+inline __m512i unpack_pair(const B& b0, const B& b1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
+}
+
 template <typename B, int NT>
-inline void block32(const B& w, const BlockQ8_0* const* a, int64_t i, __m256* acc) {
-  const __m256i q = unpack(w);
-  const float dw = scale(w);
-  const __m256i aq = _mm256_sign_epi8(q, q);
-#pragma GCC unroll 4
+inline void block_pair(const B* w, const BlockQ8_0* const* a, const float* const* da, int64_t i,
+                       __m512* acc) {
+  const __m512i q = unpack_pair(w[0], w[1]);
+  const __m512i aq = _mm512_abs_epi8(q);
+  const __mmask64 neg = _mm512_movepi8_mask(q);
+  const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(scale(w[0])), _mm256_set1_ps(scale(w[1])), 1);
+  // Lanes 0..7 take the first of two floats, lanes 8..15 the second.
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
-    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(y, q));
-    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16(a[t][i].d)), _mm256_cvtepi32_ps(p), acc[t]);
+    const __m512i y = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a[t][i].qs)),
+        _mm256_loadu_si256((const __m256i*)a[t][i + 1].qs), 1);
+    const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, ys);
+    const __m512 d2 = _mm512_permutexvar_ps(
+        halves, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(da[t] + i)))));
+    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, d2), _mm512_cvtepi32_ps(p), acc[t]);
   }
 }
 
-// Even and odd blocks go to separate accumulators to hide the FMA latency.
+// The last block of an odd count: into the low (even) half only, as the AVX2 kernel does.
+template <typename B, int NT>
+inline void block_single(const B& w, const BlockQ8_0* const* a, const float* const* da,
+                         int64_t i, __m512* acc) {
+  const __m256i q = unpack(w);
+  const float dw = scale(w);
+  const __m256i aq = _mm256_sign_epi8(q, q);
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(y, q));
+    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t][i]), _mm256_cvtepi32_ps(p),
+                                      _mm512_castps512_ps256(acc[t]));
+    acc[t] = _mm512_insertf32x8(acc[t], lo, 0);
+  }
+}
+
 template <typename B, int NT>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
   const BlockQ8_0* a[NT];
+  const float* da[NT];
+  __m512 acc[NT];
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) a[t] = act_row<BlockQ8_0>(act, stride, t);
-  __m256 acc0[NT], acc1[NT];
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  for (int t = 0; t < NT; ++t) {
+    a[t] = act_row<BlockQ8_0>(act, stride, t);
+    da[t] = q8_0_row_scales(a[t], n);
+    acc[t] = _mm512_setzero_ps();
+  }
   const int64_t nb = n / 32;
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
     // Every line kPrefetchAhead bytes ahead, as the AVX2 kernels (see simd_avx2_util.h).
     prefetch_block<2 * sizeof(B)>(wb + i);
-    block32<B, NT>(wb[i], a, i, acc0);
-    block32<B, NT>(wb[i + 1], a, i + 1, acc1);
+    block_pair<B, NT>(wb + i, a, da, i, acc);
   }
-  if (i < nb) block32<B, NT>(wb[i], a, i, acc0);
+  if (i < nb) block_single<B, NT>(wb[i], a, da, i, acc);
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+  for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
 }
 
 template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
@@ -413,19 +449,19 @@ template <int NT> void dot_bf16(int64_t n, const void* w, const void* a, size_t 
 
 void fill_avx512_table(DotTable& t) {
   auto set = [&](GgmlType ty, DotFn f) { t.fn[(int)ty] = f; };
-  set(GgmlType::F32, MOEFLOW_DOT_FN(dot_f32));
-  set(GgmlType::F16, MOEFLOW_DOT_FN(dot_f16));
-  set(GgmlType::BF16, MOEFLOW_DOT_FN(dot_bf16));
-  set(GgmlType::Q4_0, MOEFLOW_DOT_FN(dot_q4_0));
-  set(GgmlType::Q5_0, MOEFLOW_DOT_FN(dot_q5_0));
-  set(GgmlType::Q8_0, MOEFLOW_DOT_FN(dot_q8_0));
-  set(GgmlType::IQ4_NL, MOEFLOW_DOT_FN(dot_iq4_nl));
-  set(GgmlType::MXFP4, MOEFLOW_DOT_FN(dot_mxfp4));
-  set(GgmlType::Q2_K, MOEFLOW_DOT_FN(dot_q2_k));
-  set(GgmlType::Q3_K, MOEFLOW_DOT_FN(dot_q3_k));
-  set(GgmlType::Q4_K, MOEFLOW_DOT_FN(dot_q4_k));
-  set(GgmlType::Q5_K, MOEFLOW_DOT_FN(dot_q5_k));
-  set(GgmlType::Q6_K, MOEFLOW_DOT_FN(dot_q6_k));
+  set(GgmlType::F32, MOEFLOW_DOT_FN8(dot_f32));
+  set(GgmlType::F16, MOEFLOW_DOT_FN8(dot_f16));
+  set(GgmlType::BF16, MOEFLOW_DOT_FN8(dot_bf16));
+  set(GgmlType::Q4_0, MOEFLOW_DOT_FN8(dot_q4_0));
+  set(GgmlType::Q5_0, MOEFLOW_DOT_FN8(dot_q5_0));
+  set(GgmlType::Q8_0, MOEFLOW_DOT_FN8(dot_q8_0));
+  set(GgmlType::IQ4_NL, MOEFLOW_DOT_FN8(dot_iq4_nl));
+  set(GgmlType::MXFP4, MOEFLOW_DOT_FN8(dot_mxfp4));
+  set(GgmlType::Q2_K, MOEFLOW_DOT_FN8(dot_q2_k));
+  set(GgmlType::Q3_K, MOEFLOW_DOT_FN8(dot_q3_k));
+  set(GgmlType::Q4_K, MOEFLOW_DOT_FN8(dot_q4_k));
+  set(GgmlType::Q5_K, MOEFLOW_DOT_FN8(dot_q5_k));
+  set(GgmlType::Q6_K, MOEFLOW_DOT_FN8(dot_q6_k));
   auto rows = [&](GgmlType ty, RowsFn f, int r) {
     t.rows_fn[(int)ty] = f;
     t.rows[(int)ty] = r;
