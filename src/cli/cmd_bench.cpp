@@ -39,6 +39,38 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// --backend cuda: where the experts went, VRAM in use, and the bus: the pinned H2D bandwidth
+// measured here against what the cache's copies achieved (bytes copied / time copying, per
+// copy lane), and the CPU/GPU expert split (every expert runs on the GPU for now).
+nlohmann::json vram_json(const LoadedEngine& le) {
+  nlohmann::json v;
+  const VramPlan& p = le.vram;
+  v["expert_cache"] = p.cache;
+  v["budget_bytes"] = p.budget;
+  v["free_before_bytes"] = p.free_vram;
+  v["total_bytes"] = p.total_vram;
+  v["plan"] = p.reason;
+  std::shared_ptr<DeviceLink> link = le.offload.link ? le.offload.link : make_device_link(BackendKind::Cuda);
+  uint64_t free_now = 0, total = 0;
+  link->memory_info(free_now, total);
+  v["used_bytes"] = total - free_now;
+  v["pinned_h2d_gbps"] = measure_pinned_h2d(*link) / 1e9;
+  if (le.offload.device_transfer) {
+    const OffloadStats st = le.offload.provider->stats();
+    uint64_t bytes = 0;
+    double secs = 0;
+    for (const LayerOffloadStats& l : st.layers) {
+      bytes += l.bytes_read;
+      secs += l.read_s;
+    }
+    v["source"] = le.offload.device_transfer->name();
+    v["pinned_source_bytes"] = le.offload.device_transfer->pinned_bytes();
+    v["copy_gbps"] = secs > 0 ? double(bytes) / secs / 1e9 : 0.0;
+  }
+  v["cpu_experts"] = 0;
+  return v;
+}
+
 int run_bench(const BenchArgs& a) {
   if (a.n_prompt < 0 || a.n_gen < 0 || a.reps <= 0)
     fail("bench: -p and -n must be >= 0 and --reps > 0");
@@ -120,6 +152,7 @@ int run_bench(const BenchArgs& a) {
     j["kv_bytes_per_token"] = eng.model().kv_bytes_per_token();
     j["kv_bytes_per_token_per_head"] = eng.model().kv_bytes_per_token_per_head();
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
+    if (eng.backend().space() == MemSpace::Device) j["vram"] = vram_json(loaded);
     j["memory"] = memory_json(loaded.plan);
     std::printf("%s\n", j.dump().c_str());
   } else {

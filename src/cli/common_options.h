@@ -14,6 +14,7 @@
 #include "model/hparams.h"
 #include "runtime/engine.h"
 #include "runtime/offload_plan.h"
+#include "runtime/vram_plan.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -90,9 +91,41 @@ inline std::unique_ptr<Tokenizer> require_tokenizer(const GgufFile& file, const 
 // keeps the whole batch), for the activation estimate.
 struct LoadedEngine {
   OffloadPlan plan;
+  VramPlan vram;  // --backend cuda
   OffloadSession offload;
   std::unique_ptr<Engine> engine;
 };
+
+// --backend cuda: every expert in VRAM, or a VRAM expert cache (runtime/vram_plan.h: the plan
+// is announced on stderr when it is a cache), with the predictor plugged in as on the CPU.
+inline LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
+                                       const OffloadOptions& offload, const FitContext& fc) {
+  LoadedEngine le;
+  le.plan.options = offload;
+  le.plan.how = "device";
+  const ModelMemory mem = model_memory(*file, fc);
+  const MemoryFacts facts = read_memory_facts();
+  std::shared_ptr<DeviceLink> link = make_device_link(opt.backend);
+  uint64_t free_vram = 0, total_vram = 0;
+  link->memory_info(free_vram, total_vram);
+  le.vram = plan_vram(offload, mem, free_vram, total_vram, facts.available());
+  OffloadOptions o = offload;
+  if (le.vram.cache) {
+    std::fprintf(stderr, "moeflow: %s\n", le.vram.reason.c_str());
+    o.expert_cache = std::to_string(le.vram.budget);
+    const DeviceTarget target{link, le.vram.source};
+    le.offload = make_offload(o, *file, &target);
+    if (!le.offload.device_transfer->pin_refusal().empty())
+      std::fprintf(stderr, "moeflow: note: %s; copying experts through pinned staging buffers instead\n",
+                   le.offload.device_transfer->pin_refusal().c_str());
+  } else {
+    le.offload = make_offload(o, *file);
+  }
+  le.plan.options = le.offload.options;
+  le.engine = std::make_unique<Engine>(std::move(file), opt, le.offload.provider);
+  le.offload.attach(le.engine->context(), le.engine->model());
+  return le;
+}
 
 inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
                                 const OffloadOptions& offload, int logits_rows = 1) {
@@ -103,6 +136,10 @@ inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOpti
   fc.threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
   fc.logits_rows = logits_rows;
   fc.per_layer = offload.per_layer;
+  if (opt.backend != BackendKind::Cpu) return load_device_engine(std::move(file), opt, offload, fc);
+  if (!offload.vram_budget.empty() || !offload.vram_free.empty() || offload.expert_source != "auto")
+    fail("--vram-budget, --vram-free and --expert-source size the VRAM expert cache of --backend "
+         "cuda; the CPU backend's RAM cache takes --expert-cache or --cache-rate");
   le.plan = plan_offload(offload, *file, fc, read_memory_facts());
   if (le.plan.how == "auto" && le.plan.offload())
     std::fprintf(stderr, "moeflow: %s\n", le.plan.fit.reason.c_str());

@@ -19,6 +19,15 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--mem-limit", o.mem_limit,
                  "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
                  "has more free");
+  app.add_option("--vram-budget", o.vram_budget,
+                 "--backend cuda: a VRAM expert cache of this size (e.g. 16GiB); experts are "
+                 "copied in from RAM or the file on demand and ahead of need");
+  app.add_option("--vram-free", o.vram_free,
+                 "--backend cuda: a VRAM expert cache of whatever leaves this much VRAM free "
+                 "(default: every expert in VRAM when they fit, else a cache leaving 768 MiB + 5%)");
+  app.add_option("--expert-source", o.expert_source,
+                 "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
+                 "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)");
   app.add_option("--cache-policy", o.policy,
                  "eviction policy: auto (the default: lfu, split per layer when every layer gets "
                  "its top-k slots), lru, lfu, moe-infinity, hobbit, static, daop (the last two need "

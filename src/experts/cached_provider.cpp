@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -18,6 +19,7 @@ CacheConfig cache_config(const ExpertStore& store, const OffloadConfig& cfg, Pre
   c.top_k = cfg.top_k;
   c.n_layers = store.n_layers();
   c.max_experts = store.max_experts();
+  c.allocator = cfg.allocator;
   for (int l = 0; l < store.n_layers(); ++l) {
     if (store.is_moe_layer(l)) c.moe_layers.push_back(l);
   }
@@ -274,6 +276,7 @@ void CachedExpertProvider::on_route_mixed(int layer, std::span<const int> expert
 
 void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
                                         std::span<const Precision> precisions) {
+  settle_retired();
   arrival_.on_route(layer, now_seconds(), prefetcher_->high_busy_seconds());
   route_layer_ = layer;
   const uint64_t t = now(layer);
@@ -390,6 +393,10 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
         start_load(T, b, Priority::High, true);
         break;
       }
+      if (!retired_.empty()) {  // slots the backend may be done with: make sure and retry
+        settle_retired();
+        continue;
+      }
       if (cache.all_pinned(layer, stream)) {
         const bool low = p == Precision::Low;
         if (stream)
@@ -453,6 +460,10 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
   const int s = T.cache->find(layer, expert);
   MOEFLOW_CHECK(s >= 0 && T.cache->slot(s).pins > 0,
                 "release: expert {} of layer {} is not acquired", expert, layer);
+  if (device_sync_) {
+    retired_.emplace_back(p, s);
+    return;
+  }
   --T.cache->slot(s).pins;
   free_transient_if_done(T, s);
   cv_.notify_all();
@@ -490,8 +501,30 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
   }
 }
 
+void CachedExpertProvider::attach_backend(Backend& backend) {
+  std::lock_guard lk(mu_);
+  if (backend.space() == MemSpace::Host) {
+    device_sync_ = nullptr;
+    return;
+  }
+  device_sync_ = [&backend] { backend.synchronize(); };
+}
+
+void CachedExpertProvider::settle_retired() {
+  if (retired_.empty()) return;
+  device_sync_();
+  for (auto [p, s] : retired_) {
+    Tier& T = tier(p);
+    --T.cache->slot(s).pins;
+    free_transient_if_done(T, s);
+  }
+  retired_.clear();
+  cv_.notify_all();
+}
+
 void CachedExpertProvider::begin_sequence() {
   std::lock_guard lk(mu_);
+  settle_retired();
   // A prefill that no single-token step followed still ends here, before the next sequence.
   if (prefill_open_ && seq_steps_ > 0) prefill_done();
   for (Tier* T : {&high_, low_.get()})

@@ -21,8 +21,14 @@
 // precision, each with its own budget, slot size and eviction policy; every call above takes
 // the precision and works on that cache. The I/O queue is shared, so a routed expert of either
 // precision preempts every speculative load.
+// Slots in device memory (a VRAM cache): the backend reads an expert after release() returns
+// (its ops run asynchronously), so released slots "retire" instead of unpinning, until the
+// backend has caught up: at the next route (the router's output is on the host, so the
+// backend's queue has run up to it), or at once (backend.synchronize()) when an acquire finds
+// no slot free. A slot is never overwritten while a kernel may still read it.
 // All state is guarded by one mutex; I/O runs on the prefetcher's threads without it.
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +73,9 @@ struct OffloadConfig {
   std::vector<CacheEvent>* event_log = nullptr;
   // How chunks reach their slots (experts/chunk_transfer.h); null: file -> host slot.
   std::shared_ptr<ChunkTransfer> transfer;
+  // Where the slots live (null: host RAM); a VRAM cache gets the device's allocator and a
+  // device transfer (experts/device_transfer.h).
+  Allocator* allocator = nullptr;
 };
 
 class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
@@ -83,6 +92,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void release(int layer, int expert, Precision p = Precision::High) override;
   void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) override;
   bool has_low_precision() const override { return low_ != nullptr; }
+  MemSpace memory_space() const override { return high_.cache->space(); }
+  void attach_backend(Backend& backend) override;
   void on_route_mixed(int layer, std::span<const int> experts,
                       std::span<const Precision> precisions) override;
   Residency residency_mixed(int layer, int expert, Precision p) const override;
@@ -157,6 +168,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void prefill_done();                                                     // under mu_
   uint64_t now(int layer) const { return logical_time(tokens_, layer, store_->n_layers()); }
   void free_transient_if_done(Tier& T, int s);                            // under mu_
+  // Unpins the retired slots once the backend is done with them (see above), under mu_.
+  void settle_retired();
   LayerOffloadStats& ls(int layer) { return stats_.layers[layer]; }
 
   std::unique_ptr<ExpertStore> store_;
@@ -170,6 +183,10 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   std::vector<uint8_t> route_prec_;     // scratch: precisions handed to the policies
   std::vector<float> route_w_;          // scratch: gate weights handed to the policies
   std::vector<Deferred> deferred_;      // the current route's misses without a slot
+  // Device slots: waits for the backend's queue (set by attach_backend), and the slots released
+  // since it last did, still pinned.
+  std::function<void()> device_sync_;
+  std::vector<std::pair<Precision, int>> retired_;
   // Logical time: tokens_ is the global index of the current step's first token.
   uint64_t tokens_ = 0;
   int step_tokens_ = 0;                 // tokens of the current step (0: not known yet)

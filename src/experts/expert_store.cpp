@@ -188,6 +188,11 @@ void ExpertStore::read(int layer, int expert, int proj, uint8_t* dst, Precision 
 
 void ExpertStore::read_part(int layer, int expert, int proj, uint8_t* dst, uint64_t begin,
                             uint64_t end, Precision p) const {
+  read_range(layer, expert, proj, dst + begin, begin, end, p);
+}
+
+void ExpertStore::read_range(int layer, int expert, int proj, uint8_t* out, uint64_t begin,
+                             uint64_t end, Precision p) const {
   const ChunkLoc& c = chunk(layer, expert, proj, p);
   const char* prec = p == Precision::Low ? " low-precision copy" : "";
   MOEFLOW_CHECK(begin <= end && end <= c.aligned_len && begin % kDirectAlign == 0 &&
@@ -200,7 +205,7 @@ void ExpertStore::read_part(int layer, int expert, int proj, uint8_t* dst, uint6
   uint64_t done = begin;
   int64_t result = 0;
   while (done < end) {
-    const ssize_t r = ::pread(fd, dst + done, end - done, static_cast<off_t>(c.aligned_offset + done));
+    const ssize_t r = ::pread(fd, out + (done - begin), end - done, static_cast<off_t>(c.aligned_offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
       result = -errno;

@@ -91,6 +91,10 @@ class ExpertStore {
   // demand load take the disk. Same errors as read().
   void read_part(int layer, int expert, int proj, uint8_t* dst, uint64_t begin, uint64_t end,
                  Precision p = Precision::High) const;
+  // The same bytes [begin, end) written to out[0, end - begin) (out 4 KiB-aligned): a staging
+  // buffer smaller than the chunk, on the way to a device slot.
+  void read_range(int layer, int expert, int proj, uint8_t* out, uint64_t begin, uint64_t end,
+                  Precision p = Precision::High) const;
 
   bool direct_io() const { return direct_; }
   void set_fault_hook(FaultHook hook);

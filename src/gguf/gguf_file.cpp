@@ -196,6 +196,11 @@ const uint8_t* GgufFile::data(const GgufTensorInfo& t) const {
   return maps_[t.split]->base + t.file_offset;
 }
 
+std::span<const uint8_t> GgufFile::mapping(uint32_t split) const {
+  file_size(split);  // validates
+  return {maps_[split]->base, maps_[split]->size};
+}
+
 uint64_t GgufFile::file_size(uint32_t split) const {
   if (split >= maps_.size()) fail("{}: no split part {} (model has {})", path(), split, maps_.size());
   return maps_[split]->size;

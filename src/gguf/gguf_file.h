@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -70,6 +71,8 @@ class GgufFile {
   // Pointer into the mapping; valid while this object lives.
   const uint8_t* data(const GgufTensorInfo& t) const;
   uint64_t file_size(uint32_t split = 0) const;
+  // The whole mapped split file (what a device tier page-locks to copy experts from).
+  std::span<const uint8_t> mapping(uint32_t split = 0) const;
   // Absolute offset of the aligned data section of a split file.
   uint64_t data_section_offset(uint32_t split = 0) const;
 

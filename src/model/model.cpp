@@ -99,6 +99,11 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       xn_(be_),
       tmp_(be_),
       logits_(be_) {
+  if (!be_.can_read(provider_.memory_space()))
+    fail("the {} backend cannot read the expert provider's memory ({}): keep the experts where "
+         "the backend computes",
+         be_.name(), mem_space_name(provider_.memory_space()));
+  provider_.attach_backend(be_);
   for_each_view(w_, [&](TensorView& v) {
     if (v) v = be_.adopt_weight(v);
   });

@@ -35,4 +35,15 @@ std::unique_ptr<Backend> make_backend(BackendKind k, ThreadPool* pool) {
 #endif
 }
 
+std::shared_ptr<DeviceLink> make_device_link(BackendKind k) {
+  if (k == BackendKind::Cpu) fail("the CPU backend has no device memory to link to");
+#if MOEFLOW_HAVE_CUDA
+  if (!cuda_device_available())
+    fail("--backend cuda: no CUDA device: {}", cuda_unavailable_reason());
+  return make_cuda_device_link();
+#else
+  fail("--backend cuda: this moeflow was built without CUDA (configure with -DMOEFLOW_CUDA=ON)");
+#endif
+}
+
 }  // namespace moeflow

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/device_link.h"
 #include "core/thread_pool.h"
 
 namespace moeflow {
@@ -19,5 +20,7 @@ bool cuda_built_in();
 // A backend of that kind (the CPU one over `pool`, which may be null). Throws moeflow::Error
 // saying why when it cannot be had: built without CUDA, or no CUDA device.
 std::unique_ptr<Backend> make_backend(BackendKind k, ThreadPool* pool);
+// The bus to a device backend's memory (a VRAM expert cache's copies); same errors.
+std::shared_ptr<DeviceLink> make_device_link(BackendKind k);
 
 }  // namespace moeflow

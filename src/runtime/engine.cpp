@@ -55,9 +55,10 @@ Engine::~Engine() = default;
 void Engine::init(const EngineOptions& opt) {
   model_ = std::make_unique<Model>(*file_);
   const bool device = opt.backend != BackendKind::Cpu;
-  if (device && provider_)
-    fail("--backend {} copies every expert to the GPU: expert offloading (--expert-cache, "
-         "--cache-rate) runs on the CPU backend only for now",
+  if (device && provider_ && provider_->memory_space() == MemSpace::Host)
+    fail("--backend {} computes from device memory: a RAM expert cache (--expert-cache, "
+         "--cache-rate) belongs to the CPU backend; give --vram-budget or --vram-free for a VRAM "
+         "expert cache",
          backend_kind_name(opt.backend));
   if (!provider_ && !device) provider_ = std::make_shared<ResidentExpertProvider>(*file_);
   if (opt.n_threads < 0) fail("thread count (-t) must be positive, got {}", opt.n_threads);
@@ -79,7 +80,7 @@ void Engine::init(const EngineOptions& opt) {
   try {
     if (device) {
       backend_ = make_backend(opt.backend, pool_.get());
-      provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
+      if (!provider_) provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
       ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
       return;
     }

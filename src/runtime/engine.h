@@ -27,7 +27,8 @@ struct EngineOptions {
   // offloaded: under the memory pressure a budget is chosen for, file pages would be evicted and
   // re-read every token, and a lazily touched KV cache would grow past the plan.
   bool resident_weights = false;
-  // cuda: weights, KV cache and every expert in VRAM (docs/gpu.md); expert offloading is CPU only.
+  // cuda: weights and KV cache in VRAM, and every expert unless the provider given is a VRAM
+  // expert cache (docs/gpu.md).
   BackendKind backend = BackendKind::Cpu;
 };
 

@@ -171,7 +171,7 @@ std::vector<double> calibration_counts(const std::string& trace_path, int n_laye
   return trace::routing_counts(t);
 }
 
-OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
+OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const DeviceTarget* device) {
   OffloadSession s;
   s.options = o;
   s.mode = resolve_mode(o, file);
@@ -215,7 +215,22 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file) {
   s.options.per_layer = pol.per_layer;
   cfg.per_layer = pol.per_layer;
   cfg.top_k = top_k;
-  cfg.io_threads = s.options.io_threads = resolve_io_threads(o.io_threads, *store);
+  // Copies out of page-locked RAM: two lanes keep the bus busy (one copy saturates it, the
+  // other covers the gap between copies); reads from the file need the disk's queue depth.
+  const bool ram_to_device = device && device->source == DeviceSource::Ram;
+  cfg.io_threads = s.options.io_threads =
+      ram_to_device && o.io_threads <= 0 ? 2 : resolve_io_threads(o.io_threads, *store);
+  if (device) {
+    std::vector<std::span<const uint8_t>> maps;
+    for (uint32_t i = 0; i < file.split_paths().size(); ++i) maps.push_back(file.mapping(i));
+    DeviceTransferOptions dto;
+    dto.source = device->source;
+    dto.pin = device->pin;
+    s.device_transfer = std::make_shared<DeviceChunkTransfer>(*device->link, std::move(maps), *store, dto);
+    s.link = device->link;
+    cfg.allocator = &device->link->device_allocator();
+    cfg.transfer = s.device_transfer;
+  }
   cfg.early_preemption = !o.no_early_preemption;
   cfg.prefetch = o.prefetch != "none";
   cfg.skip_late_prefetch = !o.prefetch_always;

@@ -16,7 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "backend/device_link.h"
 #include "experts/cached_provider.h"
+#include "experts/device_transfer.h"
 #include "experts/gate_lookahead.h"
 #include "model/moe/precision_mode.h"
 #include "gguf/gguf_file.h"
@@ -54,6 +56,10 @@ struct OffloadOptions {
   double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
   std::optional<double> low_share;             // ... as a fraction of the expert budget
   bool no_offload = false;   // every expert resident (the mmap) whatever the memory
+  // --backend cuda (runtime/vram_plan.h): a VRAM expert cache of this size, or of what leaves
+  // vram_free of VRAM free; where it copies experts from (auto | ram | file).
+  std::string vram_budget, vram_free;
+  std::string expert_source = "auto";
   std::string mem_limit;     // auto-fit plans for at most this much memory ("8GiB")
   bool is_auto() const { return expert_cache.empty() || expert_cache == "auto"; }
   // A budget is given (explicitly or filled in by auto-fit).
@@ -83,8 +89,18 @@ uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes);
 // top-k of the model from GGUF metadata ("<arch>.expert_used_count").
 int model_top_k(const GgufFile& f);
 
+// A VRAM expert cache (runtime/vram_plan.h): slots in `link`'s device memory, filled from
+// `source`.
+struct DeviceTarget {
+  std::shared_ptr<DeviceLink> link;
+  DeviceSource source = DeviceSource::Ram;
+  bool pin = true;  // Ram: page-lock the mapped experts (false: copy through staging)
+};
+
 struct OffloadSession {
+  std::shared_ptr<DeviceLink> link;  // a VRAM cache's bus (declared first: it outlives the provider)
   std::shared_ptr<CachedExpertProvider> provider;
+  std::shared_ptr<DeviceChunkTransfer> device_transfer;  // a VRAM cache's transfer
   std::unique_ptr<GateLookahead> lookahead;
   std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch <policy/ predictor>
   OffloadOptions options;
@@ -100,9 +116,11 @@ struct OffloadSession {
 // calibration of the placement policies.
 std::vector<double> calibration_counts(const std::string& trace_path, int n_layers, int n_experts);
 
-// Builds the provider, its caches and predictor from the options. Throws naming the option at
+// Builds the provider, its caches and predictor from the options; with `device`, the cache's
+// slots are device memory filled through a DeviceChunkTransfer. Throws naming the option at
 // fault.
-OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file);
+OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file,
+                            const DeviceTarget* device = nullptr);
 
 // Adds the mode, its thresholds and the per-layer high/low/skip use counts to `j`.
 void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer);

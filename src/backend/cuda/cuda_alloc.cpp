@@ -98,7 +98,7 @@ void PinnedHostAllocator::release(uint8_t* data, size_t) {
     std::fprintf(stderr, "moeflow: warning: cudaFreeHost failed: %s\n", cudaGetErrorString(e));
 }
 
-PinnedRange::PinnedRange(const void* p, size_t bytes) {
+HostRegistration::HostRegistration(const void* p, size_t bytes) {
   if (!p || bytes == 0) {
     reason_ = "empty range";
     return;
@@ -122,7 +122,7 @@ PinnedRange::PinnedRange(const void* p, size_t bytes) {
   pinned_ = true;
 }
 
-PinnedRange::~PinnedRange() {
+HostRegistration::~HostRegistration() {
   if (pinned_ && cudaHostUnregister(base_) != cudaSuccess) (void)cudaGetLastError();
 }
 

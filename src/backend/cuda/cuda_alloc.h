@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_link.h"
 #include "core/allocator.h"
 
 namespace moeflow::cuda {
@@ -58,12 +59,12 @@ class PinnedHostAllocator final : public Allocator {
 // lifetime of the object, so copies from it run at full bus speed. The driver may refuse
 // (locked-memory limits, a mapping it cannot pin, a range larger than RAM): then pinned() is
 // false, reason() says why, and the caller copies through a pinned staging buffer instead.
-class PinnedRange {
+class HostRegistration final : public moeflow::PinnedRange {
  public:
-  PinnedRange(const void* p, size_t bytes);
-  ~PinnedRange();
-  PinnedRange(const PinnedRange&) = delete;
-  PinnedRange& operator=(const PinnedRange&) = delete;
+  HostRegistration(const void* p, size_t bytes);
+  ~HostRegistration() override;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
   bool pinned() const { return pinned_; }
   const std::string& reason() const { return reason_; }
 

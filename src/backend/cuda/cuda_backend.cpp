@@ -185,7 +185,7 @@ template HostArray<uint8_t> CudaBackend::host_array(std::span<const uint8_t>);
 void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
   graphs_.end();
   if (bytes >= kPinThreshold) {
-    PinnedRange pin(src, bytes);
+    HostRegistration pin(src, bytes);
     if (pin.pinned()) {
       MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
       MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));

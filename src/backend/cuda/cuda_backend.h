@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/device_link.h"
 
 namespace moeflow {
 
@@ -26,6 +27,10 @@ std::string cuda_device_description(int device = 0);
 
 // Throws moeflow::Error naming the reason when no device is usable.
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt = {});
+
+// Copies into device `device`'s memory beside any backend's compute (a VRAM expert cache's
+// transfers, backend/device_link.h). Throws moeflow::Error without a device.
+std::unique_ptr<DeviceLink> make_cuda_device_link(int device = 0);
 
 // The decode-step graphs a CUDA backend has launched (docs/gpu.md); zeros for other backends.
 struct CudaGraphCounts {

@@ -21,6 +21,8 @@
 
 namespace moeflow {
 
+class Backend;
+
 enum class Precision : uint8_t { High = 0, Low = 1 };
 
 enum class Residency : uint8_t { Resident = 0, InFlight = 1, NotStarted = 2 };
@@ -45,6 +47,13 @@ struct ExpertView {
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
+
+  // Where acquire()'s views point; the forward pass's backend must be able to read it.
+  virtual MemSpace memory_space() const { return MemSpace::Host; }
+  // The backend that will read the views, told once by the forward context before its first
+  // forward. A device backend runs ops after the host issued them, so a provider that reuses
+  // the memory of released experts must wait for it (CachedExpertProvider does).
+  virtual void attach_backend(Backend& backend) {}
 
   // Protocol step 1: the router's exact choice for `layer` in the current step (union over the
   // step's tokens, in rank order).

@@ -1,0 +1,417 @@
+// The VRAM expert cache's host side, without a GPU: DeviceChunkTransfer over a link whose copies
+// land later on a thread of their own (so a transfer that reuses a staging buffer too early, or
+// calls a chunk ready before its copy landed, reads wrong bytes here), for each slow tier (pinned
+// RAM, RAM through staging when pinning is refused, the file through O_DIRECT staging); the
+// cached provider's retiring of released device slots; and the forward pass over a cache in
+// "device" memory giving the resident provider's logits bit for bit.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "experts/cached_provider.h"
+#include "experts/device_transfer.h"
+#include "experts/resident_provider.h"
+#include "gguf/gguf_file.h"
+#include "model/gen/model_generator.h"
+#include "model/model.h"
+#include "low_copy_models.h"
+#include "offload_fixture.h"
+#include "runtime/offload_session.h"
+#include "runtime/vram_plan.h"
+#include "stand_in_device.h"
+
+namespace moeflow::test {
+namespace {
+
+class DelayedLane final : public CopyLane {
+ public:
+  DelayedLane() : worker_([this] { run(); }) {}
+  ~DelayedLane() override {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  uint64_t copy_async(void* dst, const void* src, size_t n) override {
+    std::lock_guard lk(mu_);
+    jobs_.push_back({dst, src, n, ++issued_});
+    cv_.notify_all();
+    return issued_;
+  }
+  void wait(uint64_t t) override {
+    std::unique_lock lk(mu_);
+    EXPECT_LE(t, issued_);
+    cv_.wait(lk, [&] { return done_ >= t; });
+  }
+
+ private:
+  struct Job {
+    void* dst;
+    const void* src;
+    size_t n;
+    uint64_t ticket;
+  };
+  void run() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      const Job j = jobs_.front();
+      jobs_.pop_front();
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));  // the bus is slow
+      std::memcpy(j.dst, j.src, j.n);
+      lk.lock();
+      done_ = j.ticket;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  uint64_t issued_ = 0, done_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+class DelayedLink final : public DeviceLink {
+ public:
+  std::string name() const override { return "delayed"; }
+  Allocator& device_allocator() override { return device_; }
+  Allocator& pinned_allocator() override { return HostAllocator::instance(); }
+  std::unique_ptr<CopyLane> open_lane() override {
+    ++lanes_opened;
+    return std::make_unique<DelayedLane>();
+  }
+  std::unique_ptr<PinnedRange> pin(const void*, size_t n, std::string& why) override {
+    if (refuse_pin) {
+      why = "locked-memory limit of the test";
+      return nullptr;
+    }
+    pinned += n;
+    return std::make_unique<PinnedRange>();
+  }
+  void memory_info(uint64_t& f, uint64_t& t) override { f = t = 0; }
+
+  bool refuse_pin = false;
+  std::atomic<int> lanes_opened{0};
+  uint64_t pinned = 0;
+  TaggedAllocator device_;
+};
+
+struct SlowTier {
+  const char* what;
+  DeviceSource source;
+  bool refuse_pin;
+  const char* name;
+};
+const SlowTier kSetups[] = {
+    {"pinned RAM", DeviceSource::Ram, false, "pinned ram->device"},
+    {"RAM, pinning refused", DeviceSource::Ram, true, "ram->staging->device"},
+    {"file", DeviceSource::File, false, "file->staging->device"},
+};
+
+std::vector<std::span<const uint8_t>> maps_of(const FakeModel& m) { return {std::span<const uint8_t>(m.bytes)}; }
+
+// Copies chunk (l, e, p) in two parts split at a random page and checks the slice's bytes.
+void copy_and_check(const FakeModel& m, const ExpertStore& store, DeviceChunkTransfer& tr, int l, int e, int p,
+                    std::mt19937& rng) {
+  const ChunkLoc& c = store.chunk(l, e, p);
+  Buffer slot = HostAllocator::instance().allocate(c.aligned_len, 4096);
+  std::memset(slot.data(), 0xEE, c.aligned_len);
+  const uint64_t pages = c.aligned_len / 4096;
+  const uint64_t cut = pages > 1 ? 4096 * (1 + rng() % (pages - 1)) : c.aligned_len;
+  tr.copy(store, ChunkPart{l, e, p, Precision::High, 0, cut}, slot.data());
+  tr.copy(store, ChunkPart{l, e, p, Precision::High, cut, c.aligned_len}, slot.data());
+  ASSERT_EQ(0, std::memcmp(slot.data() + c.inner_offset, m.slice(l, e, p), c.nbytes))
+      << "layer " << l << " expert " << e << " proj " << p << " (" << tr.name() << ")";
+}
+
+TEST(DeviceTransfer, EveryChunkLandsWhole_ForEachSlowTier) {
+  FakeModel m;
+  make_fake_model(m, "vram_xfer", 3, 5, 300, 11);
+  ExpertStore store({m.path}, m.index);
+  for (const SlowTier& s : kSetups) {
+    SCOPED_TRACE(s.what);
+    DelayedLink link;
+    link.refuse_pin = s.refuse_pin;
+    DeviceTransferOptions o;
+    o.source = s.source;
+    o.staging_bytes = 8192;  // many pieces per chunk: both staging buffers in turn
+    DeviceChunkTransfer tr(link, maps_of(m), store, o);
+    EXPECT_STREQ(tr.name(), s.name);
+    EXPECT_EQ(tr.pinned(), s.source == DeviceSource::Ram && !s.refuse_pin);
+    if (s.refuse_pin) EXPECT_NE(tr.pin_refusal().find("locked-memory limit of the test"), std::string::npos);
+    if (tr.pinned()) EXPECT_GE(tr.pinned_bytes(), m.bytes.size() / 2);
+    std::mt19937 rng(3);
+    for (int l = 1; l < m.n_layers; ++l)
+      for (int e = 0; e < m.n_experts; ++e)
+        for (int p = 0; p < kNumExpertProj; ++p) copy_and_check(m, store, tr, l, e, p, rng);
+    EXPECT_EQ(link.lanes_opened.load(), 1);  // one worker: the lane is reused
+  }
+}
+
+TEST(DeviceTransfer, ConcurrentWorkersEachGetALane) {
+  FakeModel m;
+  make_fake_model(m, "vram_conc", 3, 8, 260, 12);
+  ExpertStore store({m.path}, m.index);
+  for (const SlowTier& s : kSetups) {
+    SCOPED_TRACE(s.what);
+    DelayedLink link;
+    link.refuse_pin = s.refuse_pin;
+    DeviceTransferOptions o;
+    o.source = s.source;
+    o.staging_bytes = 4096;
+    DeviceChunkTransfer tr(link, maps_of(m), store, o);
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 4; ++w)
+      workers.emplace_back([&, w] {
+        std::mt19937 rng(w);
+        for (int l = 1; l < m.n_layers; ++l)
+          for (int e = w; e < m.n_experts; e += 4)
+            for (int p = 0; p < kNumExpertProj; ++p) copy_and_check(m, store, tr, l, e, p, rng);
+      });
+    for (auto& t : workers) t.join();
+    EXPECT_LE(link.lanes_opened.load(), 4);
+  }
+}
+
+TEST(DeviceTransfer, ReadErrorNamesTheFileAndTheLaneIsReused) {
+  FakeModel m;
+  make_fake_model(m, "vram_err", 2, 3, 300, 13);
+  ExpertStore store({m.path}, m.index);
+  store.set_fault_hook([](const ReadEvent& ev, int64_t& r) {
+    if (ev.layer == 1 && ev.expert == 1 && ev.proj == 2) r = -EIO;
+  });
+  DelayedLink link;
+  DeviceTransferOptions o;
+  o.source = DeviceSource::File;
+  o.staging_bytes = 4096;
+  DeviceChunkTransfer tr(link, {}, store, o);
+  const ChunkLoc& c = store.chunk(1, 1, 2);
+  Buffer slot = HostAllocator::instance().allocate(c.aligned_len, 4096);
+  try {
+    tr.copy(store, ChunkPart{1, 1, 2, Precision::High, 0, c.aligned_len}, slot.data());
+    FAIL() << "an injected read error was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(m.path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expert 1"), std::string::npos) << e.what();
+  }
+  std::mt19937 rng(1);
+  copy_and_check(m, store, tr, 1, 0, 2, rng);
+  EXPECT_EQ(link.lanes_opened.load(), 1);
+}
+
+TEST(DeviceTransfer, RamSourceNeedsTheMapping) {
+  FakeModel m;
+  make_fake_model(m, "vram_nomap", 2, 2, 100, 14);
+  ExpertStore store({m.path}, m.index);
+  DelayedLink link;
+  EXPECT_THROW(DeviceChunkTransfer(link, {}, store, DeviceTransferOptions{}), Error);
+  DeviceTransferOptions bad;
+  bad.staging_bytes = 1000;
+  EXPECT_THROW(DeviceChunkTransfer(link, maps_of(m), store, bad), Error);
+}
+
+std::unique_ptr<CachedExpertProvider> device_cache(const FakeModel& m, DelayedLink& link, uint64_t slots,
+                                                   bool prefetch, std::shared_ptr<DeviceChunkTransfer>* out = nullptr) {
+  auto store = std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index);
+  DeviceTransferOptions o;
+  o.source = DeviceSource::File;
+  auto tr = std::make_shared<DeviceChunkTransfer>(link, maps_of(m), *store, o);
+  if (out) *out = tr;
+  OffloadConfig cfg;
+  cfg.budget_bytes = slots * store->slot_bytes();
+  cfg.top_k = 1;
+  cfg.io_threads = 2;
+  cfg.prefetch = prefetch;
+  cfg.skip_late_prefetch = false;
+  cfg.allocator = &link.device_allocator();
+  cfg.transfer = tr;
+  return std::make_unique<CachedExpertProvider>(std::move(store), std::make_unique<TestLru>(), cfg);
+}
+
+void expect_expert(const FakeModel& m, const ExpertView& v, int l, int e) {
+  for (int p = 0; p < kNumExpertProj; ++p) {
+    ASSERT_EQ(v.proj[p].space, MemSpace::PinnedHost);
+    ASSERT_EQ(0, std::memcmp(v.proj[p].data, m.slice(l, e, p), m.nbytes(l, e, p)))
+        << "layer " << l << " expert " << e << " proj " << p;
+  }
+}
+
+TEST(VramCache, ReleasedSlotsRetireUntilTheBackendHasCaughtUp) {
+  FakeModel m;
+  make_fake_model(m, "vram_retire", 3, 4, 200, 15);
+  DelayedLink link;
+  auto prov = device_cache(m, link, 1, true);
+  EXPECT_EQ(prov->memory_space(), MemSpace::PinnedHost);
+  StandInDevice be;
+  prov->attach_backend(be);
+  const int e0 = 0, e1 = 1, e2 = 2;
+  prov->on_route(1, {&e0, 1});
+  expect_expert(m, prov->acquire(1, e0), 1, e0);
+  prov->release(1, e0);
+  // The backend may still read expert 0: a prefetch must not take its slot...
+  prov->prefetch(1, {&e2, 1});
+  prov->drain();
+  EXPECT_EQ(prov->stats().layers[1].prefetch_dropped, 1u);
+  EXPECT_EQ(be.syncs, 0);
+  // ...and a miss that finds no other slot first waits for the backend, then takes it.
+  expect_expert(m, prov->acquire(1, e1), 1, e1);
+  EXPECT_EQ(be.syncs, 1);
+  EXPECT_EQ(prov->ready_chunks(1, e0), 0u);  // evicted only after the sync
+  prov->release(1, e1);
+  // The next route finds the backend's queue run up to it: retired slots are free again.
+  prov->on_route(2, {&e0, 1});
+  EXPECT_EQ(be.syncs, 2);
+  expect_expert(m, prov->acquire(2, e0), 2, e0);
+  prov->release(2, e0);
+  prov->drain();
+}
+
+TEST(VramCache, AHostBackendReleasesAtOnce) {
+  FakeModel m;
+  make_fake_model(m, "vram_hostbe", 2, 3, 200, 16);
+  DelayedLink link;
+  auto prov = device_cache(m, link, 1, false);
+  CpuBackend cpu;
+  prov->attach_backend(cpu);
+  for (int e = 0; e < 3; ++e) {
+    expect_expert(m, prov->acquire(1, e), 1, e);
+    prov->release(1, e);
+  }
+  prov->drain();
+}
+
+// The forward pass over a VRAM cache in stand-in device memory, a budget of a few experts, and
+// each slow tier: the resident provider's logits bit for bit.
+TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
+  const std::string path = temp_gguf("vramfwd", "mixtral_q8");
+  gen::GenOptions go;
+  go.shape = gen::find_preset(gen::parse_arch("mixtral"), "tiny");
+  go.type = GgmlType::Q8_0;
+  go.seed = 9;
+  gen::generate_model(go, path);
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+  const Model model(*file);
+  ResidentExpertProvider host(*file);
+  const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
+  auto run = [&](ExpertProvider& prov, Backend* be) {
+    std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
+                                             : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
+    std::vector<float> out;
+    ctx->forward(std::span<const int32_t>(toks.data(), 6), LogitsMode::All);
+    out.assign(ctx->logits(), ctx->logits() + 6 * model.n_vocab());
+    for (size_t i = 6; i < toks.size(); ++i) {
+      ctx->forward(std::span<const int32_t>(&toks[i], 1), LogitsMode::Last);
+      out.insert(out.end(), ctx->logits(), ctx->logits() + model.n_vocab());
+    }
+    return out;
+  };
+  const std::vector<float> want = run(host, nullptr);
+  for (const SlowTier& s : kSetups) {
+    SCOPED_TRACE(s.what);
+    DelayedLink link;
+    link.refuse_pin = s.refuse_pin;
+    OffloadOptions o;
+    o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());  // 3 of the experts
+    o.io_threads = 2;
+    const DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), s.source};
+    OffloadSession session = make_offload(o, *file, &target);
+    ASSERT_TRUE(session.provider);
+    StandInDevice be;
+    EXPECT_EQ(run(*session.provider, &be), want);
+    const OffloadStats st = session.provider->stats();
+    EXPECT_EQ(st.io_backend, s.name);
+    EXPECT_GT(be.syncs, 0);  // released slots were retired and settled
+    uint64_t bytes = 0;
+    for (const auto& l : st.layers) bytes += l.bytes_read;
+    EXPECT_GT(bytes, 0u);
+  }
+  std::filesystem::remove(path);
+}
+
+// runtime/vram_plan.h on synthetic byte counts.
+ModelMemory memory(uint64_t experts) {
+  ModelMemory m;
+  m.non_expert_bytes = 2ull << 30;
+  m.kv_bytes = 1ull << 30;
+  m.scratch_bytes = 256ull << 20;
+  m.expert_bytes = experts;
+  m.min_budget = 512ull << 20;
+  m.top_k = 2;
+  m.n_ctx = 4096;
+  return m;
+}
+constexpr uint64_t GiB = 1ull << 30;
+
+TEST(VramPlan, EveryExpertInVramWhenTheyFit) {
+  const VramPlan p = plan_vram(OffloadOptions{}, memory(40 * GiB), 79 * GiB, 80 * GiB, 0);
+  EXPECT_FALSE(p.cache);
+  EXPECT_NE(p.reason.find("every expert in VRAM"), std::string::npos) << p.reason;
+}
+
+TEST(VramPlan, AutoCacheLeavesTheReserveFree) {
+  const VramPlan p = plan_vram(OffloadOptions{}, memory(26 * GiB), 20 * GiB, 24 * GiB, 64 * GiB);
+  ASSERT_TRUE(p.cache);
+  EXPECT_EQ(p.reserve, kVramReserve + 24 * GiB / 20);
+  EXPECT_EQ(p.budget, 20 * GiB - (2 * GiB + GiB + (256ull << 20)) - p.reserve);
+  EXPECT_EQ(p.source, DeviceSource::Ram);  // 64 GiB of RAM hold the 26 GiB of experts
+  EXPECT_NE(p.reason.find("VRAM expert cache"), std::string::npos) << p.reason;
+}
+
+TEST(VramPlan, FileSourceWhenRamCannotHoldTheExperts) {
+  const VramPlan p = plan_vram(OffloadOptions{}, memory(26 * GiB), 20 * GiB, 24 * GiB, 16 * GiB);
+  ASSERT_TRUE(p.cache);
+  EXPECT_EQ(p.source, DeviceSource::File);
+  EXPECT_NE(p.reason.find("host memory cannot hold them"), std::string::npos) << p.reason;
+  OffloadOptions ram;
+  ram.expert_source = "ram";
+  EXPECT_EQ(plan_vram(ram, memory(26 * GiB), 20 * GiB, 24 * GiB, 16 * GiB).source, DeviceSource::Ram);
+}
+
+TEST(VramPlan, ExplicitBudgetAndFreeAndTheirErrors) {
+  OffloadOptions b;
+  b.vram_budget = "16GiB";
+  VramPlan p = plan_vram(b, memory(40 * GiB), 79 * GiB, 80 * GiB, 0);
+  EXPECT_TRUE(p.cache);
+  EXPECT_EQ(p.budget, 16 * GiB);
+  OffloadOptions f;
+  f.vram_free = "70GiB";
+  p = plan_vram(f, memory(40 * GiB), 79 * GiB, 80 * GiB, 0);
+  EXPECT_TRUE(p.cache);
+  EXPECT_EQ(p.budget, 79 * GiB - (3 * GiB + (256ull << 20)) - 70 * GiB);
+  OffloadOptions both = b;
+  both.vram_free = "1GiB";
+  EXPECT_THROW(plan_vram(both, memory(GiB), 79 * GiB, 80 * GiB, 0), Error);
+  OffloadOptions cpu;
+  cpu.expert_cache = "3GiB";
+  EXPECT_THROW(plan_vram(cpu, memory(GiB), 79 * GiB, 80 * GiB, 0), Error);
+  OffloadOptions src;
+  src.expert_source = "ssd";
+  EXPECT_THROW(plan_vram(src, memory(GiB), 79 * GiB, 80 * GiB, 0), Error);
+  // Too little VRAM for one layer's top-k: every term named.
+  try {
+    plan_vram(OffloadOptions{}, memory(40 * GiB), 4 * GiB, 8 * GiB, 0);
+    FAIL() << "a budget below one layer's top-k";
+  } catch (const Error& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("top-2"), std::string::npos) << w;
+    EXPECT_NE(w.find("KV cache"), std::string::npos) << w;
+  }
+}
+
+}  // namespace
+}  // namespace moeflow::test
