@@ -5,7 +5,7 @@
 # one short table last. Full logs go to LOGDIR. Run scripts/gpu-bundle.sh first on a machine
 # with network and the Debian build packages: it fills .gpu-carry/, which travels with the tree.
 #
-# Usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench] LOGDIR
+# Usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench,vram] LOGDIR
 #   build     moeflow (-DMOEFLOW_CUDA=ON, sm_90 + PTX, tests) and llama.cpp's llama-bench (CUDA)
 #   test      GPU tests with MOEFLOW_REQUIRE_GPU=1 (op suite on CUDA, GPU vs CPU logits for
 #             every architecture and block format), then the CPU suite
@@ -13,6 +13,8 @@
 #             memcheck on two whole-model GPU tests
 #   bench     generates the benchmark models here, then prefill / decode tok/s of moeflow
 #             (CUDA graphs on and off) and llama.cpp -ngl 99 on the same files
+#   vram      full-size models that do not fit the VRAM given: moeflow's VRAM expert cache
+#             (--vram-limit) against llama.cpp -ngl 99 --n-cpu-moe N in the same VRAM
 # Each stage is meant to finish in under 10 minutes on a 16-core machine.
 # Environment: JOBS (default: all cores), GPU_CHECK_BUILD (default build-gpu),
 # GPU_CHECK_LLAMA=0 (skip llama.cpp: build and bench moeflow only), BENCH_REPS (default 3).
@@ -21,20 +23,20 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
-stages=build,test,sanitize,bench
+stages=build,test,sanitize,bench,vram
 logdir=""
 while (($#)); do
   case $1 in
     --stages) stages=$2; shift 2 ;;
     --stages=*) stages=${1#--stages=}; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) logdir=$1; shift ;;
   esac
 done
-[ -n "$logdir" ] || { echo "usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench] LOGDIR" >&2; exit 2; }
+[ -n "$logdir" ] || { echo "usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench,vram] LOGDIR" >&2; exit 2; }
 for s in ${stages//,/ }; do
-  case $s in build|test|sanitize|bench) ;; *) echo "gpu-check: unknown stage '$s'" >&2; exit 2 ;; esac
+  case $s in build|test|sanitize|bench|vram) ;; *) echo "gpu-check: unknown stage '$s'" >&2; exit 2 ;; esac
 done
 mkdir -p "$logdir"
 logdir=$(cd "$logdir" && pwd)
@@ -230,10 +232,88 @@ stage_bench() {
     fi
     bench_rows+=("$name|$pp|$tg|$tg0|$lpp|$ltg")
   done
-  # PLACEHOLDER (issue 16, second half): the VRAM-budget benchmarks -- experts offloaded to a
-  # budgeted VRAM cache over pinned host memory, decode at 25% / 50% of the expert bytes in
-  # VRAM vs llama.cpp with partial offload (-ngl / --override-tensor). Not implemented yet.
-  record bench "VRAM budget (offloaded experts)" TODO "not implemented yet: second half of issue 16"
+}
+
+# -------------------------------------------------------------------------------------- vram
+# The experts do not fit the VRAM given: moeflow's VRAM expert cache (--vram-limit: the whole
+# run planned into that much VRAM) against llama.cpp -ngl 99 --n-cpu-moe N, N the fewest layers
+# whose experts must stay on the CPU for the rest to fit the same VRAM. Full models: Mixtral-
+# 8x7B-shaped (32 layers, ~26 GB) in 16 GiB, Qwen3-30B-A3B-shaped (48 layers, ~17 GB) in 8 GiB,
+# generated with --repeat-experts (one layer's experts quantized, copied to the others: the
+# same bytes to move per token, minutes less of generation).
+vram_rows=()  # "model|vram|moeflow pp|moeflow tg|llama N|llama pp|llama tg|copy/pinned GB/s"
+stage_vram() {
+  local mf=$BUILD/moeflow
+  [ -x "$mf" ] || { record vram all FAIL "no $mf: run the build stage"; return; }
+  local lb=$BUILD/llama.cpp/bin/llama-bench
+  [ "$LLAMA" = 0 ] || [ -x "$lb" ] || { record vram llama-bench FAIL "no $lb: run the build stage"; lb=""; }
+  [ "$LLAMA" = 0 ] && lb=""
+  local mdir=$BUILD/bench-models
+  mkdir -p "$mdir"
+  local models=("mixtral8x7b-q4k:16:32:--arch mixtral --preset 8x7b --type Q4_K --repeat-experts"
+                "qwen3-30b-a3b-q4k:8:48:--arch qwen3moe --preset 30b-a3b --type Q4_K --repeat-experts")
+  for m in "${models[@]}"; do
+    local name vram layers args path
+    IFS=: read -r name vram layers args <<<"$m"
+    path=$mdir/$name.gguf
+    if [ ! -f "$path" ]; then
+      # shellcheck disable=SC2086  # args are words
+      if ! logged "vram-gen-$name" "$mf" gen-model $args -q -t "$JOBS" -o "$path.part" || ! mv "$path.part" "$path"; then
+        record vram "gen $name" FAIL "see vram-gen-$name.log"
+        continue
+      fi
+    fi
+    local log=vram-moeflow-$name pp=- tg=- bw=-
+    if logged "$log" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" \
+         --vram-limit "${vram}GiB" --json; then
+      pp=$(json_field "$logdir/$log.log" prefill_tps)
+      tg=$(json_field "$logdir/$log.log" decode_tps)
+      bw=$(vram_copy_rates "$logdir/$log.log")
+      record vram "moeflow $name in ${vram} GiB" PASS "pp512 $pp, tg128 $tg tok/s; copies $bw GB/s (achieved/pinned)"
+    else
+      record vram "moeflow $name in ${vram} GiB" FAIL "see $log.log"
+    fi
+    local n=- lpp=- ltg=-
+    if [ -n "$lb" ]; then
+      n=$(llama_cpu_layers "$logdir/$log.log" "$vram" "$layers")
+      local flag="--n-cpu-moe $n"
+      "$lb" --help 2>&1 | grep -q -- "--n-cpu-moe" || flag="-ot blk\\.($(seq -s '|' 0 $((n - 1))))\\.ffn_.*_exps=CPU"
+      local out=$logdir/vram-llama-$name.json
+      if logged "vram-llama-$name" bash -c "'$lb' -m '$path' -ngl 99 $flag -p 512 -n 128 -r $REPS -o json >'$out'"; then
+        lpp=$(llama_ts "$out" prompt)
+        ltg=$(llama_ts "$out" gen)
+        record vram "llama.cpp $name --n-cpu-moe $n" PASS "pp512 $lpp, tg128 $ltg tok/s"
+      else
+        record vram "llama.cpp $name --n-cpu-moe $n" FAIL "see vram-llama-$name.log"
+      fi
+    fi
+    vram_rows+=("$name|${vram} GiB|$pp|$tg|$n|$lpp|$ltg|$bw")
+  done
+}
+
+# moeflow bench --json's copy rate: "achieved/pinned" GB/s.
+vram_copy_rates() {
+  python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+v = rows[-1].get("vram", {}) if rows else {}
+print(f"{v.get('copy_gbps', 0):.1f}/{v.get('pinned_h2d_gbps', 0):.1f}" if v else "-")
+EOF
+}
+# Fewest layers whose experts llama.cpp keeps on the CPU for the rest to fit the VRAM: non-expert
+# weights + (layers - N) layers of experts + 1.5 GiB of KV cache and compute buffers.
+llama_cpu_layers() {
+  python3 - "$1" "$2" "$3" <<'EOF'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+layers = int(sys.argv[3])
+if not rows:
+    print(layers); sys.exit()
+j = rows[-1]
+room = int(sys.argv[2]) * 2**30 - j["non_expert_bytes"] - 1.5 * 2**30
+per_layer = j["expert_bytes"] / layers
+print(min(layers, max(0, math.ceil((j["expert_bytes"] - room) / per_layer))))
+EOF
 }
 
 # The last JSON line of a log's field.
@@ -284,6 +364,15 @@ done
       printf '%-22s %12s %12s %16s %12s %12s %9s %9s\n' "$m" "$pp" "$tg" "$tg0" "$lpp" "$ltg" "$(ratio "$pp" "$lpp")" "$(ratio "$tg" "$ltg")"
     done
     echo "(tok/s: prefill of 512 tokens, decode of 128; everything in VRAM; llama.cpp -ngl 99, default flash attention)"
+  fi
+  if ((${#vram_rows[@]})); then
+    echo
+    printf '%-20s %7s %11s %11s %8s %10s %10s %9s %9s %13s\n' model VRAM "moeflow pp" "moeflow tg" "llama N" "llama pp" "llama tg" "pp ratio" "tg ratio" "copy/pinned"
+    for r in "${vram_rows[@]}"; do
+      IFS='|' read -r m v pp tg n lpp ltg bw <<<"$r"
+      printf '%-20s %7s %11s %11s %8s %10s %10s %9s %9s %13s\n' "$m" "$v" "$pp" "$tg" "$n" "$lpp" "$ltg" "$(ratio "$pp" "$lpp")" "$(ratio "$tg" "$ltg")" "$bw"
+    done
+    echo "(tok/s; experts beyond the VRAM given: moeflow's VRAM expert cache vs llama.cpp --n-cpu-moe N; targets: decode >= 1.5x, prefill >= 2x)"
   fi
 } | tee "$logdir/summary.txt"
 exit $failed

@@ -30,6 +30,7 @@ struct GenArgs {
   int threads = 0;
   bool quiet = false;
   bool dry_run = false;
+  bool repeat_experts = false;
   std::string rope_scaling;  // "" = the preset's
 };
 
@@ -80,6 +81,7 @@ int run_gen_model(const GenArgs& a) {
   if (!(a.router_scale > 0.0f)) usage_fail("--router-scale must be positive (got {})", a.router_scale);
   opt.router_scale = a.router_scale;
   opt.threads = a.threads > 0 ? a.threads : default_thread_count();
+  opt.repeat_experts = a.repeat_experts;
 
   if (a.dry_run) {
     // The plan alone (names, shapes, types, sizes): lets tests check the released shapes
@@ -141,6 +143,10 @@ const bool registered_gen_model = register_command(
       add_threads_option(sub, a->threads, "generator threads (default: all cores)");
       sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
       sub.add_flag("--dry-run", a->dry_run, "print the tensor plan as JSON, write nothing");
+      sub.add_flag("--repeat-experts", a->repeat_experts,
+                   "every MoE layer reuses the first MoE layer's expert weights: full-size "
+                   "benchmark models fast (same bytes and arithmetic per token; outputs not "
+                   "meaningful)");
       return CommandMain([a] { return run_gen_model(*a); });
     });
 

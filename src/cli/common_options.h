@@ -137,8 +137,9 @@ inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOpti
   fc.logits_rows = logits_rows;
   fc.per_layer = offload.per_layer;
   if (opt.backend != BackendKind::Cpu) return load_device_engine(std::move(file), opt, offload, fc);
-  if (!offload.vram_budget.empty() || !offload.vram_free.empty() || offload.expert_source != "auto")
-    fail("--vram-budget, --vram-free and --expert-source size the VRAM expert cache of --backend "
+  if (!offload.vram_budget.empty() || !offload.vram_free.empty() || !offload.vram_limit.empty() ||
+      offload.expert_source != "auto")
+    fail("--vram-budget, --vram-free, --vram-limit and --expert-source size the VRAM expert cache of --backend "
          "cuda; the CPU backend's RAM cache takes --expert-cache or --cache-rate");
   le.plan = plan_offload(offload, *file, fc, read_memory_facts());
   if (le.plan.how == "auto" && le.plan.offload())

@@ -25,6 +25,8 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--vram-free", o.vram_free,
                  "--backend cuda: a VRAM expert cache of whatever leaves this much VRAM free "
                  "(default: every expert in VRAM when they fit, else a cache leaving 768 MiB + 5%)");
+  app.add_option("--vram-limit", o.vram_limit,
+                 "--backend cuda: plan VRAM as if the device had at most this much (e.g. 16GiB)");
   app.add_option("--expert-source", o.expert_source,
                  "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
                  "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)");

@@ -59,6 +59,7 @@ struct OffloadOptions {
   // --backend cuda (runtime/vram_plan.h): a VRAM expert cache of this size, or of what leaves
   // vram_free of VRAM free; where it copies experts from (auto | ram | file).
   std::string vram_budget, vram_free;
+  std::string vram_limit;  // plan as if the device had at most this much VRAM ("16GiB")
   std::string expert_source = "auto";
   std::string mem_limit;     // auto-fit plans for at most this much memory ("8GiB")
   bool is_auto() const { return expert_cache.empty() || expert_cache == "auto"; }

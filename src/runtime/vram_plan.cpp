@@ -19,6 +19,11 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
     fail("--vram-budget and --vram-free are exclusive: give one of them");
   if (o.expert_source != "auto" && o.expert_source != "ram" && o.expert_source != "file")
     fail("--expert-source: '{}' is not one of auto, ram, file", o.expert_source);
+  if (!o.vram_limit.empty()) {
+    const uint64_t limit = parse_byte_size(o.vram_limit, "--vram-limit");
+    free_vram = std::min(free_vram, limit);
+    total_vram = std::min(total_vram, limit);
+  }
   VramPlan p;
   p.free_vram = free_vram;
   p.total_vram = total_vram;
@@ -26,8 +31,9 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
   const std::string rest = fmt::format("non-expert weights {} + KV cache {} (-c {}) + activations {}",
                                        format_bytes(m.non_expert_bytes), format_bytes(m.kv_bytes),
                                        m.n_ctx, format_bytes(m.scratch_bytes));
-  const std::string vram = fmt::format("{} of {} VRAM free", format_bytes(free_vram),
-                                       format_bytes(total_vram));
+  const std::string vram = fmt::format("{} of {} VRAM free{}", format_bytes(free_vram),
+                                       format_bytes(total_vram),
+                                       o.vram_limit.empty() ? "" : " (--vram-limit)");
   if (!o.vram_budget.empty()) {
     p.cache = true;
     p.budget = parse_byte_size(o.vram_budget, "--vram-budget");

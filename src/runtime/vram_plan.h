@@ -7,6 +7,8 @@
 //   neither (auto)       every expert in VRAM when they fit beside the rest with the default
 //                        reserve (kVramReserve + 5% of the device), else a cache as with
 //                        --vram-free <that reserve>
+//   --vram-limit SIZE    plan as if the device had at most SIZE of VRAM (a fair comparison with a
+//                        smaller GPU, or room left for other processes)
 // The slow tier the cache copies from (--expert-source): ram (the mapped file, page-locked) when
 // host memory holds every expert, file (O_DIRECT -> pinned staging -> VRAM, the third tier)
 // when it does not; auto picks by that rule. A pure function of byte counts, tested on the host.

@@ -372,6 +372,17 @@ TEST(VramPlan, AutoCacheLeavesTheReserveFree) {
   EXPECT_NE(p.reason.find("VRAM expert cache"), std::string::npos) << p.reason;
 }
 
+TEST(VramPlan, LimitPlansForASmallerDevice) {
+  OffloadOptions o;
+  o.vram_limit = "16GiB";
+  const VramPlan p = plan_vram(o, memory(26 * GiB), 79 * GiB, 80 * GiB, 0);
+  ASSERT_TRUE(p.cache);
+  EXPECT_EQ(p.total_vram, 16 * GiB);
+  EXPECT_EQ(p.reserve, kVramReserve + 16 * GiB / 20);
+  EXPECT_EQ(p.budget, 16 * GiB - (3 * GiB + (256ull << 20)) - p.reserve);
+  EXPECT_NE(p.reason.find("--vram-limit"), std::string::npos) << p.reason;
+}
+
 TEST(VramPlan, FileSourceWhenRamCannotHoldTheExperts) {
   const VramPlan p = plan_vram(OffloadOptions{}, memory(26 * GiB), 20 * GiB, 24 * GiB, 16 * GiB);
   ASSERT_TRUE(p.cache);

@@ -427,3 +427,26 @@ def test_deepseek_glm_presets_match_the_released_configs(arch, preset, published
     n = json.loads(r.stdout)["n_params"]
     assert n == _hf_params(arch, preset)
     assert abs(n / published - 1) < 0.01, f"{preset}: {n} vs published ~{published:.3g}"
+
+
+def test_repeat_experts_copies_the_first_moe_layers_experts_only(tmp_path):
+    """--repeat-experts: every MoE layer's routed experts are the first MoE layer's bytes (the
+    full-size benchmark models); routers and attention stay per layer, and without the flag
+    the layers' experts differ."""
+    rep = tensors(gguf.GGUFReader(str(gen(tmp_path, "qwen3moe", "tiny", "--type", "Q4_K",
+                                          "--repeat-experts", name="rep.gguf"))))
+    own = tensors(gguf.GGUFReader(str(gen(tmp_path, "qwen3moe", "tiny", "--type", "Q4_K",
+                                          name="own.gguf"))))
+    layers = sorted({int(n.split(".")[1]) for n in rep if n.startswith("blk.")})
+    assert len(layers) >= 2
+    for proj in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+        first = rep[f"blk.{layers[0]}.{proj}.weight"].data
+        for layer in layers[1:]:
+            assert np.array_equal(rep[f"blk.{layer}.{proj}.weight"].data, first), (proj, layer)
+            assert not np.array_equal(own[f"blk.{layer}.{proj}.weight"].data,
+                                      own[f"blk.{layers[0]}.{proj}.weight"].data), (proj, layer)
+        # The first layer is the generator's own stream, as without the flag.
+        assert np.array_equal(first, own[f"blk.{layers[0]}.{proj}.weight"].data)
+    for layer in layers[1:]:
+        assert not np.array_equal(rep[f"blk.{layer}.ffn_gate_inp.weight"].data,
+                                  rep[f"blk.{layers[0]}.ffn_gate_inp.weight"].data)

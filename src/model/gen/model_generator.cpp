@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -250,6 +251,18 @@ void generate_row(const PlannedTensor& t, uint64_t seed, int64_t row, float* out
   fill_normal(st, out, t.row_len(), mean, t.std);
 }
 
+namespace {
+
+// "blk.7.ffn_up_exps.weight" -> "ffn_up_exps.weight"; "" for a tensor that is not a routed
+// expert's.
+std::string expert_repeat_key(const std::string& name) {
+  if (name.find("_exps") == std::string::npos || name.rfind("blk.", 0) != 0) return "";
+  const size_t dot = name.find('.', 4);
+  return dot == std::string::npos ? "" : name.substr(dot + 1);
+}
+
+}  // namespace
+
 GenSummary generate_model(const GenOptions& opt, const std::string& path, const GenProgress& progress) {
   const double t0 = now_seconds();
   std::vector<PlannedTensor> plan = plan_tensors(opt);
@@ -259,17 +272,28 @@ GenSummary generate_model(const GenOptions& opt, const std::string& path, const 
   GgufWriter w;
   write_metadata(w, opt);
   GenSummary sum;
+  // --repeat-experts: the first MoE layer's encoded expert tensors, by name with the layer
+  // number left out. The writer asks for tensors in order, one at a time.
+  auto first_experts = std::make_shared<std::map<std::string, std::vector<uint8_t>>>();
   for (const PlannedTensor& t : plan) {
     sum.n_tensors++;
     sum.n_params += t.row_len() * t.n_rows();
     sum.tensor_bytes += t.nbytes();
     if (t.type != t.requested) sum.n_fallback++;
     const uint64_t seed = opt.seed;
-    w.add_tensor(t.name, t.type, t.dims, [t, seed, pool](uint8_t* dst, uint64_t nbytes) {
+    const std::string repeat_key = opt.repeat_experts ? expert_repeat_key(t.name) : "";
+    w.add_tensor(t.name, t.type, t.dims, [t, seed, pool, repeat_key, first_experts](uint8_t* dst, uint64_t nbytes) {
       const size_t rb = row_bytes(t.type, t.row_len());
       if (nbytes != rb * (uint64_t)t.n_rows())
         fail("gen-model: writer asked for {} bytes of tensor '{}', expected {}", nbytes, t.name,
              rb * (uint64_t)t.n_rows());
+      if (!repeat_key.empty()) {
+        auto it = first_experts->find(repeat_key);
+        if (it != first_experts->end() && it->second.size() == nbytes) {
+          std::memcpy(dst, it->second.data(), nbytes);
+          return;
+        }
+      }
       pool->parallel_for(t.n_rows(), [&](int64_t begin, int64_t end, int) {
         std::vector<float> buf((size_t)t.row_len());
         for (int64_t r = begin; r < end; ++r) {
@@ -277,6 +301,7 @@ GenSummary generate_model(const GenOptions& opt, const std::string& path, const 
           encode_row(t.type, buf.data(), dst + (size_t)r * rb, t.row_len());
         }
       });
+      if (!repeat_key.empty()) (*first_experts)[repeat_key].assign(dst, dst + nbytes);
     });
   }
   w.write(path, progress);

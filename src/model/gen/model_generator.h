@@ -25,6 +25,11 @@ struct GenOptions {
   // the softmax is peaked and the k-th/(k+1)-th experts rarely tie.
   float router_scale = 4.0f;
   int threads = 1;
+  // Every MoE layer's routed experts are a copy of the first MoE layer's (routers, attention and
+  // the rest stay per layer): full-size benchmark models in a fraction of the time, with the
+  // same bytes to move and the same arithmetic per token. Outputs are not those of a model with
+  // independent layers.
+  bool repeat_experts = false;
 };
 
 // Gain: 1 + N(0, std^2), for norm weights. LongRope/ShortRope: fixed LongRoPE factor ramps
