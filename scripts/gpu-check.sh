@@ -273,6 +273,15 @@ stage_vram() {
     else
       record vram "moeflow $name in ${vram} GiB" FAIL "see $log.log"
     fi
+    # The CPU/GPU hybrid on the same budget: misses the CPU finishes first are computed there.
+    local hlog=vram-moeflow-hybrid-$name
+    if logged "$hlog" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" \
+         --vram-limit "${vram}GiB" --cpu-experts auto --json; then
+      record vram "moeflow $name in ${vram} GiB, --cpu-experts auto" PASS \
+        "pp512 $(json_field "$logdir/$hlog.log" prefill_tps), tg128 $(json_field "$logdir/$hlog.log" decode_tps) tok/s"
+    else
+      record vram "moeflow $name in ${vram} GiB, --cpu-experts auto" FAIL "see $hlog.log"
+    fi
     local n=- lpp=- ltg=-
     if [ -n "$lb" ]; then
       n=$(llama_cpu_layers "$logdir/$log.log" "$vram" "$layers")

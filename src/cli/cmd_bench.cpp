@@ -66,6 +66,18 @@ nlohmann::json vram_json(const LoadedEngine& le) {
     v["source"] = le.offload.device_transfer->name();
     v["pinned_source_bytes"] = le.offload.device_transfer->pinned_bytes();
     v["copy_gbps"] = secs > 0 ? double(bytes) / secs / 1e9 : 0.0;
+    uint64_t cpu = 0, acquires = 0;
+    for (const LayerOffloadStats& l : st.layers) {
+      cpu += l.cpu_computed;
+      acquires += l.acquires;
+    }
+    v["cpu_experts"] = cpu;  // expert uses computed by the CPU (hybrid)
+    v["gpu_experts"] = acquires - cpu;
+    if (le.offload.hybrid.valid()) {
+      v["hybrid_cpu_expert_ms"] = le.offload.hybrid.cpu_expert_s * 1e3;
+      v["hybrid_cpu_token_ms"] = le.offload.hybrid.cpu_token_s * 1e3;
+    }
+    return v;
   }
   v["cpu_experts"] = 0;
   return v;

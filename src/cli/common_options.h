@@ -14,6 +14,7 @@
 #include "model/hparams.h"
 #include "runtime/engine.h"
 #include "runtime/offload_plan.h"
+#include "runtime/hybrid_costs.h"
 #include "runtime/vram_plan.h"
 #include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
@@ -113,12 +114,19 @@ inline LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, Eng
   if (le.vram.cache) {
     std::fprintf(stderr, "moeflow: %s\n", le.vram.reason.c_str());
     o.expert_cache = std::to_string(le.vram.budget);
-    const DeviceTarget target{link, le.vram.source};
+    DeviceTarget target{link, le.vram.source};
+    target.hybrid = offload.cpu_experts == "auto";
+    target.cpu_threads = opt.n_threads;
     le.offload = make_offload(o, *file, &target);
+    if (target.hybrid)
+      std::fprintf(stderr, "moeflow: CPU/GPU hybrid: %s; a miss the CPU finishes first is computed there\n",
+                   describe(le.offload.hybrid).c_str());
     if (!le.offload.device_transfer->pin_refusal().empty())
       std::fprintf(stderr, "moeflow: note: %s; copying experts through pinned staging buffers instead\n",
                    le.offload.device_transfer->pin_refusal().c_str());
   } else {
+    if (offload.cpu_experts != "off")
+      std::fprintf(stderr, "moeflow: note: --cpu-experts: every expert fits in VRAM, none runs on the CPU\n");
     le.offload = make_offload(o, *file);
   }
   le.plan.options = le.offload.options;
@@ -138,8 +146,8 @@ inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOpti
   fc.per_layer = offload.per_layer;
   if (opt.backend != BackendKind::Cpu) return load_device_engine(std::move(file), opt, offload, fc);
   if (!offload.vram_budget.empty() || !offload.vram_free.empty() || !offload.vram_limit.empty() ||
-      offload.expert_source != "auto")
-    fail("--vram-budget, --vram-free, --vram-limit and --expert-source size the VRAM expert cache of --backend "
+      offload.expert_source != "auto" || offload.cpu_experts != "off")
+    fail("--vram-budget, --vram-free, --vram-limit, --expert-source and --cpu-experts shape the VRAM expert cache of --backend "
          "cuda; the CPU backend's RAM cache takes --expert-cache or --cache-rate");
   le.plan = plan_offload(offload, *file, fc, read_memory_facts());
   if (le.plan.how == "auto" && le.plan.offload())

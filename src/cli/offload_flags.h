@@ -30,6 +30,10 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--expert-source", o.expert_source,
                  "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
                  "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)");
+  app.add_option("--cpu-experts", o.cpu_experts,
+                 "--backend cuda with a VRAM cache: off (the default: a miss waits for its copy) "
+                 "| auto (the CPU computes a miss from RAM when a measured cost model says it "
+                 "finishes before the copy)");
   app.add_option("--cache-policy", o.policy,
                  "eviction policy: auto (the default: lfu, split per layer when every layer gets "
                  "its top-k slots), lru, lfu, moe-infinity, hobbit, static, daop (the last two need "

@@ -369,6 +369,20 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   const double t0 = now_seconds();
   bool waited = false;
   int s = cache.find(layer, expert);
+  if (cfg_.host_views && (s < 0 || cache.slot(s).state != SlotState::Ready)) {
+    // Hybrid: the CPU computes it if that is sooner than its copy; the copy (if any) goes on,
+    // so the next use finds it in VRAM.
+    const int n = route_tokens_.empty() ? 1 : std::max(1, route_tokens_[expert]);
+    if (prefer_cpu(cfg_.hybrid, n, bytes_before_ready(T, s, cache.slot_bytes()))) {
+      ++host_leases_[lease_key(p, layer, expert)];
+      LayerOffloadStats& st = ls(layer);
+      ++st.acquires;
+      ++st.cpu_computed;
+      if (p == Precision::Low) ++st.acquires_low;
+      if (s >= 0) cache.touch(s, t);
+      return cfg_.host_views->at(layer, expert, p);
+    }
+  }
   if (s < 0) {
     // A miss that got no slot at route time (or was never routed): its place is decided now,
     // after the layer's other experts were served, so those are candidates too.
@@ -458,6 +472,13 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
   std::lock_guard lk(mu_);
   Tier& T = tier(p);
   const int s = T.cache->find(layer, expert);
+  if (!host_leases_.empty()) {
+    auto it = host_leases_.find(lease_key(p, layer, expert));
+    if (it != host_leases_.end()) {
+      if (--it->second == 0) host_leases_.erase(it);
+      return;
+    }
+  }
   MOEFLOW_CHECK(s >= 0 && T.cache->slot(s).pins > 0,
                 "release: expert {} of layer {} is not acquired", expert, layer);
   if (device_sync_) {
@@ -510,6 +531,26 @@ void CachedExpertProvider::attach_backend(Backend& backend) {
   device_sync_ = [&backend] { backend.synchronize(); };
 }
 
+uint64_t CachedExpertProvider::bytes_before_ready(const Tier& T, int s, uint64_t slot_bytes) const {
+  uint64_t bytes = s < 0 ? slot_bytes : 0;
+  for (const Tier* U : {static_cast<const Tier*>(&high_), static_cast<const Tier*>(low_.get())}) {
+    if (!U) continue;
+    for (int i = 0; i < U->cache->n_slots(); ++i) {
+      const SlotIo& io = U->io[i];
+      const bool own = U == &T && i == s;
+      if (io.pending == 0 || U->cache->slot(i).state != SlotState::Loading) continue;
+      const Slot& sl = U->cache->slot(i);
+      for (int k = 0; k < kNumExpertProj; ++k) {
+        if (io.state[k] == ChunkState::None || io.state[k] == ChunkState::Ready) continue;
+        if (!own && io.prio[k] != Priority::High) continue;  // speculative reads give way
+        const uint64_t len = store_->chunk(sl.key.layer, sl.key.expert, k, U->prec).aligned_len;
+        bytes += len - std::min(len, io.done[k]);
+      }
+    }
+  }
+  return bytes;
+}
+
 void CachedExpertProvider::settle_retired() {
   if (retired_.empty()) return;
   device_sync_();
@@ -554,6 +595,11 @@ void CachedExpertProvider::on_tokens_routed(int layer, int n_tokens, int /*top_k
   if (prefill_open_ && layer >= 0 && layer < store_->n_layers()) {
     for (const int32_t e : experts)
       if (e >= 0 && e < E) prefill_counts_[static_cast<size_t>(layer) * E + e] += 1;
+  }
+  if (cfg_.host_views) {  // the hybrid's token counts for this layer's experts
+    route_tokens_.assign(E, 0);
+    for (const int32_t e : experts)
+      if (e >= 0 && e < E) ++route_tokens_[e];
   }
   tok_layer_ = layer;
   tok_experts_.assign(experts.begin(), experts.end());

@@ -32,11 +32,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "experts/arrival_estimate.h"
 #include "experts/chunk_transfer.h"
 #include "experts/expert_cache.h"
+#include "experts/expert_view_table.h"
+#include "experts/hybrid_rule.h"
 #include "model/moe/expert_provider.h"
 #include "experts/expert_store.h"
 #include "experts/offload_stats.h"
@@ -76,6 +79,11 @@ struct OffloadConfig {
   // Where the slots live (null: host RAM); a VRAM cache gets the device's allocator and a
   // device transfer (experts/device_transfer.h).
   Allocator* allocator = nullptr;
+  // CPU/GPU hybrid (experts/hybrid_rule.h): with a VRAM cache, an expert not yet in VRAM at
+  // acquire is served from these host views (the mapped file) for the host backend to compute,
+  // when `hybrid` says the CPU finishes before its copy. Null: always wait for the copy.
+  std::shared_ptr<const ExpertViewTable> host_views;
+  HybridCosts hybrid;
 };
 
 class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
@@ -170,6 +178,12 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void free_transient_if_done(Tier& T, int s);                            // under mu_
   // Unpins the retired slots once the backend is done with them (see above), under mu_.
   void settle_retired();
+  // Hybrid: bytes still to cross the bus before slot s (-1: not bound) is in VRAM: its own
+  // unread chunks and every demand chunk queued or reading, under mu_.
+  uint64_t bytes_before_ready(const Tier& T, int s, uint64_t slot_bytes) const;
+  static uint64_t lease_key(Precision p, int layer, int expert) {
+    return (uint64_t(p) << 62) | (uint64_t(uint32_t(layer)) << 31) | uint32_t(expert);
+  }
   LayerOffloadStats& ls(int layer) { return stats_.layers[layer]; }
 
   std::unique_ptr<ExpertStore> store_;
@@ -187,6 +201,10 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   // since it last did, still pinned.
   std::function<void()> device_sync_;
   std::vector<std::pair<Precision, int>> retired_;
+  // Hybrid: tokens of the current step routed to each expert of the layer routed last, and the
+  // experts handed out as host views (computed by the CPU), not yet released.
+  std::vector<int> route_tokens_;
+  std::unordered_map<uint64_t, int> host_leases_;
   // Logical time: tokens_ is the global index of the current step's first token.
   uint64_t tokens_ = 0;
   int step_tokens_ = 0;                 // tokens of the current step (0: not known yet)

@@ -16,6 +16,7 @@ void LayerOffloadStats::add(const LayerOffloadStats& o) {
   prefetch_too_late += o.prefetch_too_late;
   evictions += o.evictions;
   streamed += o.streamed;
+  cpu_computed += o.cpu_computed;
   placements += o.placements;
   bytes_read += o.bytes_read;
   chunks_read += o.chunks_read;
@@ -54,6 +55,7 @@ nlohmann::json layer_json(const LayerOffloadStats& s) {
        s.prefetch_issued ? double(s.prefetch_used) / double(s.prefetch_issued) : 0.0},
       {"evictions", s.evictions},
       {"streamed", s.streamed},
+      {"cpu_computed", s.cpu_computed},
       {"placements", s.placements},
       {"bytes_read", s.bytes_read},
       {"bytes_read_high", s.bytes_read - s.bytes_read_low},

@@ -23,6 +23,8 @@ class ResidentExpertProvider : public ExpertProvider {
   // Files packed with --low also serve the low-precision copies ("blk.N.ffn_*_exps.low").
   bool has_low_precision() const override { return table_.has_low; }
   const ExpertIndex& index() const { return index_; }
+  // Every expert's views into the mapping (a CPU/GPU hybrid computes misses from them).
+  const ExpertViewTable& table() const { return table_; }
 
  private:
   // views[layer][expert] of the tensors with the given name suffix.

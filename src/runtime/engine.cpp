@@ -82,6 +82,8 @@ void Engine::init(const EngineOptions& opt) {
       backend_ = make_backend(opt.backend, pool_.get());
       if (!provider_) provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
       ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
+      host_backend_ = std::make_unique<CpuBackend>(pool_.get());
+      ctx_->moe().set_host_backend(host_backend_.get());
       return;
     }
     if (!opt.resident_weights) {

@@ -92,6 +92,9 @@ class Engine {
   // A device backend, or the CPU one when the engine needs its own (resident_weights);
   // otherwise the context owns a CpuBackend.
   std::unique_ptr<Backend> backend_;
+  // Beside a device backend: the CPU backend that computes experts served from host memory
+  // (the CPU/GPU hybrid), over pool_.
+  std::unique_ptr<Backend> host_backend_;
   std::shared_ptr<ExpertProvider> provider_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ForwardContext> ctx_;

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "experts/resident_provider.h"
+#include "runtime/hybrid_costs.h"
 #include "runtime/offload_auto.h"
 #include "trace/importers.h"
 #include "trace/simulator.h"
@@ -230,6 +232,16 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     s.link = device->link;
     cfg.allocator = &device->link->device_allocator();
     cfg.transfer = s.device_transfer;
+    if (device->hybrid) {
+      if (device->source != DeviceSource::Ram)
+        fail("--cpu-experts auto computes experts from the model in RAM: it needs --expert-source "
+             "ram (host memory cannot hold the experts here)");
+      auto host = std::make_shared<ResidentExpertProvider>(file);
+      ThreadPool pool(device->cpu_threads > 0 ? device->cpu_threads : default_thread_count());
+      s.hybrid = measure_hybrid_costs(host->table(), &pool, *device->link);
+      cfg.host_views = std::shared_ptr<const ExpertViewTable>(host, &host->table());
+      cfg.hybrid = s.hybrid;
+    }
   }
   cfg.early_preemption = !o.no_early_preemption;
   cfg.prefetch = o.prefetch != "none";

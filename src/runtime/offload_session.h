@@ -61,6 +61,7 @@ struct OffloadOptions {
   std::string vram_budget, vram_free;
   std::string vram_limit;  // plan as if the device had at most this much VRAM ("16GiB")
   std::string expert_source = "auto";
+  std::string cpu_experts = "off";  // off | auto: the CPU/GPU hybrid (experts/hybrid_rule.h)
   std::string mem_limit;     // auto-fit plans for at most this much memory ("8GiB")
   bool is_auto() const { return expert_cache.empty() || expert_cache == "auto"; }
   // A budget is given (explicitly or filled in by auto-fit).
@@ -96,12 +97,17 @@ struct DeviceTarget {
   std::shared_ptr<DeviceLink> link;
   DeviceSource source = DeviceSource::Ram;
   bool pin = true;  // Ram: page-lock the mapped experts (false: copy through staging)
+  // CPU/GPU hybrid (--cpu-experts auto): misses the CPU finishes before their copy are computed
+  // there, from the mapped file; the cost model is measured with `cpu_threads` threads.
+  bool hybrid = false;
+  int cpu_threads = 0;
 };
 
 struct OffloadSession {
   std::shared_ptr<DeviceLink> link;  // a VRAM cache's bus (declared first: it outlives the provider)
   std::shared_ptr<CachedExpertProvider> provider;
   std::shared_ptr<DeviceChunkTransfer> device_transfer;  // a VRAM cache's transfer
+  HybridCosts hybrid;  // --cpu-experts auto: the measured cost model (else zeros)
   std::unique_ptr<GateLookahead> lookahead;
   std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch <policy/ predictor>
   OffloadOptions options;

@@ -17,6 +17,8 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
          "cache; with --backend cuda give --vram-budget SIZE or --vram-free SIZE");
   if (!o.vram_budget.empty() && !o.vram_free.empty())
     fail("--vram-budget and --vram-free are exclusive: give one of them");
+  if (o.cpu_experts != "off" && o.cpu_experts != "auto")
+    fail("--cpu-experts: '{}' is not one of off, auto", o.cpu_experts);
   if (o.expert_source != "auto" && o.expert_source != "ram" && o.expert_source != "file")
     fail("--expert-source: '{}' is not one of auto, ram, file", o.expert_source);
   if (!o.vram_limit.empty()) {

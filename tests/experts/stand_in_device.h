@@ -40,7 +40,10 @@ class StandInDevice final : public Backend {
  public:
   std::string name() const override { return "stand-in device"; }
   MemSpace space() const override { return MemSpace::PinnedHost; }
-  bool can_read(MemSpace s) const override { return cpu_.can_read(s); }
+  // reads_host = false: like a GPU, it cannot read pageable host memory (experts served from
+  // the mapped file must then run on a host backend).
+  bool can_read(MemSpace s) const override { return (reads_host || s != MemSpace::Host) && cpu_.can_read(s); }
+  bool reads_host = true;
   Allocator& allocator() override { return alloc_; }
   TensorView adopt_weight(const TensorView& w) override { return cpu_.adopt_weight(w); }
   void copy(TensorView dst, const TensorView& src) override {

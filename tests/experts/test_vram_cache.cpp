@@ -426,3 +426,155 @@ TEST(VramPlan, ExplicitBudgetAndFreeAndTheirErrors) {
 
 }  // namespace
 }  // namespace moeflow::test
+
+namespace moeflow::test {
+namespace {
+
+TEST(HybridRule, CpuWhenItFinishesBeforeTheCopy) {
+  HybridCosts c;
+  c.cpu_expert_s = 1e-3;
+  c.cpu_token_s = 0.5e-3;
+  c.h2d_bytes_per_s = 20e9;
+  EXPECT_DOUBLE_EQ(cpu_expert_seconds(c, 1), 1e-3);
+  EXPECT_DOUBLE_EQ(cpu_expert_seconds(c, 5), 3e-3);
+  // 100 MB left to copy: 5 ms on the bus.
+  EXPECT_TRUE(prefer_cpu(c, 1, 100'000'000));
+  EXPECT_TRUE(prefer_cpu(c, 8, 100'000'000));    // 4.5 ms
+  EXPECT_FALSE(prefer_cpu(c, 9, 100'000'000));   // 5 ms: not sooner
+  EXPECT_FALSE(prefer_cpu(c, 1, 10'000'000));    // 0.5 ms of copy left
+  EXPECT_FALSE(prefer_cpu(HybridCosts{}, 1, 100'000'000));  // not measured: never
+}
+
+std::vector<float> hybrid_logits(const Model& model, ExpertProvider& prov, Backend* be, Backend* host) {
+  std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
+                                           : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
+  if (host) ctx->moe().set_host_backend(host);
+  const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
+  std::vector<float> out;
+  ctx->forward(std::span<const int32_t>(toks.data(), 6), LogitsMode::All);
+  out.assign(ctx->logits(), ctx->logits() + 6 * model.n_vocab());
+  for (size_t i = 6; i < toks.size(); ++i) {
+    ctx->forward(std::span<const int32_t>(&toks[i], 1), LogitsMode::Last);
+    out.insert(out.end(), ctx->logits(), ctx->logits() + model.n_vocab());
+  }
+  return out;
+}
+
+uint64_t cpu_computed(const OffloadStats& st) {
+  uint64_t n = 0;
+  for (const auto& l : st.layers) n += l.cpu_computed;
+  return n;
+}
+
+// A "device" that cannot read host memory, a VRAM cache of three experts and the hybrid: misses
+// the rule sends to the CPU run on the host backend from the mapped file, the others wait for
+// their copies; either way the logits are the resident provider's, bit for bit (the stand-in
+// device computes with the same CPU kernels).
+TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
+  const std::string path = temp_gguf("vramhyb", "qwen3moe_q8");
+  gen::GenOptions go;
+  go.shape = gen::find_preset(gen::parse_arch("qwen3moe"), "tiny");
+  go.type = GgmlType::Q8_0;
+  go.seed = 10;
+  gen::generate_model(go, path);
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+  const Model model(*file);
+  ResidentExpertProvider resident(*file);
+  const std::vector<float> want = hybrid_logits(model, resident, nullptr, nullptr);
+  CpuBackend host;
+  struct Case {
+    const char* what;
+    double cpu_expert_s;
+    bool some_cpu, some_gpu;
+  };
+  for (const Case& c : {Case{"CPU always sooner", 1e-12, true, false},
+                        Case{"copy always sooner", 1e9, false, true}}) {
+    SCOPED_TRACE(c.what);
+    DelayedLink link;
+    auto store = ExpertStore::open(*file);
+    const uint64_t slot = store->slot_bytes();
+    DeviceTransferOptions o;
+    o.source = DeviceSource::Ram;
+    std::vector<std::span<const uint8_t>> maps{file->mapping(0)};
+    OffloadConfig cfg;
+    cfg.budget_bytes = 3 * slot;
+    cfg.top_k = model_top_k(*file);
+    cfg.io_threads = 2;
+    cfg.allocator = &link.device_allocator();
+    cfg.transfer = std::make_shared<DeviceChunkTransfer>(link, maps, *store, o);
+    auto res = std::make_shared<ResidentExpertProvider>(*file);
+    cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
+    cfg.hybrid = HybridCosts{c.cpu_expert_s, 0.0, 1e9};
+    CachedExpertProvider prov(std::move(store), std::make_unique<TestLru>(), cfg);
+    StandInDevice be;
+    be.reads_host = false;
+    EXPECT_EQ(hybrid_logits(model, prov, &be, &host), want);
+    const OffloadStats st = prov.stats();
+    EXPECT_EQ(cpu_computed(st) > 0, c.some_cpu) << cpu_computed(st);
+    uint64_t acquires = 0;
+    for (const auto& l : st.layers) acquires += l.acquires;
+    EXPECT_EQ(acquires > cpu_computed(st), c.some_gpu);
+    prov.drain();
+  }
+  // Without a host backend, an expert in host memory is refused by name, not read by the device.
+  {
+    DelayedLink link;
+    auto store = ExpertStore::open(*file);
+    OffloadConfig cfg;
+    cfg.budget_bytes = 3 * store->slot_bytes();
+    cfg.top_k = model_top_k(*file);
+    cfg.allocator = &link.device_allocator();
+    cfg.transfer = std::make_shared<DeviceChunkTransfer>(
+        link, std::vector<std::span<const uint8_t>>{file->mapping(0)}, *store, DeviceTransferOptions{});
+    auto res = std::make_shared<ResidentExpertProvider>(*file);
+    cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
+    cfg.hybrid = HybridCosts{1e-12, 0.0, 1e9};
+    CachedExpertProvider prov(std::move(store), std::make_unique<TestLru>(), cfg);
+    StandInDevice be;
+    be.reads_host = false;
+    try {
+      hybrid_logits(model, prov, &be, nullptr);
+      FAIL() << "a host expert without a host backend";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos) << e.what();
+    }
+    prov.drain();
+  }
+  std::filesystem::remove(path);
+}
+
+// make_offload's hybrid: the cost model is measured (valid numbers) and the forward pass is
+// still the resident provider's.
+TEST(VramCache, MakeOffloadMeasuresTheHybridCostModel) {
+  const std::string path = temp_gguf("vramhyb2", "mixtral_q8");
+  gen::GenOptions go;
+  go.shape = gen::find_preset(gen::parse_arch("mixtral"), "tiny");
+  go.type = GgmlType::Q8_0;
+  go.seed = 12;
+  gen::generate_model(go, path);
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+  const Model model(*file);
+  ResidentExpertProvider resident(*file);
+  const std::vector<float> want = hybrid_logits(model, resident, nullptr, nullptr);
+  DelayedLink link;
+  OffloadOptions o;
+  o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());
+  DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), DeviceSource::Ram};
+  target.hybrid = true;
+  target.cpu_threads = 1;
+  OffloadSession s = make_offload(o, *file, &target);
+  EXPECT_TRUE(s.hybrid.valid());
+  EXPECT_GT(s.hybrid.h2d_bytes_per_s, 0);
+  CpuBackend host;
+  StandInDevice be;
+  be.reads_host = false;
+  EXPECT_EQ(hybrid_logits(model, *s.provider, &be, &host), want);
+  s.provider->drain();
+  DeviceTarget file_source = target;
+  file_source.source = DeviceSource::File;
+  EXPECT_THROW(make_offload(o, *file, &file_source), Error);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace moeflow::test

@@ -15,6 +15,8 @@
 #include "../backend/gpu_guard.h"
 #include "backend/cuda/cuda_backend.h"
 #include "experts/expert_store.h"
+#include "experts/resident_provider.h"
+#include "policy/eviction_policy.h"
 #include "gguf/gguf_file.h"
 #include "model/gen/model_generator.h"
 #include "runtime/engine.h"
@@ -106,6 +108,56 @@ TEST(GpuVramCache, LogitsAndTokensMatchEveryExpertInVram) {
     }
     std::filesystem::remove(path);
   }
+}
+
+// The hybrid with the CPU always sooner: every miss computed by the CPU from the mapped file
+// (its activations quantized as the CPU does, so within the GPU-vs-CPU tolerance of
+// test_gpu_logits, not bit for bit), the rest on the GPU; then the measured cost model.
+TEST(GpuVramCache, HybridCpuExpertsAgreeWithinTheCpuTolerance) {
+  MOEFLOW_NEED_CUDA_DEVICE();
+  const std::string path = gen("mixtral");
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+  const Outcome want = run(file, nullptr);
+  const uint64_t slot = ExpertStore::open(*file)->slot_bytes();
+  for (const bool forced : {true, false}) {
+    SCOPED_TRACE(forced ? "CPU forced" : "measured cost model");
+    OffloadOptions o;
+    o.expert_cache = std::to_string(slot * (model_top_k(*file) + 2));
+    DeviceTarget target{make_cuda_device_link(), DeviceSource::Ram, true};
+    target.hybrid = true;
+    OffloadSession s = make_offload(o, *file, &target);
+    ASSERT_TRUE(s.hybrid.valid());
+    std::shared_ptr<CachedExpertProvider> prov = s.provider;
+    if (forced) {
+      OffloadConfig cfg;
+      cfg.budget_bytes = slot * (model_top_k(*file) + 2);
+      cfg.top_k = model_top_k(*file);
+      cfg.allocator = &target.link->device_allocator();
+      cfg.transfer = s.device_transfer;
+      auto res = std::make_shared<ResidentExpertProvider>(*file);
+      cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
+      cfg.hybrid = HybridCosts{1e-12, 0.0, 1e9};
+      auto store = ExpertStore::open(*file);
+      PolicyOptions po;
+      po.n_layers = store->n_layers();
+      po.n_experts = store->max_experts();
+      po.top_k = cfg.top_k;
+      po.capacity_total = (int)(cfg.budget_bytes / slot);
+      prov = std::make_shared<CachedExpertProvider>(std::move(store), make_eviction_policy("lfu", po), cfg);
+    }
+    const Outcome got = run(file, prov);
+    uint64_t cpu = 0;
+    for (const auto& l : prov->stats().layers) cpu += l.cpu_computed;
+    if (forced) EXPECT_GT(cpu, 0u);
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    double worst = 0, scale = 1;
+    for (size_t i = 0; i < want.logits.size(); ++i) {
+      worst = std::max(worst, (double)std::fabs(got.logits[i] - want.logits[i]));
+      scale = std::max(scale, (double)std::fabs(want.logits[i]));
+    }
+    EXPECT_LE(worst / scale, 5e-2) << "largest logit difference " << worst << ", " << cpu << " CPU experts";
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(GpuVramCache, ABudgetBelowOneLayersTopKIsRefused) {

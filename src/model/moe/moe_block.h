@@ -40,6 +40,8 @@ class MoeBlock {
 
   // Lossy modes: how routed experts are served from now on. `usage` (optional) receives the
   // per-layer counts of high / low / skipped uses. Throws on an invalid configuration.
+  // Computes experts held in host memory when the backend is a device (see MoeExecutor).
+  void set_host_backend(Backend* host) { exec_.set_host(host); }
   void set_mode(const PrecisionModeConfig& mode, std::shared_ptr<PrecisionUsage> usage = nullptr) {
     planner_.set_mode(mode, std::move(usage));
   }

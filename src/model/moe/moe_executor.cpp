@@ -10,8 +10,46 @@ MoeExecutor::MoeExecutor(Backend& be, int64_t n_embd, int k, int max_tokens)
   slot_rows_ = slots_.f32(d_, (int64_t)max_tokens * k);
 }
 
+void MoeExecutor::set_host(Backend* host) {
+  host_ = host;
+  hy_ = host ? std::make_unique<BackendScratch>(*host) : nullptr;
+  host_ffn_ = host ? std::make_unique<FfnScratch>(*host) : nullptr;
+}
+
+void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorView y,
+                              const GluParams& act) {
+  if (!host_ || !host_->can_read(v.gate().space))
+    fail("an expert's weights are in {} memory, which the {} backend cannot read, and no host "
+         "backend was given to compute it",
+         mem_space_name(v.gate().space), be_.name());
+  const int64_t m = x.rows();
+  const float* xh = be_.read_f32(x, hx_staging_);  // waits for the rows
+  const TensorView hx = matrix_view(xh, GgmlType::F32, d_, m,
+                                    MemSpace::Host);
+  const TensorView hy = hy_->f32(d_, m);
+  FfnMatrices w;
+  w.gate = v.gate();
+  w.up = v.up();
+  w.down = v.down();
+  TensorView* bias[kNumExpertProj] = {&w.gate_bias, &w.up_bias, &w.down_bias};
+  for (int j = 0; j < kNumExpertProj; ++j) {
+    const TensorView& b = v.bias[j];
+    if (!b) continue;
+    // Biases live with the layer's resident weights, in the backend's memory.
+    const float* bh = host_->can_read(b.space) ? b.as<float>() : be_.read_f32(b, bias_staging_[j]);
+    *bias[j] = matrix_view(bh, GgmlType::F32, b.cols(), b.rows(),
+                           MemSpace::Host);
+  }
+  glu_ffn(*host_, w, hx, hy, act, *host_ffn_);
+  be_.copy(y, hy);
+}
+
 void MoeExecutor::run_expert(const ExpertView& v, const TensorView& x, TensorView y,
                              const GluParams& act) {
+  if (!be_.can_read(v.gate().space)) {
+    run_on_host(v, x, y, act);
+    return;
+  }
   FfnMatrices w;
   w.gate = v.gate();
   w.up = v.up();

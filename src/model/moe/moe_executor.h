@@ -4,6 +4,10 @@
 // into per-(token, rank) slots), combines the slots in a fixed order (token, then router rank,
 // so exact modes give the same bits whatever order the experts ran in) and adds the shared
 // expert.
+// An expert whose weights are in memory the backend cannot read (host RAM beside a GPU: the
+// CPU/GPU hybrid, experts/hybrid_rule.h) runs on the host backend: its token rows are read
+// back, computed there, and its outputs copied into their slots on the backend.
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -20,6 +24,8 @@ class MoeExecutor {
   MoeExecutor(Backend& be, int64_t n_embd, int k, int max_tokens);
 
   Backend& backend() { return be_; }
+  // The backend that computes experts in host memory (null: none; such an expert fails).
+  void set_host(Backend* host);
 
   // Runs expert `v` on the rows of x routed to it (slots[j] / k is the token of slot j) and
   // writes each output into its slot.
@@ -35,6 +41,8 @@ class MoeExecutor {
   void add_shared(TensorView out, const LayerWeights& L, const MoeSpec& spec, const TensorView& x);
 
  private:
+  // y = the expert on x, computed by host_ (x and y in be_'s memory).
+  void run_on_host(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act);
   Backend& be_;
   int64_t d_;
   int k_;
@@ -42,6 +50,11 @@ class MoeExecutor {
   BackendScratch xe_, ye_, slots_, gate_;
   TensorView slot_rows_;  // [max_tokens * k][d]: one output row per (token, rank)
   FfnScratch ffn_;
+  // The host path's scratch (made with set_host).
+  Backend* host_ = nullptr;
+  std::unique_ptr<BackendScratch> hy_;
+  std::unique_ptr<FfnScratch> host_ffn_;
+  std::vector<float> hx_staging_, bias_staging_[kNumExpertProj];
 };
 
 }  // namespace moeflow
