@@ -513,7 +513,8 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
     EXPECT_EQ(cpu_computed(st) > 0, c.some_cpu) << cpu_computed(st);
     uint64_t acquires = 0;
     for (const auto& l : st.layers) acquires += l.acquires;
-    EXPECT_EQ(acquires > cpu_computed(st), c.some_gpu);
+    // Experts whose copy landed before their acquire run on the device either way.
+    if (c.some_gpu) EXPECT_GT(acquires, cpu_computed(st));
     prov.drain();
   }
   // Without a host backend, an expert in host memory is refused by name, not read by the device.
