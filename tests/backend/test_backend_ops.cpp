@@ -293,7 +293,12 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
       {4, 2, 64, 64, 0, true, 300, 1},  // decode over several splits of positions
       {4, 2, 32, 32, 200, false, 400, 2},  // a window spanning several splits
       {8, 2, 128, 96, 0, false, 70, 40},   // prefill over several query and key tiles
-      {2, 1, 256, 256, 0, true, 3, 20},    // the largest head size
+      {2, 1, 256, 256, 0, true, 3, 20},    // the largest narrow head
+      // DeepSeek's MLA: one 576-wide latent kv row (512 + 64 rope) per position shared by every
+      // head, values its first 512 columns; decode over several splits, then a prefill.
+      {16, 1, 576, 512, 0, false, 140, 1, 0},
+      {4, 1, 576, 512, 0, false, 5, 20, 0},
+      {2, 1, 320, 288, 0, true, 2, 6},  // between the two head-size classes
   };
   for (const Case& c : cases) {
     const int64_t n_ctx = c.pos0 + c.n + 3;

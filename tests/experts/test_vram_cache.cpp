@@ -153,8 +153,12 @@ TEST(DeviceTransfer, EveryChunkLandsWhole_ForEachSlowTier) {
     DeviceChunkTransfer tr(link, maps_of(m), store, o);
     EXPECT_STREQ(tr.name(), s.name);
     EXPECT_EQ(tr.pinned(), s.source == DeviceSource::Ram && !s.refuse_pin);
-    if (s.refuse_pin) EXPECT_NE(tr.pin_refusal().find("locked-memory limit of the test"), std::string::npos);
-    if (tr.pinned()) EXPECT_GE(tr.pinned_bytes(), m.bytes.size() / 2);
+    if (s.refuse_pin) {
+      EXPECT_NE(tr.pin_refusal().find("locked-memory limit of the test"), std::string::npos);
+    }
+    if (tr.pinned()) {
+      EXPECT_GE(tr.pinned_bytes(), m.bytes.size() / 2);
+    }
     std::mt19937 rng(3);
     for (int l = 1; l < m.n_layers; ++l)
       for (int e = 0; e < m.n_experts; ++e)
@@ -514,7 +518,9 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
     uint64_t acquires = 0;
     for (const auto& l : st.layers) acquires += l.acquires;
     // Experts whose copy landed before their acquire run on the device either way.
-    if (c.some_gpu) EXPECT_GT(acquires, cpu_computed(st));
+    if (c.some_gpu) {
+      EXPECT_GT(acquires, cpu_computed(st));
+    }
     prov.drain();
   }
   // Without a host backend, an expert in host memory is refused by name, not read by the device.

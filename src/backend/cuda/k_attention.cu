@@ -10,8 +10,9 @@
 // in tiles of 32 keys/values staged in shared memory; each warp keeps 4 query rows' running
 // max, sum and output (a lane per 1/32 of the head), scoring one key per lane.
 //
-// Head sizes up to 256 (8 values per lane). Every reduction has a fixed order, so results are
-// the same from run to run.
+// Head sizes up to 256 (8 values per lane), or up to 576 (18 per lane: DeepSeek's MLA, whose one
+// latent head is kv_lora_rank + rope dims = 576 wide for keys and 512 for values). Every
+// reduction has a fixed order, so results are the same from run to run.
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -21,7 +22,8 @@
 namespace moeflow::cuda {
 namespace {
 
-constexpr int kMaxPerLane = 8;  // head sizes up to 256
+constexpr int kNarrow = 8;  // values per lane for heads up to 256
+constexpr int kWide = 18;   // ... up to 576
 constexpr int kSplit = 128;     // positions per decode split
 constexpr int kDecodeWarps = 4;
 constexpr int kTileQ = 16, kTileK = 32, kPrefillWarps = 4, kRowsPerWarp = kTileQ / kPrefillWarps;
@@ -33,6 +35,7 @@ __device__ __forceinline__ void visible(const AttnArgs& a, int64_t t, int64_t& j
   j0 = a.window > 0 ? (j1 > a.window ? j1 - a.window : 0) : 0;
 }
 
+template <int kMaxPerLane>
 __global__ void __launch_bounds__(32 * kDecodeWarps)
     attn_decode_split_kernel(CMat q, CMat k, CMat v, AttnArgs a, int n_split, float* __restrict__ part) {
   const int h = blockIdx.x, split = blockIdx.y;
@@ -143,6 +146,7 @@ size_t prefill_smem_bytes(int64_t hd, int64_t hdv) {
   return sizeof(float) * (size_t)(kTileQ * hd + kTileK * (hd + 1) + kTileK * hdv);
 }
 
+template <int kMaxPerLane>
 __global__ void __launch_bounds__(32 * kPrefillWarps)
     attn_prefill_kernel(CMat q, CMat k, CMat v, Mat out, AttnArgs a, int64_t n) {
   extern __shared__ float sh[];
@@ -260,21 +264,16 @@ size_t attention_scratch_floats(int64_t n, const AttnArgs& a) {
   return (size_t)n * a.n_head * decode_splits(n, a) * (a.head_dim_v + 2);
 }
 
-void attention(CMat q, CMat k, CMat v, Mat out, const AttnArgs& a, float* scratch, cudaStream_t s) {
-  if (a.head_dim > 32 * kMaxPerLane || a.head_dim_v > 32 * kMaxPerLane)
-    throw_error("cuda attention: head sizes above " + std::to_string(32 * kMaxPerLane) +
-                " are not supported (got " + std::to_string(a.head_dim) + "/" +
-                std::to_string(a.head_dim_v) + ")");
-  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0)
-    throw_error("cuda attention: " + std::to_string(a.n_head) + " query heads cannot share " +
-                std::to_string(a.n_head_kv) + " kv heads");
+namespace {
+
+template <int kMaxPerLane>
+void launch(CMat q, CMat k, CMat v, Mat out, const AttnArgs& a, float* scratch, cudaStream_t s) {
   const int64_t n = q.rows;
-  if (n == 0) return;
   if (n <= kDecodeMaxRows) {
     const int n_split = decode_splits(n, a);
     const dim3 grid((unsigned)a.n_head, (unsigned)n_split, (unsigned)n);
     const size_t smem = sizeof(float) * kDecodeWarps * (size_t)(a.head_dim_v + 2);
-    attn_decode_split_kernel<<<grid, 32 * kDecodeWarps, smem, s>>>(q, k, v, a, n_split, scratch);
+    attn_decode_split_kernel<kMaxPerLane><<<grid, 32 * kDecodeWarps, smem, s>>>(q, k, v, a, n_split, scratch);
     MOEFLOW_CUDA_CHECK_LAUNCH();
     attn_decode_merge_kernel<<<dim3((unsigned)a.n_head, (unsigned)n), 128, 0, s>>>(a, n_split, scratch, out);
     MOEFLOW_CUDA_CHECK_LAUNCH();
@@ -282,11 +281,29 @@ void attention(CMat q, CMat k, CMat v, Mat out, const AttnArgs& a, float* scratc
   }
   const size_t smem = prefill_smem_bytes(a.head_dim, a.head_dim_v);
   if (smem > 48 * 1024)
-    MOEFLOW_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
+    MOEFLOW_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<kMaxPerLane>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((unsigned)((n + kTileQ - 1) / kTileQ), (unsigned)a.n_head);
-  attn_prefill_kernel<<<grid, 32 * kPrefillWarps, smem, s>>>(q, k, v, out, a, n);
+  attn_prefill_kernel<kMaxPerLane><<<grid, 32 * kPrefillWarps, smem, s>>>(q, k, v, out, a, n);
   MOEFLOW_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention(CMat q, CMat k, CMat v, Mat out, const AttnArgs& a, float* scratch, cudaStream_t s) {
+  const int64_t widest = a.head_dim > a.head_dim_v ? a.head_dim : a.head_dim_v;
+  if (widest > 32 * kWide)
+    throw_error("cuda attention: head sizes above " + std::to_string(32 * kWide) +
+                " are not supported (got " + std::to_string(a.head_dim) + "/" +
+                std::to_string(a.head_dim_v) + ")");
+  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0)
+    throw_error("cuda attention: " + std::to_string(a.n_head) + " query heads cannot share " +
+                std::to_string(a.n_head_kv) + " kv heads");
+  if (q.rows == 0) return;
+  if (widest <= 32 * kNarrow)
+    launch<kNarrow>(q, k, v, out, a, scratch, s);
+  else
+    launch<kWide>(q, k, v, out, a, scratch, s);
 }
 
 }  // namespace moeflow::cuda
