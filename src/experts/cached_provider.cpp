@@ -659,6 +659,7 @@ void CachedExpertProvider::reset_stats() {
 
 void CachedExpertProvider::drain() {
   std::unique_lock lk(mu_);
+  settle_retired();
   cv_.wait(lk, [&] { return in_flight_ == 0; });
 }
 

@@ -123,7 +123,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   // Places per partition (per layer, or in total for a global budget): n_slots less the
   // transient slots of a policy that declines misses, split among the partitions.
   int capacity(Precision p = Precision::High) const;
-  // Waits until no I/O is queued or running (tests and benchmarks).
+  // Waits until no I/O is queued or running and no released device slot is still retiring
+  // (tests and benchmarks; on the engine thread).
   void drain();
 
  private:

@@ -16,7 +16,9 @@
 
 #include "core/error.h"
 #include "experts/cached_provider.h"
+#include "experts/device_transfer.h"
 #include "gguf/gguf_file.h"
+#include "delayed_link.h"
 #include "offload_fixture.h"
 #include "policy/eviction_policy.h"
 #include "runtime/engine.h"
@@ -29,9 +31,16 @@ constexpr int kLayers = 4, kExperts = 6, kTopK = 2;  // layer 0 has no experts
 
 uint64_t slot_bytes(const test::FakeModel& m) { return ExpertStore({m.path}, m.index).slot_bytes(); }
 
+// The cache in "device" memory (a VRAM cache without a GPU: stand-in device slots, copies landing
+// late on a lane thread, released slots retiring until the stand-in backend syncs), when given.
+struct DeviceSide {
+  test::DelayedLink link;
+  test::StandInDevice backend;
+};
+
 std::unique_ptr<CachedExpertProvider> make(const test::FakeModel& m, const std::string& policy,
                                            std::vector<double> calib, int slots, bool per_layer,
-                                           bool early = true) {
+                                           bool early = true, DeviceSide* device = nullptr) {
   PolicyOptions po;
   po.n_layers = kLayers;
   po.n_experts = kExperts;
@@ -44,8 +53,17 @@ std::unique_ptr<CachedExpertProvider> make(const test::FakeModel& m, const std::
   cfg.io_threads = 2;
   cfg.early_preemption = early;
   cfg.prefetch = false;
-  return std::make_unique<CachedExpertProvider>(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
-                                                make_eviction_policy(policy, po), cfg);
+  auto store = std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index);
+  if (device) {
+    DeviceTransferOptions o;
+    o.source = DeviceSource::File;
+    cfg.allocator = &device->link.device_allocator();
+    cfg.transfer = std::make_shared<DeviceChunkTransfer>(device->link, std::vector<std::span<const uint8_t>>{},
+                                                         *store, o);
+  }
+  auto p = std::make_unique<CachedExpertProvider>(std::move(store), make_eviction_policy(policy, po), cfg);
+  if (device) p->attach_backend(device->backend);
+  return p;
 }
 
 std::set<std::pair<int, int>> resident(const CachedExpertProvider& p) {
@@ -118,12 +136,17 @@ TEST(PolicyHooks, StaticInitialResidentsAreResidentBeforeTheFirstToken) {
   }
 }
 
-TEST(PolicyHooks, DaopPlacementChangesAfterAPrefill) {
+// DAOP's per-sequence placement, in RAM and in a VRAM cache (the same provider over device
+// slots and a device transfer).
+class DaopPlacement : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DaopPlacement, ChangesAfterAPrefill) {
   test::FakeModel m;
   test::make_fake_model(m, "hooks_daop", kLayers, kExperts, 40, 52);
   const std::vector<double> row = {9, 8, 1, 1, 1, 1};
+  std::unique_ptr<DeviceSide> device = GetParam() ? std::make_unique<DeviceSide>() : nullptr;
   // Two places per layer and two transient slots for the misses DAOP declines.
-  auto p = make(m, "daop", counts({row, row, row}), 8, true);
+  auto p = make(m, "daop", counts({row, row, row}), 8, true, true, device.get());
   EXPECT_EQ(p->capacity(), 2);
   EXPECT_EQ(p->stats().n_transient_slots, 2);
   p->drain();
@@ -157,7 +180,13 @@ TEST(PolicyHooks, DaopPlacementChangesAfterAPrefill) {
   EXPECT_EQ(st.layers[1].streamed, 2u);  // expert 1 is no longer placed: streamed now
   EXPECT_EQ(st.layers[2].placements + st.layers[3].placements, 4u);
   EXPECT_EQ(st.layers[2].evictions + st.layers[3].evictions, 0u);
+  if (device) {
+    EXPECT_GT(device->backend.syncs, 0);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(RamAndVram, DaopPlacement, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Vram" : "Ram"; });
 
 TEST(PolicyHooks, DecliningPolicyNeverEvictsAResidentForAMiss) {
   test::FakeModel m;
