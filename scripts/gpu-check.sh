@@ -185,30 +185,43 @@ stage_sanitize() {
   done
 }
 
+# ----------------------------------------------------------------- shared by bench and vram
+# Sets MF (moeflow) and LB (llama-bench, "" when skipped or missing) for a stage; fails when
+# moeflow is not built.
+bench_tools() {  # stage
+  MF=$BUILD/moeflow
+  [ -x "$MF" ] || { record "$1" all FAIL "no $MF: run the build stage"; return 1; }
+  LB=$BUILD/llama.cpp/bin/llama-bench
+  [ "$LLAMA" = 0 ] || [ -x "$LB" ] || { record "$1" llama-bench FAIL "no $LB: run the build stage"; LB=""; }
+  [ "$LLAMA" = 0 ] && LB=""
+  mkdir -p "$BUILD/bench-models"
+  return 0
+}
+# Generates $BUILD/bench-models/NAME.gguf with gen-model ARGS unless it exists; prints the path.
+# Runs in a command substitution: the caller records a failure (log STAGE-gen-NAME).
+bench_model() {  # stage name args...
+  local stage=$1 name=$2
+  shift 2
+  local path=$BUILD/bench-models/$name.gguf
+  if [ ! -f "$path" ]; then
+    logged "$stage-gen-$name" "$MF" gen-model "$@" -q -t "$JOBS" -o "$path.part" && mv "$path.part" "$path" || return 1
+  fi
+  echo "$path"
+}
+
 # ------------------------------------------------------------------------------------- bench
 bench_rows=()  # "model|moeflow pp|moeflow tg|moeflow tg no graphs|llama pp|llama tg"
 stage_bench() {
-  local mf=$BUILD/moeflow
-  [ -x "$mf" ] || { record bench all FAIL "no $mf: run the build stage"; return; }
-  local lb=$BUILD/llama.cpp/bin/llama-bench
-  [ "$LLAMA" = 0 ] || [ -x "$lb" ] || { record bench llama-bench FAIL "no $lb: run the build stage"; lb=""; }
-  [ "$LLAMA" = 0 ] && lb=""
-  local mdir=$BUILD/bench-models
-  mkdir -p "$mdir"
+  bench_tools bench || return
+  local mf=$MF lb=$LB
   # name : gen-model arguments. Four layers of the real Mixtral-8x7B shape (bench/bench_engine.py's
   # model) and eight of Qwen3-30B-A3B's (128 small experts, top-8): the whole model in VRAM.
   local models=("mixtral8x7b-4l-q4k:--arch mixtral --preset 8x7b --layers 4 --type Q4_K"
                 "qwen3-30b-a3b-8l-q4k:--arch qwen3moe --preset 30b-a3b --layers 8 --type Q4_K")
   for m in "${models[@]}"; do
     local name=${m%%:*} args=${m#*:} path
-    path=$mdir/$name.gguf
-    if [ ! -f "$path" ]; then
-      # shellcheck disable=SC2086  # args are words
-      if ! logged "bench-gen-$name" "$mf" gen-model $args -q -t "$JOBS" -o "$path.part" || ! mv "$path.part" "$path"; then
-        record bench "gen $name" FAIL "see bench-gen-$name.log"
-        continue
-      fi
-    fi
+    # shellcheck disable=SC2086  # args are words
+    path=$(bench_model bench "$name" $args) || { record bench "gen $name" FAIL "see bench-gen-$name.log"; continue; }
     local pp tg tg0 lpp="-" ltg="-"
     if logged "bench-moeflow-$name" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" --json &&
        logged "bench-moeflow-nographs-$name" env MOEFLOW_CUDA_GRAPHS=0 "$mf" bench --backend cuda -m "$path" -p 0 -n 128 --reps "$REPS" --json; then
@@ -243,26 +256,15 @@ stage_bench() {
 # same bytes to move per token, minutes less of generation).
 vram_rows=()  # "model|vram|moeflow pp|moeflow tg|llama N|llama pp|llama tg|copy/pinned GB/s"
 stage_vram() {
-  local mf=$BUILD/moeflow
-  [ -x "$mf" ] || { record vram all FAIL "no $mf: run the build stage"; return; }
-  local lb=$BUILD/llama.cpp/bin/llama-bench
-  [ "$LLAMA" = 0 ] || [ -x "$lb" ] || { record vram llama-bench FAIL "no $lb: run the build stage"; lb=""; }
-  [ "$LLAMA" = 0 ] && lb=""
-  local mdir=$BUILD/bench-models
-  mkdir -p "$mdir"
+  bench_tools vram || return
+  local mf=$MF lb=$LB
   local models=("mixtral8x7b-q4k:16:32:--arch mixtral --preset 8x7b --type Q4_K --repeat-experts"
                 "qwen3-30b-a3b-q4k:8:48:--arch qwen3moe --preset 30b-a3b --type Q4_K --repeat-experts")
   for m in "${models[@]}"; do
     local name vram layers args path
     IFS=: read -r name vram layers args <<<"$m"
-    path=$mdir/$name.gguf
-    if [ ! -f "$path" ]; then
-      # shellcheck disable=SC2086  # args are words
-      if ! logged "vram-gen-$name" "$mf" gen-model $args -q -t "$JOBS" -o "$path.part" || ! mv "$path.part" "$path"; then
-        record vram "gen $name" FAIL "see vram-gen-$name.log"
-        continue
-      fi
-    fi
+    # shellcheck disable=SC2086  # args are words
+    path=$(bench_model vram "$name" $args) || { record vram "gen $name" FAIL "see vram-gen-$name.log"; continue; }
     local log=vram-moeflow-$name pp=- tg=- bw=-
     if logged "$log" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" \
          --vram-limit "${vram}GiB" --json; then

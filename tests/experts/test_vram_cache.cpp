@@ -221,32 +221,43 @@ TEST(VramCache, AHostBackendReleasesAtOnce) {
   prov->drain();
 }
 
+// A tiny Q8_0 model of `arch` in a temporary file.
+std::string tiny_model(const std::string& tag, const std::string& arch, uint64_t seed) {
+  const std::string path = temp_gguf(tag, arch + "_q8");
+  gen::GenOptions go;
+  go.shape = gen::find_preset(gen::parse_arch(arch), "tiny");
+  go.type = GgmlType::Q8_0;
+  go.seed = seed;
+  gen::generate_model(go, path);
+  return path;
+}
+
+// Logits of a 6-token prompt (every row) and 4 decode steps; `host` computes experts the
+// backend cannot read.
+std::vector<float> forward_logits(const Model& model, ExpertProvider& prov, Backend* be,
+                                  Backend* host = nullptr) {
+  std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
+                                           : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
+  if (host) ctx->moe().set_host_backend(host);
+  const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
+  std::vector<float> out;
+  ctx->forward(std::span<const int32_t>(toks.data(), 6), LogitsMode::All);
+  out.assign(ctx->logits(), ctx->logits() + 6 * model.n_vocab());
+  for (size_t i = 6; i < toks.size(); ++i) {
+    ctx->forward(std::span<const int32_t>(&toks[i], 1), LogitsMode::Last);
+    out.insert(out.end(), ctx->logits(), ctx->logits() + model.n_vocab());
+  }
+  return out;
+}
+
 // The forward pass over a VRAM cache in stand-in device memory, a budget of a few experts, and
 // each slow tier: the resident provider's logits bit for bit.
 TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
-  const std::string path = temp_gguf("vramfwd", "mixtral_q8");
-  gen::GenOptions go;
-  go.shape = gen::find_preset(gen::parse_arch("mixtral"), "tiny");
-  go.type = GgmlType::Q8_0;
-  go.seed = 9;
-  gen::generate_model(go, path);
+  const std::string path = tiny_model("vramfwd", "mixtral", 9);
   auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
   const Model model(*file);
   ResidentExpertProvider host(*file);
-  const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
-  auto run = [&](ExpertProvider& prov, Backend* be) {
-    std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
-                                             : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
-    std::vector<float> out;
-    ctx->forward(std::span<const int32_t>(toks.data(), 6), LogitsMode::All);
-    out.assign(ctx->logits(), ctx->logits() + 6 * model.n_vocab());
-    for (size_t i = 6; i < toks.size(); ++i) {
-      ctx->forward(std::span<const int32_t>(&toks[i], 1), LogitsMode::Last);
-      out.insert(out.end(), ctx->logits(), ctx->logits() + model.n_vocab());
-    }
-    return out;
-  };
-  const std::vector<float> want = run(host, nullptr);
+  const std::vector<float> want = forward_logits(model, host, nullptr);
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
@@ -258,7 +269,7 @@ TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
     OffloadSession session = make_offload(o, *file, &target);
     ASSERT_TRUE(session.provider);
     StandInDevice be;
-    EXPECT_EQ(run(*session.provider, &be), want);
+    EXPECT_EQ(forward_logits(model, *session.provider, &be), want);
     const OffloadStats st = session.provider->stats();
     EXPECT_EQ(st.io_backend, s.name);
     EXPECT_GT(be.syncs, 0);  // released slots were retired and settled
@@ -371,19 +382,21 @@ TEST(HybridRule, CpuWhenItFinishesBeforeTheCopy) {
   EXPECT_FALSE(prefer_cpu(HybridCosts{}, 1, 100'000'000));  // not measured: never
 }
 
-std::vector<float> hybrid_logits(const Model& model, ExpertProvider& prov, Backend* be, Backend* host) {
-  std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
-                                           : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
-  if (host) ctx->moe().set_host_backend(host);
-  const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
-  std::vector<float> out;
-  ctx->forward(std::span<const int32_t>(toks.data(), 6), LogitsMode::All);
-  out.assign(ctx->logits(), ctx->logits() + 6 * model.n_vocab());
-  for (size_t i = 6; i < toks.size(); ++i) {
-    ctx->forward(std::span<const int32_t>(&toks[i], 1), LogitsMode::Last);
-    out.insert(out.end(), ctx->logits(), ctx->logits() + model.n_vocab());
-  }
-  return out;
+// A VRAM cache of three experts over `link` (copies from the mapping), with the hybrid's host
+// views and the given costs.
+std::unique_ptr<CachedExpertProvider> hybrid_cache(const GgufFile& file, DelayedLink& link, HybridCosts costs) {
+  auto store = ExpertStore::open(file);
+  OffloadConfig cfg;
+  cfg.budget_bytes = 3 * store->slot_bytes();
+  cfg.top_k = model_top_k(file);
+  cfg.io_threads = 2;
+  cfg.allocator = &link.device_allocator();
+  cfg.transfer = std::make_shared<DeviceChunkTransfer>(link, std::vector<std::span<const uint8_t>>{file.mapping(0)},
+                                                       *store, DeviceTransferOptions{});
+  auto res = std::make_shared<ResidentExpertProvider>(file);
+  cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
+  cfg.hybrid = costs;
+  return std::make_unique<CachedExpertProvider>(std::move(store), std::make_unique<TestLru>(), cfg);
 }
 
 uint64_t cpu_computed(const OffloadStats& st) {
@@ -397,16 +410,11 @@ uint64_t cpu_computed(const OffloadStats& st) {
 // their copies; either way the logits are the resident provider's, bit for bit (the stand-in
 // device computes with the same CPU kernels).
 TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
-  const std::string path = temp_gguf("vramhyb", "qwen3moe_q8");
-  gen::GenOptions go;
-  go.shape = gen::find_preset(gen::parse_arch("qwen3moe"), "tiny");
-  go.type = GgmlType::Q8_0;
-  go.seed = 10;
-  gen::generate_model(go, path);
+  const std::string path = tiny_model("vramhyb", "qwen3moe", 10);
   auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
   const Model model(*file);
   ResidentExpertProvider resident(*file);
-  const std::vector<float> want = hybrid_logits(model, resident, nullptr, nullptr);
+  const std::vector<float> want = forward_logits(model, resident, nullptr, nullptr);
   CpuBackend host;
   struct Case {
     const char* what;
@@ -417,25 +425,11 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
                         Case{"copy always sooner", 1e9, false, true}}) {
     SCOPED_TRACE(c.what);
     DelayedLink link;
-    auto store = ExpertStore::open(*file);
-    const uint64_t slot = store->slot_bytes();
-    DeviceTransferOptions o;
-    o.source = DeviceSource::Ram;
-    std::vector<std::span<const uint8_t>> maps{file->mapping(0)};
-    OffloadConfig cfg;
-    cfg.budget_bytes = 3 * slot;
-    cfg.top_k = model_top_k(*file);
-    cfg.io_threads = 2;
-    cfg.allocator = &link.device_allocator();
-    cfg.transfer = std::make_shared<DeviceChunkTransfer>(link, maps, *store, o);
-    auto res = std::make_shared<ResidentExpertProvider>(*file);
-    cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
-    cfg.hybrid = HybridCosts{c.cpu_expert_s, 0.0, 1e9};
-    CachedExpertProvider prov(std::move(store), std::make_unique<TestLru>(), cfg);
+    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*file, link, HybridCosts{c.cpu_expert_s, 0.0, 1e9});
     StandInDevice be;
     be.reads_host = false;
-    EXPECT_EQ(hybrid_logits(model, prov, &be, &host), want);
-    const OffloadStats st = prov.stats();
+    EXPECT_EQ(forward_logits(model, *prov, &be, &host), want);
+    const OffloadStats st = prov->stats();
     EXPECT_EQ(cpu_computed(st) > 0, c.some_cpu) << cpu_computed(st);
     uint64_t acquires = 0;
     for (const auto& l : st.layers) acquires += l.acquires;
@@ -443,31 +437,21 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
     if (c.some_gpu) {
       EXPECT_GT(acquires, cpu_computed(st));
     }
-    prov.drain();
+    prov->drain();
   }
   // Without a host backend, an expert in host memory is refused by name, not read by the device.
   {
     DelayedLink link;
-    auto store = ExpertStore::open(*file);
-    OffloadConfig cfg;
-    cfg.budget_bytes = 3 * store->slot_bytes();
-    cfg.top_k = model_top_k(*file);
-    cfg.allocator = &link.device_allocator();
-    cfg.transfer = std::make_shared<DeviceChunkTransfer>(
-        link, std::vector<std::span<const uint8_t>>{file->mapping(0)}, *store, DeviceTransferOptions{});
-    auto res = std::make_shared<ResidentExpertProvider>(*file);
-    cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
-    cfg.hybrid = HybridCosts{1e-12, 0.0, 1e9};
-    CachedExpertProvider prov(std::move(store), std::make_unique<TestLru>(), cfg);
+    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*file, link, HybridCosts{1e-12, 0.0, 1e9});
     StandInDevice be;
     be.reads_host = false;
     try {
-      hybrid_logits(model, prov, &be, nullptr);
+      forward_logits(model, *prov, &be, nullptr);
       FAIL() << "a host expert without a host backend";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos) << e.what();
     }
-    prov.drain();
+    prov->drain();
   }
   std::filesystem::remove(path);
 }
@@ -475,16 +459,11 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
 // make_offload's hybrid: the cost model is measured (valid numbers) and the forward pass is
 // still the resident provider's.
 TEST(VramCache, MakeOffloadMeasuresTheHybridCostModel) {
-  const std::string path = temp_gguf("vramhyb2", "mixtral_q8");
-  gen::GenOptions go;
-  go.shape = gen::find_preset(gen::parse_arch("mixtral"), "tiny");
-  go.type = GgmlType::Q8_0;
-  go.seed = 12;
-  gen::generate_model(go, path);
+  const std::string path = tiny_model("vramhyb2", "mixtral", 12);
   auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
   const Model model(*file);
   ResidentExpertProvider resident(*file);
-  const std::vector<float> want = hybrid_logits(model, resident, nullptr, nullptr);
+  const std::vector<float> want = forward_logits(model, resident, nullptr, nullptr);
   DelayedLink link;
   OffloadOptions o;
   o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());
@@ -497,7 +476,7 @@ TEST(VramCache, MakeOffloadMeasuresTheHybridCostModel) {
   CpuBackend host;
   StandInDevice be;
   be.reads_host = false;
-  EXPECT_EQ(hybrid_logits(model, *s.provider, &be, &host), want);
+  EXPECT_EQ(forward_logits(model, *s.provider, &be, &host), want);
   s.provider->drain();
   DeviceTarget file_source = target;
   file_source.source = DeviceSource::File;
