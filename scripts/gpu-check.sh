@@ -197,6 +197,19 @@ bench_tools() {  # stage
   mkdir -p "$BUILD/bench-models"
   return 0
 }
+# llama-bench -ngl 99 FLAGS -p 512 -n 128 on PATH, recorded as CHECK; sets LPP and LTG (tok/s,
+# "-" when it failed). Output in LOGDIR/STAGE-llama-NAME.json.
+llama_bench() {  # stage name path check flags
+  local out=$logdir/$1-llama-$2.json
+  LPP=- LTG=-
+  if logged "$1-llama-$2" bash -c "'$LB' -m '$3' -ngl 99 $5 -p 512 -n 128 -r $REPS -o json >'$out'"; then
+    LPP=$(llama_ts "$out" prompt)
+    LTG=$(llama_ts "$out" gen)
+    record "$1" "$4" PASS "pp512 $LPP, tg128 $LTG tok/s"
+  else
+    record "$1" "$4" FAIL "see $1-llama-$2.log"
+  fi
+}
 # Generates $BUILD/bench-models/NAME.gguf with gen-model ARGS unless it exists; prints the path.
 # Runs in a command substitution: the caller records a failure (log STAGE-gen-NAME).
 bench_model() {  # stage name args...
@@ -234,14 +247,8 @@ stage_bench() {
       pp=-; tg=-; tg0=-
     fi
     if [ -n "$lb" ]; then
-      local out=$logdir/bench-llama-$name.json
-      if logged "bench-llama-$name" bash -c "'$lb' -m '$path' -ngl 99 -p 512 -n 128 -r $REPS -o json >'$out'"; then
-        lpp=$(llama_ts "$out" prompt)
-        ltg=$(llama_ts "$out" gen)
-        record bench "llama.cpp $name" PASS "pp512 $lpp, tg128 $ltg tok/s"
-      else
-        record bench "llama.cpp $name" FAIL "see bench-llama-$name.log"
-      fi
+      llama_bench bench "$name" "$path" "llama.cpp $name" ""
+      lpp=$LPP ltg=$LTG
     fi
     bench_rows+=("$name|$pp|$tg|$tg0|$lpp|$ltg")
   done
@@ -289,14 +296,8 @@ stage_vram() {
       n=$(llama_cpu_layers "$logdir/$log.log" "$vram" "$layers")
       local flag="--n-cpu-moe $n"
       "$lb" --help 2>&1 | grep -q -- "--n-cpu-moe" || flag="-ot blk\\.($(seq -s '|' 0 $((n - 1))))\\.ffn_.*_exps=CPU"
-      local out=$logdir/vram-llama-$name.json
-      if logged "vram-llama-$name" bash -c "'$lb' -m '$path' -ngl 99 $flag -p 512 -n 128 -r $REPS -o json >'$out'"; then
-        lpp=$(llama_ts "$out" prompt)
-        ltg=$(llama_ts "$out" gen)
-        record vram "llama.cpp $name --n-cpu-moe $n" PASS "pp512 $lpp, tg128 $ltg tok/s"
-      else
-        record vram "llama.cpp $name --n-cpu-moe $n" FAIL "see vram-llama-$name.log"
-      fi
+      llama_bench vram "$name" "$path" "llama.cpp $name --n-cpu-moe $n" "$flag"
+      lpp=$LPP ltg=$LTG
     fi
     vram_rows+=("$name|${vram} GiB|$pp|$tg|$n|$lpp|$ltg|$bw")
   done

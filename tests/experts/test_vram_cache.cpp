@@ -62,6 +62,16 @@ void copy_and_check(const FakeModel& m, const ExpertStore& store, DeviceChunkTra
       << "layer " << l << " expert " << e << " proj " << p << " (" << tr.name() << ")";
 }
 
+// A transfer from slow tier `s` over `link` (told to refuse pinning when the tier says so).
+DeviceChunkTransfer transfer_for(const SlowTier& s, DelayedLink& link, const FakeModel& m,
+                                 const ExpertStore& store, uint64_t staging) {
+  link.refuse_pin = s.refuse_pin;
+  DeviceTransferOptions o;
+  o.source = s.source;
+  o.staging_bytes = staging;
+  return DeviceChunkTransfer(link, maps_of(m), store, o);
+}
+
 TEST(DeviceTransfer, EveryChunkLandsWhole_ForEachSlowTier) {
   FakeModel m;
   make_fake_model(m, "vram_xfer", 3, 5, 300, 11);
@@ -69,11 +79,8 @@ TEST(DeviceTransfer, EveryChunkLandsWhole_ForEachSlowTier) {
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
-    link.refuse_pin = s.refuse_pin;
-    DeviceTransferOptions o;
-    o.source = s.source;
-    o.staging_bytes = 8192;  // many pieces per chunk: both staging buffers in turn
-    DeviceChunkTransfer tr(link, maps_of(m), store, o);
+    // Many pieces per chunk: both staging buffers in turn.
+    DeviceChunkTransfer tr = transfer_for(s, link, m, store, 8192);
     EXPECT_STREQ(tr.name(), s.name);
     EXPECT_EQ(tr.pinned(), s.source == DeviceSource::Ram && !s.refuse_pin);
     if (s.refuse_pin) {
@@ -97,11 +104,7 @@ TEST(DeviceTransfer, ConcurrentWorkersEachGetALane) {
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
-    link.refuse_pin = s.refuse_pin;
-    DeviceTransferOptions o;
-    o.source = s.source;
-    o.staging_bytes = 4096;
-    DeviceChunkTransfer tr(link, maps_of(m), store, o);
+    DeviceChunkTransfer tr = transfer_for(s, link, m, store, 4096);
     std::vector<std::thread> workers;
     for (int w = 0; w < 4; ++w)
       workers.emplace_back([&, w] {
