@@ -295,7 +295,10 @@ stage_vram() {
     if [ -n "$lb" ]; then
       n=$(llama_cpu_layers "$logdir/$log.log" "$vram" "$layers")
       local flag="--n-cpu-moe $n"
-      "$lb" --help 2>&1 | grep -q -- "--n-cpu-moe" || flag="-ot blk\\.($(seq -s '|' 0 $((n - 1))))\\.ffn_.*_exps=CPU"
+      # Older llama-bench: the same as tensor overrides (quoted for the inner shell).
+      "$lb" --help 2>&1 | grep -q -- "--n-cpu-moe" ||
+        flag="-ot 'blk\\.($(seq -s '|' 0 $((n - 1))))\\.ffn_.*_exps=CPU'"
+      [ "$n" -gt 0 ] || flag=""
       llama_bench vram "$name" "$path" "llama.cpp $name --n-cpu-moe $n" "$flag"
       lpp=$LPP ltg=$LTG
     fi
