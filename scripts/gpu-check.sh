@@ -167,12 +167,14 @@ stage_sanitize() {
   [ -x "$t/test_backend" ] || { record sanitize all FAIL "no $t/test_backend: run the build stage"; return; }
   # memcheck: every CUDA op test; racecheck / synccheck: the kernels with shared memory and
   # barriers (attention, norms, routing); memcheck again on whole models (graphs, cuBLAS, routing
-  # round trips). Time limits keep the stage under 10 minutes.
+  # round trips) and on the VRAM expert cache (copy lanes, events, retiring slots). Time limits
+  # keep the stage under 10 minutes.
   local ops='EveryBackend/BackendOps.*/cuda:CudaDevice.*'
   local shared='EveryBackend/BackendOps.Attention*/cuda:EveryBackend/BackendOps.*Norm*/cuda:EveryBackend/BackendOps.Route*/cuda'
   local model='*mixtral_Q4_K:*qwen2moe_Q4_0:*qwen3moe_IQ4_XS:*olmoe_F16'
   for spec in "memcheck:200:test_backend:$ops" "racecheck:150:test_backend:$shared" \
-              "synccheck:90:test_backend:$shared" "memcheck-models:130:test_gpu:$model"; do
+              "synccheck:90:test_backend:$shared" "memcheck-models:130:test_gpu:$model" \
+              "memcheck-vram:120:test_gpu:GpuVramCache.*"; do
     local name=${spec%%:*}; spec=${spec#*:}
     local limit=${spec%%:*}; spec=${spec#*:}
     local bin=${spec%%:*} filter=${spec#*:} tool=${name%%-*}
