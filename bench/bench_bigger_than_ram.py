@@ -55,7 +55,8 @@ Per model:
   moeflow-<cand>     : explicit settings derived from auto's plan (--best): `io` the same budget
                        with twice the I/O threads, `tight` the budget plus half of auto's margin,
                        `split` the same budget with the other partitioning (one global LFU budget
-                       vs --cache-per-layer); "moeflow best" is the best median among them
+                       vs --cache-per-layer), `noprefetch` the same budget with --prefetch none
+                       (demand reads only); "moeflow best" is the best median among them
   Belady   : `moeflow sim --policy belady --global-budget --with-prefill` on each auto run's
              trace, at the cache rate of the slots auto had (n_slots / (experts x MoE layers)):
              the fewest expert reads any policy could do with that budget on that routing
@@ -610,6 +611,8 @@ def best_candidates(plan: dict, which: list[str]) -> dict:
         c["io"] = ["--expert-cache", str(b), "--io-threads", str(min(16, 2 * io))]
     if "tight" in which:
         c["tight"] = ["--expert-cache", str(b + m // 2)]
+    if "noprefetch" in which:  # demand reads only: no speculative bytes on a read-bound disk
+        c["noprefetch"] = ["--expert-cache", str(b), "--prefetch", "none"]
     if "split" in which:
         c["split"] = (["--expert-cache", str(b), "--cache-policy", "lfu"] if plan.get("per_layer_budget")
                       else ["--expert-cache", str(b), "--cache-policy", "lfu", "--cache-per-layer"])
@@ -1015,7 +1018,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--levels", default="0.5,0.25", help="free RAM as fractions of the model file")
     ap.add_argument("--best", default="io,tight,split",
-                    help="moeflow explicit candidates: io, tight, split (comma list; '' for none)")
+                    help="moeflow explicit candidates: io, tight, split, noprefetch (comma list; '' for none)")
     ap.add_argument("--sweep-seconds", type=float, default=0.5, help="per point of pack --sweep")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 rep, -p 16 -n 4: checks the script only")

@@ -163,6 +163,7 @@ bool CachedExpertProvider::cancel_low(Tier& T, int s) {
   LayerOffloadStats& st = ls(sl.key.layer);
   ++st.prefetch_cancelled;
   ++st.prefetch_wasted;
+  gate_.on_outcome(false);
   io = SlotIo{};
   T.cache->free_slot(s);
   cv_.notify_all();
@@ -183,7 +184,10 @@ void CachedExpertProvider::classify(Tier& T, int s, uint8_t cls) {
 void CachedExpertProvider::note_eviction(const ExpertKey& k, bool unused) {
   if (k.layer < 0) return;
   ++ls(k.layer).evictions;
-  if (unused) ++ls(k.layer).prefetch_wasted;
+  if (unused) {
+    ++ls(k.layer).prefetch_wasted;
+    gate_.on_outcome(false);
+  }
 }
 
 void CachedExpertProvider::free_failed(Tier& T, int s) {
@@ -441,6 +445,7 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   if (sl.prefetched) {
     sl.prefetched = false;
     ++st.prefetch_used;
+    gate_.on_outcome(true);
   }
   cache.touch(s, t);
   if (sl.state == SlotState::Loading) {
@@ -507,6 +512,10 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
     if (T.cache->find(layer, e) >= 0) continue;
     if (too_late) {
       ++ls(layer).prefetch_too_late;
+      continue;
+    }
+    if (cfg_.prefetch_gate && !gate_.admit()) {
+      ++ls(layer).prefetch_gated;
       continue;
     }
     Binding b;
@@ -612,6 +621,10 @@ void CachedExpertProvider::on_tokens_routed(int layer, int n_tokens, int /*top_k
 
 void CachedExpertProvider::end_step() {
   std::lock_guard lk(mu_);
+  const double wall = now_seconds(), busy = prefetcher_->high_busy_seconds();
+  if (step_wall0_ >= 0) gate_.on_step(busy - step_busy0_, wall - step_wall0_);
+  step_wall0_ = wall;
+  step_busy0_ = busy;
   tokens_ += static_cast<uint64_t>(std::max(1, step_tokens_));
   step_tokens_ = 0;
   tok_layer_ = -1;

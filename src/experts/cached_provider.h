@@ -40,6 +40,7 @@
 #include "experts/expert_cache.h"
 #include "experts/expert_view_table.h"
 #include "experts/hybrid_rule.h"
+#include "experts/prefetch_gate.h"
 #include "model/moe/expert_provider.h"
 #include "experts/expert_store.h"
 #include "experts/offload_stats.h"
@@ -67,6 +68,9 @@ struct OffloadConfig {
   // Prefetches that could not be half done when their layer runs are not issued
   // (experts/arrival_estimate.h).
   bool skip_late_prefetch = true;
+  // Prefetches are held back while demand reads saturate the disk and few prefetches are used
+  // (experts/prefetch_gate.h). Off: every prefetch the predictor asks for is considered.
+  bool prefetch_gate = true;
   // A second cache for the store's low-precision copies, with this budget (0: no low tier;
   // then only Precision::High may be asked for).
   uint64_t low_budget_bytes = 0;
@@ -205,6 +209,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   // Hybrid: tokens of the current step routed to each expert of the layer routed last, and the
   // experts handed out as host views (computed by the CPU), not yet released.
   std::vector<int> route_tokens_;
+  // The prefetch gate and where the current step started (wall time, demand-busy seconds).
+  PrefetchGate gate_;
+  double step_wall0_ = -1, step_busy0_ = 0;
   std::unordered_map<uint64_t, int> host_leases_;
   // Logical time: tokens_ is the global index of the current step's first token.
   uint64_t tokens_ = 0;

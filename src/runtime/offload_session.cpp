@@ -246,6 +246,7 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
   cfg.early_preemption = !o.no_early_preemption;
   cfg.prefetch = o.prefetch != "none";
   cfg.skip_late_prefetch = !o.prefetch_always;
+  cfg.prefetch_gate = !o.prefetch_always;
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();

@@ -1,0 +1,47 @@
+#pragma once
+// Speculative loads pay when the disk (or bus) has idle time and cost when it is the
+// bottleneck: there a wrong guess evicts a resident the policy wanted and its read competes
+// with demand reads, so a read-bound run reads more bytes and decodes slower with prefetching
+// than without (Qwen3-30B-A3B shape at half its size in RAM: 79.9 vs 67.5 MB per token).
+// The gate watches both sides — the share of each step's wall time with demand reads queued or
+// running, and the share of resolved prefetches that were used — and while demand reads keep
+// the disk busy and too few prefetches are used, lets only one prefetch in `probe_every`
+// through, so that the accuracy keeps being measured and prefetching resumes when it pays.
+namespace moeflow {
+
+class PrefetchGate {
+ public:
+  struct Config {
+    double busy_threshold = 0.6;  // demand-read share of a step's wall time: "read-bound"
+    double min_accuracy = 0.8;    // below it, prefetching costs more than it saves
+    int probe_every = 8;          // prefetches let through while closed: 1 in this many
+    double smoothing = 0.2;       // weight of the newest step / outcome in the averages
+  };
+  PrefetchGate() : PrefetchGate(Config{}) {}
+  explicit PrefetchGate(const Config& c) : c_(c) {}
+
+  // A prefetched expert was used, or left the cache (or its queue) unused.
+  void on_outcome(bool used) { accuracy_ += c_.smoothing * ((used ? 1.0 : 0.0) - accuracy_); }
+  // One step's demand-read seconds and wall seconds.
+  void on_step(double demand_busy_s, double wall_s) {
+    if (wall_s <= 0) return;
+    const double b = demand_busy_s / wall_s;
+    busy_ += c_.smoothing * ((b > 1 ? 1 : b < 0 ? 0 : b) - busy_);
+  }
+  bool closed() const { return busy_ >= c_.busy_threshold && accuracy_ < c_.min_accuracy; }
+  // Whether the next prefetch may go (always while open; one in probe_every while closed).
+  bool admit() {
+    if (!closed()) return true;
+    return ++held_ % c_.probe_every == 0;
+  }
+  double accuracy() const { return accuracy_; }
+  double busy() const { return busy_; }
+
+ private:
+  Config c_;
+  double accuracy_ = 1.0;  // optimistic until prefetches resolve
+  double busy_ = 0.0;
+  unsigned held_ = 0;
+};
+
+}  // namespace moeflow
