@@ -56,23 +56,12 @@ nlohmann::json vram_json(const LoadedEngine& le) {
   v["used_bytes"] = total - free_now;
   v["pinned_h2d_gbps"] = measure_pinned_h2d(*link) / 1e9;
   if (le.offload.device_transfer) {
-    const OffloadStats st = le.offload.provider->stats();
-    uint64_t bytes = 0;
-    double secs = 0;
-    for (const LayerOffloadStats& l : st.layers) {
-      bytes += l.bytes_read;
-      secs += l.read_s;
-    }
+    const LayerOffloadStats st = le.offload.provider->stats().total();
     v["source"] = le.offload.device_transfer->name();
     v["pinned_source_bytes"] = le.offload.device_transfer->pinned_bytes();
-    v["copy_gbps"] = secs > 0 ? double(bytes) / secs / 1e9 : 0.0;
-    uint64_t cpu = 0, acquires = 0;
-    for (const LayerOffloadStats& l : st.layers) {
-      cpu += l.cpu_computed;
-      acquires += l.acquires;
-    }
-    v["cpu_experts"] = cpu;  // expert uses computed by the CPU (hybrid)
-    v["gpu_experts"] = acquires - cpu;
+    v["copy_gbps"] = st.read_s > 0 ? double(st.bytes_read) / st.read_s / 1e9 : 0.0;
+    v["cpu_experts"] = st.cpu_computed;  // expert uses computed by the CPU (hybrid)
+    v["gpu_experts"] = st.acquires - st.cpu_computed;
     if (le.offload.hybrid.valid()) {
       v["hybrid_cpu_expert_ms"] = le.offload.hybrid.cpu_expert_s * 1e3;
       v["hybrid_cpu_token_ms"] = le.offload.hybrid.cpu_token_s * 1e3;

@@ -102,7 +102,6 @@ struct LoadedEngine {
 inline LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
                                        const OffloadOptions& offload, const FitContext& fc) {
   LoadedEngine le;
-  le.plan.options = offload;
   le.plan.how = "device";
   const ModelMemory mem = model_memory(*file, fc);
   const MemoryFacts facts = read_memory_facts();

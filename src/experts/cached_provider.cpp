@@ -377,7 +377,7 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
     // Hybrid: the CPU computes it if that is sooner than its copy; the copy (if any) goes on,
     // so the next use finds it in VRAM.
     const int n = route_tokens_.empty() ? 1 : std::max(1, route_tokens_[expert]);
-    if (prefer_cpu(cfg_.hybrid, n, bytes_before_ready(T, s, cache.slot_bytes()))) {
+    if (prefer_cpu(cfg_.hybrid, n, bytes_before_ready(T, s))) {
       ++host_leases_[lease_key(p, layer, expert)];
       LayerOffloadStats& st = ls(layer);
       ++st.acquires;
@@ -540,8 +540,8 @@ void CachedExpertProvider::attach_backend(Backend& backend) {
   device_sync_ = [&backend] { backend.synchronize(); };
 }
 
-uint64_t CachedExpertProvider::bytes_before_ready(const Tier& T, int s, uint64_t slot_bytes) const {
-  uint64_t bytes = s < 0 ? slot_bytes : 0;
+uint64_t CachedExpertProvider::bytes_before_ready(const Tier& T, int s) const {
+  uint64_t bytes = s < 0 ? T.cache->slot_bytes() : 0;
   for (const Tier* U : {static_cast<const Tier*>(&high_), static_cast<const Tier*>(low_.get())}) {
     if (!U) continue;
     for (int i = 0; i < U->cache->n_slots(); ++i) {

@@ -185,7 +185,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void settle_retired();
   // Hybrid: bytes still to cross the bus before slot s (-1: not bound) is in VRAM: its own
   // unread chunks and every demand chunk queued or reading, under mu_.
-  uint64_t bytes_before_ready(const Tier& T, int s, uint64_t slot_bytes) const;
+  uint64_t bytes_before_ready(const Tier& T, int s) const;
   static uint64_t lease_key(Precision p, int layer, int expert) {
     return (uint64_t(p) << 62) | (uint64_t(uint32_t(layer)) << 31) | uint32_t(expert);
   }

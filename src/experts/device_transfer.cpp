@@ -94,6 +94,12 @@ void DeviceChunkTransfer::copy_direct(Lane& l, const uint8_t* src, uint8_t* dst,
   l.queue->wait(l.queue->copy_async(dst, src, n));
 }
 
+void DeviceChunkTransfer::land(Lane& l) {
+  const uint64_t last = std::max(l.ticket[0], l.ticket[1]);
+  l.ticket[0] = l.ticket[1] = 0;
+  if (last) l.queue->wait(last);
+}
+
 template <typename Fill>
 void DeviceChunkTransfer::copy_staged(Lane& l, uint8_t* slot, uint64_t lo, uint64_t hi, Fill&& fill) {
   int b = 0;
@@ -104,11 +110,7 @@ void DeviceChunkTransfer::copy_staged(Lane& l, uint8_t* slot, uint64_t lo, uint6
     fill(l.staging[b].data(), off, n);
     l.ticket[b] = l.queue->copy_async(slot + off, l.staging[b].data(), n);
   }
-  for (uint64_t& t : l.ticket)
-    if (t) {
-      l.queue->wait(t);
-      t = 0;
-    }
+  land(l);
 }
 
 void DeviceChunkTransfer::copy(const ExpertStore& store, const ChunkPart& p, uint8_t* slot) {
@@ -140,15 +142,11 @@ void DeviceChunkTransfer::copy(const ExpertStore& store, const ChunkPart& p, uin
     }
   } catch (...) {
     // The lane may still hold copies in flight from the staging buffers: let them land before
-    // another worker reuses it.
-    for (uint64_t& t : lane.ticket)
-      if (t) {
-        try {
-          lane.queue->wait(t);
-        } catch (...) {
-        }
-        t = 0;
-      }
+    // another worker reuses it (the error being reported is the first one).
+    try {
+      land(lane);
+    } catch (...) {
+    }
     give_lane(lane);
     throw;
   }

@@ -58,6 +58,9 @@ class DeviceChunkTransfer final : public ChunkTransfer {
   Lane& take_lane();
   void give_lane(Lane& l);
   void copy_direct(Lane& l, const uint8_t* src, uint8_t* dst, uint64_t n);
+  // Waits until the lane's copies out of its staging buffers have landed (copies on a lane
+  // complete in order: the later ticket covers both) and clears the tickets.
+  static void land(Lane& l);
   // Copies pieces [lo, hi) of a chunk through staging; fill(buf, off, n) writes bytes
   // [off, off + n) of the chunk to buf.
   template <typename Fill>

@@ -24,8 +24,7 @@ void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorVi
          mem_space_name(v.gate().space), be_.name());
   const int64_t m = x.rows();
   const float* xh = be_.read_f32(x, hx_staging_);  // waits for the rows
-  const TensorView hx = matrix_view(xh, GgmlType::F32, d_, m,
-                                    MemSpace::Host);
+  const TensorView hx = matrix_view(xh, GgmlType::F32, d_, m, MemSpace::Host);
   const TensorView hy = hy_->f32(d_, m);
   FfnMatrices w;
   w.gate = v.gate();
@@ -37,8 +36,7 @@ void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorVi
     if (!b) continue;
     // Biases live with the layer's resident weights, in the backend's memory.
     const float* bh = host_->can_read(b.space) ? b.as<float>() : be_.read_f32(b, bias_staging_[j]);
-    *bias[j] = matrix_view(bh, GgmlType::F32, b.cols(), b.rows(),
-                           MemSpace::Host);
+    *bias[j] = matrix_view(bh, GgmlType::F32, b.cols(), b.rows(), MemSpace::Host);
   }
   glu_ffn(*host_, w, hx, hy, act, *host_ffn_);
   be_.copy(y, hy);
