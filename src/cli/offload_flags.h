@@ -73,7 +73,9 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_flag("--precalc", o.precalc,
                "DAOP stale-input pre-calculation (lossy, needs offloading): while a layer waits "
                "for an expert read, compute the next layer's predicted resident experts on this "
-               "layer's input; the next layer uses those outputs for the experts it routes to");
+               "layer's input; the next layer uses those outputs for the experts it routes to. "
+               "With --backend cuda and a VRAM cache over RAM, also the next layer's predicted "
+               "experts not in VRAM, on the CPU, every decode step (DAOP's CPU pre-calculation)");
   app.add_option("--low-cache", o.low_cache,
                  "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
   app.add_option("--low-cache-rate", o.low_cache_rate,

@@ -473,6 +473,12 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   return v;
 }
 
+bool CachedExpertProvider::host_view(int layer, int expert, ExpertView& out) const {
+  if (!cfg_.host_views) return false;
+  out = cfg_.host_views->at(layer, expert, Precision::High);
+  return true;
+}
+
 void CachedExpertProvider::release(int layer, int expert, Precision p) {
   std::lock_guard lk(mu_);
   Tier& T = tier(p);

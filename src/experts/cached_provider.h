@@ -86,6 +86,7 @@ struct OffloadConfig {
   // CPU/GPU hybrid (experts/hybrid_rule.h): with a VRAM cache, an expert not yet in VRAM at
   // acquire is served from these host views (the mapped file) for the host backend to compute,
   // when `hybrid` says the CPU finishes before its copy. Null: always wait for the copy.
+  // Also handed out by host_view() (pre-calculation on the host; `hybrid` may then be unset).
   std::shared_ptr<const ExpertViewTable> host_views;
   HybridCosts hybrid;
 };
@@ -104,6 +105,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void release(int layer, int expert, Precision p = Precision::High) override;
   void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) override;
   bool has_low_precision() const override { return low_ != nullptr; }
+  bool host_view(int layer, int expert, ExpertView& out) const override;
   MemSpace memory_space() const override { return high_.cache->space(); }
   void attach_backend(Backend& backend) override;
   void on_route_mixed(int layer, std::span<const int> experts,

@@ -232,14 +232,18 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     s.link = device->link;
     cfg.allocator = &device->link->device_allocator();
     cfg.transfer = s.device_transfer;
-    if (device->hybrid) {
-      if (device->source != DeviceSource::Ram)
-        fail("--cpu-experts auto computes experts from the model in RAM: it needs --expert-source "
-             "ram (host memory cannot hold the experts here)");
+    if (device->hybrid && device->source != DeviceSource::Ram)
+      fail("--cpu-experts auto computes experts from the model in RAM: it needs --expert-source "
+           "ram (host memory cannot hold the experts here)");
+    // Host views of every expert (the mapped model) for the hybrid and for DAOP's CPU
+    // pre-calculation; not when the experts are read from the file (touching them would read).
+    if ((device->hybrid || o.precalc) && device->source == DeviceSource::Ram) {
       auto host = std::make_shared<ResidentExpertProvider>(file);
-      ThreadPool pool(device->cpu_threads > 0 ? device->cpu_threads : default_thread_count());
-      s.hybrid = measure_hybrid_costs(host->table(), &pool, *device->link);
       cfg.host_views = std::shared_ptr<const ExpertViewTable>(host, &host->table());
+    }
+    if (device->hybrid) {
+      ThreadPool pool(device->cpu_threads > 0 ? device->cpu_threads : default_thread_count());
+      s.hybrid = measure_hybrid_costs(*cfg.host_views, &pool, *device->link);
       cfg.hybrid = s.hybrid;
     }
   }

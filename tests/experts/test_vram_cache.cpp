@@ -238,10 +238,12 @@ std::string tiny_model(const std::string& tag, const std::string& arch, uint64_t
 // Logits of a 6-token prompt (every row) and 4 decode steps; `host` computes experts the
 // backend cannot read.
 std::vector<float> forward_logits(const Model& model, ExpertProvider& prov, Backend* be,
-                                  Backend* host = nullptr) {
+                                  Backend* host = nullptr, const PrecisionModeConfig* mode = nullptr,
+                                  std::shared_ptr<PrecisionUsage> usage = nullptr) {
   std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
                                            : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
   if (host) ctx->moe().set_host_backend(host);
+  if (mode) ctx->moe().set_mode(*mode, std::move(usage));
   const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
   std::vector<float> out;
   ctx->forward(std::span<const int32_t>(toks.data(), 6), LogitsMode::All);
@@ -279,6 +281,52 @@ TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
     uint64_t bytes = 0;
     for (const auto& l : st.layers) bytes += l.bytes_read;
     EXPECT_GT(bytes, 0u);
+  }
+  std::filesystem::remove(path);
+}
+
+// --precalc over a VRAM cache: the experts' host views (the mapped model) are offered for the
+// CPU pre-calculation when they come from RAM, never when they come from the file (touching
+// them would read it); the pre-calculated run differs from the exact one but stays close.
+TEST(VramCache, PrecalcOffersHostViewsOnlyOverRam) {
+  const std::string path = tiny_model("vramprecalc", "mixtral", 11);
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+  const Model model(*file);
+  ResidentExpertProvider resident(*file);
+  const std::vector<float> exact = forward_logits(model, resident, nullptr);
+  for (const SlowTier& s : kSetups) {
+    SCOPED_TRACE(s.what);
+    DelayedLink link;
+    link.refuse_pin = s.refuse_pin;
+    OffloadOptions o;
+    o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());
+    o.precalc = true;
+    const DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), s.source};
+    OffloadSession session = make_offload(o, *file, &target);
+    ASSERT_TRUE(session.provider);
+    ExpertView v;
+    const bool offered = session.provider->host_view(1, 2, v);
+    EXPECT_EQ(offered, s.source == DeviceSource::Ram);
+    if (!offered) continue;
+    EXPECT_EQ(v.gate().space, MemSpace::Host);
+    EXPECT_EQ(v.gate().data, resident.acquire(1, 2).gate().data);  // the mapped model itself
+    resident.release(1, 2);
+    EXPECT_FALSE(session.hybrid.valid());  // the hybrid stays off: nothing is measured for it
+    StandInDevice be;
+    CpuBackend host;
+    PrecisionModeConfig mode;
+    mode.precalc = true;
+    auto usage = std::make_shared<PrecisionUsage>();
+    const std::vector<float> got = forward_logits(model, *session.provider, &be, &host, &mode, usage);
+    ASSERT_EQ(got.size(), exact.size());
+    EXPECT_GT(usage->total().precalc_computed, 0u);
+    EXPECT_NE(got, exact);  // lossy: the next layer's outputs came from the stale input
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, (double)std::fabs(got[i] - exact[i]));
+      scale = std::max(scale, (double)std::fabs(exact[i]));
+    }
+    EXPECT_LT(worst, 0.5 * scale);
   }
   std::filesystem::remove(path);
 }

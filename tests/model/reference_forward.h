@@ -57,6 +57,9 @@ inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
 struct RefPrecalc {
   int first_pos = 0;
   std::function<bool(int layer, int expert)> in_flight;
+  // A device with a host backend: every decode step also computes the next layer's predicted
+  // experts that are not resident (in flight), on the host (DAOP's CPU pre-calculation).
+  bool host_share = false;
 };
 
 struct RefResult {
@@ -171,12 +174,15 @@ inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
         const dvec y = c != carried.end() ? c->second : expert(b, e, xn);
         for (int64_t i = 0; i < d; ++i) out[i] += wgt * y[i];
       }
-      if (waits && il + 1 < s.n_layer) {
+      const bool host_share = pre && pre->host_share && t >= pre->first_pos;
+      if ((waits || host_share) && il + 1 < s.n_layer) {
         const std::string nb = "blk." + std::to_string(il + 1) + ".";
         const dvec stale = ref_rmsnorm(x[t], T(nb + "ffn_norm.weight").v.data(), 0, d, s.eps);
         dvec sp;
-        for (int e : route(nb, stale, sp))
-          if (!pre->in_flight(il + 1, e)) pending[t][e] = expert(nb, e, stale);
+        for (int e : route(nb, stale, sp)) {
+          const bool resident = !pre->in_flight(il + 1, e);
+          if ((waits && resident) || (host_share && !resident)) pending[t][e] = expert(nb, e, stale);
+        }
       }
       if (arch_has_shexp(a)) {
         dvec g = ref_matvec(T(b + "ffn_gate_shexp.weight"), xn);

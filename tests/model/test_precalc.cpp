@@ -10,7 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "experts/resident_provider.h"
+#include "experts/stand_in_device.h"
+#include "model/model.h"
 #include "gguf/gguf_file.h"
 #include "reference_forward.h"
 #include "runtime/engine.h"
@@ -44,13 +47,25 @@ class PatternProvider final : public ExpertProvider {
     return inner_.acquire(layer, expert, p);
   }
   void release(int layer, int expert, Precision p) override { inner_.release(layer, expert, p); }
+  // With host views: the experts a device's host backend pre-calculates (never acquired).
+  bool host_view(int layer, int expert, ExpertView& out) const override {
+    if (!offer_host_views) return false;
+    EXPECT_EQ(layer, routed_layer_ + 1) << "a host view for a layer other than the next";
+    EXPECT_TRUE(in_flight(layer, expert)) << "a host view asked for a resident expert";
+    out = inner_.acquire(layer, expert, Precision::High);
+    ++host_views_;
+    return true;
+  }
+  bool offer_host_views = false;
   int precalc_acquires() const { return precalc_acquires_; }
+  int host_views() const { return host_views_; }
 
  private:
-  ResidentExpertProvider inner_;
+  mutable ResidentExpertProvider inner_;
   int routed_layer_ = -1;
   std::vector<int> routed_;
   int precalc_acquires_ = 0;
+  mutable int host_views_ = 0;
 };
 
 struct PrecalcRun {
@@ -134,6 +149,62 @@ TEST(Precalc, NeverChangesARunThatDoesNotWait) {
   ASSERT_EQ(exact.logits.size(), pre.logits.size());
   EXPECT_EQ(0, std::memcmp(exact.logits.data(), pre.logits.data(), exact.logits.size() * sizeof(float)));
   EXPECT_EQ(pre.uses.precalc_computed, 0u);
+}
+
+// DAOP's CPU pre-calculation: on a device backend with a host backend, every decode step also
+// computes the next layer's predicted experts that are not resident, on the host backend from
+// the provider's host views, while the device runs the layer; the resident ones are still
+// pre-calculated when the layer waits. Against the float64 reference of that rule.
+TEST(Precalc, ADeviceComputesTheNextLayersMissesOnTheHost) {
+  for (const char* arch : {"llama", "qwen2moe", "olmoe"}) {
+    TinySpec s;
+    s.arch = arch;
+    s.n_layer = 4;
+    s.n_expert = 6;
+    s.top_k = 2;
+    const std::string path = temp_path(std::string("precalc_dev_") + arch + ".gguf");
+    const TinyWeights W = write_tiny_model(s, path);
+    const std::vector<int32_t> prompt = {3, 17, 42, 5, 88, 0};
+    const std::vector<int32_t> fed = {63, 17, 29, 7, 51, 12, 90, 33, 4, 71};
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), fed.begin(), fed.end());
+    RefPrecalc rule;
+    rule.first_pos = (int)prompt.size();
+    rule.in_flight = in_flight;
+    rule.host_share = true;
+    const RefResult ref = reference_forward(s, W, all, &rule);
+    rule.host_share = false;
+    const RefResult waits_only = reference_forward(s, W, all, &rule);
+
+    auto file = GgufFile::open(path);
+    const Model model(*file);
+    PatternProvider provider(*file);
+    provider.offer_host_views = true;
+    StandInDevice device;
+    CpuBackend host;
+    ForwardContext ctx(model, provider, 32, (int)prompt.size(), device);
+    ctx.moe().set_host_backend(&host);
+    PrecisionModeConfig mode;
+    mode.precalc = true;
+    auto usage = std::make_shared<PrecisionUsage>();
+    ctx.moe().set_mode(mode, usage);
+    ctx.forward(prompt, LogitsMode::Last);
+    const size_t V = s.n_vocab;
+    double worst_vs_rule = 0, worst_vs_waits_only = 0;
+    for (size_t i = 0; i < fed.size(); ++i) {
+      ctx.forward(std::span<const int32_t>(&fed[i], 1), LogitsMode::Last);
+      const size_t pos = prompt.size() + i;
+      worst_vs_rule = std::max(worst_vs_rule, rel_max_diff(ctx.logits(), ref.logits[pos], V));
+      worst_vs_waits_only = std::max(worst_vs_waits_only, rel_max_diff(ctx.logits(), waits_only.logits[pos], V));
+    }
+    EXPECT_LT(worst_vs_rule, 2e-4) << arch;
+    // The host's share changed the output: without it the test would not see it missing.
+    EXPECT_GT(worst_vs_waits_only, 50 * 2e-4) << arch << ": the host never pre-calculated";
+    const PrecisionUsage::Counts u = usage->total();
+    EXPECT_GT(provider.host_views(), 0) << arch;
+    EXPECT_EQ((int)u.precalc_computed, provider.precalc_acquires() + provider.host_views()) << arch;
+    EXPECT_GT(u.precalc, 0u) << arch;
+  }
 }
 
 }  // namespace

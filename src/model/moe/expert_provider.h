@@ -67,6 +67,11 @@ class ExpertProvider {
   virtual ExpertView acquire(int layer, int expert, Precision p = Precision::High) = 0;
   virtual void release(int layer, int expert, Precision p = Precision::High) {}
 
+  // The expert's weights in host memory that costs no read to touch (the mapped model in RAM),
+  // for a host backend to compute it beside a device (DAOP's CPU pre-calculation); valid as
+  // long as the provider. False: the provider has no such copy (its slow tier is the file).
+  virtual bool host_view(int layer, int expert, ExpertView& out) const { return false; }
+
   // Protocol step 5: speculative load, lower priority than any on_route() expert.
   virtual void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) {}
 

@@ -1,5 +1,7 @@
 #include "model/moe/moe_block.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace moeflow {
@@ -48,10 +50,9 @@ void MoeBlock::with_expert(ExpertProvider& provider, const LayerWeights& L, int 
   provider.release(layer, e, p);
 }
 
-void MoeBlock::precalculate(int layer, ExpertProvider& provider) {
+void MoeBlock::route_stale(int layer) {
   const LayerWeights& N = *next_;
   const LayerSpec& NS = *next_spec_;
-  const int next = layer + 1;
   const TensorView stale = stale_.f32(hp_.n_embd, 1);
   if (NS.norm == NormKind::Layer)
     be_.layer_norm(resid_.slice_rows(0, 1), N.ffn_norm.as<float>(), N.ffn_norm_bias.as<float>(),
@@ -63,16 +64,68 @@ void MoeBlock::precalculate(int layer, ExpertProvider& provider) {
   if (N.gate_inp_bias) be_.add(lg, N.gate_inp_bias);
   be_.route(lg, NS.moe.routing, N.exp_probs_bias.as<float>(), k_, pre_pick_.data(), pre_w_.data(),
             pre_probs_.data());
-  pre_computed_.clear();
+  pre_routed_ = true;
+}
+
+void MoeBlock::precalculate_resident(int layer, ExpertProvider& provider) {
+  if (!pre_routed_) route_stale(layer);
+  const LayerWeights& N = *next_;
+  const LayerSpec& NS = *next_spec_;
+  const int next = layer + 1;
+  const TensorView stale = stale_.f32(hp_.n_embd, 1);
   for (int e : pre_pick_) {
     // Only what costs no read: waiting for a copy here would delay this layer's own experts.
+    if (std::find(host_pick_.begin(), host_pick_.end(), e) != host_pick_.end()) continue;
     if (provider.residency(next, e) != Residency::Resident) continue;
     const TensorView y = pre_outputs_.slice_rows((int64_t)pre_computed_.size(), 1);
     with_expert(provider, N, next, e, Precision::High,
                 [&](const ExpertView& v) { exec_.run_expert(v, stale, y, NS.moe.act); });
     pre_computed_.push_back(e);
   }
-  planner_.record_precalc(next, pre_computed_);
+}
+
+void MoeBlock::prepare_host_precalc(int layer, ExpertProvider& provider) {
+  route_stale(layer);
+  const LayerWeights& N = *next_;
+  const int next = layer + 1;
+  Backend& host = *exec_.host();
+  for (int e : pre_pick_) {
+    ExpertView v;
+    if (provider.residency(next, e) == Residency::Resident || !provider.host_view(next, e, v) ||
+        !host.can_read(v.gate().space))
+      continue;
+    // Bias rows are read back now: a read after this layer's experts were issued would wait
+    // for them, and the host's work would no longer overlap the device's.
+    const TensorView* biases[kNumExpertProj] = {&N.exp_gate_bias, &N.exp_up_bias, &N.exp_down_bias};
+    const size_t pick = host_pick_.size();
+    host_bias_.resize(std::max(host_bias_.size(), (pick + 1) * kNumExpertProj));
+    for (int j = 0; j < kNumExpertProj; ++j) {
+      if (!*biases[j]) continue;
+      const TensorView b = biases[j]->slice_rows(e, 1);
+      std::vector<float>& staging = host_bias_[pick * kNumExpertProj + j];
+      const float* bh = be_.read_f32(b, staging);
+      if (bh != staging.data()) staging.assign(bh, bh + b.cols());
+      v.bias[j] = matrix_view(staging.data(), GgmlType::F32, b.cols(), 1, MemSpace::Host);
+    }
+    host_pick_.push_back(e);
+    host_views_.push_back(v);
+  }
+  if (host_pick_.empty()) return;
+  const float* sh = be_.read_f32(stale_.f32(hp_.n_embd, 1), stale_host_);
+  if (sh != stale_host_.data()) stale_host_.assign(sh, sh + hp_.n_embd);
+}
+
+void MoeBlock::precalculate_on_host() {
+  const int64_t d = hp_.n_embd;
+  const int m = (int)host_pick_.size();
+  if (!host_out_) host_out_ = std::make_unique<BackendScratch>(*exec_.host());
+  const TensorView hx = matrix_view(stale_host_.data(), GgmlType::F32, d, 1, MemSpace::Host);
+  const TensorView hy = host_out_->f32(d, m);
+  for (int i = 0; i < m; ++i)
+    exec_.run_expert_on_host(host_views_[i], hx, hy.slice_rows(i, 1), next_spec_->moe.act);
+  const int64_t row = (int64_t)pre_computed_.size();
+  be_.copy(pre_outputs_.slice_rows(row, m), hy);
+  pre_computed_.insert(pre_computed_.end(), host_pick_.begin(), host_pick_.end());
 }
 
 void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, const TensorView& xn,
@@ -99,20 +152,29 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
   // pre-calculation reuses that buffer).
   for (const MoePlanner::Served& s : planner_.pre_served()) exec_.fill_slot(s.slot, pre_outputs_, s.index);
 
-  // Unit by unit, batched over the tokens routed to it. Pre-calculation for the next layer
-  // runs once, just before the first wait for a read that is already under way (a read not
-  // yet started would only be delayed by it).
-  bool may_precalc = mode.precalc && n == 1 && next_ && next_->moe && resid_;
+  // Unit by unit, batched over the tokens routed to it. Pre-calculation of the next layer's
+  // resident experts runs once, just before the first wait for a read that is already under
+  // way (a read not yet started would only be delayed by it). The host's share is picked
+  // before the units are issued and computed after, while the device runs them.
+  const bool decode_precalc = mode.precalc && n == 1 && next_ && next_->moe && resid_;
+  pre_routed_ = false;
+  pre_computed_.clear();
+  host_pick_.clear();
+  host_views_.clear();
+  if (decode_precalc && exec_.host()) prepare_host_precalc(layer, provider);
+  bool may_precalc = decode_precalc;
   const std::vector<MoeUnit>& units = planner_.units();
   for (size_t i = 0; i < units.size(); ++i) {
     const MoeUnit& u = units[i];
     if (may_precalc && i >= planner_.n_resident()) {
       may_precalc = false;
-      if (planner_.precalc_before(i, layer, provider)) precalculate(layer, provider);
+      if (planner_.precalc_before(i, layer, provider)) precalculate_resident(layer, provider);
     }
     with_expert(provider, L, layer, u.expert, u.precision,
                 [&](const ExpertView& v) { exec_.run_unit(v, xn, u.slots, spec.moe.act); });
   }
+  if (!host_pick_.empty()) precalculate_on_host();
+  if (pre_routed_) planner_.record_precalc(layer + 1, pre_computed_);
 
   // Combine in fixed order: token ascending, router rank ascending. Skipped experts add
   // nothing, and the kept weights are not renormalised (docs/lossy-modes.md).

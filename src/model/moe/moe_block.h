@@ -4,8 +4,11 @@
 // per unit acquire / compute (MoeExecutor, on the Backend) / release -> combine in a fixed
 // order (ascending token, then router rank), so exact modes are bit-identical whatever order
 // the experts ran in. With mode.precalc a decode step about to wait for a read fills the wait
-// with the next layer's predicted experts on a stale input (set_stale_input), and the next
-// step takes those outputs for the experts it routes to.
+// with the next layer's predicted resident experts on a stale input (set_stale_input), and the
+// next layer takes those outputs for the experts it routes to. On a device backend with a host
+// backend (DAOP's CPU pre-calculation) the next layer's predicted experts that are not in
+// device memory are also computed, every decode step, by the host backend from the provider's
+// host views, while the device runs this layer's experts.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -71,8 +74,16 @@ class MoeBlock {
   template <typename Fn>
   void with_expert(ExpertProvider& provider, const LayerWeights& L, int layer, int e, Precision p,
                    Fn&& compute);
-  // Computes layer+1's predicted resident experts on the stale input (decode, one token).
-  void precalculate(int layer, ExpertProvider& provider);
+  // Routes the stale input through layer+1's router (decode, one token): pre_pick_.
+  void route_stale(int layer);
+  // Computes layer+1's predicted resident experts on the stale input, on the backend (those
+  // left to the host are not).
+  void precalculate_resident(int layer, ExpertProvider& provider);
+  // Picks layer+1's predicted experts that are not in the backend's memory and have host views,
+  // and brings the stale input and their bias rows to the host while the backend is idle.
+  void prepare_host_precalc(int layer, ExpertProvider& provider);
+  // Computes the picked experts on the host backend and copies the outputs to the backend.
+  void precalculate_on_host();
 
   Backend& be_;
   const HParams& hp_;
@@ -90,6 +101,13 @@ class MoeBlock {
   std::vector<float> pre_w_, pre_probs_;
   std::vector<int> pre_computed_;
   TensorView pre_outputs_;  // outputs computed ahead for the next layer (rows in computed order)
+  bool pre_routed_ = false;  // pre_pick_ holds this step's stale route
+  // The host's share: experts (host views with host bias rows), the stale row, outputs.
+  std::vector<int> host_pick_;
+  std::vector<ExpertView> host_views_;
+  std::vector<std::vector<float>> host_bias_;  // [pick * kNumExpertProj + proj]
+  std::vector<float> stale_host_;
+  std::unique_ptr<BackendScratch> host_out_;
 };
 
 }  // namespace moeflow

@@ -16,16 +16,27 @@ void MoeExecutor::set_host(Backend* host) {
   host_ffn_ = host ? std::make_unique<FfnScratch>(*host) : nullptr;
 }
 
-void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorView y,
-                              const GluParams& act) {
+void MoeExecutor::check_host(const ExpertView& v) const {
   if (!host_ || !host_->can_read(v.gate().space))
     fail("an expert's weights are in {} memory, which the {} backend cannot read, and no host "
          "backend was given to compute it",
          mem_space_name(v.gate().space), be_.name());
+}
+
+void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorView y,
+                              const GluParams& act) {
+  check_host(v);
   const int64_t m = x.rows();
   const float* xh = be_.read_f32(x, hx_staging_);  // waits for the rows
   const TensorView hx = matrix_view(xh, GgmlType::F32, d_, m, MemSpace::Host);
   const TensorView hy = hy_->f32(d_, m);
+  run_expert_on_host(v, hx, hy, act);
+  be_.copy(y, hy);
+}
+
+void MoeExecutor::run_expert_on_host(const ExpertView& v, const TensorView& hx, TensorView hy,
+                                     const GluParams& act) {
+  check_host(v);
   FfnMatrices w;
   w.gate = v.gate();
   w.up = v.up();
@@ -39,7 +50,6 @@ void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorVi
     *bias[j] = matrix_view(bh, GgmlType::F32, b.cols(), b.rows(), MemSpace::Host);
   }
   glu_ffn(*host_, w, hx, hy, act, *host_ffn_);
-  be_.copy(y, hy);
 }
 
 void MoeExecutor::run_expert(const ExpertView& v, const TensorView& x, TensorView y,

@@ -26,6 +26,7 @@ class MoeExecutor {
   Backend& backend() { return be_; }
   // The backend that computes experts in host memory (null: none; such an expert fails).
   void set_host(Backend* host);
+  Backend* host() const { return host_; }
 
   // Runs expert `v` on the rows of x routed to it (slots[j] / k is the token of slot j) and
   // writes each output into its slot.
@@ -35,12 +36,18 @@ class MoeExecutor {
   void run_expert(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act);
   // slot <- row `index` of `outputs` (outputs computed ahead).
   void fill_slot(int32_t slot, const TensorView& outputs, int index);
+  // hy[m][d] = the expert on hx[m][d], all on the host backend (hx, hy in host memory; the
+  // expert's bias rows may be in the backend's memory).
+  void run_expert_on_host(const ExpertView& v, const TensorView& hx, TensorView hy,
+                          const GluParams& act);
   // out[t] = sum of kept slots weighted, in rank order.
   void combine(TensorView out, std::span<const float> weights, std::span<const uint8_t> keep, int n);
   // out += gate(x) * shared_expert(x)
   void add_shared(TensorView out, const LayerWeights& L, const MoeSpec& spec, const TensorView& x);
 
  private:
+  // Fails naming the memory when no host backend can compute expert v.
+  void check_host(const ExpertView& v) const;
   // y = the expert on x, computed by host_ (x and y in be_'s memory).
   void run_on_host(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act);
   Backend& be_;
