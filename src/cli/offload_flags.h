@@ -51,6 +51,11 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead predictor");
   app.add_flag("--no-early-preemption", o.no_early_preemption,
                "on-demand loads only: do not raise routed experts to HIGH before acquire");
+  app.add_option("--prefill-slots", o.prefill_slots,
+                 "DuoServe's prefill pipeline (lossless): in a prompt, a miss that would evict a "
+                 "cached expert is streamed through one of K slots of its own instead, the next "
+                 "ones read while the current expert computes, so the prompt leaves the decode "
+                 "cache as it was (K slots out of the budget; default 0: off)");
   app.add_flag("--prefetch-always", o.prefetch_always,
                "issue every predicted prefetch, also those the measured layer time, read speed "
                "and disk load say cannot be half done before their layer runs, and those the "

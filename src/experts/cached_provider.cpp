@@ -20,6 +20,7 @@ CacheConfig cache_config(const ExpertStore& store, const OffloadConfig& cfg, Pre
   c.n_layers = store.n_layers();
   c.max_experts = store.max_experts();
   c.allocator = cfg.allocator;
+  c.stream_slots = p == Precision::High ? cfg.prefill_slots : 0;
   for (int l = 0; l < store.n_layers(); ++l) {
     if (store.is_moe_layer(l)) c.moe_layers.push_back(l);
   }
@@ -324,7 +325,9 @@ void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
 // on that setting; only the read waits for acquire().
 void CachedExpertProvider::route_miss(Tier& T, int layer, int e, uint64_t t) {
   Binding b;
-  switch (T.cache->route_miss(layer, e, t, b)) {
+  const bool pipelined = cfg_.prefill_slots > 0 && T.prec == Precision::High &&
+                         step_tokens_ > 1 && T.cache->full(layer);
+  switch (pipelined ? T.cache->route_stream(layer, e, b) : T.cache->route_miss(layer, e, t, b)) {
     case ExpertCache::Routed::Streamed:
       ++ls(layer).streamed;
       [[fallthrough]];
@@ -338,9 +341,38 @@ void CachedExpertProvider::route_miss(Tier& T, int layer, int e, uint64_t t) {
       deferred_.push_back({T.prec, layer, e, false});
       break;
     case ExpertCache::Routed::DeferredStream:
-      deferred_.push_back({T.prec, layer, e, true});
+      deferred_.push_back({T.prec, layer, e, true, pipelined});
       break;
   }
+}
+
+void CachedExpertProvider::start_streams_ahead() {
+  for (Deferred& d : deferred_) {
+    if (!d.pipelined || d.started) continue;
+    Tier& T = tier(d.prec);
+    if (T.cache->find(d.layer, d.expert) >= 0) {  // acquired meanwhile
+      d.started = true;
+      continue;
+    }
+    Binding b;
+    if (!T.cache->serve_miss(d.layer, d.expert, now(d.layer), true, b)) return;
+    d.started = true;
+    ++ls(d.layer).streamed;
+    T.io[b.slot] = SlotIo{};
+    classify(T, b.slot, 2);
+    T.cache->slot(b.slot).wanted = true;
+    start_load(T, b, Priority::High, true);
+  }
+}
+
+bool CachedExpertProvider::settle_ahead_due() const {
+  if (!device_sync_ || cfg_.prefill_slots <= 0) return false;
+  const bool waiting = std::any_of(deferred_.begin(), deferred_.end(),
+                                   [](const Deferred& d) { return d.pipelined && !d.started; });
+  if (!waiting) return false;
+  int retired_streams = 0;
+  for (auto [p, s] : retired_) retired_streams += tier(p).cache->slot(s).transient;
+  return 2 * retired_streams >= std::max(1, cfg_.prefill_slots);
 }
 
 Residency CachedExpertProvider::residency(int layer, int expert) const {
@@ -367,6 +399,10 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   MOEFLOW_CHECK(expert >= 0 && expert < store_->n_experts(layer),
                 "acquire: layer {} has no expert {}", layer, expert);
   std::unique_lock lk(mu_);
+  // The prefill pipeline on a device: the backend has the units before this one queued, so a
+  // sync now costs it only a gap before this unit's kernels, and the freed stream slots start
+  // the next copies under that compute.
+  if (settle_ahead_due()) settle_retired();
   Tier& T = tier(p);
   ExpertCache& cache = *T.cache;
   const uint64_t t = now(layer);
@@ -498,6 +534,7 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
   }
   --T.cache->slot(s).pins;
   free_transient_if_done(T, s);
+  start_streams_ahead();
   cv_.notify_all();
 }
 
@@ -575,6 +612,7 @@ void CachedExpertProvider::settle_retired() {
     free_transient_if_done(T, s);
   }
   retired_.clear();
+  start_streams_ahead();
   cv_.notify_all();
 }
 

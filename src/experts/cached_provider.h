@@ -71,6 +71,11 @@ struct OffloadConfig {
   // Prefetches are held back while demand reads saturate the disk and few prefetches are used
   // (experts/prefetch_gate.h). Off: every prefetch the predictor asks for is considered.
   bool prefetch_gate = true;
+  // DuoServe's prefill pipeline: in a multi-token step, a routed miss that would evict a
+  // resident streams through one of this many slots of its own instead (read in execution
+  // order, the next ones as soon as a slot is free), so a prompt does not flush the experts
+  // the decode steps keep. 0: off (prefill misses take places as decode misses do).
+  int prefill_slots = 0;
   // A second cache for the store's low-precision copies, with this budget (0: no low tier;
   // then only Precision::High may be asked for).
   uint64_t low_budget_bytes = 0;
@@ -149,7 +154,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   struct Deferred {
     Precision prec;
     int layer, expert;
-    bool stream;  // the policy declined it
+    bool stream;            // the policy declined it, or the prefill pipeline streams it
+    bool pipelined = false;  // the prefill pipeline's: started as soon as a stream slot frees
+    bool started = false;
   };
   // One precision's cache and the I/O state of its slots.
   struct Tier {
@@ -185,6 +192,12 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void free_transient_if_done(Tier& T, int s);                            // under mu_
   // Unpins the retired slots once the backend is done with them (see above), under mu_.
   void settle_retired();
+  // The prefill pipeline: starts the route's waiting streamed misses, in order, into the
+  // stream slots that are free now, under mu_.
+  void start_streams_ahead();
+  // True when a pipelined miss waits for a stream slot and at least half the stream slots
+  // are retired: a device sync now frees them while the backend still has work queued.
+  bool settle_ahead_due() const;
   // Hybrid: bytes still to cross the bus before slot s (-1: not bound) is in VRAM: its own
   // unread chunks and every demand chunk queued or reading, under mu_.
   uint64_t bytes_before_ready(const Tier& T, int s) const;

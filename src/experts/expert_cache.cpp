@@ -17,16 +17,18 @@ ExpertCache::ExpertCache(const CacheConfig& cfg, std::unique_ptr<EvictionPolicy>
   const int n_parts = cfg_.per_layer ? static_cast<int>(cfg_.moe_layers.size()) : 1;
   // A policy that declines misses streams them through slots of their own, so that serving
   // one never costs a resident its place.
-  n_transient_ = policy_->admits_everything() ? 0 : cfg_.top_k;
+  n_transient_ = std::max(policy_->admits_everything() ? 0 : cfg_.top_k, cfg_.stream_slots);
   const uint64_t per_part = n_total > static_cast<uint64_t>(n_transient_)
                                 ? (n_total - n_transient_) / n_parts
                                 : 0;
   const uint64_t mib = 1 << 20;
   if (per_part < static_cast<uint64_t>(cfg_.top_k)) {
     const std::string streams =
-        n_transient_ ? fmt::format(" after {} transient slot(s) for the misses policy '{}' streams",
-                                   n_transient_, policy_->name())
-                     : "";
+        !n_transient_ ? ""
+        : cfg_.stream_slots == n_transient_
+            ? fmt::format(" after {} slot(s) for the prefill pipeline", n_transient_)
+            : fmt::format(" after {} transient slot(s) for the misses policy '{}' streams",
+                          n_transient_, policy_->name());
     fail("{} budget {:.2f} MiB holds {} expert slot(s) of {:.2f} MiB{}{}, fewer than "
          "one layer's top-k ({}); need at least {:.2f} MiB: raise {}",
          cfg_.what, double(cfg_.budget_bytes) / mib, per_part, double(cfg_.slot_bytes) / mib,
@@ -127,6 +129,14 @@ ExpertCache::Routed ExpertCache::route_miss(int layer, int expert, uint64_t t, B
       break;
   }
   return Routed::Deferred;
+}
+
+ExpertCache::Routed ExpertCache::route_stream(int layer, int expert, Binding& b) {
+  MOEFLOW_CHECK(find(layer, expert) < 0 && core_->valid({layer, expert}),
+                "expert cache: expert {} of layer {} cannot be streamed as a miss", expert, layer);
+  b = Binding{};
+  b.slot = bind_transient({layer, expert});
+  return b.slot >= 0 ? Routed::Streamed : Routed::DeferredStream;
 }
 
 bool ExpertCache::serve_miss(int layer, int expert, uint64_t t, bool stream, Binding& b) {

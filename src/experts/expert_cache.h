@@ -11,7 +11,8 @@
 // MoE layers; a layer only evicts its own). A slot is never evicted while it is acquired
 // (pins > 0), wanted by the current route, or loading. When the policy may decline misses
 // (admit() == false), top-k transient slots are taken out of the budget first: a declined miss
-// is read into one and released after use, so it never evicts a resident.
+// is read into one and released after use, so it never evicts a resident. The prefill pipeline
+// (CacheConfig::stream_slots) streams misses through such slots too.
 //
 // Not thread-safe: CachedExpertProvider guards it with its own mutex.
 #include <cstdint>
@@ -54,6 +55,8 @@ struct CacheConfig {
   std::string raise_with = "--expert-cache or --cache-rate";
   // Where the slots live (null: host RAM).
   Allocator* allocator = nullptr;
+  // Transient slots for DuoServe's prefill pipeline (at least this many, out of the budget).
+  int stream_slots = 0;
 };
 
 // A slot bound to an expert, and the expert whose place it took ({-1,-1}: none).
@@ -89,6 +92,11 @@ class ExpertCache {
   // At route time. Loaded / Streamed bind a slot in state Loading (Streamed: a transient one);
   // the two Deferred outcomes bind nothing and are retried by serve_miss at acquire.
   Routed route_miss(int layer, int expert, uint64_t t, Binding& b);
+  // A routed miss streamed through a transient slot whatever the policy says (the prefill
+  // pipeline): Streamed, or DeferredStream when every transient slot is taken.
+  Routed route_stream(int layer, int expert, Binding& b);
+  // True when every place of `layer`'s partition is taken (a miss would evict).
+  bool full(int layer) const { return core_->full(layer); }
   // At acquire, for an expert without a slot: `stream` when the policy declined it. Takes an
   // evictable place (one routed but not yet acquired only as a last resort) or a transient
   // slot. false when none can be had now.

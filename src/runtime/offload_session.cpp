@@ -251,6 +251,8 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
   cfg.prefetch = o.prefetch != "none";
   cfg.skip_late_prefetch = !o.prefetch_always;
   cfg.prefetch_gate = !o.prefetch_always;
+  if (o.prefill_slots < 0) fail("--prefill-slots must be 0 (off) or more, got {}", o.prefill_slots);
+  cfg.prefill_slots = o.prefill_slots;
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();
@@ -300,6 +302,7 @@ nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer) {
   add_mode_json(j, s, per_layer);
   j["prefetch"] = s.options.prefetch;
   j["early_preemption"] = !s.options.no_early_preemption;
+  j["prefill_slots"] = s.options.prefill_slots;
   if (s.lookahead) j["predictions"] = s.lookahead->predictions();
   if (s.predictor) j["predictions"] = s.predictor->predictions();
   return j;

@@ -44,6 +44,7 @@ struct OffloadOptions {
   int lookahead = 1;
   bool no_early_preemption = false;
   bool prefetch_always = false;  // also issue prefetches that cannot arrive in time
+  int prefill_slots = 0;  // DuoServe's prefill pipeline: stream slots (0: off)
   bool buffered_io = false;
   // Lossy modes (all opt-in): exact | hobbit | hobbit-all | skip | daop.
   std::string mode = "exact";

@@ -285,6 +285,35 @@ TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
   std::filesystem::remove(path);
 }
 
+// The prefill pipeline (--prefill-slots) is lossless: over a host cache and over a device
+// cache, the prompt's misses stream through its slots and the logits are the resident
+// provider's bit for bit.
+TEST(VramCache, ThePrefillPipelineIsBitIdentical) {
+  const std::string path = tiny_model("vrampipe", "mixtral", 13);
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+  const Model model(*file);
+  ResidentExpertProvider resident(*file);
+  const std::vector<float> want = forward_logits(model, resident, nullptr);
+  for (const bool device : {false, true}) {
+    SCOPED_TRACE(device ? "device cache" : "host cache");
+    DelayedLink link;
+    OffloadOptions o;
+    o.expert_cache = std::to_string(5 * ExpertStore::open(*file)->slot_bytes());  // 3 places + 2
+    o.prefill_slots = 2;
+    const DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), DeviceSource::Ram};
+    OffloadSession session = make_offload(o, *file, device ? &target : nullptr);
+    ASSERT_TRUE(session.provider);
+    StandInDevice be;
+    EXPECT_EQ(forward_logits(model, *session.provider, device ? &be : nullptr), want);
+    EXPECT_GT(session.provider->stats().total().streamed, 0u);
+  }
+  OffloadOptions bad;
+  bad.expert_cache = "64MiB";
+  bad.prefill_slots = -1;
+  EXPECT_THROW(make_offload(bad, *file, nullptr), Error);
+  std::filesystem::remove(path);
+}
+
 // --precalc over a VRAM cache: the experts' host views (the mapped model) are offered for the
 // CPU pre-calculation when they come from RAM, never when they come from the file (touching
 // them would read it); the pre-calculated run differs from the exact one but stays close.
