@@ -95,23 +95,41 @@ PrecalcRun run_engine(const std::string& path, std::shared_ptr<ExpertProvider> p
   return r;
 }
 
-TEST(Precalc, DecodeMatchesTheFloat64ReferenceOfTheRule) {
-  for (const char* arch : {"llama", "qwen2moe", "olmoe"}) {
-    TinySpec s;
+// A 4-layer tiny model of `arch` (6 experts, top-2), its prompt and decode tokens, and the
+// reference's reading of the residency pattern.
+struct PrecalcCase {
+  PrecalcCase(const char* arch, const std::string& tag) {
     s.arch = arch;
     s.n_layer = 4;
     s.n_expert = 6;
     s.top_k = 2;
-    const std::string path = temp_path(std::string("precalc_") + arch + ".gguf");
-    const TinyWeights W = write_tiny_model(s, path);
-    const std::vector<int32_t> prompt = {3, 17, 42, 5, 88, 0};
-    const std::vector<int32_t> fed = {63, 17, 29, 7, 51, 12, 90, 33, 4, 71};
-    std::vector<int32_t> all = prompt;
+    path = temp_path(tag + arch + ".gguf");
+    W = write_tiny_model(s, path);
+    all = prompt;
     all.insert(all.end(), fed.begin(), fed.end());
+  }
+  RefPrecalc rule() const {
+    RefPrecalc r;
+    r.first_pos = (int)prompt.size();
+    r.in_flight = in_flight;
+    return r;
+  }
+  TinySpec s;
+  std::string path;
+  TinyWeights W;
+  std::vector<int32_t> prompt = {3, 17, 42, 5, 88, 0};
+  std::vector<int32_t> fed = {63, 17, 29, 7, 51, 12, 90, 33, 4, 71};
+  std::vector<int32_t> all;
+};
 
-    RefPrecalc rule;
-    rule.first_pos = (int)prompt.size();
-    rule.in_flight = in_flight;
+TEST(Precalc, DecodeMatchesTheFloat64ReferenceOfTheRule) {
+  for (const char* arch : {"llama", "qwen2moe", "olmoe"}) {
+    const PrecalcCase c(arch, "precalc_");
+    const TinySpec& s = c.s;
+    const TinyWeights& W = c.W;
+    const std::string& path = c.path;
+    const std::vector<int32_t>&prompt = c.prompt, &fed = c.fed, &all = c.all;
+    RefPrecalc rule = c.rule();
     const RefResult ref = reference_forward(s, W, all, &rule);
     const RefResult plain = reference_forward(s, W, all);
 
@@ -157,26 +175,17 @@ TEST(Precalc, NeverChangesARunThatDoesNotWait) {
 // pre-calculated when the layer waits. Against the float64 reference of that rule.
 TEST(Precalc, ADeviceComputesTheNextLayersMissesOnTheHost) {
   for (const char* arch : {"llama", "qwen2moe", "olmoe"}) {
-    TinySpec s;
-    s.arch = arch;
-    s.n_layer = 4;
-    s.n_expert = 6;
-    s.top_k = 2;
-    const std::string path = temp_path(std::string("precalc_dev_") + arch + ".gguf");
-    const TinyWeights W = write_tiny_model(s, path);
-    const std::vector<int32_t> prompt = {3, 17, 42, 5, 88, 0};
-    const std::vector<int32_t> fed = {63, 17, 29, 7, 51, 12, 90, 33, 4, 71};
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), fed.begin(), fed.end());
-    RefPrecalc rule;
-    rule.first_pos = (int)prompt.size();
-    rule.in_flight = in_flight;
+    const PrecalcCase c(arch, "precalc_dev_");
+    const TinySpec& s = c.s;
+    const TinyWeights& W = c.W;
+    const std::vector<int32_t>&prompt = c.prompt, &fed = c.fed, &all = c.all;
+    RefPrecalc rule = c.rule();
     rule.host_share = true;
     const RefResult ref = reference_forward(s, W, all, &rule);
     rule.host_share = false;
     const RefResult waits_only = reference_forward(s, W, all, &rule);
 
-    auto file = GgufFile::open(path);
+    auto file = GgufFile::open(c.path);
     const Model model(*file);
     PatternProvider provider(*file);
     provider.offer_host_views = true;
