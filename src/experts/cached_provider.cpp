@@ -218,6 +218,12 @@ void CachedExpertProvider::start_load(Tier& T, const Binding& b, Priority p, boo
   }
 }
 
+void CachedExpertProvider::start_miss(Tier& T, const Binding& b, bool issue_now) {
+  T.io[b.slot] = SlotIo{};
+  classify(T, b.slot, 2);
+  start_load(T, b, Priority::High, issue_now);
+}
+
 void CachedExpertProvider::load_placements(Tier& T, std::span<const int> slots) {
   for (int s : slots) {
     T.io[s] = SlotIo{};
@@ -332,10 +338,8 @@ void CachedExpertProvider::route_miss(Tier& T, int layer, int e, uint64_t t) {
       ++ls(layer).streamed;
       [[fallthrough]];
     case ExpertCache::Routed::Loaded:
-      T.io[b.slot] = SlotIo{};
-      classify(T, b.slot, 2);
       T.cache->slot(b.slot).wanted = true;
-      start_load(T, b, Priority::High, cfg_.early_preemption);
+      start_miss(T, b, cfg_.early_preemption);
       break;
     case ExpertCache::Routed::Deferred:
       deferred_.push_back({T.prec, layer, e, false});
@@ -358,10 +362,8 @@ void CachedExpertProvider::start_streams_ahead() {
     if (!T.cache->serve_miss(d.layer, d.expert, now(d.layer), true, b)) return;
     d.started = true;
     ++ls(d.layer).streamed;
-    T.io[b.slot] = SlotIo{};
-    classify(T, b.slot, 2);
     T.cache->slot(b.slot).wanted = true;
-    start_load(T, b, Priority::High, true);
+    start_miss(T, b, true);
   }
 }
 
@@ -415,10 +417,7 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
     const int n = route_tokens_.empty() ? 1 : std::max(1, route_tokens_[expert]);
     if (prefer_cpu(cfg_.hybrid, n, bytes_before_ready(T, s))) {
       ++host_leases_[lease_key(p, layer, expert)];
-      LayerOffloadStats& st = ls(layer);
-      ++st.acquires;
-      ++st.cpu_computed;
-      if (p == Precision::Low) ++st.acquires_low;
+      ++count_acquire(layer, p).cpu_computed;
       if (s >= 0) cache.touch(s, t);
       return cfg_.host_views->at(layer, expert, p);
     }
@@ -441,10 +440,8 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
       Binding b;
       if (cache.serve_miss(layer, expert, t, stream, b)) {
         s = b.slot;
-        T.io[s] = SlotIo{};
-        classify(T, s, 2);
         if (stream) ++ls(layer).streamed;
-        start_load(T, b, Priority::High, true);
+        start_miss(T, b, true);
         break;
       }
       if (!retired_.empty()) {  // slots the backend may be done with: make sure and retry
@@ -475,9 +472,7 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
   if (sl.state == SlotState::Loading) promote(T, s);
   ++sl.pins;
   sl.wanted = false;
-  LayerOffloadStats& st = ls(layer);
-  ++st.acquires;
-  if (p == Precision::Low) ++st.acquires_low;
+  LayerOffloadStats& st = count_acquire(layer, p);
   if (sl.prefetched) {
     sl.prefetched = false;
     ++st.prefetch_used;

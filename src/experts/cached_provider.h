@@ -186,6 +186,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   // Binds a routed miss to a slot (or records it for acquire), under mu_.
   void route_miss(Tier& T, int layer, int e, uint64_t t);
   void start_load(Tier& T, const Binding& b, Priority p, bool issue_now);  // under mu_
+  // A routed miss bound to b.slot: fresh I/O state, counted as a miss, read at HIGH (now, or
+  // at its acquire when !issue_now), under mu_.
+  void start_miss(Tier& T, const Binding& b, bool issue_now);
   void load_placements(Tier& T, std::span<const int> slots);               // under mu_
   void prefill_done();                                                     // under mu_
   uint64_t now(int layer) const { return logical_time(tokens_, layer, store_->n_layers()); }
@@ -205,6 +208,13 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     return (uint64_t(p) << 62) | (uint64_t(uint32_t(layer)) << 31) | uint32_t(expert);
   }
   LayerOffloadStats& ls(int layer) { return stats_.layers[layer]; }
+  // Counts an acquire of the layer's expert in precision p; the layer's statistics.
+  LayerOffloadStats& count_acquire(int layer, Precision p) {
+    LayerOffloadStats& st = ls(layer);
+    ++st.acquires;
+    if (p == Precision::Low) ++st.acquires_low;
+    return st;
+  }
 
   std::unique_ptr<ExpertStore> store_;
   OffloadConfig cfg_;
