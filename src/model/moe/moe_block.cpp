@@ -5,6 +5,23 @@
 #include "core/error.h"
 
 namespace moeflow {
+namespace {
+
+// The expert's rows of the layer's bias tensors (which stay resident with the layer).
+void attach_biases(const LayerWeights& L, int e, ExpertView& v) {
+  const TensorView* biases[kNumExpertProj] = {&L.exp_gate_bias, &L.exp_up_bias, &L.exp_down_bias};
+  for (int j = 0; j < kNumExpertProj; ++j)
+    if (*biases[j]) v.bias[j] = biases[j]->slice_rows(e, 1);
+}
+
+// v's values in `out`: read_f32 may hand back the view's own memory, which the backend can
+// overwrite before the host is done with it.
+void copy_to_host(Backend& be, const TensorView& v, std::vector<float>& out) {
+  const float* p = be.read_f32(v, out);
+  if (p != out.data()) out.assign(p, p + v.rows() * v.cols());
+}
+
+}  // namespace
 
 void select_topk(const float* logits, int n_expert, int k, bool renorm, int* experts,
                  float* weights, float* scratch) {
@@ -39,9 +56,7 @@ void MoeBlock::with_expert(ExpertProvider& provider, const LayerWeights& L, int 
     if (v.gate().cols() != d || v.down().rows() != d)
       fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
            layer, e, v.down().rows(), v.gate().cols(), d);
-    const TensorView* biases[kNumExpertProj] = {&L.exp_gate_bias, &L.exp_up_bias, &L.exp_down_bias};
-    for (int j = 0; j < kNumExpertProj; ++j)
-      if (*biases[j]) v.bias[j] = biases[j]->slice_rows(e, 1);
+    attach_biases(L, e, v);
     compute(v);
   } catch (...) {
     provider.release(layer, e, p);
@@ -96,23 +111,19 @@ void MoeBlock::prepare_host_precalc(int layer, ExpertProvider& provider) {
       continue;
     // Bias rows are read back now: a read after this layer's experts were issued would wait
     // for them, and the host's work would no longer overlap the device's.
-    const TensorView* biases[kNumExpertProj] = {&N.exp_gate_bias, &N.exp_up_bias, &N.exp_down_bias};
+    attach_biases(N, e, v);
     const size_t pick = host_pick_.size();
     host_bias_.resize(std::max(host_bias_.size(), (pick + 1) * kNumExpertProj));
     for (int j = 0; j < kNumExpertProj; ++j) {
-      if (!*biases[j]) continue;
-      const TensorView b = biases[j]->slice_rows(e, 1);
+      if (!v.bias[j]) continue;
       std::vector<float>& staging = host_bias_[pick * kNumExpertProj + j];
-      const float* bh = be_.read_f32(b, staging);
-      if (bh != staging.data()) staging.assign(bh, bh + b.cols());
-      v.bias[j] = matrix_view(staging.data(), GgmlType::F32, b.cols(), 1, MemSpace::Host);
+      copy_to_host(be_, v.bias[j], staging);
+      v.bias[j] = matrix_view(staging.data(), GgmlType::F32, v.bias[j].cols(), 1, MemSpace::Host);
     }
     host_pick_.push_back(e);
     host_views_.push_back(v);
   }
-  if (host_pick_.empty()) return;
-  const float* sh = be_.read_f32(stale_.f32(hp_.n_embd, 1), stale_host_);
-  if (sh != stale_host_.data()) stale_host_.assign(sh, sh + hp_.n_embd);
+  if (!host_pick_.empty()) copy_to_host(be_, stale_.f32(hp_.n_embd, 1), stale_host_);
 }
 
 void MoeBlock::precalculate_on_host() {
