@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/device_link.h"
+#include "core/median.h"
 
 namespace moeflow {
 
@@ -20,8 +21,7 @@ double measure_pinned_h2d(DeviceLink& link, uint64_t bytes, int reps) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(s > 0 ? double(bytes) / s : 0);
   }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return median(rates);
 }
 
 }  // namespace moeflow

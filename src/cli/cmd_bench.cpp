@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/error.h"
+#include "core/median.h"
 #include "core/timer.h"
 #include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
@@ -32,12 +33,6 @@ struct BenchArgs {
   std::string backend = "cpu";
   OffloadOptions offload;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // --backend cuda: where the experts went, VRAM in use, and the bus: the pinned H2D bandwidth
 // measured here against what the cache's copies achieved (bytes copied / time copying, per
@@ -129,8 +124,8 @@ int run_bench(const BenchArgs& a) {
     routing.validate(a.trace_out);
     trace::write_trace(routing, a.trace_out);
   }
-  const double prefill_tps = pp.empty() ? 0 : median(pp);
-  const double decode_tps = tg.empty() ? 0 : median(tg);
+  const double prefill_tps = median(pp);
+  const double decode_tps = median(tg);
   uint64_t model_bytes = 0;
   for (const auto& t : eng.file().tensors()) model_bytes += t.nbytes;
   const HParams& hp = eng.model().hparams();

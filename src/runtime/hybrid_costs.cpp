@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/median.h"
 #include "core/timer.h"
 #include "model/layers/ffn.h"
 
@@ -35,8 +36,7 @@ double time_experts(CpuBackend& cpu, const std::vector<ExpertView>& experts, int
     glu_ffn(cpu, w, xv, yv, GluParams{}, scratch);
     if (r > 0) t.push_back(now_seconds() - t0);  // the first run warms the code, not the data
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 }  // namespace
