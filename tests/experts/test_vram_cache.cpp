@@ -255,26 +255,46 @@ std::vector<float> forward_logits(const Model& model, ExpertProvider& prov, Back
   return out;
 }
 
+// A tiny model of `arch` in a temporary file (removed with this), and the resident provider's
+// logits (forward_logits): what every cache below must reproduce.
+struct TinyRun {
+  TinyRun(const std::string& tag, const std::string& arch, uint64_t seed)
+      : path(tiny_model(tag, arch, seed)),
+        file(GgufFile::open(path)),
+        model(*file),
+        resident(*file),
+        want(forward_logits(model, resident, nullptr)) {}
+  ~TinyRun() { std::filesystem::remove(path); }
+  // An --expert-cache of n of the model's expert slots.
+  std::string slots(int n) const { return std::to_string(n * ExpertStore::open(*file)->slot_bytes()); }
+  std::string path;
+  std::shared_ptr<const GgufFile> file;
+  Model model;
+  ResidentExpertProvider resident;
+  std::vector<float> want;
+};
+
+// A device target over a link the test owns.
+DeviceTarget target_of(DelayedLink& link, DeviceSource source) {
+  return {std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), source};
+}
+
 // The forward pass over a VRAM cache in stand-in device memory, a budget of a few experts, and
 // each slow tier: the resident provider's logits bit for bit.
 TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
-  const std::string path = tiny_model("vramfwd", "mixtral", 9);
-  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
-  const Model model(*file);
-  ResidentExpertProvider host(*file);
-  const std::vector<float> want = forward_logits(model, host, nullptr);
+  const TinyRun run("vramfwd", "mixtral", 9);
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
     link.refuse_pin = s.refuse_pin;
     OffloadOptions o;
-    o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());  // 3 of the experts
+    o.expert_cache = run.slots(3);
     o.io_threads = 2;
-    const DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), s.source};
-    OffloadSession session = make_offload(o, *file, &target);
+    const DeviceTarget target = target_of(link, s.source);
+    OffloadSession session = make_offload(o, *run.file, &target);
     ASSERT_TRUE(session.provider);
     StandInDevice be;
-    EXPECT_EQ(forward_logits(model, *session.provider, &be), want);
+    EXPECT_EQ(forward_logits(run.model, *session.provider, &be), run.want);
     const OffloadStats st = session.provider->stats();
     EXPECT_EQ(st.io_backend, s.name);
     EXPECT_GT(be.syncs, 0);  // released slots were retired and settled
@@ -282,71 +302,62 @@ TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
     for (const auto& l : st.layers) bytes += l.bytes_read;
     EXPECT_GT(bytes, 0u);
   }
-  std::filesystem::remove(path);
 }
 
 // The prefill pipeline (--prefill-slots) is lossless: over a host cache and over a device
 // cache, the prompt's misses stream through its slots and the logits are the resident
 // provider's bit for bit.
 TEST(VramCache, ThePrefillPipelineIsBitIdentical) {
-  const std::string path = tiny_model("vrampipe", "mixtral", 13);
-  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
-  const Model model(*file);
-  ResidentExpertProvider resident(*file);
-  const std::vector<float> want = forward_logits(model, resident, nullptr);
+  const TinyRun run("vrampipe", "mixtral", 13);
   for (const bool device : {false, true}) {
     SCOPED_TRACE(device ? "device cache" : "host cache");
     DelayedLink link;
     OffloadOptions o;
-    o.expert_cache = std::to_string(5 * ExpertStore::open(*file)->slot_bytes());  // 3 places + 2
+    o.expert_cache = run.slots(5);  // 3 places + 2 pipeline slots
     o.prefill_slots = 2;
-    const DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), DeviceSource::Ram};
-    OffloadSession session = make_offload(o, *file, device ? &target : nullptr);
+    const DeviceTarget target = target_of(link, DeviceSource::Ram);
+    OffloadSession session = make_offload(o, *run.file, device ? &target : nullptr);
     ASSERT_TRUE(session.provider);
     StandInDevice be;
-    EXPECT_EQ(forward_logits(model, *session.provider, device ? &be : nullptr), want);
+    EXPECT_EQ(forward_logits(run.model, *session.provider, device ? &be : nullptr), run.want);
     EXPECT_GT(session.provider->stats().total().streamed, 0u);
   }
   OffloadOptions bad;
   bad.expert_cache = "64MiB";
   bad.prefill_slots = -1;
-  EXPECT_THROW(make_offload(bad, *file, nullptr), Error);
-  std::filesystem::remove(path);
+  EXPECT_THROW(make_offload(bad, *run.file, nullptr), Error);
 }
 
 // --precalc over a VRAM cache: the experts' host views (the mapped model) are offered for the
 // CPU pre-calculation when they come from RAM, never when they come from the file (touching
 // them would read it); the pre-calculated run differs from the exact one but stays close.
 TEST(VramCache, PrecalcOffersHostViewsOnlyOverRam) {
-  const std::string path = tiny_model("vramprecalc", "mixtral", 11);
-  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
-  const Model model(*file);
-  ResidentExpertProvider resident(*file);
-  const std::vector<float> exact = forward_logits(model, resident, nullptr);
+  TinyRun run("vramprecalc", "mixtral", 11);
+  const std::vector<float>& exact = run.want;
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
     link.refuse_pin = s.refuse_pin;
     OffloadOptions o;
-    o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());
+    o.expert_cache = run.slots(3);
     o.precalc = true;
-    const DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), s.source};
-    OffloadSession session = make_offload(o, *file, &target);
+    const DeviceTarget target = target_of(link, s.source);
+    OffloadSession session = make_offload(o, *run.file, &target);
     ASSERT_TRUE(session.provider);
     ExpertView v;
     const bool offered = session.provider->host_view(1, 2, v);
     EXPECT_EQ(offered, s.source == DeviceSource::Ram);
     if (!offered) continue;
     EXPECT_EQ(v.gate().space, MemSpace::Host);
-    EXPECT_EQ(v.gate().data, resident.acquire(1, 2).gate().data);  // the mapped model itself
-    resident.release(1, 2);
+    EXPECT_EQ(v.gate().data, run.resident.acquire(1, 2).gate().data);  // the mapped model itself
+    run.resident.release(1, 2);
     EXPECT_FALSE(session.hybrid.valid());  // the hybrid stays off: nothing is measured for it
     StandInDevice be;
     CpuBackend host;
     PrecisionModeConfig mode;
     mode.precalc = true;
     auto usage = std::make_shared<PrecisionUsage>();
-    const std::vector<float> got = forward_logits(model, *session.provider, &be, &host, &mode, usage);
+    const std::vector<float> got = forward_logits(run.model, *session.provider, &be, &host, &mode, usage);
     ASSERT_EQ(got.size(), exact.size());
     EXPECT_GT(usage->total().precalc_computed, 0u);
     EXPECT_NE(got, exact);  // lossy: the next layer's outputs came from the stale input
@@ -357,7 +368,6 @@ TEST(VramCache, PrecalcOffersHostViewsOnlyOverRam) {
     }
     EXPECT_LT(worst, 0.5 * scale);
   }
-  std::filesystem::remove(path);
 }
 
 // runtime/vram_plan.h on synthetic byte counts.
@@ -490,11 +500,7 @@ uint64_t cpu_computed(const OffloadStats& st) {
 // their copies; either way the logits are the resident provider's, bit for bit (the stand-in
 // device computes with the same CPU kernels).
 TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
-  const std::string path = tiny_model("vramhyb", "qwen3moe", 10);
-  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
-  const Model model(*file);
-  ResidentExpertProvider resident(*file);
-  const std::vector<float> want = forward_logits(model, resident, nullptr, nullptr);
+  const TinyRun run("vramhyb", "qwen3moe", 10);
   CpuBackend host;
   struct Case {
     const char* what;
@@ -505,10 +511,10 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
                         Case{"copy always sooner", 1e9, false, true}}) {
     SCOPED_TRACE(c.what);
     DelayedLink link;
-    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*file, link, HybridCosts{c.cpu_expert_s, 0.0, 1e9});
+    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*run.file, link, HybridCosts{c.cpu_expert_s, 0.0, 1e9});
     StandInDevice be;
     be.reads_host = false;
-    EXPECT_EQ(forward_logits(model, *prov, &be, &host), want);
+    EXPECT_EQ(forward_logits(run.model, *prov, &be, &host), run.want);
     const OffloadStats st = prov->stats();
     EXPECT_EQ(cpu_computed(st) > 0, c.some_cpu) << cpu_computed(st);
     uint64_t acquires = 0;
@@ -522,46 +528,40 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
   // Without a host backend, an expert in host memory is refused by name, not read by the device.
   {
     DelayedLink link;
-    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*file, link, HybridCosts{1e-12, 0.0, 1e9});
+    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*run.file, link, HybridCosts{1e-12, 0.0, 1e9});
     StandInDevice be;
     be.reads_host = false;
     try {
-      forward_logits(model, *prov, &be, nullptr);
+      forward_logits(run.model, *prov, &be, nullptr);
       FAIL() << "a host expert without a host backend";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos) << e.what();
     }
     prov->drain();
   }
-  std::filesystem::remove(path);
 }
 
 // make_offload's hybrid: the cost model is measured (valid numbers) and the forward pass is
 // still the resident provider's.
 TEST(VramCache, MakeOffloadMeasuresTheHybridCostModel) {
-  const std::string path = tiny_model("vramhyb2", "mixtral", 12);
-  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
-  const Model model(*file);
-  ResidentExpertProvider resident(*file);
-  const std::vector<float> want = forward_logits(model, resident, nullptr, nullptr);
+  const TinyRun run("vramhyb2", "mixtral", 12);
   DelayedLink link;
   OffloadOptions o;
-  o.expert_cache = std::to_string(3 * ExpertStore::open(*file)->slot_bytes());
-  DeviceTarget target{std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), DeviceSource::Ram};
+  o.expert_cache = run.slots(3);
+  DeviceTarget target = target_of(link, DeviceSource::Ram);
   target.hybrid = true;
   target.cpu_threads = 1;
-  OffloadSession s = make_offload(o, *file, &target);
+  OffloadSession s = make_offload(o, *run.file, &target);
   EXPECT_TRUE(s.hybrid.valid());
   EXPECT_GT(s.hybrid.h2d_bytes_per_s, 0);
   CpuBackend host;
   StandInDevice be;
   be.reads_host = false;
-  EXPECT_EQ(forward_logits(model, *s.provider, &be, &host), want);
+  EXPECT_EQ(forward_logits(run.model, *s.provider, &be, &host), run.want);
   s.provider->drain();
   DeviceTarget file_source = target;
   file_source.source = DeviceSource::File;
-  EXPECT_THROW(make_offload(o, *file, &file_source), Error);
-  std::filesystem::remove(path);
+  EXPECT_THROW(make_offload(o, *run.file, &file_source), Error);
 }
 
 }  // namespace
