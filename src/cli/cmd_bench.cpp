@@ -36,7 +36,7 @@ struct BenchArgs {
 
 // --backend cuda: where the experts went, VRAM in use, and the bus: the pinned H2D bandwidth
 // measured here against what the cache's copies achieved (bytes copied / time copying, per
-// copy lane), and the CPU/GPU expert split (every expert runs on the GPU for now).
+// copy lane), and the CPU/GPU expert split (--cpu-experts auto: the hybrid's uses and costs).
 nlohmann::json vram_json(const LoadedEngine& le) {
   nlohmann::json v;
   const VramPlan& p = le.vram;
