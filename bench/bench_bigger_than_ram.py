@@ -61,7 +61,7 @@ Per model:
              trace, at the cache rate of the slots auto had (n_slots / (experts x MoE layers)):
              the fewest expert reads any policy could do with that budget on that routing
              (prefill replayed uncounted, as the live run resets its statistics before decode);
-             the simulator's LFU with auto's partitioning is replayed too, for comparison
+             the simulator's replay of auto's policy and partitioning too, for comparison
   bound    : time per token >= max(resident compute time, Belady missed bytes per token /
              read bandwidth), the bandwidth being the sweep's best point or, when more, the
              best a moeflow run sustained at that level (bytes read / decode time), so that a
@@ -620,10 +620,10 @@ def best_candidates(plan: dict, which: list[str]) -> dict:
 
 
 def belady(a, runner: Runner, trace: str, info: dict, n_slots: int, slot_bytes: int, n_gen: int,
-           per_layer: bool):
+           per_layer: bool, policy: str):
     """Belady's missed bytes per decode token on a recorded routing with n_slots expert slots
     (one global budget: the fewest reads of any partitioning), and for comparison the simulator's
-    LFU with the partitioning the live run had (what moeflow's policy would read, no timing)."""
+    replay of the live run's policy with its partitioning (what it would read, no timing)."""
     total = info["n_expert"] * max(1, info["n_moe_layers"])
     rate = min(1.0, n_slots / total) if total else 1.0
     if rate <= 0:
@@ -640,7 +640,7 @@ def belady(a, runner: Runner, trace: str, info: dict, n_slots: int, slot_bytes: 
                 "decode_tokens": steps, "bytes_per_token": misses * slot_bytes / steps}
 
     out = dict(sim("belady", True), cache_rate=rate)
-    out["sim_lfu"] = dict(sim("lfu", not per_layer), per_layer=per_layer)
+    out["sim_lfu"] = dict(sim(policy, not per_layer), per_layer=per_layer, policy=policy)
     return out
 
 
@@ -672,7 +672,7 @@ def measure(a, runner: Runner, name: str, model: str, info: dict, eng: str, cand
     if trace and r["ok"] and r.get("n_slots") and os.path.exists(trace):
         try:
             r["belady"] = belady(a, runner, trace, info, r["n_slots"], r["slot_bytes"], a.n,
-                                 bool(r.get("per_layer_budget")))
+                                 bool(r.get("per_layer_budget")), r.get("policy") or "lfu")
         except (RuntimeError, StopIteration) as e:
             r["belady_error"] = str(e)[-400:]
     if r["ok"]:
@@ -798,7 +798,10 @@ def aggregate_level(lv: dict, engines: list[str], compute_s: float, bw: float, s
         tpot = max(compute_s, read_s)
         lfu = med(r["belady"]["sim_lfu"]["bytes_per_token"] for r in lv["runs"]
                   if r["engine"] == "moeflow-auto" and r.get("belady"))
-        bound = {"belady_bytes_per_token": bb, "sim_lfu_bytes_per_token": lfu, "read_s_per_token": read_s,
+        pol = next((r["belady"]["sim_lfu"].get("policy") for r in lv["runs"]
+                    if r["engine"] == "moeflow-auto" and r.get("belady")), None)
+        bound = {"belady_bytes_per_token": bb, "sim_lfu_bytes_per_token": lfu, "sim_policy": pol,
+                 "read_s_per_token": read_s,
                  "compute_s_per_token": compute_s, "bound_s_per_token": tpot,
                  "bound_tps": 1.0 / tpot, "bound_by": "compute" if compute_s >= read_s else "read"}
         if auto.get("decode_tps"):
@@ -904,8 +907,8 @@ def report(res: dict, a) -> str:
                 lines.append(f"  bound: Belady {b['belady_bytes_per_token'] / 1e6:.1f} MB/token / "
                              f"{lv['bound_read_GBps']:.2f} GB/s = {1000 * b['read_s_per_token']:.0f} ms, "
                              f"compute {1000 * b['compute_s_per_token']:.0f} ms -> "
-                             f"{b['bound_tps']:.3f} tok/s ({b['bound_by']}-bound); the simulator's LFU "
-                             f"with auto's partitioning reads {b['sim_lfu_bytes_per_token'] / 1e6:.1f} MB/token "
+                             f"{b['bound_tps']:.3f} tok/s ({b['bound_by']}-bound); the simulator's "
+                             f"{b.get('sim_policy') or 'lfu'} with auto's partitioning reads {b['sim_lfu_bytes_per_token'] / 1e6:.1f} MB/token "
                              f"on the same routing, moeflow auto read "
                              f"{(lv['engines']['moeflow-auto']['bytes_read_per_token'] or 0) / 1e6:.1f}")
             for k, v in lv["targets"].items():

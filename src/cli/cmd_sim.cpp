@@ -17,6 +17,7 @@ struct SimArgs {
   std::string policy = "lru", predictor = "none", preset, hw = "pcie4x16", csv, plot, cache_rates = "0.5", predictor_model;
   bool json = false, per_layer = false, global = false, with_prefill = false;
   int max_prefetch = 8;
+  std::vector<double> hobbit_weights;  // empty: fitted on the calibration trace
 };
 
 std::vector<double> parse_rates(const std::string& s) {
@@ -54,6 +55,11 @@ int run_sim(const SimArgs& a) {
   base.global_budget = a.global;
   base.max_prefetch_per_call = a.max_prefetch;
   base.predictor_model = a.predictor_model;
+  if (!a.hobbit_weights.empty()) {
+    MOEFLOW_CHECK(a.hobbit_weights.size() == 4, "--hobbit-weights: expected 4 numbers (lru, lfu, lhu, fld), got {}",
+                  a.hobbit_weights.size());
+    base.hobbit_weights = a.hobbit_weights;
+  }
   if (!a.calib.empty()) {
     calib = trace::load_any(a.calib);
     if (!a.with_prefill) calib = trace::filter_steps(calib, false, true);
@@ -138,6 +144,10 @@ const bool registered_sim = register_command("sim", "Replay a routing trace agai
   sub.add_option("--hw", a->hw, "hardware profile: pcie4x16, nvme-gen4, local, or a JSON file");
   sub.add_option("--calib", a->calib, "calibration trace (static/daop/hobbit, predictor warm-up); default: the trace itself");
   sub.add_option("--predictor-model", a->predictor_model, "ProMoE predictor weights from train-predictor");
+  sub.add_option("--hobbit-weights", a->hobbit_weights,
+                 "hobbit's score weights lru,lfu,lhu,fld as the live cache uses them (default: fitted on the "
+                 "calibration trace, an in-sample optimum)")
+      ->delimiter(',');
   sub.add_option("--max-prefetch", a->max_prefetch, "prefetches issued per routed layer at most");
   sub.add_flag("--global-budget", a->global, "one cache budget over all layers (default: per layer)");
   sub.add_flag("--with-prefill", a->with_prefill, "also replay prefill steps (batched per prompt)");

@@ -36,8 +36,8 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                  "finishes before the copy)");
   app.add_option("--cache-policy", o.policy,
                  "eviction policy: auto (the default: lfu, split per layer when every layer gets "
-                 "its top-k slots), lru, lfu, moe-infinity, hobbit, static, daop (the last two need "
-                 "--policy-calib)");
+                 "its top-k slots, else lfu-cycle over one budget), lru, lfu, lfu-cycle, "
+                 "moe-infinity, hobbit, static, daop (the last two need --policy-calib)");
   app.add_option("--policy-calib", o.policy_calib,
                  "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
                  "or daop");

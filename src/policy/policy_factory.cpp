@@ -22,6 +22,7 @@ const std::vector<PolicyEntry>& policy_table() {
       {"static", policies::make_static, true},
       {"moe-infinity", policies::make_moe_infinity, false},
       {"hobbit", policies::make_hobbit, false},
+      {"lfu-cycle", policies::make_lfu_cycle, false},
       {"daop", policies::make_daop, true},
   };
   return t;

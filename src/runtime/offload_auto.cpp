@@ -11,7 +11,8 @@ AutoPolicy resolve_auto_policy(const std::string& policy, bool per_layer, uint64
   if (policy != "auto") return {policy, per_layer};
   const uint64_t slots = slot_bytes ? budget_bytes / slot_bytes : 0;
   const bool split = moe_layers > 0 && slots / static_cast<uint64_t>(moe_layers) >= static_cast<uint64_t>(top_k);
-  return {"lfu", per_layer || split};
+  if (per_layer || split) return {"lfu", true};
+  return {"lfu-cycle", false};
 }
 
 int resolve_io_threads(int io_threads, const ExpertStore& store) {
