@@ -15,28 +15,28 @@ namespace {
 constexpr uint64_t kSlot = 100;
 
 TEST(AutoPolicy, PerLayerLfuWhenEveryLayerGetsItsTopKElseLfuCycleOverOneBudget) {
-  // 4 MoE layers, top-2: per layer needs 8 slots.
-  AutoPolicy p = resolve_auto_policy("auto", false, 12 * kSlot, kSlot, 2, 4);
-  EXPECT_EQ(p.policy, "lfu");
-  EXPECT_TRUE(p.per_layer);
-  p = resolve_auto_policy("auto", false, 8 * kSlot, kSlot, 2, 4);
-  EXPECT_EQ(p.policy, "lfu");
-  EXPECT_TRUE(p.per_layer);
-  p = resolve_auto_policy("auto", false, 7 * kSlot, kSlot, 2, 4);
-  EXPECT_EQ(p.policy, "lfu-cycle");
-  EXPECT_FALSE(p.per_layer);
-  // --cache-per-layer asked for keeps LFU, whatever the slot count.
-  p = resolve_auto_policy("auto", true, 7 * kSlot, kSlot, 2, 4);
-  EXPECT_EQ(p.policy, "lfu");
-  EXPECT_TRUE(p.per_layer);
-  // No partitioning allowed (the low-precision modes pass 0 MoE layers): one budget.
-  p = resolve_auto_policy("auto", false, 100 * kSlot, kSlot, 2, 0);
-  EXPECT_EQ(p.policy, "lfu-cycle");
-  EXPECT_FALSE(p.per_layer);
-  // An explicit policy is used as given.
-  p = resolve_auto_policy("lru", false, 7 * kSlot, kSlot, 2, 4);
-  EXPECT_EQ(p.policy, "lru");
-  EXPECT_FALSE(p.per_layer);
+  struct Case {
+    const char* policy;
+    bool per_layer;
+    uint64_t slots;
+    int moe_layers;
+    const char* want;
+    bool want_per_layer;
+  };
+  // top-2 everywhere: 4 MoE layers need 8 slots to split.
+  const Case cases[] = {
+      {"auto", false, 12, 4, "lfu", true},
+      {"auto", false, 8, 4, "lfu", true},
+      {"auto", false, 7, 4, "lfu-cycle", false},
+      {"auto", true, 7, 4, "lfu", true},           // --cache-per-layer asked for keeps LFU
+      {"auto", false, 100, 0, "lfu-cycle", false},  // no partitioning (low-precision modes)
+      {"lru", false, 7, 4, "lru", false},           // an explicit policy is used as given
+  };
+  for (const Case& c : cases) {
+    const AutoPolicy p = resolve_auto_policy(c.policy, c.per_layer, c.slots * kSlot, kSlot, 2, c.moe_layers);
+    EXPECT_EQ(p.policy, c.want) << c.policy << " with " << c.slots << " slots";
+    EXPECT_EQ(p.per_layer, c.want_per_layer) << c.policy << " with " << c.slots << " slots";
+  }
 }
 
 double hit_rate(const trace::Trace& t, const std::string& policy, double rate, bool global) {
