@@ -279,6 +279,14 @@ DeviceTarget target_of(DelayedLink& link, DeviceSource source) {
   return {std::shared_ptr<DeviceLink>(&link, [](DeviceLink*) {}), source};
 }
 
+// The VRAM cache of `o` over `link` from slow tier `s` (the link told to refuse pinning when the
+// tier says so); the session keeps the link, not the target.
+OffloadSession session_over(const TinyRun& run, DelayedLink& link, const SlowTier& s, const OffloadOptions& o) {
+  link.refuse_pin = s.refuse_pin;
+  const DeviceTarget target = target_of(link, s.source);
+  return make_offload(o, *run.file, &target);
+}
+
 // The forward pass over a VRAM cache in stand-in device memory, a budget of a few experts, and
 // each slow tier: the resident provider's logits bit for bit.
 TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
@@ -286,12 +294,10 @@ TEST(VramCache, ForwardOverADeviceCacheIsBitIdentical) {
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
-    link.refuse_pin = s.refuse_pin;
     OffloadOptions o;
     o.expert_cache = run.slots(3);
     o.io_threads = 2;
-    const DeviceTarget target = target_of(link, s.source);
-    OffloadSession session = make_offload(o, *run.file, &target);
+    OffloadSession session = session_over(run, link, s, o);
     ASSERT_TRUE(session.provider);
     StandInDevice be;
     EXPECT_EQ(forward_logits(run.model, *session.provider, &be), run.want);
@@ -337,12 +343,10 @@ TEST(VramCache, PrecalcOffersHostViewsOnlyOverRam) {
   for (const SlowTier& s : kSetups) {
     SCOPED_TRACE(s.what);
     DelayedLink link;
-    link.refuse_pin = s.refuse_pin;
     OffloadOptions o;
     o.expert_cache = run.slots(3);
     o.precalc = true;
-    const DeviceTarget target = target_of(link, s.source);
-    OffloadSession session = make_offload(o, *run.file, &target);
+    OffloadSession session = session_over(run, link, s, o);
     ASSERT_TRUE(session.provider);
     ExpertView v;
     const bool offered = session.provider->host_view(1, 2, v);
