@@ -17,8 +17,6 @@ std::unique_ptr<EvictionPolicy> make_daop(const PolicyOptions& opt);
 
 // HOBBIT score weights {lru, lfu, lhu, fld} used when PolicyOptions::weights is empty.
 std::vector<double> hobbit_default_weights();
-// lfu-cycle's weights in hobbit's terms: frequency and layer distance only.
-std::vector<double> lfu_cycle_weights();
 // Experts of `layer` (all layers when layer < 0), most used in the calibration first.
 std::vector<ExpertKey> rank_by_calibration(const PolicyOptions& o, int layer);
 

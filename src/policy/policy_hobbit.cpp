@@ -7,7 +7,6 @@
 namespace moeflow::policies {
 
 std::vector<double> hobbit_default_weights() { return {0.4, 0.3, 0.1, 0.2}; }
-std::vector<double> lfu_cycle_weights() { return {0.0, 1.0, 0.0, 1.0}; }
 
 namespace {
 
@@ -99,7 +98,7 @@ std::unique_ptr<EvictionPolicy> make_hobbit(const PolicyOptions& opt) {
 // hits at least as often as LFU at every global budget; with per-layer budgets the distance term
 // is the same for all candidates and it is LFU over the current sequence.
 std::unique_ptr<EvictionPolicy> make_lfu_cycle(const PolicyOptions& opt) {
-  return std::make_unique<Hobbit>(opt, "lfu-cycle", lfu_cycle_weights());
+  return std::make_unique<Hobbit>(opt, "lfu-cycle", std::vector<double>{0.0, 1.0, 0.0, 1.0});
 }
 
 }  // namespace moeflow::policies
