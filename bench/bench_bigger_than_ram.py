@@ -783,8 +783,8 @@ def aggregate_level(lv: dict, engines: list[str], compute_s: float, bw: float, s
         eng["moeflow-best"] = dict(eng[b], candidate=b)
     lv["engines"] = eng
     auto = eng.get("moeflow-auto", {})
-    bel = [r["belady"]["bytes_per_token"] for r in lv["runs"]
-           if r["engine"] == "moeflow-auto" and r.get("belady")]
+    replayed = [r["belady"] for r in lv["runs"] if r["engine"] == "moeflow-auto" and r.get("belady")]
+    bel = [b["bytes_per_token"] for b in replayed]
     bound = None
     # The read bandwidth of the bound: the sweep's best point, or what a moeflow run itself
     # sustained if that was more (a short sweep on a shared disk can read low), so the bound is
@@ -796,11 +796,9 @@ def aggregate_level(lv: dict, engines: list[str], compute_s: float, bw: float, s
         bb = med(bel)
         read_s = bb / (bw * 1e9)
         tpot = max(compute_s, read_s)
-        lfu = med(r["belady"]["sim_lfu"]["bytes_per_token"] for r in lv["runs"]
-                  if r["engine"] == "moeflow-auto" and r.get("belady"))
-        pol = next((r["belady"]["sim_lfu"].get("policy") for r in lv["runs"]
-                    if r["engine"] == "moeflow-auto" and r.get("belady")), None)
-        bound = {"belady_bytes_per_token": bb, "sim_lfu_bytes_per_token": lfu, "sim_policy": pol,
+        lfu = med(b["sim_lfu"]["bytes_per_token"] for b in replayed)
+        bound = {"belady_bytes_per_token": bb, "sim_lfu_bytes_per_token": lfu,
+                 "sim_policy": replayed[0]["sim_lfu"].get("policy"),
                  "read_s_per_token": read_s,
                  "compute_s_per_token": compute_s, "bound_s_per_token": tpot,
                  "bound_tps": 1.0 / tpot, "bound_by": "compute" if compute_s >= read_s else "read"}
