@@ -111,6 +111,9 @@ class Backend {
   // A weight for the forward pass: the CPU uses `w` where it is (the mmap); a device backend
   // copies it to its memory once and returns the copy's view (kept alive by the backend).
   virtual TensorView adopt_weight(const TensorView& w) = 0;
+  // A table the forward pass only reads rows of (get_rows: the token embedding when no matmul
+  // shares it). By default adopted like any weight.
+  virtual TensorView adopt_lookup_table(const TensorView& w) { return adopt_weight(w); }
 
   // --- data movement ---
   // dst = src, same shape (rows may be strided on both sides); any pair of spaces.

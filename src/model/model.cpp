@@ -104,8 +104,12 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
          "the backend computes",
          be_.name(), mem_space_name(provider_.memory_space()));
   provider_.attach_backend(be_);
+  // An embedding the output head shares is a weight (copied with it); one of its own is only
+  // looked up.
+  const bool own_table = w_.token_embd && w_.token_embd.data != w_.output.data;
   for_each_view(w_, [&](TensorView& v) {
-    if (v) v = be_.adopt_weight(v);
+    if (!v) return;
+    v = own_table && &v == &w_.token_embd ? be_.adopt_lookup_table(v) : be_.adopt_weight(v);
   });
   // LongRoPE: the long factors when the context is longer than the model was trained on
   // (llama.cpp's rule: the context size decides, once, so the cache holds one rotation).

@@ -20,7 +20,7 @@ FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string
   FitDecision d;
   d.available = available;
   d.source = source;
-  const uint64_t all = m.fixed() + m.expert_bytes;
+  const uint64_t all = m.fixed_host() + m.expert_bytes;
   if (available == 0) {
     d.reason = fmt::format("all experts resident (auto: the free memory is unknown here; the model "
                            "needs {})",
@@ -28,9 +28,14 @@ FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string
     return d;
   }
   d.margin = fit_margin(available);
+  const std::string table =
+      m.table_bytes == 0
+          ? std::string()
+          : fmt::format(" (token embedding {} read from the file)", format_bytes(m.table_bytes));
   const std::string parts = fmt::format(
-      "non-expert weights {} + KV cache {} (-c {}) + activations {}", format_bytes(m.non_expert_bytes),
-      format_bytes(m.kv_bytes), m.n_ctx, format_bytes(m.scratch_bytes));
+      "non-expert weights {}{} + KV cache {} (-c {}) + activations {}",
+      format_bytes(m.non_expert_bytes - m.table_bytes), table, format_bytes(m.kv_bytes), m.n_ctx,
+      format_bytes(m.scratch_bytes));
   if (all + d.margin <= available) {
     d.reason = fmt::format("all experts resident (auto: the model needs {} ({} + experts {}) + "
                            "margin {}; {} available, {})",
@@ -38,7 +43,7 @@ FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string
                            format_bytes(d.margin), format_bytes(available), source);
     return d;
   }
-  const uint64_t reserved = m.fixed() + d.margin;
+  const uint64_t reserved = m.fixed_host() + d.margin;
   const uint64_t budget = available > reserved ? available - reserved : 0;
   if (budget < m.min_budget)
     fail("the model does not fit in memory: {} available ({}), but running it with expert "
@@ -86,6 +91,8 @@ ModelMemory model_memory(const GgufFile& file, const FitContext& c) {
     if (const auto* t = file.find_tensor("token_embd.weight")) h.n_vocab = t->rows();
   for (const GgufTensorInfo& t : file.tensors())
     (parse_expert_tensor_name(t.name) ? m.expert_bytes : m.non_expert_bytes) += t.nbytes;
+  if (file.find_tensor("output.weight"))
+    if (const auto* t = file.find_tensor("token_embd.weight")) m.table_bytes = t->nbytes;
   // The low-precision copies (pack --low) are expert bytes too, but only the model's own
   // precision decides the fit.
   m.expert_bytes = build_expert_index(file).total_expert_bytes();

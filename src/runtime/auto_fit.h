@@ -4,7 +4,9 @@
 // resident (the mmap, as before) or expert offloading must be on, and with which budget.
 //
 // The rule (docs/bigger-than-ram.md):
-//   fixed  = non-expert weights + KV cache for the context + activations for the batch
+//   fixed  = non-expert weights + KV cache for the context + activations for the batch, less a
+//            token embedding the output head does not share: it is read a row per token where
+//            it lies in the file (backend/cpu adopt_lookup_table), never held whole
 //   margin = 64 MiB + available / 16 (the runtime's own heap, code and thread stacks, and room
 //            for the rest of the machine to breathe)
 //   fixed + all experts + margin <= available  ->  all resident
@@ -22,6 +24,10 @@ class GgufFile;
 // What one run of a model needs besides the expert budget.
 struct ModelMemory {
   uint64_t non_expert_bytes = 0;  // every weight but the routed experts
+  // Of non_expert_bytes: the token embedding when the output head has a tensor of its own. The
+  // CPU tier leaves it in the file's mapping (a token reads one row), so it takes no RAM of
+  // the plan; a GPU keeps it in VRAM like every other weight.
+  uint64_t table_bytes = 0;
   uint64_t expert_bytes = 0;      // all routed experts
   uint64_t kv_bytes = 0;          // KV cache for n_ctx
   uint64_t scratch_bytes = 0;     // activations for the batch (estimate)
@@ -29,6 +35,7 @@ struct ModelMemory {
   int64_t n_ctx = 0;
   int top_k = 0;
   uint64_t fixed() const { return non_expert_bytes + kv_bytes + scratch_bytes; }
+  uint64_t fixed_host() const { return fixed() - table_bytes; }
 };
 
 struct FitDecision {

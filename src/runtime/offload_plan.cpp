@@ -65,6 +65,7 @@ nlohmann::json memory_json(const OffloadPlan& plan) {
           {"margin_bytes", plan.fit.margin},
           {"budget_bytes", plan.fit.budget},
           {"non_expert_bytes", m.non_expert_bytes},
+          {"table_bytes", m.table_bytes},
           {"expert_bytes", m.expert_bytes},
           {"kv_bytes", m.kv_bytes},
           {"scratch_bytes", m.scratch_bytes},

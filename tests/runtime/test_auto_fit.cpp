@@ -63,6 +63,19 @@ TEST(AutoFit, TooBigOffloadsWithWhatIsLeft) {
   }
 }
 
+TEST(AutoFit, AnEmbeddingReadFromTheFileIsNotPlannedFor) {
+  // A token embedding the output head does not share is looked up in the file's mapping (one
+  // row a token): the budget gets its bytes, and the account says so.
+  ModelMemory a = mixtral_like(), b = mixtral_like();
+  b.table_bytes = 70 * MiB;
+  const FitDecision da = auto_fit(a, 1600 * MiB, "x"), db = auto_fit(b, 1600 * MiB, "x");
+  ASSERT_TRUE(da.offload && db.offload);
+  EXPECT_EQ(db.budget - da.budget, 70 * MiB);
+  EXPECT_EQ(db.budget + b.fixed_host() + db.margin, 1600 * MiB);
+  EXPECT_EQ(da.reason.find("read from the file"), std::string::npos) << da.reason;
+  EXPECT_NE(db.reason.find("token embedding 70.0 MiB read from the file"), std::string::npos) << db.reason;
+}
+
 TEST(AutoFit, MoreContextLeavesLessBudget) {
   ModelMemory a = mixtral_like(), b = mixtral_like();
   b.kv_bytes = 4 * a.kv_bytes;

@@ -53,6 +53,11 @@ TensorView CpuBackend::adopt_weight(const TensorView& w) {
   return v;
 }
 
+TensorView CpuBackend::adopt_lookup_table(const TensorView& w) {
+  check_host(w, "adopt_lookup_table", "table");
+  return w;
+}
+
 void CpuBackend::copy(TensorView dst, const TensorView& src) {
   check_host(dst, "copy", "destination");
   check_host(src, "copy", "source");

@@ -37,6 +37,10 @@ class CpuBackend final : public Backend {
   bool can_read(MemSpace s) const override { return s != MemSpace::Device; }
   Allocator& allocator() override;
   TensorView adopt_weight(const TensorView& w) override;
+  // Never copied: a token reads one row, so the whole table in anonymous memory would take
+  // n_vocab rows of the plan for the few pages a sequence touches (the file is mapped
+  // MADV_RANDOM, a row read faults in its own pages only).
+  TensorView adopt_lookup_table(const TensorView& w) override;
 
   void copy(TensorView dst, const TensorView& src) override;
   const float* read_f32(const TensorView& v, std::vector<float>& staging) override;
