@@ -87,12 +87,12 @@ ModelMemory model_memory(const GgufFile& file, const FitContext& c) {
   ModelMemory m;
   const HParams hp = load_hparams(file);
   HParams h = hp;
-  if (h.n_vocab == 0)
-    if (const auto* t = file.find_tensor("token_embd.weight")) h.n_vocab = t->rows();
+  const GgufTensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (h.n_vocab == 0 && embd) h.n_vocab = embd->rows();
   for (const GgufTensorInfo& t : file.tensors())
     (parse_expert_tensor_name(t.name) ? m.expert_bytes : m.non_expert_bytes) += t.nbytes;
-  if (file.find_tensor("output.weight"))
-    if (const auto* t = file.find_tensor("token_embd.weight")) m.table_bytes = t->nbytes;
+  // The loader ties the output head to the embedding when the file has no output.weight.
+  if (embd && file.find_tensor("output.weight")) m.table_bytes = embd->nbytes;
   // The low-precision copies (pack --low) are expert bytes too, but only the model's own
   // precision decides the fit.
   m.expert_bytes = build_expert_index(file).total_expert_bytes();
