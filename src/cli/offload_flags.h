@@ -59,7 +59,8 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_flag("--prefetch-always", o.prefetch_always,
                "issue every predicted prefetch, also those the measured layer time, read speed "
                "and disk load say cannot be half done before their layer runs, and those the "
-               "gate holds back while demand reads saturate the disk and few prefetches are used");
+               "gate holds back while demand reads saturate the disk and few prefetches are used, "
+               "or while the misses their victims cause cancel the misses they avoid");
   app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
   app.add_option("--mode", o.mode,
                  "expert mode: exact (default, lossless) | hobbit (cache misses of less critical "

@@ -221,7 +221,26 @@ void CachedExpertProvider::start_load(Tier& T, const Binding& b, Priority p, boo
 void CachedExpertProvider::start_miss(Tier& T, const Binding& b, bool issue_now) {
   T.io[b.slot] = SlotIo{};
   classify(T, b.slot, 2);
+  const ExpertKey k = T.cache->slot(b.slot).key;
+  if (take_prefetch_victim(T, k)) {
+    ++ls(k.layer).prefetch_harm;
+    gate_.on_harm();
+  }
   start_load(T, b, Priority::High, issue_now);
+}
+
+void CachedExpertProvider::note_prefetch_victim(Tier& T, const ExpertKey& k) {
+  if (k.layer < 0) return;
+  T.prefetch_victims.push_back(k);
+  while (T.prefetch_victims.size() > static_cast<size_t>(T.cache->n_slots()))
+    T.prefetch_victims.pop_front();
+}
+
+bool CachedExpertProvider::take_prefetch_victim(Tier& T, const ExpertKey& k) {
+  auto it = std::find(T.prefetch_victims.begin(), T.prefetch_victims.end(), k);
+  if (it == T.prefetch_victims.end()) return false;
+  T.prefetch_victims.erase(it);
+  return true;
 }
 
 void CachedExpertProvider::load_placements(Tier& T, std::span<const int> slots) {
@@ -562,6 +581,8 @@ void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> expert
       continue;
     }
     note_eviction(b.evicted, b.evicted_unused);
+    take_prefetch_victim(T, ExpertKey{layer, e});  // back by a prefetch: no miss to blame
+    note_prefetch_victim(T, b.evicted);
     T.io[b.slot] = SlotIo{};
     T.cache->slot(b.slot).prefetched = true;
     ++ls(layer).prefetch_issued;

@@ -28,6 +28,7 @@
 // no slot free. A slot is never overwritten while a kernel may still read it.
 // All state is guarded by one mutex; I/O runs on the prefetcher's threads without it.
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -163,6 +164,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     Precision prec = Precision::High;
     std::unique_ptr<ExpertCache> cache;
     std::vector<SlotIo> io;
+    // Experts a prefetch evicted, newest last, at most n_slots (older ones would have been
+    // evicted by demand since): a demand miss of one is the miss that prefetch caused.
+    std::deque<ExpertKey> prefetch_victims;
   };
 
   // ChunkSink (called by the prefetcher's workers)
@@ -174,6 +178,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   const Tier& tier(Precision p) const;
   Tier& tier_of(const ChunkTask& t) { return t.tier ? *low_ : high_; }
   void schedule(Tier& T, int s, Priority p, float confidence);  // under mu_
+  void note_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
+  bool take_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
   void promote(Tier& T, int s);                                 // under mu_
   bool cancel_low(Tier& T, int s);                              // under mu_
   void classify(Tier& T, int s, uint8_t cls);                   // under mu_

@@ -18,6 +18,7 @@ void LayerOffloadStats::add(const LayerOffloadStats& o) {
   streamed += o.streamed;
   cpu_computed += o.cpu_computed;
   prefetch_gated += o.prefetch_gated;
+  prefetch_harm += o.prefetch_harm;
   placements += o.placements;
   bytes_read += o.bytes_read;
   chunks_read += o.chunks_read;
@@ -53,6 +54,7 @@ nlohmann::json layer_json(const LayerOffloadStats& s) {
       {"prefetch_paused", s.prefetch_paused},
       {"prefetch_too_late", s.prefetch_too_late},
       {"prefetch_gated", s.prefetch_gated},
+      {"prefetch_harm", s.prefetch_harm},
       {"prefetch_accuracy",
        s.prefetch_issued ? double(s.prefetch_used) / double(s.prefetch_issued) : 0.0},
       {"evictions", s.evictions},

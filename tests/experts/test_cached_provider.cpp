@@ -359,3 +359,73 @@ INSTANTIATE_TEST_SUITE_P(CachedProvider, PausedPrefetch, ::testing::Values(false
 
 }  // namespace
 }  // namespace moeflow
+
+namespace moeflow {
+namespace {
+
+// A demand miss of an expert that a prefetch evicted is counted as that prefetch's harm (and
+// fed to the gate); a miss of an expert that demand evicted, or that a prefetch brought back,
+// is not.
+TEST(CachedProvider, DemandMissOfAPrefetchVictimCountsAsHarm) {
+  test::FakeModel m;
+  test::make_fake_model(m, "harm", 2, 8, 40, 5);
+  uint64_t slot = 0;
+  {
+    ExpertStore probe({m.path}, m.index);
+    slot = probe.slot_bytes();
+  }
+  OffloadConfig cfg;
+  cfg.budget_bytes = 3 * slot;
+  cfg.top_k = 1;
+  cfg.io_threads = 1;
+  cfg.skip_late_prefetch = false;
+  CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
+                            std::make_unique<test::TestLru>(), cfg);
+  auto step = [&](int e) {
+    prov.begin_step();
+    const int chosen[1] = {e};
+    prov.on_route(1, chosen);
+    expect_view_matches(m, prov.acquire(1, e), 1, e);
+    prov.release(1, e);
+    prov.end_step();
+  };
+  auto harm = [&] { return prov.stats().layers[1].prefetch_harm; };
+  step(0);
+  step(1);
+  step(2);  // resident: 0, 1, 2 (LRU order)
+  const int guess[1] = {3};
+  prov.prefetch(1, guess);  // evicts 0, the least recently used
+  prov.drain();
+  EXPECT_EQ(prov.residency(1, 0), Residency::NotStarted);
+  EXPECT_EQ(harm(), 0u);
+  step(0);  // the prefetch's victim, demanded: the miss it caused (it evicts one, by demand)
+  EXPECT_EQ(harm(), 1u);
+  int demand_victim = -1;
+  for (int e : {1, 2, 3})
+    if (prov.residency(1, e) == Residency::NotStarted) demand_victim = e;
+  ASSERT_GE(demand_victim, 0);
+  step(demand_victim);  // demand's own victim: a miss, not harm
+  EXPECT_EQ(harm(), 1u);
+  // A victim that a later prefetch brings back is no harm when it is demanded: no miss.
+  std::vector<int> before;
+  for (int e = 0; e < 5; ++e)
+    if (prov.residency(1, e) == Residency::Resident) before.push_back(e);
+  ASSERT_EQ(before.size(), 3u);
+  const int other[1] = {5};
+  prov.prefetch(1, other);
+  prov.drain();
+  int victim = -1;
+  for (int e : before)
+    if (prov.residency(1, e) == Residency::NotStarted) victim = e;
+  ASSERT_GE(victim, 0);
+  const int back[1] = {victim};
+  prov.prefetch(1, back);
+  prov.drain();
+  ASSERT_EQ(prov.residency(1, victim), Residency::Resident);
+  step(victim);
+  EXPECT_EQ(harm(), 1u);
+  EXPECT_EQ(prov.stats().layers[1].prefetch_issued, 3u);
+}
+
+}  // namespace
+}  // namespace moeflow
