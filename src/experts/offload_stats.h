@@ -22,7 +22,7 @@ struct LayerOffloadStats {
   uint64_t prefetch_paused = 0;   // a speculative read stopped part-way for a demand read
   uint64_t evictions = 0;
   uint64_t streamed = 0;          // misses the policy declined, read into a transient slot
-  uint64_t prefetch_gated = 0;    // prefetches held back by the gate (read-bound, inaccurate)
+  uint64_t prefetch_gated = 0;    // held back by the gate (read-bound and inaccurate, or no net gain)
   uint64_t prefetch_harm = 0;     // demand misses of experts a prefetch had evicted
   uint64_t cpu_computed = 0;      // hybrid: experts computed by the CPU instead of waited for
   uint64_t placements = 0;        // loads the policy's placement asked for (initial, after prefill)
