@@ -417,6 +417,14 @@ Residency CachedExpertProvider::residency_mixed(int layer, int expert, Precision
 }
 
 ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
+  return acquire_impl(layer, expert, p, false);
+}
+
+ExpertView CachedExpertProvider::acquire_streamed(int layer, int expert, Precision p) {
+  return acquire_impl(layer, expert, p, !device_sync_ && !cfg_.host_views);
+}
+
+ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p, bool streamed) {
   MOEFLOW_CHECK(expert >= 0 && expert < store_->n_experts(layer),
                 "acquire: layer {} has no expert {}", layer, expert);
   std::unique_lock lk(mu_);
@@ -498,7 +506,7 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
     gate_.on_outcome(true);
   }
   cache.touch(s, t);
-  if (sl.state == SlotState::Loading) {
+  if (sl.state == SlotState::Loading && !streamed) {
     waited = true;
     cv_.wait(lk, [&] { return sl.state != SlotState::Loading; });
   }
@@ -521,6 +529,29 @@ ExpertView CachedExpertProvider::acquire(int layer, int expert, Precision p) {
                                cache.space());
   }
   return v;
+}
+
+void CachedExpertProvider::await_matrix(int layer, int expert, int proj, Precision p) {
+  MOEFLOW_CHECK(proj >= 0 && proj < kNumExpertProj, "await_matrix: no matrix {}", proj);
+  std::unique_lock lk(mu_);
+  Tier& T = tier(p);
+  const int s = T.cache->find(layer, expert);
+  // A host view (hybrid) is served whole by acquire; it holds no slot pin.
+  if (!host_leases_.empty() && host_leases_.count(lease_key(p, layer, expert))) return;
+  MOEFLOW_CHECK(s >= 0 && T.cache->slot(s).pins > 0,
+                "await_matrix: expert {} of layer {} is not acquired", expert, layer);
+  const Slot& sl = T.cache->slot(s);
+  const SlotIo& io = T.io[s];
+  const auto arrived = [&] {
+    return sl.state != SlotState::Loading || io.state[proj] == ChunkState::Ready;
+  };
+  if (!arrived()) {
+    const double t0 = now_seconds();
+    cv_.wait(lk, arrived);
+    ls(layer).stall_s += now_seconds() - t0;
+  }
+  // A failed read of any of its matrices fails the expert; release() frees the slot.
+  if (!io.error.empty()) throw Error(io.error);
 }
 
 bool CachedExpertProvider::host_view(int layer, int expert, ExpertView& out) const {
@@ -546,7 +577,10 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
     retired_.emplace_back(p, s);
     return;
   }
-  --T.cache->slot(s).pins;
+  Slot& sl = T.cache->slot(s);
+  --sl.pins;
+  // A streamed acquire's failed read surfaces in await_matrix, and its slot goes back here.
+  if (sl.pins == 0 && sl.state == SlotState::Failed) free_failed(T, s);
   free_transient_if_done(T, s);
   start_streams_ahead();
   cv_.notify_all();

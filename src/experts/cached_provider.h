@@ -108,6 +108,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void on_route(int layer, std::span<const int> experts) override;
   Residency residency(int layer, int expert) const override;
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
+  // Streams on a host tier (a device tier's views are read by kernels queued ahead: it acquires).
+  ExpertView acquire_streamed(int layer, int expert, Precision p = Precision::High) override;
+  void await_matrix(int layer, int expert, int proj, Precision p = Precision::High) override;
   void release(int layer, int expert, Precision p = Precision::High) override;
   void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) override;
   bool has_low_precision() const override { return low_ != nullptr; }
@@ -177,6 +180,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   Tier& tier(Precision p);              // throws when the low tier is absent
   const Tier& tier(Precision p) const;
   Tier& tier_of(const ChunkTask& t) { return t.tier ? *low_ : high_; }
+  // acquire(), returning before the read completes when `streamed`.
+  ExpertView acquire_impl(int layer, int expert, Precision p, bool streamed);
   void schedule(Tier& T, int s, Priority p, float confidence);  // under mu_
   void note_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
   bool take_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_

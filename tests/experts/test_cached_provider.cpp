@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "experts/cached_provider.h"
@@ -425,6 +426,89 @@ TEST(CachedProvider, DemandMissOfAPrefetchVictimCountsAsHarm) {
   step(victim);
   EXPECT_EQ(harm(), 1u);
   EXPECT_EQ(prov.stats().layers[1].prefetch_issued, 3u);
+}
+
+// A streamed acquire returns while the expert is still being read, and each matrix is handed
+// out once its own read is done: the gate and up products can run under the down read.
+TEST(CachedProvider, StreamedAcquireAwaitsEachMatrixAsItArrives) {
+  test::FakeModel m;
+  test::make_fake_model(m, "stream", 2, 4, 32, 21);
+  auto prov = make_provider(m, 1 << 24, 2, 1, false, true, false);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool down_started = false, down_may_finish = false;
+  prov->store().set_fault_hook([&](const ReadEvent& ev, int64_t&) {
+    if (ev.layer != 1 || ev.expert != 2 || ev.proj != 2) return;
+    std::unique_lock lk(mu);
+    down_started = true;
+    cv.notify_all();
+    // Bounded: an acquire that waited for the whole expert fails the checks below, not hangs.
+    cv.wait_for(lk, std::chrono::seconds(10), [&] { return down_may_finish; });
+  });
+  const int chosen[1] = {2};
+  prov->on_route(1, chosen);
+  const ExpertView v = prov->acquire_streamed(1, 2);
+  prov->await_matrix(1, 2, 0);
+  prov->await_matrix(1, 2, 1);
+  {
+    std::unique_lock lk(mu);
+    // One I/O thread reads gate, up, down in order: the down read is under way (held in the
+    // hook), so gate and up are complete and down is not.
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return down_started; }));
+  }
+  EXPECT_EQ(prov->ready_chunks(1, 2), 3u);
+  EXPECT_EQ(prov->residency(1, 2), Residency::InFlight);
+  for (int p = 0; p < 2; ++p)
+    ASSERT_EQ(0, std::memcmp(v.proj[p].data, m.slice(1, 2, p), m.index.layers[1].slices[2][p].nbytes));
+  std::atomic<bool> down_ready{false};
+  std::thread waiter([&] {
+    prov->await_matrix(1, 2, 2);
+    down_ready = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(down_ready.load());  // held by the hook: await_matrix must still be waiting
+  {
+    std::lock_guard lk(mu);
+    down_may_finish = true;
+  }
+  cv.notify_all();
+  waiter.join();
+  EXPECT_TRUE(down_ready.load());
+  expect_view_matches(m, v, 1, 2);
+  prov->release(1, 2);
+  EXPECT_EQ(prov->residency(1, 2), Residency::Resident);
+  EXPECT_EQ(prov->stats().layers[1].misses, 1u);
+}
+
+// A failed read of a streamed expert's later matrix surfaces from await_matrix, release frees
+// the slot, and the next acquire reads it again.
+TEST(CachedProvider, StreamedAcquireReportsAFailedMatrixReadAndRecovers) {
+  test::FakeModel m;
+  test::make_fake_model(m, "streamerr", 2, 4, 32, 22);
+  auto prov = make_provider(m, 1 << 24, 2, 1, false, true, false);
+  std::atomic<bool> broken{true};
+  prov->store().set_fault_hook([&](const ReadEvent& ev, int64_t& r) {
+    if (broken && ev.layer == 1 && ev.expert == 3 && ev.proj == 2) r = -EIO;
+  });
+  const int chosen[1] = {3};
+  prov->on_route(1, chosen);
+  prov->acquire_streamed(1, 3);
+  prov->await_matrix(1, 3, 0);
+  try {
+    prov->await_matrix(1, 3, 2);
+    FAIL() << "expected an I/O error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("read error"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expert 3"), std::string::npos) << e.what();
+  }
+  prov->release(1, 3);
+  prov->drain();
+  EXPECT_EQ(prov->residency(1, 3), Residency::NotStarted);
+  broken = false;
+  const ExpertView v = prov->acquire_streamed(1, 3);
+  for (int p = 0; p < kNumExpertProj; ++p) prov->await_matrix(1, 3, p);
+  expect_view_matches(m, v, 1, 3);
+  prov->release(1, 3);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #pragma once
 // The gated feed-forward network every architecture uses for its dense layers, its routed
 // experts and its shared experts: out = down(act(gate x + bg) * (up x + bu)) + bd.
+#include <functional>
+
 #include "backend/backend.h"
 
 namespace moeflow {
@@ -16,8 +18,13 @@ struct FfnScratch {
   BackendScratch gu, h;
 };
 
+// Called with 0 (gate, or fused gate_up), 1 (up) or 2 (down) just before glu_ffn's first op
+// on that matrix: an expert still being read can be computed as its matrices arrive, the
+// gate and up products under the read of its down matrix.
+using MatrixReady = std::function<void(int proj)>;
+
 // out[m][d] for the m rows of x. Throws when the matrices do not fit together.
 void glu_ffn(Backend& be, const FfnMatrices& w, const TensorView& x, TensorView out,
-             const GluParams& act, FfnScratch& scratch);
+             const GluParams& act, FfnScratch& scratch, const MatrixReady& ready = {});
 
 }  // namespace moeflow

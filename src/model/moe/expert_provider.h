@@ -9,6 +9,7 @@
 //   on_route(l, chosen)            exact experts known: raise them to HIGH, drop stale LOW work
 //   residency(l, e) for each e     used to reorder: resident -> in flight -> not started
 //   acquire(l, e, p) ... release   blocks until the weights are usable; pinned in between
+//                                  (or acquire_streamed + await_matrix per matrix)
 //   prefetch(l', experts, ...)     predictors queue speculative loads for later layers/tokens
 // In the lossy modes (HOBBIT) the block asks for (layer, expert, precision) through the
 // *_mixed variants; the plain calls mean Precision::High.
@@ -66,6 +67,16 @@ class ExpertProvider {
   // weights cannot be produced (I/O error, truncated file).
   virtual ExpertView acquire(int layer, int expert, Precision p = Precision::High) = 0;
   virtual void release(int layer, int expert, Precision p = Precision::High) {}
+
+  // Protocol step 4, streamed: as acquire (pinned until release), but it may return while the
+  // expert's matrices are still being read; the caller calls await_matrix(layer, expert, proj,
+  // p) before its first op on matrix `proj` (0 gate, 1 up, 2 down), which blocks until that
+  // matrix is usable and throws what acquire would. The compute of the matrices that arrived
+  // first then runs under the read of the rest. A provider that cannot stream acquires.
+  virtual ExpertView acquire_streamed(int layer, int expert, Precision p = Precision::High) {
+    return acquire(layer, expert, p);
+  }
+  virtual void await_matrix(int layer, int expert, int proj, Precision p = Precision::High) {}
 
   // The expert's weights in host memory that costs no read to touch (the mapped model in RAM),
   // for a host backend to compute it beside a device (DAOP's CPU pre-calculation); valid as

@@ -51,13 +51,15 @@ template <typename Fn>
 void MoeBlock::with_expert(ExpertProvider& provider, const LayerWeights& L, int layer, int e,
                            Precision p, Fn&& compute) {
   const int64_t d = hp_.n_embd;
-  ExpertView v = provider.acquire(layer, e, p);
+  // Streamed: each matrix is waited for just before its first use, so a miss's gate and up
+  // products run while its down matrix is still being read.
+  ExpertView v = provider.acquire_streamed(layer, e, p);
   try {
     if (v.gate().cols() != d || v.down().rows() != d)
       fail("layer {} expert {}: provider returned a slice of shape {}x{}, expected n_embd {}",
            layer, e, v.down().rows(), v.gate().cols(), d);
     attach_biases(L, e, v);
-    compute(v);
+    compute(v, [&](int proj) { provider.await_matrix(layer, e, proj, p); });
   } catch (...) {
     provider.release(layer, e, p);
     throw;
@@ -94,7 +96,9 @@ void MoeBlock::precalculate_resident(int layer, ExpertProvider& provider) {
     if (provider.residency(next, e) != Residency::Resident) continue;
     const TensorView y = pre_outputs_.slice_rows((int64_t)pre_computed_.size(), 1);
     with_expert(provider, N, next, e, Precision::High,
-                [&](const ExpertView& v) { exec_.run_expert(v, stale, y, NS.moe.act); });
+                [&](const ExpertView& v, const MatrixReady& ready) {
+                  exec_.run_expert(v, stale, y, NS.moe.act, ready);
+                });
     pre_computed_.push_back(e);
   }
 }
@@ -182,7 +186,9 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
       if (planner_.precalc_before(i, layer, provider)) precalculate_resident(layer, provider);
     }
     with_expert(provider, L, layer, u.expert, u.precision,
-                [&](const ExpertView& v) { exec_.run_unit(v, xn, u.slots, spec.moe.act); });
+                [&](const ExpertView& v, const MatrixReady& ready) {
+                  exec_.run_unit(v, xn, u.slots, spec.moe.act, ready);
+                });
   }
   if (!host_pick_.empty()) precalculate_on_host();
   if (pre_routed_) planner_.record_precalc(layer + 1, pre_computed_);

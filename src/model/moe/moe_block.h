@@ -69,8 +69,8 @@ class MoeBlock {
   const std::vector<Precision>& last_exec_precisions() const { return planner_.last_exec_precisions(); }
 
  private:
-  // acquire, check the slice's shape, add the expert's resident bias rows from L, compute,
-  // release (also when the computation throws).
+  // acquire (streamed), check the slice's shape, add the expert's resident bias rows from L,
+  // compute(view, ready) (ready(proj) awaits a matrix), release (also when compute throws).
   template <typename Fn>
   void with_expert(ExpertProvider& provider, const LayerWeights& L, int layer, int e, Precision p,
                    Fn&& compute);

@@ -24,18 +24,18 @@ void MoeExecutor::check_host(const ExpertView& v) const {
 }
 
 void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorView y,
-                              const GluParams& act) {
+                              const GluParams& act, const MatrixReady& ready) {
   check_host(v);
   const int64_t m = x.rows();
   const float* xh = be_.read_f32(x, hx_staging_);  // waits for the rows
   const TensorView hx = matrix_view(xh, GgmlType::F32, d_, m, MemSpace::Host);
   const TensorView hy = hy_->f32(d_, m);
-  run_expert_on_host(v, hx, hy, act);
+  run_expert_on_host(v, hx, hy, act, ready);
   be_.copy(y, hy);
 }
 
 void MoeExecutor::run_expert_on_host(const ExpertView& v, const TensorView& hx, TensorView hy,
-                                     const GluParams& act) {
+                                     const GluParams& act, const MatrixReady& ready) {
   check_host(v);
   FfnMatrices w;
   w.gate = v.gate();
@@ -49,13 +49,13 @@ void MoeExecutor::run_expert_on_host(const ExpertView& v, const TensorView& hx, 
     const float* bh = host_->can_read(b.space) ? b.as<float>() : be_.read_f32(b, bias_staging_[j]);
     *bias[j] = matrix_view(bh, GgmlType::F32, b.cols(), b.rows(), MemSpace::Host);
   }
-  glu_ffn(*host_, w, hx, hy, act, *host_ffn_);
+  glu_ffn(*host_, w, hx, hy, act, *host_ffn_, ready);
 }
 
 void MoeExecutor::run_expert(const ExpertView& v, const TensorView& x, TensorView y,
-                             const GluParams& act) {
+                             const GluParams& act, const MatrixReady& ready) {
   if (!be_.can_read(v.gate().space)) {
-    run_on_host(v, x, y, act);
+    run_on_host(v, x, y, act, ready);
     return;
   }
   FfnMatrices w;
@@ -65,18 +65,18 @@ void MoeExecutor::run_expert(const ExpertView& v, const TensorView& x, TensorVie
   w.gate_bias = v.bias[(int)ExpertProj::Gate];
   w.up_bias = v.bias[(int)ExpertProj::Up];
   w.down_bias = v.bias[(int)ExpertProj::Down];
-  glu_ffn(be_, w, x, y, act, ffn_);
+  glu_ffn(be_, w, x, y, act, ffn_, ready);
 }
 
 void MoeExecutor::run_unit(const ExpertView& v, const TensorView& x, std::span<const int32_t> slots,
-                           const GluParams& act) {
+                           const GluParams& act, const MatrixReady& ready) {
   const int64_t m = (int64_t)slots.size();
   rows_.clear();
   for (int32_t s : slots) rows_.push_back(s / k_);
   const TensorView xe = xe_.f32(d_, m);
   const TensorView ye = ye_.f32(d_, m);
   be_.gather_rows(x, rows_, xe);
-  run_expert(v, xe, ye, act);
+  run_expert(v, xe, ye, act, ready);
   be_.scatter_rows(slot_rows_, slots, ye);
 }
 

@@ -30,16 +30,19 @@ class MoeExecutor {
 
   // Runs expert `v` on the rows of x routed to it (slots[j] / k is the token of slot j) and
   // writes each output into its slot.
+  // `ready` (optional) is called before the first op on each of the expert's matrices (a
+  // streamed acquire's await).
   void run_unit(const ExpertView& v, const TensorView& x, std::span<const int32_t> slots,
-                const GluParams& act);
+                const GluParams& act, const MatrixReady& ready = {});
   // y[m][d] = the expert on x[m][d].
-  void run_expert(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act);
+  void run_expert(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act,
+                  const MatrixReady& ready = {});
   // slot <- row `index` of `outputs` (outputs computed ahead).
   void fill_slot(int32_t slot, const TensorView& outputs, int index);
   // hy[m][d] = the expert on hx[m][d], all on the host backend (hx, hy in host memory; the
   // expert's bias rows may be in the backend's memory).
   void run_expert_on_host(const ExpertView& v, const TensorView& hx, TensorView hy,
-                          const GluParams& act);
+                          const GluParams& act, const MatrixReady& ready = {});
   // out[t] = sum of kept slots weighted, in rank order.
   void combine(TensorView out, std::span<const float> weights, std::span<const uint8_t> keep, int n);
   // out += gate(x) * shared_expert(x)
@@ -49,7 +52,8 @@ class MoeExecutor {
   // Fails naming the memory when no host backend can compute expert v.
   void check_host(const ExpertView& v) const;
   // y = the expert on x, computed by host_ (x and y in be_'s memory).
-  void run_on_host(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act);
+  void run_on_host(const ExpertView& v, const TensorView& x, TensorView y, const GluParams& act,
+                   const MatrixReady& ready);
   Backend& be_;
   int64_t d_;
   int k_;
