@@ -18,6 +18,7 @@ nlohmann::json result_json(const SimResult& r, bool per_layer) {
                       {"hit_rate", r.hit_rate},
                       {"bytes_moved", r.bytes_moved},
                       {"demand_loads", r.demand_loads},
+                      {"placement_loads", r.placement_loads},
                       {"prefetches", r.prefetches},
                       {"prefetch_accuracy", r.prefetch_accuracy},
                       {"fetch_in_time_rate", r.in_time_rate},

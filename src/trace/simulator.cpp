@@ -429,6 +429,7 @@ class Sim {
     for (auto [k, ev] : core_->place(counts, t_end, [&](ExpertKey c) { return at(c).slot == Slot::resident; })) {
       evicted(ev);
       occupy(k, demand_transfer(clock_));
+      res_.placement_loads++;
     }
   }
 

@@ -45,6 +45,9 @@ struct SimResult {
   double hit_rate = 0;
   double bytes_moved = 0;
   uint64_t demand_loads = 0, prefetches = 0, prefetch_used = 0, prefetch_in_time = 0;
+  // Of demand_loads: the experts a placement policy (DAOP) asked for after a prefill. They are
+  // no routed miss, yet cost a read each.
+  uint64_t placement_loads = 0;
   double prefetch_accuracy = 0;       // prefetches used before eviction / prefetches issued
   double in_time_rate = 0;            // used prefetches that arrived before their use
   double goodpred = 0;                // accuracy x in-time rate

@@ -81,6 +81,34 @@ TEST(Simulator, TimingOfMissesAndBytes) {
   EXPECT_EQ(r.decode_tokens, 4u);
 }
 
+// DAOP swaps its placement after a prompt: the swapped-in expert is read, but it is no routed
+// miss. The simulator counts it apart, so that a comparison of policies by their reads can add
+// it back (bench/causal_ceiling.py).
+TEST(Simulator, PlacementLoadsAfterAPrefillAreCountedApartFromMisses) {
+  Trace calib = letters("AAAA");  // DAOP's calibration: A is the layer's one resident
+  Trace t = letters("BBBBB");
+  for (int s = 0; s < 3; ++s) t.steps[s].phase = Phase::prefill;  // a 3-token prompt, then 2 decode steps
+  SimConfig c;
+  c.hw = unit_hw();
+  c.policy = "daop";
+  c.cache_rate = 0.25;  // one slot
+  c.calibration = &calib;
+  const SimResult r = simulate(t, c);
+  // The prompt's B is streamed (DAOP does not admit it), then placed instead of A: no decode
+  // use reads again (the first waits for the placement read still in flight, the second hits).
+  // One read for the prompt's B, one for the placement.
+  EXPECT_EQ(r.placement_loads, 1u);
+  EXPECT_EQ(r.demand_loads, 2u);
+  EXPECT_EQ(r.decode_tokens, 2u);
+  EXPECT_EQ(r.late, 1u);
+  EXPECT_EQ(r.hits, 1u);
+  // LFU caches the prompt's miss and places nothing.
+  c.policy = "lfu";
+  const SimResult l = simulate(t, c);
+  EXPECT_EQ(l.placement_loads, 0u);
+  EXPECT_EQ(l.demand_loads, 1u);
+}
+
 TEST(Simulator, InTimePrefetchBecomesAHitLatePrefetchDoesNot) {
   // Layer 0 always expert 0; layer 1 alternates 1, 2 with one slot per layer: demand-only
   // misses every layer-1 use.
