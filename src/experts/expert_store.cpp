@@ -177,6 +177,13 @@ uint64_t ExpertStore::slot_region(int layer, int expert, int proj, Precision p) 
   return tier(p).regions[layer][expert * kNumExpertProj + proj];
 }
 
+bool ExpertStore::slices_aligned(Precision p) const {
+  for (const auto& layer : tier(p).locs)
+    for (const ChunkLoc& c : layer)
+      if (c.nbytes != 0 && (c.inner_offset != 0 || c.aligned_len != c.nbytes)) return false;
+  return true;
+}
+
 void ExpertStore::set_fault_hook(FaultHook hook) {
   std::lock_guard lk(hook_mu_);
   hook_ = std::move(hook);

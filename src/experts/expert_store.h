@@ -96,6 +96,10 @@ class ExpertStore {
   void read_range(int layer, int expert, int proj, uint8_t* out, uint64_t begin, uint64_t end,
                   Precision p = Precision::High) const;
 
+  // Every present slice of `p` is read exactly, no aligned superset around it: what
+  // `moeflow pack` makes of a file (GGUF's default 32-byte alignment puts slices off 4 KiB).
+  bool slices_aligned(Precision p = Precision::High) const;
+
   bool direct_io() const { return direct_; }
   void set_fault_hook(FaultHook hook);
 

@@ -38,6 +38,27 @@ TEST(ExpertStore, ReadsEverySliceExactly) {
   EXPECT_EQ(store.total_expert_bytes(), total);
 }
 
+// The fixture's slices sit at 32-byte offsets, as in a GGUF file; the same index moved onto
+// 4 KiB boundaries with page-multiple sizes is what `moeflow pack` writes.
+TEST(ExpertStore, SlicesAlignedOnlyWhenEveryReadIsExact) {
+  test::FakeModel m;
+  test::make_fake_model(m, "aligned", 3, 2, 40, 2);
+  EXPECT_FALSE(ExpertStore({m.path}, m.index).slices_aligned());
+  ExpertIndex packed = m.index;
+  uint64_t off = 0;
+  for (auto& layer : packed.layers)
+    for (auto& expert : layer.slices)
+      for (auto& s : expert) {
+        s.type = GgmlType::F32;
+        s.rows = 1, s.cols = 1024, s.nbytes = 4096;
+        s.file_offset = off, off += 4096;
+      }
+  ASSERT_LE(off, m.bytes.size());
+  EXPECT_TRUE(ExpertStore({m.path}, packed).slices_aligned());
+  packed.layers[2].slices[1][2].file_offset += 32;  // one slice off its boundary is enough
+  EXPECT_FALSE(ExpertStore({m.path}, packed).slices_aligned());
+}
+
 TEST(ExpertStore, BufferedModeReadsTheSameBytes) {
   test::FakeModel m;
   test::make_fake_model(m, "store_buf", 2, 3, 32, 2);

@@ -103,6 +103,32 @@ TEST(AutoFit, ModelBiggerThanTheAllowanceOffloadsAndSaysWhy) {
   EXPECT_FALSE(ref.stats.contains("offload"));
 }
 
+// gen-model writes GGUF's 32-byte alignment, so its expert slices sit off 4 KiB boundaries:
+// when auto-fit offloads, the user is told that `moeflow pack` aligns them; a packed copy, an
+// explicit budget (a choice already made) and a model that fits hear nothing of it.
+TEST(AutoFit, OffloadingAnUnpackedFileSuggestsPack) {
+  const std::string m = gen_model("fit_a.gguf", 16, 1024);
+  const std::string packed = temp_path("fit_a_packed.gguf");
+  ASSERT_EQ(run_moeflow("pack -m " + m + " -o " + packed).rc, 0);
+  const char* note = "are not 4 KiB-aligned";
+  const RunResult r = run_split("run -m " + m + kGen + " --mem-limit 96MiB");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find(note), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("moeflow pack -m " + m), std::string::npos) << r.err;
+  const RunResult p = run_split("run -m " + packed + kGen + " --mem-limit 96MiB");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_TRUE(p.stats["memory"]["offload"].get<bool>()) << p.err;
+  EXPECT_EQ(p.err.find(note), std::string::npos) << p.err;
+  EXPECT_EQ(p.text, r.text);  // the same model
+  const RunResult e = run_split("run -m " + m + kGen + " --expert-cache 20MiB");
+  ASSERT_EQ(e.rc, 0) << e.err;
+  EXPECT_EQ(e.err.find(note), std::string::npos) << e.err;
+  const RunResult f = run_split("run -m " + m + kGen + " --mem-limit 1GiB");
+  ASSERT_EQ(f.rc, 0) << f.err;
+  EXPECT_EQ(f.err.find(note), std::string::npos) << f.err;
+  std::filesystem::remove(packed);
+}
+
 TEST(AutoFit, ModelThatFitsKeepsEveryExpertResident) {
   const std::string m = gen_model("fit_b.gguf", 16, 1024);
   const RunResult r = run_split("run -m " + m + kGen + " --mem-limit 1GiB");
