@@ -56,7 +56,9 @@ Per model:
                        with twice the I/O threads, `tight` the budget plus half of auto's margin,
                        `split` the same budget with the other partitioning (one global LFU budget
                        vs --cache-per-layer), `noprefetch` the same budget with --prefetch none
-                       (demand reads only); "moeflow best" is the best median among them
+                       (demand reads only), `packed` auto on the file's `moeflow pack` copy (expert
+                       slices 4 KiB-aligned; made once beside the model); "moeflow best" is the
+                       best median among them
   Belady   : `moeflow sim --policy belady --global-budget --with-prefill` on each auto run's
              trace, at the cache rate of the slots auto had (n_slots / (experts x MoE layers)):
              the fewest expert reads any policy could do with that budget on that routing
@@ -600,8 +602,9 @@ def summarize(engine: str, res: dict, n_gen: int) -> dict:
     return r
 
 
-def best_candidates(plan: dict, which: list[str]) -> dict:
-    """Explicit moeflow settings derived from auto's plan at a level."""
+def best_candidates(plan: dict, which: list[str], packed: str | None = None) -> dict:
+    """Explicit moeflow settings derived from auto's plan at a level. An argument list that
+    starts with "@PATH" runs on that file instead of the model (the packed copy)."""
     b, m = plan.get("budget_bytes") or 0, plan.get("margin_bytes") or 0
     io = plan.get("io_threads") or 2
     c = {}
@@ -613,6 +616,8 @@ def best_candidates(plan: dict, which: list[str]) -> dict:
         c["tight"] = ["--expert-cache", str(b + m // 2)]
     if "noprefetch" in which:  # demand reads only: no speculative bytes on a read-bound disk
         c["noprefetch"] = ["--expert-cache", str(b), "--prefetch", "none"]
+    if "packed" in which and packed:  # auto again, on the `moeflow pack` copy
+        c["packed"] = ["@" + packed]
     if "split" in which:
         c["split"] = (["--expert-cache", str(b), "--cache-policy", "lfu"] if plan.get("per_layer_budget")
                       else ["--expert-cache", str(b), "--cache-policy", "lfu", "--cache-per-layer"])
@@ -662,7 +667,10 @@ def measure(a, runner: Runner, name: str, model: str, info: dict, eng: str, cand
         trace = os.path.join(tracedir, f"{name}_{level:g}_{rep}.mft")
         cmd = moeflow_cmd(a, model, ["--trace-out", trace], a.p, a.n)
     else:
-        cmd = moeflow_cmd(a, model, cands[eng[len("moeflow-"):]], a.p, a.n)
+        args = cands[eng[len("moeflow-"):]]
+        if args and args[0].startswith("@"):
+            model, args = args[0][1:], args[1:]
+        cmd = moeflow_cmd(a, model, args, a.p, a.n)
     drop_file_cache(model, a.drop_caches)
     cold = cached_fraction(model)
     r = summarize(eng, runner.run(cmd, a.timeout, limit), a.n)
@@ -705,6 +713,18 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
     log(f"O_DIRECT read bandwidth: best {bw:.2f} GB/s ({sweep['best']['engine']}, "
         f"{sweep['best']['request_bytes'] >> 10} KiB x depth {sweep['best']['depth']})")
 
+    packed = None
+    if "packed" in a.best:  # the same model, expert slices 4 KiB-aligned by `moeflow pack`
+        packed = os.path.splitext(model)[0] + "_packed.gguf"
+        if not os.path.exists(packed):
+            packing = runner.run([a.moeflow, "pack", "-m", model, "-o", packed + ".part"], timeout=a.timeout)
+            if packing["rc"] != 0:
+                raise RuntimeError(f"moeflow pack failed: {packing['stderr'][-2000:]}")
+            os.replace(packed + ".part", packed)
+        out_packed = packed
+    else:
+        out_packed = None
+
     # Compute time with every expert resident (page cache warm, no limit)
     warm_page_cache(model)
     res = runner.run(moeflow_cmd(a, model, ["--no-offload"], a.p, a.n, reps=a.reps), timeout=a.timeout)
@@ -713,7 +733,7 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
     log(f"resident (all experts in RAM, no limit): prefill {resident['prefill_tps']:.2f} tok/s, "
         f"decode {resident['decode_tps']:.3f} tok/s = {1000 * compute_s:.0f} ms/token")
 
-    out = {"model": model, "shape": desc, "layers": layers, "info": info,
+    out = {"model": model, "packed_copy": out_packed, "shape": desc, "layers": layers, "info": info,
            "odirect_sweep": sweep, "odirect_best_GBps": bw,
            "resident": {"prefill_tps": resident["prefill_tps"], "decode_tps": resident["decode_tps"],
                         "compute_s_per_token": compute_s, "peak_rss_bytes": res.get("maxrss_bytes")},
@@ -741,7 +761,8 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
                         "status", "budget_bytes", "margin_bytes", "n_slots", "slot_bytes", "policy",
                         "per_layer_budget", "io_threads", "available_bytes", "plan_reason", "error")}
                     log(f"auto-fit: {r.get('plan_reason') or (r.get('error') or '-').splitlines()[-1]}")
-                    cands = best_candidates(lv["plan"], a.best) if r["ok"] and r.get("offload") else {}
+                    cands = (best_candidates(lv["plan"], a.best, packed)
+                             if r["ok"] and r.get("offload") else {})
                     lv["candidates"] = cands
                     engines = base + [f"moeflow-{c}" for c in cands]
                     order = engines
@@ -1019,7 +1040,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--levels", default="0.5,0.25", help="free RAM as fractions of the model file")
     ap.add_argument("--best", default="io,tight,split",
-                    help="moeflow explicit candidates: io, tight, split, noprefetch (comma list; '' for none)")
+                    help="moeflow explicit candidates: io, tight, split, noprefetch, packed (comma list; '' for none)")
     ap.add_argument("--sweep-seconds", type=float, default=0.5, help="per point of pack --sweep")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 rep, -p 16 -n 4: checks the script only")
