@@ -721,9 +721,6 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
             if packing["rc"] != 0:
                 raise RuntimeError(f"moeflow pack failed: {packing['stderr'][-2000:]}")
             os.replace(packed + ".part", packed)
-        out_packed = packed
-    else:
-        out_packed = None
 
     # Compute time with every expert resident (page cache warm, no limit)
     warm_page_cache(model)
@@ -733,7 +730,7 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
     log(f"resident (all experts in RAM, no limit): prefill {resident['prefill_tps']:.2f} tok/s, "
         f"decode {resident['decode_tps']:.3f} tok/s = {1000 * compute_s:.0f} ms/token")
 
-    out = {"model": model, "packed_copy": out_packed, "shape": desc, "layers": layers, "info": info,
+    out = {"model": model, "packed_copy": packed, "shape": desc, "layers": layers, "info": info,
            "odirect_sweep": sweep, "odirect_best_GBps": bw,
            "resident": {"prefill_tps": resident["prefill_tps"], "decode_tps": resident["decode_tps"],
                         "compute_s_per_token": compute_s, "peak_rss_bytes": res.get("maxrss_bytes")},

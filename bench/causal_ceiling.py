@@ -37,16 +37,13 @@ import json
 import os
 import random
 import subprocess
-import sys
+
+from bench_bigger_than_ram import MODELS, ensure_model, log  # the benchmark's models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "c4_texts.txt")
 ORACLES = {"belady", "belady-forced"}
 TARGET = 0.85
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def run(cmd: list[str]) -> str:
@@ -119,9 +116,6 @@ def levels_of(path: str) -> dict:
 
 
 def measure(a) -> dict:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_bigger_than_ram import MODELS, ensure_model
-
     plans = {}
     for path in a.sources:
         plans.update(levels_of(path))

@@ -194,7 +194,7 @@ int run_measure(const PackArgs& a) {
         const ChunkLoc& c = store->chunk(l, e, p);
         if (c.nbytes == 0) continue;
         keys.push_back({l, e, p});
-        aligned_slices += c.inner_offset == 0 && c.aligned_len == c.nbytes;
+        aligned_slices += c.exact();
       }
     }
   }

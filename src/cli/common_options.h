@@ -156,13 +156,15 @@ inline LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOpti
   // Qwen3-30B-A3B shape at 1/4 of its size in RAM (docs/bigger-than-ram.md): the packed copy
   // decoded 1.13-1.32x faster in three interleaved series, same bytes read; on Mixtral's 33 MB
   // slices, no change.
-  if (le.plan.how == "auto" && le.offload.provider && le.offload.provider->store().direct_io() &&
-      !le.offload.provider->store().slices_aligned())
-    std::fprintf(stderr,
-                 "moeflow: note: the expert slices of %s are not 4 KiB-aligned, so every read "
-                 "covers a larger aligned range; `moeflow pack -m %s -o PACKED.gguf` aligns them "
-                 "(small experts read faster from a packed file)\n",
-                 le.offload.provider->store().path().c_str(), le.offload.provider->store().path().c_str());
+  if (le.plan.how == "auto" && le.offload.provider) {
+    const ExpertStore& store = le.offload.provider->store();
+    if (store.direct_io() && !store.slices_aligned())
+      std::fprintf(stderr,
+                   "moeflow: note: the expert slices of %s are not 4 KiB-aligned, so every read "
+                   "covers a larger aligned range; `moeflow pack -m %s -o PACKED.gguf` aligns them "
+                   "(small experts read faster from a packed file)\n",
+                   store.path().c_str(), store.path().c_str());
+  }
   opt.resident_weights = le.offload.provider != nullptr;
   le.engine = std::make_unique<Engine>(std::move(file), opt, le.offload.provider);
   le.offload.attach(le.engine->context(), le.engine->model());

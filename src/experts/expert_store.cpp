@@ -180,7 +180,7 @@ uint64_t ExpertStore::slot_region(int layer, int expert, int proj, Precision p) 
 bool ExpertStore::slices_aligned(Precision p) const {
   for (const auto& layer : tier(p).locs)
     for (const ChunkLoc& c : layer)
-      if (c.nbytes != 0 && (c.inner_offset != 0 || c.aligned_len != c.nbytes)) return false;
+      if (c.nbytes != 0 && !c.exact()) return false;
   return true;
 }
 

@@ -34,6 +34,8 @@ struct ChunkLoc {
   uint64_t aligned_len = 0;     // bytes read, multiple of 4 KiB (0: projection absent)
   uint64_t inner_offset = 0;    // where the slice starts inside the read buffer
   uint64_t nbytes = 0;          // slice size
+  // The read is the slice itself, no aligned superset around it (a `moeflow pack`ed file).
+  bool exact() const { return inner_offset == 0 && aligned_len == nbytes; }
 };
 
 // Passed to the fault hook after every read, so tests can inject I/O errors and short reads
