@@ -1,3 +1,5 @@
+// fuzz-sources: src/server/request_head.cpp
+// fuzz-link: moeflow_core
 // libFuzzer target: scan_request (src/server/request_head.h), which the connection guard runs on
 // raw bytes from the network before any worker sees them. Its verdict must be consistent with
 // the bytes and the limits, and scanning a prefix must never claim more than the whole did.
