@@ -1,4 +1,4 @@
-// fuzz-sources: src/server/request_parse.cpp src/server/request_head.cpp
+// fuzz-sources: src/server/request_parse.cpp
 // fuzz-link: moeflow_sampling moeflow_core
 // libFuzzer target: the server's request parsing (src/server/request_parse.h), the JSON body of
 // POST /v1/chat/completions and /v1/completions turned into generation parameters. Any input
