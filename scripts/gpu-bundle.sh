@@ -1,99 +1,71 @@
 #!/usr/bin/env bash
-# Prepares .gpu-carry/ (git-ignored): everything scripts/gpu-check.sh needs on a GPU machine
-# that has the CUDA toolkit, CMake, ninja and Python but no network and none of our Debian
-# packages. Run it here (a development machine with the Debian packages installed); the folder
-# then travels with the working tree.
-#   .gpu-carry/include/{fmt,nlohmann,CLI}/   headers from /usr/include (fmt used header-only)
-#   .gpu-carry/httplib/httplib.{h,cpp}       cpp-httplib (Debian ships it compiled, so llama.cpp's copy)
-#   .gpu-carry/googletest/                   GoogleTest sources from /usr/src/googletest
-#   .gpu-carry/llama.cpp.tar.gz              llama.cpp from the llama-cpp-python sdist, trimmed
-#                                            to what builds llama-bench with CUDA
-#   .gpu-carry/shared-data.tar.gz            the text corpus of ../shared/data that CPU tests read
-#                                            (the shared folder beside the tree does not travel)
-#   .gpu-carry/MANIFEST                      versions and sizes
+# Prepares .gpu-carry/ (git-ignored) here, for scripts/gpu-check.sh on a GPU machine, where
+# nothing is compiled (a GPU is lent for 15 minutes, machine start included; llama.cpp's CUDA
+# build alone takes 20 min on 2 cores). The GPU machine has the CUDA toolkit and driver, cuBLAS
+# and Python, and none of our Debian packages.
+#   .gpu-carry/moeflow-gpu.tar.xz   bin/: moeflow and the test binaries with GPU cases
+#                                   (test_backend, test_gpu, test_runtime), built here with
+#                                   -DMOEFLOW_CUDA=ON for sm_90 + compute_90 PTX against this
+#                                   machine's Debian libraries (the same fmt, CLI11,
+#                                   nlohmann-json, cpp-httplib and GoogleTest as CI), stripped;
+#                                   lib/: the shared libraries they load that a GPU machine may
+#                                   lack (fmt, liburing, libstdc++, libgcc_s); CUDA's own
+#                                   libraries come from the GPU machine's toolkit
+#   .gpu-carry/llama-bench-cuda13-sm90.tar.xz   the prebuilt CUDA llama-bench of ../shared/gpu
+#   .gpu-carry/MANIFEST             commit, build flags, sizes, library versions
 # The working tree plus this folder must stay under 64 MiB (checked at the end).
-# Usage: scripts/gpu-bundle.sh [--sdist llama_cpp_python-0.3.36.tar.gz]
+# Usage: scripts/gpu-bundle.sh        (BUILD=build-cuda: where the CUDA build is made)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-LLAMA_CPP_PYTHON=0.3.36
 LIMIT_MIB=64
-sdist=""
-while (($#)); do
-  case $1 in
-    --sdist) sdist=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) echo "gpu-bundle: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+BUILD=${BUILD:-build-cuda}
+JOBS=${JOBS:-$(nproc)}
+LLAMA_BENCH=../shared/gpu/llama-bench-cuda13-sm90.tar.xz
+case ${1:-} in
+  -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "gpu-bundle: unknown argument $1" >&2; exit 2 ;;
+esac
 
-need() { [ -e "$1" ] || { echo "gpu-bundle: $1 is missing ($2)" >&2; exit 1; }; }
-need /usr/include/fmt/format.h "apt-get install libfmt-dev"
-need /usr/include/nlohmann/json.hpp "apt-get install nlohmann-json3-dev"
-need /usr/include/CLI/CLI.hpp "apt-get install libcli11-dev"
-need /usr/src/googletest/CMakeLists.txt "apt-get install googletest"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[ -x "$nvcc" ] || { echo "gpu-bundle: no nvcc (the CUDA toolkit) on this machine" >&2; exit 1; }
+[ -f "$LLAMA_BENCH" ] || { echo "gpu-bundle: $LLAMA_BENCH is missing (the prebuilt CUDA llama-bench)" >&2; exit 1; }
+MOEFLOW_SKIP_PY=1 bash scripts/setup-deps.sh
 
-# The llama-cpp-python source distribution, downloaded once into .deps/ (git-ignored).
-if [ -z "$sdist" ]; then
-  sdist=.deps/gpu-bundle/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz
-  if [ ! -f "$sdist" ]; then
-    mkdir -p .deps/gpu-bundle
-    echo "gpu-bundle: downloading the llama-cpp-python $LLAMA_CPP_PYTHON source distribution"
-    python3 -m pip download -q --no-binary :all: --no-deps -d .deps/gpu-bundle \
-      "llama-cpp-python==$LLAMA_CPP_PYTHON"
-  fi
-fi
-need "$sdist" "the llama-cpp-python sdist"
+launch=()
+command -v ccache >/dev/null && launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF \
+  -DMOEFLOW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc" "${launch[@]}" >/dev/null
+cmake --build "$BUILD" -j "$JOBS" --target moeflow test_backend test_gpu test_runtime
 
 out=.gpu-carry
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/carry/include" "$tmp/carry/httplib"
-
-cp -r /usr/include/fmt /usr/include/nlohmann /usr/include/CLI "$tmp/carry/include/"
-# GoogleTest without its own tests, samples and docs.
-cp -r /usr/src/googletest "$tmp/carry/googletest"
-rm -rf "$tmp/carry/googletest/googletest/"{test,samples,docs} "$tmp/carry/googletest/googlemock/"{test,docs}
-
-tar xzf "$sdist" -C "$tmp"
-src=$(find "$tmp" -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -1)
-[ -n "$src" ] || { echo "gpu-bundle: no vendor/llama.cpp in $sdist" >&2; exit 1; }
-cp "$src/vendor/cpp-httplib/httplib.h" "$src/vendor/cpp-httplib/httplib.cpp" "$src/vendor/cpp-httplib/LICENSE" \
-  "$tmp/carry/httplib/"
-
-# llama.cpp trimmed to the library, common/ and llama-bench, with the CPU and CUDA backends:
-# no models, tests, docs, examples, UI, Python, or other GPU backends.
-l=$tmp/carry/llama.cpp
-mkdir -p "$l/tools" "$l/ggml/src"
-cp -r "$src/CMakeLists.txt" "$src/LICENSE" "$src/cmake" "$src/include" "$src/src" "$src/common" \
-  "$src/vendor" "$src/licenses" "$l/"
-cp -r "$src/ggml/CMakeLists.txt" "$src/ggml/cmake" "$src/ggml/include" "$l/ggml/"
-for f in "$src"/ggml/src/*; do
-  case $(basename "$f") in
-    ggml-*) [ -d "$f" ] && continue ;;
+mkdir -p "$tmp/pkg/bin" "$tmp/pkg/lib" "$tmp/carry"
+cp "$BUILD/moeflow" "$tmp/pkg/bin/"
+for t in test_backend test_gpu test_runtime; do cp "$BUILD/tests/$t" "$tmp/pkg/bin/"; done
+strip "$tmp/pkg/bin/"*
+# Shared libraries outside glibc and CUDA: carried, found through LD_LIBRARY_PATH there.
+for b in "$tmp/pkg/bin/"*; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | while read -r lib; do
+  case $(basename "$lib") in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcudart.so*|libcublas*.so*) ;;
+    *) cp -L "$lib" "$tmp/pkg/lib/" ;;
   esac
-  cp -r "$f" "$l/ggml/src/"
 done
-cp -r "$src/ggml/src/ggml-cpu" "$src/ggml/src/ggml-cuda" "$l/ggml/src/"
-cp -r "$src/tools/llama-bench" "$l/tools/"
-echo "add_subdirectory(llama-bench)  # gpu-bundle.sh: the only tool gpu-check.sh builds" >"$l/tools/CMakeLists.txt"
-rm -f "$l/vendor/miniaudio/miniaudio.h"  # audio for mtmd, which is not built (interface target only)
-(cd "$tmp/carry" && tar czf llama.cpp.tar.gz llama.cpp && rm -rf llama.cpp)
-
-if [ -d ../shared/data/corpus ]; then
-  tar czf "$tmp/carry/shared-data.tar.gz" -C ../shared/data corpus
-else
-  echo "gpu-bundle: note: no ../shared/data/corpus: the CPU tests that read it will fail on the GPU machine"
-fi
-
+(cd "$tmp/pkg" && tar cJf "$tmp/carry/moeflow-gpu.tar.xz" bin lib)
+cp "$LLAMA_BENCH" "$tmp/carry/"
 {
   echo "made by scripts/gpu-bundle.sh on $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "llama-cpp-python $LLAMA_CPP_PYTHON sdist: $(sha256sum "$sdist" | cut -d' ' -f1)"
-  echo "fmt $(dpkg-query -W -f='${Version}' libfmt-dev 2>/dev/null || echo '?')"
-  echo "nlohmann-json $(dpkg-query -W -f='${Version}' nlohmann-json3-dev 2>/dev/null || echo '?')"
-  echo "CLI11 $(dpkg-query -W -f='${Version}' libcli11-dev 2>/dev/null || echo '?')"
-  echo "googletest $(dpkg-query -W -f='${Version}' googletest 2>/dev/null || echo '?')"
-  grep -m1 'CPPHTTPLIB_VERSION ' "$tmp/carry/httplib/httplib.h" | sed 's/#define //'
+  echo "moeflow $(git describe --always --dirty 2>/dev/null || echo '?') built with $("$nvcc" --version | grep -o 'release [0-9.]*'), sm_90 + compute_90 PTX, Release"
+  echo "binaries: $(ls "$tmp/pkg/bin" | tr '\n' ' ')"
+  echo "carried libraries: $(ls "$tmp/pkg/lib" | tr '\n' ' ')"
+  for p in libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev liburing-dev googletest; do
+    echo "$p $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo '?')"
+  done
+  echo "llama-bench: $(basename "$LLAMA_BENCH") ($(sha256sum "$LLAMA_BENCH" | cut -c1-16)), see ../shared/gpu/README.md"
 } >"$tmp/carry/MANIFEST"
 
 rm -rf "$out"

@@ -1,51 +1,59 @@
 #!/usr/bin/env bash
-# The one command to run on a GPU machine (CUDA toolkit, CMake, ninja, Python; no network):
-# builds moeflow with CUDA and llama.cpp with CUDA from the carried sources, runs the GPU tests,
-# compute-sanitizer over the op tests, and the all-in-VRAM benchmarks against llama.cpp; prints
-# one short table last. Full logs go to LOGDIR. Run scripts/gpu-bundle.sh first on a machine
-# with network and the Debian build packages: it fills .gpu-carry/, which travels with the tree.
+# The one command to run on a GPU machine (CUDA toolkit and driver, Python; no network, none of
+# our Debian packages). Nothing is compiled there: scripts/gpu-bundle.sh builds moeflow and its
+# GPU test binaries here and packs them, with the prebuilt CUDA llama-bench of ../shared/gpu,
+# into .gpu-carry/, which travels with the working tree. This script unpacks it and runs, in
+# priority order, each command under `timeout -k` and each stage within a time budget; logs go
+# to LOGDIR, one table last (LOGDIR/summary.txt). A moeflow run that stops progressing leaves
+# its watchdog report (MOEFLOW_WATCHDOG, every thread's stack) in its log.
 #
-# Usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench,vram] LOGDIR
-#   build     moeflow (-DMOEFLOW_CUDA=ON, sm_90 + PTX, tests) and llama.cpp's llama-bench (CUDA)
-#   test      GPU tests with MOEFLOW_REQUIRE_GPU=1 (op suite on CUDA, GPU vs CPU logits for
-#             every architecture and block format), then the CPU suite
-#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the CUDA op tests, and
-#             memcheck on two whole-model GPU tests
-#   bench     generates the benchmark models here, then prefill / decode tok/s of moeflow
-#             (CUDA graphs on and off) and llama.cpp -ngl 99 on the same files
-#   vram      full-size models that do not fit the VRAM given: moeflow's VRAM expert cache
-#             (--vram-limit) against llama.cpp -ngl 99 --n-cpu-moe N in the same VRAM
-# Each stage is meant to finish in under 10 minutes on a 16-core machine.
-# Environment: JOBS (default: all cores), GPU_CHECK_BUILD (default build-gpu),
-# GPU_CHECK_LLAMA=0 (skip llama.cpp: build and bench moeflow only), BENCH_REPS (default 3).
+# Usage: scripts/gpu-check.sh [--stages unpack,test,bench,vram,sanitize] LOGDIR
+#   unpack    .gpu-carry/moeflow-gpu.tar.xz and the llama-bench archive       (~10 s)
+#   test      GPU tests with MOEFLOW_REQUIRE_GPU=1: the CUDA op suite against float64, GPU vs
+#             CPU logits for every architecture and block format, the VRAM expert cache and
+#             the CPU/GPU hybrid, the backend choice                       (budget 150 s)
+#   bench     all in VRAM: prefill / decode tok/s and the bench JSON of moeflow (CUDA graphs
+#             on and off) and llama.cpp -ngl 99 on the same files (4-layer Mixtral-8x7B and
+#             8-layer Qwen3-30B-A3B shapes, generated here with --repeat-experts)  (120 s)
+#   vram      models larger than the VRAM given: moeflow's VRAM expert cache (--vram-limit)
+#             against llama.cpp -ngl 99 --n-cpu-moe N in the same VRAM             (210 s)
+#   sanitize  compute-sanitizer memcheck / racecheck / synccheck on the CUDA op tests, memcheck
+#             on whole-model GPU tests and the VRAM cache                         (150 s)
+# A stage's commands get what is left of its budget; what finds none left is reported SKIP.
+# One device call runs at most 10 minutes: `--stages unpack,test,bench` (~5 min), then, on the
+# warm machine, `--stages vram,sanitize` (~6 min) (docs/gpu.md, "A GPU session").
+# Environment: JOBS (default: all cores), GPU_CHECK_DIR (default build-gpu: where the bundle is
+# unpacked and models are written), BENCH_REPS (default 3), GPU_CHECK_LLAMA=0 (no llama.cpp).
 # shellcheck disable=SC2317  # the stage_* functions are called by name ("stage_$s")
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
-stages=build,test,sanitize,bench,vram
+stages=unpack,test,bench,vram,sanitize
 logdir=""
 while (($#)); do
   case $1 in
     --stages) stages=$2; shift 2 ;;
     --stages=*) stages=${1#--stages=}; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) logdir=$1; shift ;;
   esac
 done
-[ -n "$logdir" ] || { echo "usage: scripts/gpu-check.sh [--stages build,test,sanitize,bench,vram] LOGDIR" >&2; exit 2; }
+[ -n "$logdir" ] || { echo "usage: scripts/gpu-check.sh [--stages unpack,test,bench,vram,sanitize] LOGDIR" >&2; exit 2; }
 for s in ${stages//,/ }; do
-  case $s in build|test|sanitize|bench|vram) ;; *) echo "gpu-check: unknown stage '$s'" >&2; exit 2 ;; esac
+  case $s in unpack|test|bench|vram|sanitize) ;; *) echo "gpu-check: unknown stage '$s'" >&2; exit 2 ;; esac
 done
 mkdir -p "$logdir"
 logdir=$(cd "$logdir" && pwd)
 JOBS=${JOBS:-$(nproc)}
-BUILD=${GPU_CHECK_BUILD:-build-gpu}
+BUILD=${GPU_CHECK_DIR:-build-gpu}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+BIN=$BUILD/bin
 LLAMA=${GPU_CHECK_LLAMA:-1}
 REPS=${BENCH_REPS:-3}
 CARRY=$ROOT/.gpu-carry
+LLAMA_DIR=/tmp/gpubuild/llama/bin
 summary=()   # "stage|check|result|detail"
 failed=0
 
@@ -55,6 +63,10 @@ if ! command -v nvcc >/dev/null; then
   done
 fi
 CUDA_BIN=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+# The carried libraries first, then CUDA's (libcudart, libcublas) from the machine's toolkit.
+export LD_LIBRARY_PATH="$BUILD/lib:$LLAMA_DIR:$CUDA_BIN/../lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A moeflow process that stops progressing for this long prints where it is (core/watchdog.h).
+export MOEFLOW_WATCHDOG=${MOEFLOW_WATCHDOG:-45}
 
 note() { echo "gpu-check: $*"; }
 record() {  # stage check status detail
@@ -62,16 +74,21 @@ record() {  # stage check status detail
   [ "$3" = FAIL ] && failed=1
   note "$1 / $2: $3 ${4:+($4)}"
 }
-# Runs a command with its output in LOGDIR/NAME.log; prints the elapsed seconds.
+# Runs a command under `timeout -k 10 LIMIT` with its output in LOGDIR/NAME.log; sets
+# LAST_SECONDS. A command that ran out of time says so in its log.
 logged() {
-  local name=$1; shift
+  local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  { echo "\$ $*"; "$@"; } >"$logdir/$name.log" 2>&1
+  { echo "\$ $*"; timeout -k 10 "$limit" "$@"; } >"$logdir/$name.log" 2>&1
   local rc=$?
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "[timed out after $limit s]" >>"$logdir/$name.log"
   echo "[exit $rc after $((SECONDS - t0)) s]" >>"$logdir/$name.log"
   LAST_SECONDS=$((SECONDS - t0))
   return "$rc"
 }
+# Seconds left in a stage's budget (STAGE_END set by the stage), at least 10.
+left() { local l=$((STAGE_END - SECONDS)); ((l < 10)) && l=10; echo "$l"; }
+out_of_time() { ((SECONDS >= STAGE_END)); }
 gtest_counts() {  # log -> "N passed, M skipped, K failed"
   local log=$1
   local p s f
@@ -82,77 +99,45 @@ gtest_counts() {  # log -> "N passed, M skipped, K failed"
   echo "$p passed, $s skipped, $f failed"
 }
 
-# ------------------------------------------------------------------------------------- build
-stage_build() {
-  local tp=()
-  if [ -d "$CARRY" ]; then
-    tp=(-DMOEFLOW_THIRD_PARTY_DIR="$CARRY")
+# ------------------------------------------------------------------------------------ unpack
+stage_unpack() {
+  [ -f "$CARRY/moeflow-gpu.tar.xz" ] || { record unpack moeflow FAIL "no .gpu-carry/moeflow-gpu.tar.xz: run scripts/gpu-bundle.sh before the GPU session"; return; }
+  rm -rf "$BIN" "$BUILD/lib" && mkdir -p "$BUILD"
+  if logged unpack-moeflow 120 tar xJf "$CARRY/moeflow-gpu.tar.xz" -C "$BUILD" &&
+     logged unpack-version 30 "$BIN/moeflow" --version; then
+    record unpack moeflow PASS "$(tail -n +2 "$logdir/unpack-version.log" | head -1)"
   else
-    note "no .gpu-carry/ (scripts/gpu-bundle.sh): using the system's fmt, CLI11, nlohmann-json, httplib, GoogleTest"
+    record unpack moeflow FAIL "see unpack-moeflow.log / unpack-version.log"
   fi
-  # The shared test data beside the tree does not travel: the carried corpus stands in for it.
-  if [ ! -d "$ROOT/../shared/data/corpus" ] && [ -f "$CARRY/shared-data.tar.gz" ]; then
-    mkdir -p "$BUILD/shared-data" && tar xzf "$CARRY/shared-data.tar.gz" -C "$BUILD/shared-data"
-    tp+=(-DMOEFLOW_SHARED_DATA_DIR="$BUILD/shared-data")
-  fi
-  local launch=()
-  command -v ccache >/dev/null && launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  if logged build-moeflow bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLOW_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF ${tp[*]} ${launch[*]} && \
-        cmake --build '$BUILD' -j $JOBS"; then
-    record build moeflow PASS "CUDA sm_90+PTX, ${LAST_SECONDS} s"
+  [ "$LLAMA" = 0 ] && { record unpack llama-bench SKIP "GPU_CHECK_LLAMA=0"; return; }
+  if logged unpack-llama 120 tar xJf "$CARRY/llama-bench-cuda13-sm90.tar.xz" -C / && [ -x "$LLAMA_DIR/llama-bench" ]; then
+    record unpack llama-bench PASS "prebuilt CUDA llama-bench (../shared/gpu)"
   else
-    record build moeflow FAIL "see build-moeflow.log"
-    return
-  fi
-  if [ "$LLAMA" = 0 ]; then
-    record build llama.cpp SKIP "GPU_CHECK_LLAMA=0"
-    return
-  fi
-  if [ ! -f "$CARRY/llama.cpp.tar.gz" ]; then
-    record build llama.cpp FAIL "no .gpu-carry/llama.cpp.tar.gz (run scripts/gpu-bundle.sh)"
-    return
-  fi
-  local src=$BUILD/llama.cpp-src
-  if [ ! -f "$src/.stamp" ] || ! cmp -s "$src/.stamp" <(sha256sum "$CARRY/llama.cpp.tar.gz"); then
-    rm -rf "$src" && mkdir -p "$src"
-    tar xzf "$CARRY/llama.cpp.tar.gz" -C "$src" --strip-components=1
-    sha256sum "$CARRY/llama.cpp.tar.gz" >"$src/.stamp"
-  fi
-  # llama-bench only, CUDA for Hopper, no network features.
-  if logged build-llama bash -c "cmake -S '$src' -B '$BUILD/llama.cpp' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON -DLLAMA_OPENSSL=OFF -DGGML_CUDA_NCCL=OFF ${launch[*]} && \
-        cmake --build '$BUILD/llama.cpp' --target llama-bench -j $JOBS"; then
-    record build llama.cpp PASS "llama-bench with CUDA, ${LAST_SECONDS} s"
-  else
-    record build llama.cpp FAIL "see build-llama.log"
+    record unpack llama-bench FAIL "see unpack-llama.log"
   fi
 }
 
 # -------------------------------------------------------------------------------------- test
 stage_test() {
-  local t=$BUILD/tests
-  [ -x "$t/test_backend" ] || { record test all FAIL "no $t/test_backend: run the build stage"; return; }
+  STAGE_END=$((SECONDS + 150))
+  [ -x "$BIN/test_gpu" ] || { record test all FAIL "no $BIN/test_gpu: run the unpack stage"; return; }
   nvidia-smi >"$logdir/nvidia-smi.log" 2>&1 || true
   local name
-  for spec in "ops:test_backend:*cuda*:CudaDevice.*:BlockDecode.*" "logits:test_gpu:*" "choice:test_runtime:BackendChoice.*"; do
+  # The CUDA cases only: the stand-in's run in CI already.
+  for spec in "ops:60:test_backend:*cuda*:CudaDevice.*:BlockDecode.*" \
+              "logits:150:test_gpu:*cuda*" \
+              "choice:30:test_runtime:BackendChoice.*"; do
     name=${spec%%:*}; spec=${spec#*:}
+    local limit=${spec%%:*}; spec=${spec#*:}
     local bin=${spec%%:*} filter=${spec#*:}
-    if logged "test-gpu-$name" env MOEFLOW_REQUIRE_GPU=1 "$t/$bin" --gtest_filter="$filter"; then
+    if out_of_time; then record test "gpu $name ($bin)" SKIP "stage budget spent"; continue; fi
+    ((limit > $(left))) && limit=$(left)
+    if logged "test-gpu-$name" "$limit" env MOEFLOW_REQUIRE_GPU=1 "$BIN/$bin" --gtest_filter="$filter"; then
       record test "gpu $name ($bin)" PASS "$(gtest_counts "$logdir/test-gpu-$name.log"), ${LAST_SECONDS} s"
     else
       record test "gpu $name ($bin)" FAIL "$(gtest_counts "$logdir/test-gpu-$name.log"), see test-gpu-$name.log"
     fi
   done
-  # The CPU suite of this build, the GPU cases excluded (run above), the Python oracles
-  # excluded (their packages are not on GPU machines).
-  if logged test-cpu bash -c "cd '$BUILD' && ctest -j $JOBS -LE 'python|slow|gpu' -E 'cuda|CudaDevice' --timeout 600 --output-on-failure"; then
-    record test "cpu suite" PASS "$(grep -Eo '[0-9]+% tests passed.*' "$logdir/test-cpu.log" | tail -1), ${LAST_SECONDS} s"
-  else
-    record test "cpu suite" FAIL "$(grep -Eo '[0-9]+% tests passed.*' "$logdir/test-cpu.log" | tail -1), see test-cpu.log"
-  fi
 }
 
 # ---------------------------------------------------------------------------------- sanitize
@@ -163,22 +148,25 @@ stage_sanitize() {
     [ -n "$c" ] && [ -x "$c" ] && { cs=$c; break; }
   done
   [ -n "$cs" ] || { record sanitize compute-sanitizer FAIL "not found next to nvcc ($CUDA_BIN)"; return; }
-  local t=$BUILD/tests
-  [ -x "$t/test_backend" ] || { record sanitize all FAIL "no $t/test_backend: run the build stage"; return; }
+  STAGE_END=$((SECONDS + 150))
+  local t=$BIN
+  [ -x "$t/test_backend" ] || { record sanitize all FAIL "no $t/test_backend: run the unpack stage"; return; }
   # memcheck: every CUDA op test; racecheck / synccheck: the kernels with shared memory and
   # barriers (attention, norms, routing); memcheck again on whole models (graphs, cuBLAS, routing
   # round trips) and on the VRAM expert cache (copy lanes, events, retiring slots). Time limits
   # keep the stage under 10 minutes.
   local ops='EveryBackend/BackendOps.*/cuda:CudaDevice.*'
   local shared='EveryBackend/BackendOps.Attention*/cuda:EveryBackend/BackendOps.*Norm*/cuda:EveryBackend/BackendOps.Route*/cuda'
-  local model='*mixtral_Q4_K:*qwen2moe_Q4_0:*qwen3moe_IQ4_XS:*olmoe_F16'
-  for spec in "memcheck:200:test_backend:$ops" "racecheck:150:test_backend:$shared" \
-              "synccheck:90:test_backend:$shared" "memcheck-models:130:test_gpu:$model" \
-              "memcheck-vram:120:test_gpu:GpuVramCache.*"; do
+  local model='*cuda_mixtral_Q4_K:*cuda_olmoe_F16'
+  for spec in "memcheck:90:test_backend:$ops" "memcheck-models:70:test_gpu:$model" \
+              "racecheck:60:test_backend:$shared" "synccheck:40:test_backend:$shared" \
+              "memcheck-vram:60:test_gpu:*GpuVramCache.*cuda"; do
     local name=${spec%%:*}; spec=${spec#*:}
     local limit=${spec%%:*}; spec=${spec#*:}
     local bin=${spec%%:*} filter=${spec#*:} tool=${name%%-*}
-    if logged "sanitize-$name" env MOEFLOW_REQUIRE_GPU=1 timeout "$limit" "$cs" --tool "$tool" \
+    if out_of_time; then record sanitize "$name" SKIP "stage budget spent"; continue; fi
+    ((limit > $(left))) && limit=$(left)
+    if logged "sanitize-$name" "$limit" env MOEFLOW_REQUIRE_GPU=1 "$cs" --tool "$tool" \
         --error-exitcode 99 "$t/$bin" --gtest_filter="$filter"; then
       record sanitize "$name" PASS "$(grep -Eo 'ERROR SUMMARY: [0-9]+ error[s]?|RACECHECK SUMMARY: [0-9]+ hazard[s]? displayed' "$logdir/sanitize-$name.log" | tail -1), ${LAST_SECONDS} s"
     else
@@ -191,10 +179,10 @@ stage_sanitize() {
 # Sets MF (moeflow) and LB (llama-bench, "" when skipped or missing) for a stage; fails when
 # moeflow is not built.
 bench_tools() {  # stage
-  MF=$BUILD/moeflow
-  [ -x "$MF" ] || { record "$1" all FAIL "no $MF: run the build stage"; return 1; }
-  LB=$BUILD/llama.cpp/bin/llama-bench
-  [ "$LLAMA" = 0 ] || [ -x "$LB" ] || { record "$1" llama-bench FAIL "no $LB: run the build stage"; LB=""; }
+  MF=$BIN/moeflow
+  [ -x "$MF" ] || { record "$1" all FAIL "no $MF: run the unpack stage"; return 1; }
+  LB=$LLAMA_DIR/llama-bench
+  [ "$LLAMA" = 0 ] || [ -x "$LB" ] || { record "$1" llama-bench FAIL "no $LB: run the unpack stage"; LB=""; }
   [ "$LLAMA" = 0 ] && LB=""
   mkdir -p "$BUILD/bench-models"
   return 0
@@ -204,7 +192,8 @@ bench_tools() {  # stage
 llama_bench() {  # stage name path check flags
   local out=$logdir/$1-llama-$2.json
   LPP=- LTG=-
-  if logged "$1-llama-$2" bash -c "'$LB' -m '$3' -ngl 99 $5 -p 512 -n 128 -r $REPS -o json >'$out'"; then
+  if out_of_time; then record "$1" "$4" SKIP "stage budget spent"; return; fi
+  if logged "$1-llama-$2" "$(left)" bash -c "'$LB' -m '$3' -ngl 99 $5 -p 512 -n 128 -r $REPS -o json >'$out'"; then
     LPP=$(llama_ts "$out" prompt)
     LTG=$(llama_ts "$out" gen)
     record "$1" "$4" PASS "pp512 $LPP, tg128 $LTG tok/s"
@@ -219,7 +208,7 @@ bench_model() {  # stage name args...
   shift 2
   local path=$BUILD/bench-models/$name.gguf
   if [ ! -f "$path" ]; then
-    logged "$stage-gen-$name" "$MF" gen-model "$@" -q -t "$JOBS" -o "$path.part" && mv "$path.part" "$path" || return 1
+    logged "$stage-gen-$name" 150 "$MF" gen-model "$@" -q -t "$JOBS" -o "$path.part" && mv "$path.part" "$path" || return 1
   fi
   echo "$path"
 }
@@ -227,19 +216,20 @@ bench_model() {  # stage name args...
 # ------------------------------------------------------------------------------------- bench
 bench_rows=()  # "model|moeflow pp|moeflow tg|moeflow tg no graphs|llama pp|llama tg"
 stage_bench() {
+  STAGE_END=$((SECONDS + 120))
   bench_tools bench || return
   local mf=$MF lb=$LB
   # name : gen-model arguments. Four layers of the real Mixtral-8x7B shape (bench/bench_engine.py's
   # model) and eight of Qwen3-30B-A3B's (128 small experts, top-8): the whole model in VRAM.
-  local models=("mixtral8x7b-4l-q4k:--arch mixtral --preset 8x7b --layers 4 --type Q4_K"
-                "qwen3-30b-a3b-8l-q4k:--arch qwen3moe --preset 30b-a3b --layers 8 --type Q4_K")
+  local models=("mixtral8x7b-4l-q4k:--arch mixtral --preset 8x7b --layers 4 --type Q4_K --repeat-experts"
+                "qwen3-30b-a3b-8l-q4k:--arch qwen3moe --preset 30b-a3b --layers 8 --type Q4_K --repeat-experts")
   for m in "${models[@]}"; do
     local name=${m%%:*} args=${m#*:} path
     # shellcheck disable=SC2086  # args are words
     path=$(bench_model bench "$name" $args) || { record bench "gen $name" FAIL "see bench-gen-$name.log"; continue; }
     local pp tg tg0 lpp="-" ltg="-"
-    if logged "bench-moeflow-$name" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" --json &&
-       logged "bench-moeflow-nographs-$name" env MOEFLOW_CUDA_GRAPHS=0 "$mf" bench --backend cuda -m "$path" -p 0 -n 128 --reps "$REPS" --json; then
+    if logged "bench-moeflow-$name" 60 "$mf" bench --backend cuda -v -m "$path" -p 512 -n 128 --reps "$REPS" --json &&
+       logged "bench-moeflow-nographs-$name" 40 env MOEFLOW_CUDA_GRAPHS=0 "$mf" bench --backend cuda -m "$path" -p 0 -n 128 --reps "$REPS" --json; then
       pp=$(json_field "$logdir/bench-moeflow-$name.log" prefill_tps)
       tg=$(json_field "$logdir/bench-moeflow-$name.log" decode_tps)
       tg0=$(json_field "$logdir/bench-moeflow-nographs-$name.log" decode_tps)
@@ -265,6 +255,7 @@ stage_bench() {
 # same bytes to move per token, minutes less of generation).
 vram_rows=()  # "model|vram|moeflow pp|moeflow tg|llama N|llama pp|llama tg|copy/pinned GB/s"
 stage_vram() {
+  STAGE_END=$((SECONDS + 210))
   bench_tools vram || return
   local mf=$MF lb=$LB
   local models=("mixtral8x7b-q4k:16:32:--arch mixtral --preset 8x7b --type Q4_K --repeat-experts"
@@ -275,7 +266,7 @@ stage_vram() {
     # shellcheck disable=SC2086  # args are words
     path=$(bench_model vram "$name" $args) || { record vram "gen $name" FAIL "see vram-gen-$name.log"; continue; }
     local log=vram-moeflow-$name pp=- tg=- bw=-
-    if logged "$log" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps "$REPS" \
+    if logged "$log" 90 "$mf" bench --backend cuda -v -m "$path" -p 512 -n 128 --reps "$REPS" \
          --vram-limit "${vram}GiB" --json; then
       pp=$(json_field "$logdir/$log.log" prefill_tps)
       tg=$(json_field "$logdir/$log.log" decode_tps)
@@ -284,14 +275,14 @@ stage_vram() {
     else
       record vram "moeflow $name in ${vram} GiB" FAIL "see $log.log"
     fi
-    # Opt-in modes on the same budget, one repetition each (the stage stays under 10 minutes):
-    # the CPU/GPU hybrid (misses the CPU finishes first are computed there), DuoServe's prefill
-    # pipeline, and DAOP's CPU pre-calculation (lossy).
+    # The CPU/GPU hybrid on the same budget, one repetition (misses the CPU finishes first are
+    # computed there).
     local variant vlog
-    for variant in "--cpu-experts auto" "--prefill-slots 8" "--precalc"; do
+    for variant in "--cpu-experts auto"; do
       vlog=vram-moeflow-${name}-$(tr -dc 'a-z0-9' <<<"$variant")
+      if out_of_time; then record vram "moeflow $name in ${vram} GiB, $variant" SKIP "stage budget spent"; continue; fi
       # shellcheck disable=SC2086  # variant is words
-      if logged "$vlog" "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps 1 \
+      if logged "$vlog" 60 "$mf" bench --backend cuda -m "$path" -p 512 -n 128 --reps 1 \
            --vram-limit "${vram}GiB" $variant --json; then
         record vram "moeflow $name in ${vram} GiB, $variant" PASS \
           "pp512 $(json_field "$logdir/$vlog.log" prefill_tps), tg128 $(json_field "$logdir/$vlog.log" decode_tps) tok/s"

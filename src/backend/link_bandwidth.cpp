@@ -4,13 +4,14 @@
 #include <vector>
 
 #include "backend/device_link.h"
+#include "backend/device_rules.h"
 #include "core/median.h"
 
 namespace moeflow {
 
 double measure_pinned_h2d(DeviceLink& link, uint64_t bytes, int reps) {
-  Buffer src = link.pinned_allocator().allocate(bytes, 4096);
-  Buffer dst = link.device_allocator().allocate(bytes, 4096);
+  Buffer src = link.pinned_allocator().allocate(bytes, kPinnedMaxAlignment);
+  Buffer dst = link.device_allocator().allocate(bytes, kDeviceMaxAlignment);
   std::memset(src.data(), 1, bytes);  // fault the pages in before timing
   std::unique_ptr<CopyLane> lane = link.open_lane();
   lane->wait(lane->copy_async(dst.data(), src.data(), bytes));  // warm-up

@@ -9,11 +9,13 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "core/median.h"
 #include "core/timer.h"
 #include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "backend/cpu/matmul.h"
+#include "backend/standin/standin_device.h"
 #include "runtime/engine.h"
 #include "trace/recorder.h"
 #include "trace/trace.h"
@@ -37,7 +39,7 @@ struct BenchArgs {
 // --backend cuda: where the experts went, VRAM in use, and the bus: the pinned H2D bandwidth
 // measured here against what the cache's copies achieved (bytes copied / time copying, per
 // copy lane), and the CPU/GPU expert split (--cpu-experts auto: the hybrid's uses and costs).
-nlohmann::json vram_json(const LoadedEngine& le) {
+nlohmann::json vram_json(const LoadedEngine& le, BackendKind kind) {
   nlohmann::json v;
   const VramPlan& p = le.vram;
   v["expert_cache"] = p.cache;
@@ -45,7 +47,7 @@ nlohmann::json vram_json(const LoadedEngine& le) {
   v["free_before_bytes"] = p.free_vram;
   v["total_bytes"] = p.total_vram;
   v["plan"] = p.reason;
-  std::shared_ptr<DeviceLink> link = le.offload.link ? le.offload.link : make_device_link(BackendKind::Cuda);
+  std::shared_ptr<DeviceLink> link = le.offload.link ? le.offload.link : make_device_link(kind);
   uint64_t free_now = 0, total = 0;
   link->memory_info(free_now, total);
   v["used_bytes"] = total - free_now;
@@ -102,6 +104,7 @@ int run_bench(const BenchArgs& a) {
     t = (int32_t)((s >> 33) % (uint64_t)V);
   }
   std::vector<double> pp, tg;
+  StandInCounts decode_counts;  // the stand-in device's work over the last decode rep
   for (int r = 0; r < a.reps; ++r) {
     if (a.n_prompt > 0) {
       eng.reset();
@@ -114,9 +117,14 @@ int run_bench(const BenchArgs& a) {
       eng.reset();
       if (offload.provider) offload.provider->reset_stats();  // report decode only
       if (rec) rec->begin_request(trace::Phase::decode);
+      const StandInCounts c0 = standin_counts();
       const double t0 = now_seconds();
       for (int i = 0; i < a.n_gen; ++i) eng.decode(toks[i]);
       tg.push_back(a.n_gen / (now_seconds() - t0));
+      const StandInCounts c1 = standin_counts();
+      decode_counts = {c1.ops - c0.ops, c1.syncs - c0.syncs, c1.uploads - c0.uploads,
+                       c1.upload_bytes - c0.upload_bytes, c1.lane_copies - c0.lane_copies,
+                       c1.lane_bytes - c0.lane_bytes, c1.pins - c0.pins, c1.pins_refused - c0.pins_refused};
     }
   }
   if (rec) {
@@ -148,7 +156,17 @@ int run_bench(const BenchArgs& a) {
     j["kv_bytes_per_token"] = eng.model().kv_bytes_per_token();
     j["kv_bytes_per_token_per_head"] = eng.model().kv_bytes_per_token_per_head();
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
-    if (eng.backend().space() == MemSpace::Device) j["vram"] = vram_json(loaded);
+    if (eng.backend().space() == MemSpace::Device) j["vram"] = vram_json(loaded, opt.backend);
+    if (is_standin(eng.backend()) && a.n_gen > 0) {
+      // What a device would be asked per decode token: ops on its stream, host waits for it,
+      // host -> device copies (docs/gpu.md, "The stand-in device").
+      const double n = a.n_gen;
+      const StandInCounts& c = decode_counts;
+      j["standin"] = {{"ops_per_token", c.ops / n},         {"syncs_per_token", c.syncs / n},
+                      {"uploads_per_token", c.uploads / n}, {"upload_bytes_per_token", c.upload_bytes / n},
+                      {"lane_copies_per_token", c.lane_copies / n}, {"lane_bytes_per_token", c.lane_bytes / n},
+                      {"pins_per_token", c.pins / n},       {"pins_refused_per_token", c.pins_refused / n}};
+    }
     j["memory"] = memory_json(loaded.plan);
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -170,6 +188,9 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--reps", a->reps, "repetitions (median is reported)");
   app.add_flag("--json", a->json, "print one JSON object");
+  app.add_flag_callback("-v,--verbose", [] { set_phase_lines(true); },
+                        "phase lines with timestamps on stderr (loading, prefill, decode); "
+                        "MOEFLOW_WATCHDOG=SECONDS adds every thread's stack when nothing progresses");
   app.add_option("--trace-out", a->trace_out,
                  "record the routing of the timed passes to this trace file (moeflow sim replays "
                  "it, e.g. for Belady's bytes on the same routing)");

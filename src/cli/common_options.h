@@ -61,13 +61,16 @@ inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::s
       help);
 }
 
-// --backend cpu|cuda (EngineOptions::backend): parsed by the command with parse_backend_kind,
-// whose error names the choices; a missing CUDA build or device is reported when the engine
-// is made.
+// --backend cpu|cuda|standin (EngineOptions::backend): a name outside the list is a usage error
+// (exit 2, before the model is opened); a missing CUDA build or device is reported when the
+// engine is made.
 inline void add_backend_option(CLI::App& app, std::string& backend) {
   app.add_option("--backend", backend,
-                 "cpu (default) or cuda: weights, KV cache and every expert in VRAM (needs a "
-                 "build with -DMOEFLOW_CUDA=ON and a CUDA device)");
+                 "cpu (default); cuda: weights, KV cache and experts in VRAM (needs a build with "
+                 "-DMOEFLOW_CUDA=ON and a CUDA device); standin: the stand-in device, the CPU's "
+                 "arithmetic behind a GPU's memory rules, for checking the device path without "
+                 "a GPU (VRAM size: MOEFLOW_STANDIN_VRAM, default 16GiB)")
+      ->check(CLI::IsMember({"cpu", "cuda", "standin"}));
 }
 
 // The model's tokenizer for a command that cannot work on token ids alone; warnings about the

@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/watchdog.h"
 
 namespace moeflow::cli {
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   for (const CLI::App* sub : app.get_subcommands()) cmd += " " + sub->get_name();
+  moeflow::start_watchdog_from_env();
   auto report = [&](const char* what) {
     std::fflush(stdout);
     std::fprintf(stderr, "moeflow: error: %s\n", what);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "backend/device_rules.h"
 #include "core/error.h"
 #include "experts/resident_provider.h"
 #include "gguf/expert_index.h"
@@ -24,7 +25,8 @@ struct Piece {
 
 }  // namespace
 
-DeviceExpertProvider::DeviceExpertProvider(const GgufFile& file, Backend& backend) {
+DeviceExpertProvider::DeviceExpertProvider(const GgufFile& file, Backend& backend)
+    : space_(backend.space()) {
   if (backend.space() == MemSpace::Host)
     fail("DeviceExpertProvider: the {} backend keeps weights in host memory; use the resident "
          "provider",
@@ -60,7 +62,7 @@ DeviceExpertProvider::DeviceExpertProvider(const GgufFile& file, Backend& backen
           bytes = std::max(bytes, (uint64_t)(pieces[j].data - lo) + pieces[j].bytes);
           ++j;
         }
-        Buffer buf = backend.allocator().allocate(bytes, 256);
+        Buffer buf = backend.allocator().allocate(bytes, kDeviceMaxAlignment);
         backend.copy(matrix_view(buf.data(), GgmlType::I8, (int64_t)bytes, 1, buf.space()),
                      matrix_view(lo, GgmlType::I8, (int64_t)bytes, 1, MemSpace::Host));
         for (size_t k = i; k < j; ++k) {

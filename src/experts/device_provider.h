@@ -27,6 +27,8 @@ class DeviceExpertProvider : public ExpertProvider {
 
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
   bool has_low_precision() const override { return table_.has_low; }
+  // The backend's memory: the MoE block checks that its backend can read the experts there.
+  MemSpace memory_space() const override { return space_; }
   // Bytes of expert weights held in device memory.
   uint64_t device_bytes() const { return device_bytes_; }
 
@@ -34,6 +36,7 @@ class DeviceExpertProvider : public ExpertProvider {
   std::vector<Buffer> buffers_;
   ExpertViewTable table_;
   uint64_t device_bytes_ = 0;
+  MemSpace space_;
 };
 
 }  // namespace moeflow

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/device_rules.h"
 #include "core/error.h"
 #include "experts/expert_store.h"
 
@@ -51,7 +52,11 @@ ExpertCache::ExpertCache(const CacheConfig& cfg, std::unique_ptr<EvictionPolicy>
   core_ = std::make_unique<ResidentSet>(rc, *policy_);
 
   Allocator& alloc = cfg_.allocator ? *cfg_.allocator : HostAllocator::instance();
-  arena_ = alloc.allocate(n_slots * cfg_.slot_bytes, kDirectAlign);
+  // Host slots take O_DIRECT reads straight from the file (4 KiB alignment); device slots are
+  // filled through staging and device memory comes 256-byte aligned at most
+  // (backend/device_rules.h: a GPU's allocator refuses more).
+  const size_t align = alloc.space() == MemSpace::Device ? kDeviceMaxAlignment : kDirectAlign;
+  arena_ = alloc.allocate(n_slots * cfg_.slot_bytes, align);
   slots_.resize(n_slots);
   // Lowest slot ids first, so tests and traces are reproducible.
   for (uint64_t s = n_places; s-- > 0;) free_.push_back(static_cast<int>(s));

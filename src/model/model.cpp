@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "gguf/gguf_file.h"
 #include "gguf/tensor_names.h"
 #include "model/arch/arch.h"
@@ -155,6 +156,7 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
   be_.get_rows(w_.token_embd, tokens, x);
 
   for (int il = 0; il < hp_.n_layer; ++il) {
+    progress();  // the watchdog's sign of life (core/watchdog.h)
     const LayerWeights& L = w_.layers[il];
     const LayerSpec& spec = specs[il];
     norm(spec, x, L.attn_norm, L.attn_norm_bias, xn);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "core/timer.h"
 #include "experts/device_provider.h"
 #include "experts/resident_provider.h"
@@ -53,6 +54,7 @@ Engine::Engine(std::shared_ptr<const GgufFile> file, const EngineOptions& opt,
 Engine::~Engine() = default;
 
 void Engine::init(const EngineOptions& opt) {
+  phase("reading the model's tensors");
   model_ = std::make_unique<Model>(*file_);
   const bool device = opt.backend != BackendKind::Cpu;
   if (device && provider_ && provider_->memory_space() == MemSpace::Host)
@@ -79,11 +81,13 @@ void Engine::init(const EngineOptions& opt) {
          n_ctx, human_bytes(kv_bytes), human_bytes(avail), mem.source(), hp.n_ctx_train);
   try {
     if (device) {
+      phase(fmt::format("loading weights and experts into the {} backend's memory", backend_kind_name(opt.backend)).c_str());
       backend_ = make_backend(opt.backend, pool_.get());
       if (!provider_) provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
       ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
       host_backend_ = std::make_unique<CpuBackend>(pool_.get());
       ctx_->moe().set_host_backend(host_backend_.get());
+      phase("model loaded");
       return;
     }
     if (!opt.resident_weights) {
@@ -104,6 +108,8 @@ void Engine::init(const EngineOptions& opt) {
 }
 
 void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out) {
+  phase(fmt::format("prefill: {} tokens", tokens.size()).c_str());
+  decoding_ = false;
   const int64_t V = n_vocab();
   if (out) out->resize(all_logits ? tokens.size() * V : (tokens.empty() ? 0 : V));
   const size_t B = ctx_->max_batch();
@@ -136,6 +142,8 @@ void Engine::prefill_sequential(std::span<const int32_t> tokens, bool all_logits
 }
 
 std::span<const float> Engine::decode(int32_t token) {
+  if (!decoding_) phase("decode");
+  decoding_ = true;
   ctx_->forward({&token, 1}, LogitsMode::Last);
   return {ctx_->logits(), (size_t)n_vocab()};
 }

@@ -85,6 +85,7 @@ class Engine {
 
  private:
   void init(const EngineOptions& opt);
+  bool decoding_ = false;  // the watchdog's phase is "decode" (core/watchdog.h)
   // Declared so that destruction runs ctx_ -> model_ -> provider_ (it may free device memory
   // through the backend) -> backend_ -> pool_.
   std::shared_ptr<const GgufFile> file_;

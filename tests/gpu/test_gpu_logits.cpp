@@ -1,14 +1,16 @@
-// The CUDA backend against the CPU backend on whole models: every architecture the CUDA
-// attention takes (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, gpt-oss, Phi-3.5-MoE, DeepSeek-V2;
-// `moeflow gen-model`'s "small" shapes, every row a multiple of 256 so every block format
-// applies) in every block format, exact expert mode.
-//   - prompt logits (batched prefill: the GEMM path) and decode logits (the matvec path,
-//     teacher-forced on the CPU's greedy tokens) within a stated tolerance of the CPU's;
-//   - greedy tokens identical to the CPU's, except where the CPU's own top two logits are
-//     closer than the tolerance allows to decide (counted and reported, at most 2 of 8);
-//   - the GPU deterministic: a second run, with CUDA graphs off, gives the same bits;
-//   - the decode steps really ran as graphs, reused from step to step.
-// Without a device every case is skipped ("no CUDA device: ..."); MOEFLOW_REQUIRE_GPU=1
+// A device backend against the CPU backend on whole models: every architecture (Mixtral,
+// Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, gpt-oss, Phi-3.5-MoE, DeepSeek-V2; `moeflow gen-model`'s
+// "small" shapes, every row a multiple of 256 so every block format applies) in every block
+// format, exact expert mode, on each device of device_kinds.h.
+//   - prompt logits (batched prefill) and decode logits (teacher-forced on the CPU's greedy
+//     tokens): on the stand-in device bit for bit the CPU's (same arithmetic: any difference is
+//     the device path's plumbing: weights, experts, copies, ordering); on CUDA within a stated
+//     tolerance;
+//   - CUDA: greedy tokens identical to the CPU's, except where the CPU's own top two logits are
+//     closer than the tolerance allows to decide (counted and reported, at most 2 of 8); the GPU
+//     deterministic (a second run, with CUDA graphs off, gives the same bits); the decode steps
+//     really ran as graphs, reused from step to step.
+// Without a CUDA device the CUDA cases are skipped ("no CUDA device: ..."); MOEFLOW_REQUIRE_GPU=1
 // makes that a failure.
 #include <gtest/gtest.h>
 
@@ -22,8 +24,9 @@
 #include <unistd.h>
 #include <vector>
 
-#include "../backend/gpu_guard.h"
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"  // CudaGraphCounts (plain C++; defined in CUDA builds)
+#include "backend/standin/standin_device.h"
+#include "device_kinds.h"
 #include "model/gen/model_generator.h"
 #include "runtime/engine.h"
 
@@ -31,17 +34,21 @@ namespace moeflow::test {
 namespace {
 
 struct Case {
+  BackendKind device;
   std::string arch;
   GgmlType type;
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << " " << type_name(c.type); }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << backend_kind_name(c.device) << " " << c.arch << " " << type_name(c.type);
+}
 
 // Largest |gpu - cpu| over a logits row, relative to the row's largest |cpu| (at least 1).
 // F32: both sides float32 throughout (the GEMM in float32 too). F16/BF16: the GPU's prefill
 // GEMM rounds activations to the weight's type. Block formats: the CPU quantizes activations
 // to Q8_0 / Q8_K blocks, the GPU to 8 bits per 32 (decode) or fp16 (prefill), so the two
 // differ by about the activation quantization error, compounded over the layers.
-double tolerance(GgmlType t) {
+double tolerance(BackendKind device, GgmlType t) {
+  if (device == BackendKind::StandIn) return 0;
   switch (t) {
     case GgmlType::F32: return 1e-4;
     case GgmlType::F16: return 1e-2;
@@ -106,6 +113,7 @@ struct RunResult {
   std::vector<float> step_logits;    // [n_steps][V]
   std::vector<int32_t> tokens;       // tokens fed to the decode steps
   CudaGraphCounts graphs;
+  StandInCounts standin;  // the stand-in's counts over the run (differences of process totals)
 };
 
 constexpr int kPrompt = 12, kSteps = 8;
@@ -122,6 +130,7 @@ std::vector<int32_t> prompt_ids(int64_t vocab) {
 
 // Prefill (all logits), then kSteps decode steps fed `force` (or the run's own greedy tokens).
 RunResult run(const std::string& path, BackendKind backend, const std::vector<int32_t>* force) {
+  const StandInCounts before = standin_counts();
   EngineOptions opt;
   opt.n_threads = 2;
   opt.n_ctx = kPrompt + kSteps + 4;
@@ -139,28 +148,33 @@ RunResult run(const std::string& path, BackendKind backend, const std::vector<in
     r.step_logits.insert(r.step_logits.end(), row.begin(), row.end());
     last = r.step_logits.data() + (size_t)i * V;
   }
+#if MOEFLOW_HAVE_CUDA
   r.graphs = cuda_graph_counts(eng.backend());
+#endif
+  const StandInCounts after = standin_counts();
+  r.standin.ops = after.ops - before.ops;
+  r.standin.syncs = after.syncs - before.syncs;
   return r;
 }
 
 class GpuVsCpu : public ::testing::TestWithParam<Case> {
  protected:
-  void SetUp() override { MOEFLOW_NEED_CUDA_DEVICE(); }
+  void SetUp() override { MOEFLOW_NEED_DEVICE(GetParam().device); }
 };
 
 TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
   const Case& c = GetParam();
   const std::string path = make_model(c);
-  const double tol = tolerance(c.type);
+  const double tol = tolerance(c.device, c.type);
   const RunResult cpu = run(path, BackendKind::Cpu, nullptr);
-  const RunResult gpu = run(path, BackendKind::Cuda, &cpu.tokens);
+  const RunResult gpu = run(path, c.device, &cpu.tokens);
   const size_t V = cpu.step_logits.size() / kSteps;
 
   double worst = 0;
   for (int t = 0; t < kPrompt; ++t) {
     const double d = rel_diff(gpu.prompt_logits.data() + t * V, cpu.prompt_logits.data() + t * V, V);
     worst = std::max(worst, d);
-    EXPECT_LT(d, tol) << "prompt position " << t;
+    EXPECT_LE(d, tol) << "prompt position " << t;
   }
   int near_ties = 0;
   for (int i = 0; i < kSteps; ++i) {
@@ -168,7 +182,7 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
     const float* p = cpu.step_logits.data() + i * V;
     const double d = rel_diff(g, p, V);
     worst = std::max(worst, d);
-    EXPECT_LT(d, tol) << "decode step " << i;
+    EXPECT_LE(d, tol) << "decode step " << i;
     const auto [ct, margin] = top(p, V);
     const int32_t gt = top(g, V).first;
     if (gt != ct) {
@@ -179,8 +193,16 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
     }
   }
   EXPECT_LE(near_ties, 2) << "greedy tokens differ at " << near_ties << " of " << kSteps << " steps";
-  std::printf("%s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps\n",
-              c.arch.c_str(), type_name(c.type), worst, tol, near_ties);
+  std::printf("%s %s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps\n",
+              backend_kind_name(c.device), c.arch.c_str(), type_name(c.type), worst, tol, near_ties);
+  if (c.device == BackendKind::StandIn) {
+    // Work really went through the stream, and the host waited for it a bounded number of
+    // times per token (each MoE layer's routing is one read back; printed for the record).
+    EXPECT_GT(gpu.standin.ops, 0u);
+    std::printf("stand-in: %.1f ops and %.1f host waits per token\n",
+                double(gpu.standin.ops) / (kPrompt + kSteps), double(gpu.standin.syncs) / (kPrompt + kSteps));
+    return;
+  }
 
   // Decode steps captured as graphs and reused (updated) from one step to the next.
   EXPECT_GT(gpu.graphs.launches, 0u);
@@ -188,7 +210,7 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
 
   // Deterministic, and the graphs change nothing: the same run without them, bit for bit.
   setenv("MOEFLOW_CUDA_GRAPHS", "0", 1);
-  const RunResult plain = run(path, BackendKind::Cuda, &cpu.tokens);
+  const RunResult plain = run(path, c.device, &cpu.tokens);
   unsetenv("MOEFLOW_CUDA_GRAPHS");
   EXPECT_EQ(plain.graphs.launches, 0u);
   EXPECT_TRUE(plain.prompt_logits == gpu.prompt_logits) << "prefill logits differ between two GPU runs";
@@ -200,17 +222,19 @@ std::vector<Case> cases() {
   using T = GgmlType;
   // deepseek2: MLA heads of kv_lora_rank + rope dims (288 in "small", 576 in the released
   // models) take the attention kernels' wide variant.
-  for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "gpt-oss", "phimoe",
-                           "deepseek2"})
-    for (T t : {T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::IQ4_NL,
-                T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS})
-      out.push_back({arch, t});
+  for (BackendKind d : device_kinds())
+    for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "gpt-oss", "phimoe",
+                             "deepseek2"})
+      for (T t : {T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::IQ4_NL,
+                  T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS})
+        out.push_back({d, arch, t});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryArchAndFormat, GpuVsCpu, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
-                           std::string name = info.param.arch + "_" + type_name(info.param.type);
+                           std::string name = std::string(backend_kind_name(info.param.device)) + "_" +
+                                              info.param.arch + "_" + type_name(info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/device_rules.h"
 #include "core/error.h"
 
 namespace moeflow::cuda {
@@ -47,9 +48,8 @@ void DeviceAllocator::notify() {
 }
 
 Buffer DeviceAllocator::allocate(size_t bytes, size_t alignment) {
-  // cudaMalloc returns 256-byte aligned memory; nothing in moeflow asks for more.
-  if (alignment > 256 || (alignment & (alignment - 1)) != 0)
-    fail("cuda allocator: alignment {} is not a power of two up to 256", alignment);
+  // cudaMalloc returns 256-byte aligned memory (backend/device_rules.h).
+  check_alignment("cuda allocator", alignment, kDeviceMaxAlignment);
   notify();
   MOEFLOW_CUDA_CHECK(cudaSetDevice(device_));
   void* p = nullptr;
@@ -80,8 +80,7 @@ PinnedHostAllocator& PinnedHostAllocator::instance() {
 }
 
 Buffer PinnedHostAllocator::allocate(size_t bytes, size_t alignment) {
-  if (alignment > 4096 || (alignment & (alignment - 1)) != 0)
-    fail("pinned allocator: alignment {} is not a power of two up to 4096", alignment);
+  check_alignment("pinned allocator", alignment, kPinnedMaxAlignment);
   void* p = nullptr;
   const cudaError_t e =
       cudaHostAlloc(&p, bytes == 0 ? 64 : bytes, cudaHostAllocPortable | cudaHostAllocMapped);

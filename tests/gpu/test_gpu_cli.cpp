@@ -1,0 +1,97 @@
+// `moeflow run` and `moeflow bench --json` through a device backend, as a user runs them: on
+// the stand-in device here (and the same commands on a GPU in scripts/gpu-check.sh). What the
+// device path owes the user: it finishes, its output is the CPU's (the stand-in computes with
+// the CPU's arithmetic), the bench JSON carries the VRAM section (plan, pinned bandwidth, copy
+// statistics of a VRAM cache), and a device too small says so in one line with exit 1.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../model/run_binary.h"
+#include "../model/test_helpers.h"
+
+namespace moeflow::test {
+namespace {
+
+const std::string& model() {
+  static const std::string path = [] {
+    const std::string p = temp_path("standin_cli_" + std::to_string(getpid()) + ".gguf");
+    const Cmd c = run_moeflow("gen-model --arch mixtral --preset small --type Q4_K --seed 7 -q -o " + p);
+    EXPECT_EQ(c.rc, 0) << c.out;
+    return p;
+  }();
+  return path;
+}
+
+nlohmann::json last_json_line(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  const size_t start = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1));
+}
+
+TEST(StandInCli, RunGivesTheCpuText) {
+  const std::string args = " -m " + model() + " -p 'Once upon a time' -n 12 --temp 0 -t 2 --stats none";
+  const Cmd cpu = run_moeflow("run --backend cpu" + args, false);
+  const Cmd dev = run_moeflow("run --backend standin" + args, false);
+  ASSERT_EQ(cpu.rc, 0) << cpu.out;
+  ASSERT_EQ(dev.rc, 0) << dev.out;
+  EXPECT_FALSE(cpu.out.empty());
+  EXPECT_EQ(dev.out, cpu.out);
+}
+
+TEST(StandInCli, BenchJsonEveryExpertInVram) {
+  const Cmd c = run_moeflow("bench --backend standin -m " + model() + " -p 16 -n 8 --reps 1 -t 2 --json", false);
+  ASSERT_EQ(c.rc, 0) << c.out;
+  const nlohmann::json j = last_json_line(c.out);
+  EXPECT_EQ(j["backend"], "standin");
+  EXPECT_GT(j["prefill_tps"].get<double>(), 0);
+  EXPECT_GT(j["decode_tps"].get<double>(), 0);
+  ASSERT_TRUE(j.contains("vram")) << j.dump();
+  EXPECT_FALSE(j["vram"]["expert_cache"].get<bool>());
+  EXPECT_GT(j["vram"]["pinned_h2d_gbps"].get<double>(), 0);
+  EXPECT_GT(j["vram"]["used_bytes"].get<double>(), j["expert_bytes"].get<double>());
+  ASSERT_TRUE(j.contains("standin")) << j.dump();
+  // Every expert in VRAM: a decode token copies nothing in and waits for the device a bounded
+  // number of times (once per MoE layer for its routing, and once for the logits).
+  EXPECT_EQ(j["standin"]["lane_copies_per_token"].get<double>(), 0);
+  EXPECT_GT(j["standin"]["syncs_per_token"].get<double>(), 0);
+  EXPECT_LE(j["standin"]["syncs_per_token"].get<double>(), 4 * 2 + 2);
+}
+
+TEST(StandInCli, BenchJsonVramCache) {
+  // 4 MiB of VRAM for experts: a cache of a few of the 32 experts (slots of ~0.4 MiB).
+  const Cmd c = run_moeflow("bench --backend standin -m " + model() +
+                                " -p 16 -n 8 --reps 1 -t 2 --json --vram-budget 4MiB",
+                            false);
+  ASSERT_EQ(c.rc, 0) << c.out;
+  const nlohmann::json j = last_json_line(c.out);
+  ASSERT_TRUE(j.contains("vram")) << j.dump();
+  EXPECT_TRUE(j["vram"]["expert_cache"].get<bool>());
+  EXPECT_EQ(j["vram"]["budget_bytes"].get<uint64_t>(), 4ull << 20);
+  EXPECT_GT(j["vram"]["copy_gbps"].get<double>(), 0);
+  EXPECT_GT(j["standin"]["lane_copies_per_token"].get<double>(), 0);
+}
+
+TEST(StandInCli, AVramTooSmallIsOneClearError) {
+  // 1 MiB of VRAM cannot hold the model's other weights, let alone one layer's experts.
+  const std::string cmd = "MOEFLOW_STANDIN_VRAM=1MiB " + std::string(MOEFLOW_BINARY) + " bench --backend standin -m " +
+                          model() + " -p 4 -n 2 --reps 1 --json 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  ASSERT_TRUE(WIFEXITED(st)) << out;
+  EXPECT_EQ(WEXITSTATUS(st), 1) << out;
+  EXPECT_NE(out.find("VRAM"), std::string::npos) << out;
+  EXPECT_EQ(out.find("terminate"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace moeflow::test
