@@ -15,6 +15,7 @@
 #include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cuda/cuda_backend.h"  // CudaGraphCounts (plain C++; defined in CUDA builds)
 #include "backend/standin/standin_device.h"
 #include "runtime/engine.h"
 #include "trace/recorder.h"
@@ -105,12 +106,16 @@ int run_bench(const BenchArgs& a) {
   }
   std::vector<double> pp, tg;
   StandInCounts decode_counts;  // the stand-in device's work over the last decode rep
+  CudaGraphCounts cuda_decode;  // the CUDA backend's, likewise
   for (int r = 0; r < a.reps; ++r) {
     if (a.n_prompt > 0) {
       eng.reset();
       if (rec) rec->begin_request(trace::Phase::prefill);
       const double t0 = now_seconds();
       eng.prefill(std::span<const int32_t>(toks.data(), a.n_prompt), false, nullptr);
+      // A device runs behind the host: the prefill is done when its last op is (without this
+      // the first decode step paid for the prefill's tail).
+      eng.backend().synchronize();
       pp.push_back(a.n_prompt / (now_seconds() - t0));
     }
     if (a.n_gen > 0) {
@@ -118,10 +123,18 @@ int run_bench(const BenchArgs& a) {
       if (offload.provider) offload.provider->reset_stats();  // report decode only
       if (rec) rec->begin_request(trace::Phase::decode);
       const StandInCounts c0 = standin_counts();
+#if MOEFLOW_HAVE_CUDA
+      const CudaGraphCounts g0 = cuda_graph_counts(eng.backend());
+#endif
       const double t0 = now_seconds();
       for (int i = 0; i < a.n_gen; ++i) eng.decode(toks[i]);
       tg.push_back(a.n_gen / (now_seconds() - t0));
       const StandInCounts c1 = standin_counts();
+#if MOEFLOW_HAVE_CUDA
+      const CudaGraphCounts g1 = cuda_graph_counts(eng.backend());
+      cuda_decode = {g1.launches - g0.launches, g1.instantiations - g0.instantiations, g1.updates - g0.updates,
+                     g1.ops - g0.ops, g1.sync_points - g0.sync_points, g1.registrations - g0.registrations};
+#endif
       decode_counts = {c1.ops - c0.ops, c1.syncs - c0.syncs, c1.uploads - c0.uploads,
                        c1.upload_bytes - c0.upload_bytes, c1.lane_copies - c0.lane_copies,
                        c1.lane_bytes - c0.lane_bytes, c1.pins - c0.pins, c1.pins_refused - c0.pins_refused};
@@ -157,6 +170,14 @@ int run_bench(const BenchArgs& a) {
     j["kv_bytes_per_token_per_head"] = eng.model().kv_bytes_per_token_per_head();
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
     if (eng.backend().space() == MemSpace::Device) j["vram"] = vram_json(loaded, opt.backend);
+    if (eng.backend().name() == "cuda" && a.n_gen > 0) {
+      // Per decode token: graphs launched / built / updated, host waits, host registrations.
+      const double n = a.n_gen;
+      const CudaGraphCounts& c = cuda_decode;
+      j["cuda"] = {{"graph_launches_per_token", c.launches / n}, {"graph_instantiations_per_token", c.instantiations / n},
+                   {"graph_updates_per_token", c.updates / n},   {"sync_points_per_token", c.sync_points / n},
+                   {"host_registrations_per_token", c.registrations / n}};
+    }
     if (is_standin(eng.backend()) && a.n_gen > 0) {
       // What a device would be asked per decode token: ops on its stream, host waits for it,
       // host -> device copies (docs/gpu.md, "The stand-in device").

@@ -67,6 +67,8 @@ Buffer DeviceAllocator::allocate(size_t bytes, size_t alignment) {
 
 void DeviceAllocator::release(uint8_t* data, size_t) {
   notify();
+  // The current device is per thread: a buffer freed on another thread goes to its own device.
+  if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
   // cudaFree waits for the work still using the memory. Destructors do not throw: a failure
   // here (a device already in an error state) is reported and the memory left to the driver.
   const cudaError_t e = cudaFree(data);

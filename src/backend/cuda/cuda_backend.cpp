@@ -53,7 +53,7 @@ CudaGraphCounts cuda_graph_counts(const Backend& b) {
   const auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
   if (!c) return {};
   const cuda::GraphStats& s = c->graph_stats();
-  return {s.launches, s.instantiations, s.updates, s.ops};
+  return {s.launches, s.instantiations, s.updates, s.ops, c->sync_points(), c->host_registrations()};
 }
 
 namespace cuda {
@@ -78,6 +78,19 @@ cudaStream_t make_stream(int device) {
 }
 
 bool is_host(MemSpace s) { return s != MemSpace::Device; }
+
+// True when the first and last byte of [p, p + n) are page-locked memory the device knows.
+bool already_pinned(const void* p, size_t n) {
+  auto pinned = [](const void* q) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, q) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+  };
+  return pinned(p) && pinned(static_cast<const uint8_t*>(p) + n - 1);
+}
 
 void check_f32_rows(const TensorView& v, const char* op, const char* what) {
   if (v.type != GgmlType::F32) fail("cuda backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
@@ -137,13 +150,19 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::before_device_memory_change() {
-  // No allocation inside a capture, and no free under work that still uses the memory.
+  // No allocation inside a capture, and no free under work that still uses the memory. Only
+  // the thread that issues ops may end its capture (captures are thread-local: another
+  // thread's cudaMalloc does not touch it, and cudaFree waits for the device by itself); a
+  // prefetcher allocating during a decode capture must leave the capture alone.
+  const std::thread::id issuer = issuer_.load(std::memory_order_relaxed);
+  if (issuer != std::thread::id() && issuer != std::this_thread::get_id()) return;
   graphs_.end();
   MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));
   stage_used_ = 0;
 }
 
 void CudaBackend::sync_point() {
+  ++sync_points_;
   graphs_.end();
   MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));
   stage_used_ = 0;
@@ -184,7 +203,15 @@ template HostArray<uint8_t> CudaBackend::host_array(std::span<const uint8_t>);
 
 void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
   graphs_.end();
+  if (bytes >= kPinThreshold && already_pinned(src, bytes)) {
+    // Page-locked already (a VRAM cache pins the file's expert span, which may cover this
+    // tensor): a second cudaHostRegister would be refused.
+    MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
   if (bytes >= kPinThreshold) {
+    ++registrations_;
     HostRegistration pin(src, bytes);
     if (pin.pinned()) {
       MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -221,6 +248,7 @@ TensorView CudaBackend::adopt_weight(const TensorView& w) {
   if (it == adopted_.end() || it->second.bytes < bytes) {
     Adopted a{alloc_.allocate(bytes), bytes};
     upload(a.buf.data(), w.data, bytes);
+    if (it != adopted_.end()) retired_.push_back(std::move(it->second.buf));
     it = adopted_.insert_or_assign(w.data, std::move(a)).first;
   }
   TensorView v = w;

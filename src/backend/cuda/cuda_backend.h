@@ -32,12 +32,15 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt = {});
 // transfers, backend/device_link.h). Throws moeflow::Error without a device.
 std::unique_ptr<DeviceLink> make_cuda_device_link(int device = 0);
 
-// The decode-step graphs a CUDA backend has launched (docs/gpu.md); zeros for other backends.
+// The decode-step graphs a CUDA backend has launched, its sync points and host registrations
+// (docs/gpu.md); zeros for other backends.
 struct CudaGraphCounts {
   uint64_t launches = 0;        // segments run as graphs
   uint64_t instantiations = 0;  // executable graphs built
   uint64_t updates = 0;         // executable graphs reused with new parameters
   uint64_t ops = 0;             // ops captured
+  uint64_t sync_points = 0;     // host waits for the backend's stream
+  uint64_t registrations = 0;   // cudaHostRegister calls of weight uploads
 };
 CudaGraphCounts cuda_graph_counts(const Backend& b);
 

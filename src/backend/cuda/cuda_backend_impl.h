@@ -3,8 +3,10 @@
 // are split by group: cuda_backend.cpp (memory, copies, synchronisation, graphs),
 // cuda_matmul.cpp (matvec / GEMM), cuda_ops.cpp (everything else). Each op checks its views on
 // the host, then enqueues kernels (kernels.h) on the backend's one stream.
+#include <atomic>
 #include <cstdint>
 #include <span>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -62,6 +64,8 @@ class CudaBackend final : public Backend, private AllocListener {
                    std::span<const uint8_t> keep, int k) override;
 
   const GraphStats& graph_stats() const { return graphs_.stats(); }
+  uint64_t sync_points() const { return sync_points_; }
+  uint64_t host_registrations() const { return registrations_; }
   int device() const { return device_; }
 
  private:
@@ -69,6 +73,7 @@ class CudaBackend final : public Backend, private AllocListener {
   // step is a decode step, else runs it directly (ending a capture first).
   template <typename F>
   void op(bool capturable, uint64_t key, F&& launch) {
+    issuer_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     graphs_.before_op(capturable && step_tokens_ == 1, key);
     try {
       launch();
@@ -106,12 +111,19 @@ class CudaBackend final : public Backend, private AllocListener {
   Buffer bounce_[2];
   cudaEvent_t bounce_done_[2] = {nullptr, nullptr};
   bool warned_pin_ = false;
+  // The thread that issues ops (captures are thread-local: only it may end one).
+  std::atomic<std::thread::id> issuer_{};
+  uint64_t sync_points_ = 0;    // host waits for the stream
+  uint64_t registrations_ = 0;  // cudaHostRegister calls by upload()
   // Adopted weights: host data pointer -> device copy (tied embeddings are adopted once).
   struct Adopted {
     Buffer buf;
     uint64_t bytes;
   };
   std::unordered_map<const void*, Adopted> adopted_;
+  // Smaller copies replaced by a larger adoption of the same host range: earlier views may
+  // still point at them, so they live as long as the backend.
+  std::vector<Buffer> retired_;
 };
 
 // Views to kernel matrices (float32 rows; strides in floats).
