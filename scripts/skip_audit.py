@@ -4,6 +4,9 @@ that no allow-list pattern matches.
 
 Usage: skip_audit.py JUNIT.xml LABEL [ALLOWED_REGEX ...]
 
+An ALLOWED_REGEX matches test names; written NAME_REGEX::REASON_REGEX it also requires the
+skip's reason to match (e.g. CUDA cases that may skip only for want of a device).
+
 A skip is a testcase with a <skipped> element: a GoogleTest GTEST_SKIP() (gtest_discover_tests
 maps "[  SKIPPED ]" to a ctest skip), or a Python oracle file that exited with pytest's code 5
 (SKIP_RETURN_CODE 5 in tests/CMakeLists.txt: the module skipped itself, nothing was collected,
@@ -46,7 +49,10 @@ def main() -> int:
     except (OSError, ET.ParseError) as e:
         print(f"skip audit: cannot read the ctest JUnit report {path}: {e}", file=sys.stderr)
         return 2
-    allowed = [re.compile(p) for p in patterns]
+    allowed = []
+    for p in patterns:
+        name_re, _, reason_re = p.partition("::")
+        allowed.append((re.compile(name_re), re.compile(reason_re) if reason_re else None))
     skipped = [c for c in root.iter("testcase")
                if c.find("skipped") is not None or c.get("status") == "disabled"]
     bad = 0
@@ -56,9 +62,10 @@ def main() -> int:
     print(f"== skipped tests ({label}): {len(skipped)}")
     for c in skipped:
         name = c.get("name", "?")
-        ok = any(p.search(name) for p in allowed)
+        reason = reason_of(c)
+        ok = any(n.search(name) and (r is None or r.search(reason)) for n, r in allowed)
         bad += not ok
-        print(f"   {'allowed' if ok else 'NOT ALLOWED'}  {name}: {reason_of(c)}")
+        print(f"   {'allowed' if ok else 'NOT ALLOWED'}  {name}: {reason}")
     if bad:
         print(f"== {bad} skip(s) not in scripts/test.sh's allow-list: a test that cannot run here "
               "is a failure (install what it names, or allow-list it with the reason)")
