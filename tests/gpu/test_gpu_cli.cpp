@@ -20,7 +20,7 @@ namespace {
 const std::string& model() {
   static const std::string path = [] {
     const std::string p = temp_path("standin_cli_" + std::to_string(getpid()) + ".gguf");
-    const Cmd c = run_moeflow("gen-model --arch mixtral --preset small --type Q4_K --seed 7 -q -o " + p);
+    const Cmd c = run_moeflow("gen-model --arch mixtral --preset small --type Q8_0 --seed 7 -q -o " + p);
     EXPECT_EQ(c.rc, 0) << c.out;
     return p;
   }();
@@ -63,7 +63,7 @@ TEST(StandInCli, BenchJsonEveryExpertInVram) {
 }
 
 TEST(StandInCli, BenchJsonVramCache) {
-  // 4 MiB of VRAM for experts: a cache of a few of the 32 experts (slots of ~0.4 MiB).
+  // 4 MiB of VRAM for experts: a cache of a few of the 32 experts (slots of ~0.8 MiB).
   const Cmd c = run_moeflow("bench --backend standin -m " + model() +
                                 " -p 16 -n 8 --reps 1 -t 2 --json --vram-budget 4MiB",
                             false);

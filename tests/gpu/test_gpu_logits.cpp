@@ -6,6 +6,11 @@
 //     tokens): on the stand-in device bit for bit the CPU's (same arithmetic: any difference is
 //     the device path's plumbing: weights, experts, copies, ordering); on CUDA within a stated
 //     tolerance;
+//   - each MoE layer's routing recorded in both runs: the stand-in routes exactly as the CPU; on
+//     CUDA the routing flips are counted and the first printed (a flip changes every later
+//     position by far more than rounding: it tells a routing difference from a numeric one);
+//   - numerics alone: the device run again with the CPU's routing forced on it
+//     (model/routing_override.h), within the tolerance (exact on the stand-in);
 //   - CUDA: greedy tokens identical to the CPU's, except where the CPU's own top two logits are
 //     closer than the tolerance allows to decide (counted and reported, at most 2 of 8); the GPU
 //     deterministic (a second run, with CUDA graphs off, gives the same bits); the decode steps
@@ -18,6 +23,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -28,6 +35,9 @@
 #include "backend/standin/standin_device.h"
 #include "device_kinds.h"
 #include "model/gen/model_generator.h"
+#include "model/model.h"
+#include "model/observer.h"
+#include "model/routing_override.h"
 #include "runtime/engine.h"
 
 namespace moeflow::test {
@@ -108,11 +118,73 @@ std::pair<int32_t, double> top(const float* row, size_t n) {
   return {best, (row[best] - second) / scale};
 }
 
+// Each MoE layer's routing, token by token: (position, layer) -> the experts in rank order,
+// and their weights.
+class RoutingLog final : public ForwardObserver {
+ public:
+  void on_route(const RouteRecord& r) override {
+    for (int t = 0; t < r.n_tokens; ++t) {
+      routes[{r.pos0 + t, r.layer}].assign(r.experts.begin() + t * r.top_k, r.experts.begin() + (t + 1) * r.top_k);
+      weights[{r.pos0 + t, r.layer}].assign(r.weights.begin() + t * r.top_k, r.weights.begin() + (t + 1) * r.top_k);
+    }
+  }
+  std::map<std::pair<int64_t, int>, std::vector<int>> routes;
+  std::map<std::pair<int64_t, int>, std::vector<float>> weights;
+};
+
+// Another run's routing forced on this one (model/routing_override.h): with the routing held
+// equal, what differs between two backends is numerics alone.
+class Replay final : public RoutingOverride {
+ public:
+  explicit Replay(const RoutingLog& log) : log_(log) {}
+  void apply(int layer, int64_t pos0, int n, int k, int32_t* experts, float* weights) override {
+    for (int t = 0; t < n; ++t) {
+      const auto key = std::make_pair(pos0 + t, layer);
+      const std::vector<int>& e = log_.routes.at(key);
+      const std::vector<float>& w = log_.weights.at(key);
+      ASSERT_EQ((int)e.size(), k);
+      std::copy(e.begin(), e.end(), experts + t * k);
+      std::copy(w.begin(), w.end(), weights + t * k);
+    }
+  }
+
+ private:
+  const RoutingLog& log_;
+};
+
+// The routing flips between two runs (the same expert set at a (position, layer) is no flip,
+// whatever the rank order): how many, and the first in forward order, for the report. A flip
+// changes every later position's logits by far more than kernel rounding does: on a GPU this
+// tells a routing difference from a numeric one.
+struct Flips {
+  int count = 0;
+  std::string first;
+};
+Flips routing_flips(const RoutingLog& a, const RoutingLog& b) {
+  Flips f;
+  for (const auto& [key, ea] : a.routes) {
+    auto it = b.routes.find(key);
+    if (it == b.routes.end()) continue;
+    std::vector<int> x = ea, y = it->second;
+    std::sort(x.begin(), x.end());
+    std::sort(y.begin(), y.end());
+    if (x == y) continue;
+    if (f.count++ == 0) {
+      f.first = "position " + std::to_string(key.first) + ", layer " + std::to_string(key.second) + ": cpu";
+      for (int e : ea) f.first += " " + std::to_string(e);
+      f.first += " vs device";
+      for (int e : it->second) f.first += " " + std::to_string(e);
+    }
+  }
+  return f;
+}
+
 struct RunResult {
   std::vector<float> prompt_logits;  // [n_prompt][V]
   std::vector<float> step_logits;    // [n_steps][V]
   std::vector<int32_t> tokens;       // tokens fed to the decode steps
   CudaGraphCounts graphs;
+  RoutingLog routing;
   StandInCounts standin;  // the stand-in's counts over the run (differences of process totals)
 };
 
@@ -128,8 +200,10 @@ std::vector<int32_t> prompt_ids(int64_t vocab) {
   return ids;
 }
 
-// Prefill (all logits), then kSteps decode steps fed `force` (or the run's own greedy tokens).
-RunResult run(const std::string& path, BackendKind backend, const std::vector<int32_t>* force) {
+// Prefill (all logits), then kSteps decode steps fed `force` (or the run's own greedy tokens);
+// with `routing`, that run's routing replaces this one's.
+RunResult run(const std::string& path, BackendKind backend, const std::vector<int32_t>* force,
+              const RoutingLog* routing = nullptr) {
   const StandInCounts before = standin_counts();
   EngineOptions opt;
   opt.n_threads = 2;
@@ -139,6 +213,9 @@ RunResult run(const std::string& path, BackendKind backend, const std::vector<in
   Engine eng(path, opt);
   const size_t V = (size_t)eng.n_vocab();
   RunResult r;
+  eng.context().set_observer(&r.routing);
+  std::unique_ptr<Replay> replay = routing ? std::make_unique<Replay>(*routing) : nullptr;
+  eng.context().moe().set_routing_override(replay.get());
   eng.prefill(prompt_ids((int64_t)V), true, &r.prompt_logits);
   const float* last = r.prompt_logits.data() + (kPrompt - 1) * V;
   for (int i = 0; i < kSteps; ++i) {
@@ -151,6 +228,7 @@ RunResult run(const std::string& path, BackendKind backend, const std::vector<in
 #if MOEFLOW_HAVE_CUDA
   r.graphs = cuda_graph_counts(eng.backend());
 #endif
+  eng.context().set_observer(nullptr);
   const StandInCounts after = standin_counts();
   r.standin.ops = after.ops - before.ops;
   r.standin.syncs = after.syncs - before.syncs;
@@ -193,9 +271,23 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
     }
   }
   EXPECT_LE(near_ties, 2) << "greedy tokens differ at " << near_ties << " of " << kSteps << " steps";
-  std::printf("%s %s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps\n",
-              backend_kind_name(c.device), c.arch.c_str(), type_name(c.type), worst, tol, near_ties);
+  const Flips flips = routing_flips(cpu.routing, gpu.routing);
+  std::printf("%s %s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps, "
+              "%d routing flips%s%s\n",
+              backend_kind_name(c.device), c.arch.c_str(), type_name(c.type), worst, tol, near_ties,
+              flips.count, flips.count ? "; first at " : "", flips.first.c_str());
+  // Numerics alone: the same run with the CPU's routing forced on the device (exact on the
+  // stand-in; within the tolerance on CUDA, with every routing flip taken out).
+  const RunResult held = run(path, c.device, &cpu.tokens, &cpu.routing);
+  double worst_held = 0;
+  for (size_t i = 0; i < held.prompt_logits.size(); i += V)
+    worst_held = std::max(worst_held, rel_diff(held.prompt_logits.data() + i, cpu.prompt_logits.data() + i, V));
+  for (size_t i = 0; i < held.step_logits.size(); i += V)
+    worst_held = std::max(worst_held, rel_diff(held.step_logits.data() + i, cpu.step_logits.data() + i, V));
+  EXPECT_LE(worst_held, tol) << "with the CPU's routing held on the device";
+  std::printf("  with the CPU's routing held: worst relative logit difference %.3g\n", worst_held);
   if (c.device == BackendKind::StandIn) {
+    EXPECT_EQ(flips.count, 0) << "first at " << flips.first;
     // Work really went through the stream, and the host waited for it a bounded number of
     // times per token (each MoE layer's routing is one read back; printed for the record).
     EXPECT_GT(gpu.standin.ops, 0u);

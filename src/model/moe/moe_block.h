@@ -22,6 +22,7 @@
 #include "model/moe/moe_planner.h"
 #include "model/moe/precision_mode.h"
 #include "model/observer.h"
+#include "model/routing_override.h"
 #include "model/weights.h"
 
 namespace moeflow {
@@ -59,6 +60,10 @@ class MoeBlock {
     resid_ = resid;
   }
 
+  // Routing decided elsewhere (model/routing_override.h), or null: the router's own. Must
+  // outlive the runs it is set for.
+  void set_routing_override(RoutingOverride* o) { routing_override_ = o; }
+
   // Router decision of the last run(): n x top_k each.
   std::span<const int> last_experts() const { return planner_.last_experts(); }
   std::span<const float> last_weights() const { return planner_.last_weights(); }
@@ -69,6 +74,7 @@ class MoeBlock {
   const std::vector<Precision>& last_exec_precisions() const { return planner_.last_exec_precisions(); }
 
  private:
+  RoutingOverride* routing_override_ = nullptr;
   // acquire (streamed), check the slice's shape, add the expert's resident bias rows from L,
   // compute(view, ready) (ready(proj) awaits a matrix), release (also when compute throws).
   template <typename Fn>

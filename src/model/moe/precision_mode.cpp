@@ -15,6 +15,8 @@ ExpertMode parse_expert_mode(const std::string& name) {
   fail("--mode: unknown mode '{}' (known: exact, hobbit, hobbit-all, skip, daop)", name);
 }
 
+std::vector<std::string> expert_mode_names() { return {"exact", "hobbit", "hobbit-all", "skip", "daop"}; }
+
 const char* expert_mode_name(ExpertMode m) {
   switch (m) {
     case ExpertMode::Hobbit: return "hobbit";

@@ -54,6 +54,8 @@ struct PrecisionModeConfig {
 
 // "exact" | "hobbit" | "hobbit-all" | "skip" | "daop"; throws moeflow::Error listing them.
 ExpertMode parse_expert_mode(const std::string& name);
+// Every name parse_expert_mode takes, for option checks.
+std::vector<std::string> expert_mode_names();
 const char* expert_mode_name(ExpertMode m);
 // Throws naming the option at fault (T1 > T2, thresholds outside [0, 1], NaN).
 void validate(const PrecisionModeConfig& c);
