@@ -3,9 +3,22 @@
 // same way by every command that runs a model (run, chat, serve, bench, perplexity, calibrate).
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
+#include "model/moe/precision_mode.h"
+#include "policy/eviction_policy.h"
+#include "policy/predictor.h"
 #include "runtime/offload_session.h"
 
 namespace moeflow::cli {
+
+// Names are checked when the command line is parsed, so an unknown one is a usage error (exit
+// 2) before any file is opened, whether or not the model turns out to need offloading.
+inline std::vector<std::string> with(std::vector<std::string> first, const std::vector<std::string>& rest) {
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
+}
 
 inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
   app.add_option("--expert-cache", o.expert_cache,
@@ -29,33 +42,41 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                  "--backend cuda: plan VRAM as if the device had at most this much (e.g. 16GiB)");
   app.add_option("--expert-source", o.expert_source,
                  "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
-                 "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)");
+                 "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)")
+      ->check(CLI::IsMember({"auto", "ram", "file"}));
   app.add_option("--cpu-experts", o.cpu_experts,
                  "--backend cuda with a VRAM cache: off (the default: a miss waits for its copy) "
                  "| auto (the CPU computes a miss from RAM when a measured cost model says it "
-                 "finishes before the copy)");
+                 "finishes before the copy)")
+      ->check(CLI::IsMember({"off", "auto"}));
   app.add_option("--cache-policy", o.policy,
                  "eviction policy: auto (the default: lfu, split per layer when every layer gets "
                  "its top-k slots, else lfu-cycle over one budget), lru, lfu, lfu-cycle, "
-                 "moe-infinity, hobbit, static, daop (the last two need --policy-calib)");
+                 "moe-infinity, hobbit, static, daop (the last two need --policy-calib)")
+      ->check(CLI::IsMember(with({"auto"}, eviction_policy_names())));
   app.add_option("--policy-calib", o.policy_calib,
                  "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
-                 "or daop");
+                 "or daop")
+      ->check(CLI::ExistingFile);
   app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
   app.add_option("--io-threads", o.io_threads,
-                 "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)");
+                 "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)")
+      ->check(CLI::Range(0, 256));
   app.add_option("--prefetch", o.prefetch,
-                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc");
+                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc")
+      ->check(CLI::IsMember(with({"none", "lookahead"}, predictor_names())));
   app.add_option("--predictor-model", o.predictor_model,
                  "trained predictor weights for --prefetch promoe (moeflow train-predictor)");
-  app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead predictor");
+  app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead and gate predictors")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--no-early-preemption", o.no_early_preemption,
                "on-demand loads only: do not raise routed experts to HIGH before acquire");
   app.add_option("--prefill-slots", o.prefill_slots,
                  "DuoServe's prefill pipeline (lossless): in a prompt, a miss that would evict a "
                  "cached expert is streamed through one of K slots of its own instead, the next "
                  "ones read while the current expert computes, so the prompt leaves the decode "
-                 "cache as it was (K slots out of the budget; default 0: off)");
+                 "cache as it was (K slots out of the budget; default 0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--prefetch-always", o.prefetch_always,
                "issue every predicted prefetch, also those the measured layer time, read speed "
                "and disk load say cannot be half done before their layer runs, and those the "
@@ -66,7 +87,8 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                  "expert mode: exact (default, lossless) | hobbit (cache misses of less critical "
                  "experts load low-precision copies, needs moeflow pack --low) | hobbit-all (the "
                  "same rule for every expert) | skip (drop low-weight experts) | daop (replace a "
-                 "token's second miss by a cached expert); lossy modes change output");
+                 "token's second miss by a cached expert); lossy modes change output")
+      ->check(CLI::IsMember(expert_mode_names()));
   app.add_option("--hobbit-t1", o.hobbit_t1,
                  "hobbit: high precision while the weight ranked above is <= T1 (default 0.6)");
   app.add_option("--hobbit-t2", o.hobbit_t2,

@@ -286,6 +286,7 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     pr.top_k = top_k;
     pr.hidden_dim = static_cast<int>(file.get_int(file.get_string("general.architecture") + ".embedding_length"));
     pr.model_path = o.predictor_model;
+    pr.lookahead = o.lookahead;  // --lookahead: how far the gate predictor looks ahead
     s.predictor = std::make_unique<PredictorPrefetch>(*s.provider, make_predictor(o.prefetch, pr), pr.n_layers);
   }
   return s;

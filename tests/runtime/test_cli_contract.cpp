@@ -94,6 +94,40 @@ TEST(CliContract, SamplingFlagsOutOfRangeAreUsageErrorsBeforeLoading) {
   EXPECT_EQ(ok.rc, 0) << ok.err;
 }
 
+// Names and ranges of the offloading and backend flags are checked when the command line is
+// parsed: a typo is a usage error before the model is opened, whether or not the model would
+// need offloading (before, `--cache-policy lfuu` passed silently on a model that fits, and the
+// others exited 1 after opening it).
+TEST(CliContract, OffloadAndBackendNamesAreUsageErrorsBeforeLoading) {
+  struct Case {
+    const char* args;
+    const char* flag;
+  };
+  const Case cases[] = {
+      {"run -m /nonexistent.gguf -p x --cache-policy lfuu", "--cache-policy"},
+      {"run -m /nonexistent.gguf -p x --prefetch gatee", "--prefetch"},
+      {"run -m /nonexistent.gguf -p x --mode exactt", "--mode"},
+      {"run -m /nonexistent.gguf -p x --backend cudaa", "--backend"},
+      {"bench -m /nonexistent.gguf --cpu-experts yes", "--cpu-experts"},
+      {"bench -m /nonexistent.gguf --expert-source disk", "--expert-source"},
+      {"run -m /nonexistent.gguf -p x --prefill-slots -1", "--prefill-slots"},
+      {"run -m /nonexistent.gguf -p x --lookahead 0", "--lookahead"},
+      {"run -m /nonexistent.gguf -p x --io-threads -2", "--io-threads"},
+      {"run -m /nonexistent.gguf -p x --cache-policy static --policy-calib /nonexistent.mft", "--policy-calib"},
+  };
+  for (const Case& c : cases) {
+    const Out o = moeflow(c.args);
+    EXPECT_EQ(o.rc, 2) << c.args << ": " << o.err;
+    EXPECT_EQ(lines(o.err), 1u) << c.args << ": " << o.err;
+    EXPECT_NE(o.err.find(c.flag), std::string::npos) << o.err;
+    EXPECT_EQ(o.err.find("nonexistent.gguf"), std::string::npos) << "the model was opened first: " << o.err;
+  }
+  // Known names on a model that needs no offloading still run.
+  const Out ok = moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 --temp 0 --cache-policy lfu-cycle "
+                         "--prefetch gate --lookahead 2 --mode exact --stats none");
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+}
+
 TEST(CliContract, ParseErrorsExitTwoWithOneLine) {
   for (const char* args : {"run -p x", "run -m x -p y -n abc", "run -m x -p y --no-such-flag", "", "no-such-command",
                            "serve -m x --port 70000", "run -m x -p y -t -3", "run -m x -p y -n -5"}) {
