@@ -35,8 +35,11 @@ MOEFLOW_SKIP_PY=1 bash scripts/setup-deps.sh
 
 launch=()
 command -v ccache >/dev/null && launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+# $ORIGIN/../lib: in the bundle the binaries find the carried libraries in lib/ beside bin/
+# before the system's, without an LD_LIBRARY_PATH that would reach the GPU machine's own tools.
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF \
-  -DMOEFLOW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc" "${launch[@]}" >/dev/null
+  -DMOEFLOW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc" "${launch[@]}" \
+  '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' >/dev/null
 cmake --build "$BUILD" -j "$JOBS" --target moeflow test_backend test_gpu test_runtime
 
 out=.gpu-carry

@@ -8,7 +8,7 @@
 # its watchdog report (MOEFLOW_WATCHDOG, every thread's stack) in its log.
 #
 # Usage: scripts/gpu-check.sh [--stages unpack,test,bench,vram,sanitize] LOGDIR
-#   unpack    .gpu-carry/moeflow-gpu.tar.xz and the llama-bench archive       (~10 s)
+#   unpack    .gpu-carry/moeflow-gpu.tar.xz and the llama-bench archive; moeflow version (~10 s)
 #   test      GPU tests with MOEFLOW_REQUIRE_GPU=1: the CUDA op suite against float64, GPU vs
 #             CPU logits for every architecture and block format, the VRAM expert cache and
 #             the CPU/GPU hybrid, the backend choice                       (budget 150 s)
@@ -63,8 +63,9 @@ if ! command -v nvcc >/dev/null; then
   done
 fi
 CUDA_BIN=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
-# The carried libraries first, then CUDA's (libcudart, libcublas) from the machine's toolkit.
-export LD_LIBRARY_PATH="$BUILD/lib:$LLAMA_DIR:$CUDA_BIN/../lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# moeflow's binaries find the carried libraries through their RUNPATH ($ORIGIN/../lib); llama-bench
+# its own beside it; both CUDA's (libcudart, libcublas) in the machine's toolkit.
+export LD_LIBRARY_PATH="$LLAMA_DIR:$CUDA_BIN/../lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A moeflow process that stops progressing for this long prints where it is (core/watchdog.h).
 export MOEFLOW_WATCHDOG=${MOEFLOW_WATCHDOG:-45}
 
@@ -104,7 +105,7 @@ stage_unpack() {
   [ -f "$CARRY/moeflow-gpu.tar.xz" ] || { record unpack moeflow FAIL "no .gpu-carry/moeflow-gpu.tar.xz: run scripts/gpu-bundle.sh before the GPU session"; return; }
   rm -rf "$BIN" "$BUILD/lib" && mkdir -p "$BUILD"
   if logged unpack-moeflow 120 tar xJf "$CARRY/moeflow-gpu.tar.xz" -C "$BUILD" &&
-     logged unpack-version 30 "$BIN/moeflow" --version; then
+     logged unpack-version 30 "$BIN/moeflow" version; then
     record unpack moeflow PASS "$(tail -n +2 "$logdir/unpack-version.log" | head -1)"
   else
     record unpack moeflow FAIL "see unpack-moeflow.log / unpack-version.log"
