@@ -103,7 +103,7 @@ gtest_counts() {  # log -> "N passed, M skipped, K failed"
 # ------------------------------------------------------------------------------------ unpack
 stage_unpack() {
   [ -f "$CARRY/moeflow-gpu.tar.xz" ] || { record unpack moeflow FAIL "no .gpu-carry/moeflow-gpu.tar.xz: run scripts/gpu-bundle.sh before the GPU session"; return; }
-  rm -rf "$BIN" "$BUILD/lib" && mkdir -p "$BUILD"
+  rm -rf "${BUILD:?}/bin" "${BUILD:?}/lib" && mkdir -p "$BUILD"
   if logged unpack-moeflow 120 tar xJf "$CARRY/moeflow-gpu.tar.xz" -C "$BUILD" &&
      logged unpack-version 30 "$BIN/moeflow" version; then
     record unpack moeflow PASS "$(tail -n +2 "$logdir/unpack-version.log" | head -1)"
@@ -279,6 +279,7 @@ stage_vram() {
     # The CPU/GPU hybrid on the same budget, one repetition (misses the CPU finishes first are
     # computed there).
     local variant vlog
+    # shellcheck disable=SC2043  # one variant now; the list is where more go
     for variant in "--cpu-experts auto"; do
       vlog=vram-moeflow-${name}-$(tr -dc 'a-z0-9' <<<"$variant")
       if out_of_time; then record vram "moeflow $name in ${vram} GiB, $variant" SKIP "stage budget spent"; continue; fi
