@@ -230,7 +230,7 @@ TEST_F(LivePredictorCli, BadPredictorOptionsAreClearErrors) {
   m.init(2, 8, 16, 4, 1, 2, 1);
   m.save(other);
   struct Case { std::string args, expect; };
-  for (const Case& k : {Case{"--prefetch psychic", "known: none, lookahead, gate"},
+  for (const Case& k : {Case{"--prefetch psychic", "psychic not in {none,lookahead,gate"},
                         Case{"--prefetch promoe", "needs trained weights"},
                         Case{"--prefetch promoe --predictor-model /nonexistent.bin", "cannot open"},
                         Case{"--prefetch promoe --predictor-model '" + other + "'", "was trained for"},
