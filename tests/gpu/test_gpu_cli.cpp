@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -78,19 +79,13 @@ TEST(StandInCli, BenchJsonVramCache) {
 
 TEST(StandInCli, AVramTooSmallIsOneClearError) {
   // 1 MiB of VRAM cannot hold the model's other weights, let alone one layer's experts.
-  const std::string cmd = "MOEFLOW_STANDIN_VRAM=1MiB " + std::string(MOEFLOW_BINARY) + " bench --backend standin -m " +
-                          model() + " -p 4 -n 2 --reps 1 --json 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  ASSERT_TRUE(WIFEXITED(st)) << out;
-  EXPECT_EQ(WEXITSTATUS(st), 1) << out;
-  EXPECT_NE(out.find("VRAM"), std::string::npos) << out;
-  EXPECT_EQ(out.find("terminate"), std::string::npos) << out;
+  const std::string m = model();
+  setenv("MOEFLOW_STANDIN_VRAM", "1MiB", 1);
+  const Cmd c = run_moeflow("bench --backend standin -m " + m + " -p 4 -n 2 --reps 1 --json");
+  unsetenv("MOEFLOW_STANDIN_VRAM");
+  EXPECT_EQ(c.rc, 1) << c.out;
+  EXPECT_NE(c.out.find("VRAM"), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("terminate"), std::string::npos) << c.out;
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ class MemoryMap {
   bool reserve(uint64_t n);
   void unreserve(uint64_t n);
 
+  // Adds n to one of the counters (any thread).
+  void count(uint64_t StandInCounts::*field, uint64_t n = 1) {
+    std::lock_guard lk(count_mu);
+    counts.*field += n;
+  }
   StandInCounts counts;  // guarded by count_mu
   std::mutex count_mu;
 
