@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/standin/standin_device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #if MOEFLOW_HAVE_CUDA
@@ -25,6 +26,9 @@ std::vector<BackendCase> backend_cases() {
     out.push_back({std::string("cpu-") + level, level, [] { return std::make_unique<CpuBackend>(&pool); }});
   }
   force_simd_level(nullptr);
+  // The stand-in device: the CPU's kernels behind a GPU's rules (device memory only, a stream):
+  // every op's plumbing on a device backend, on machines without a GPU.
+  out.push_back({"standin", "", [] { return make_standin_backend(3); }});
 #if MOEFLOW_HAVE_CUDA
   // Float ops within 2e-5 relative of float64 (CUDA's expf/tanhf/powf/cosf are within 2 ulp
   // and reductions run in float); GEMMs of more than 8 tokens round F16/BF16-weight

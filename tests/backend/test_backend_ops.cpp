@@ -271,6 +271,45 @@ TEST_P(BackendOps, RopeNormalNeoxPartialAndScaled) {
   }
 }
 
+// What the models ask of RoPE beyond the cases above: the first positions of a prompt (0-20),
+// the large bases of Mixtral/Qwen (1e6) and gpt-oss (150000), and normal-mode partial RoPE on
+// strided rows (DeepSeek's MLA rotates the 64 rope dims at the end of each 576-wide latent
+// cache row).
+TEST_P(BackendOps, RopeAtTheModelsPositionsBasesAndStridedRows) {
+  struct Case {
+    const char* name;
+    RopeMode mode;
+    int64_t head, n_rot;
+    float base;
+    int64_t row, offset;  // floats per row of the buffer and where the heads start in it
+    int n_head;
+  };
+  const Case cases[] = {
+      {"normal, base 1e6", RopeMode::Normal, 128, 128, 1e6f, 4 * 128, 0, 4},
+      {"neox, base 150000", RopeMode::NeoX, 64, 64, 150000.f, 2 * 64, 0, 2},
+      {"normal partial on strided MLA rows", RopeMode::Normal, 64, 64, 10000.f, 576, 512, 1},
+  };
+  for (const Case& c : cases) {
+    const int64_t n = 21, pos0 = 0;
+    RopeParams p;
+    p.mode = c.mode;
+    p.n_rot = c.n_rot;
+    p.freq_base = c.base;
+    p.n_ctx_orig = 4096;
+    const auto x = rnd((size_t)n * c.row);
+    DeviceTensor X = upload(be(), x, c.row, n);
+    const TensorView heads = strided_matrix_view(X.view.data + c.offset * sizeof(float), GgmlType::F32,
+                                                 c.n_head * c.head, n, X.view.row_stride(), X.view.space);
+    be().rope(heads, c.n_head, c.head, pos0, p);
+    const auto y = download(be(), X.view);
+    std::vector<double> want(x.begin(), x.end());
+    for (int64_t t = 0; t < n; ++t)
+      for (int h = 0; h < c.n_head; ++h) rope_ref(want, t * c.row + c.offset + h * c.head, pos0 + t, p, {});
+    // Everything outside the rotated heads is untouched.
+    expect_close(y, want, 1e-5, 1e-5, c.name, 2e-5 * std::max(1.0, max_abs(want)));
+  }
+}
+
 // ---------------------------------------------------------------- attention
 
 TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
