@@ -9,7 +9,6 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/error.h"
-#include "core/watchdog.h"
 #include "core/median.h"
 #include "core/timer.h"
 #include "cli/offload_flags.h"
@@ -129,15 +128,10 @@ int run_bench(const BenchArgs& a) {
       const double t0 = now_seconds();
       for (int i = 0; i < a.n_gen; ++i) eng.decode(toks[i]);
       tg.push_back(a.n_gen / (now_seconds() - t0));
-      const StandInCounts c1 = standin_counts();
+      decode_counts = standin_counts() - c0;
 #if MOEFLOW_HAVE_CUDA
-      const CudaGraphCounts g1 = cuda_graph_counts(eng.backend());
-      cuda_decode = {g1.launches - g0.launches, g1.instantiations - g0.instantiations, g1.updates - g0.updates,
-                     g1.ops - g0.ops, g1.sync_points - g0.sync_points, g1.registrations - g0.registrations};
+      cuda_decode = cuda_graph_counts(eng.backend()) - g0;
 #endif
-      decode_counts = {c1.ops - c0.ops, c1.syncs - c0.syncs, c1.uploads - c0.uploads,
-                       c1.upload_bytes - c0.upload_bytes, c1.lane_copies - c0.lane_copies,
-                       c1.lane_bytes - c0.lane_bytes, c1.pins - c0.pins, c1.pins_refused - c0.pins_refused};
     }
   }
   if (rec) {
@@ -170,7 +164,7 @@ int run_bench(const BenchArgs& a) {
     j["kv_bytes_per_token_per_head"] = eng.model().kv_bytes_per_token_per_head();
     if (offload.provider) j["offload"] = offload_stats_json(offload, false);
     if (eng.backend().space() == MemSpace::Device) j["vram"] = vram_json(loaded, opt.backend);
-    if (eng.backend().name() == "cuda" && a.n_gen > 0) {
+    if (opt.backend == BackendKind::Cuda && a.n_gen > 0) {
       // Per decode token: graphs launched / built / updated, host waits, host registrations.
       const double n = a.n_gen;
       const CudaGraphCounts& c = cuda_decode;
@@ -178,7 +172,7 @@ int run_bench(const BenchArgs& a) {
                    {"graph_updates_per_token", c.updates / n},   {"sync_points_per_token", c.sync_points / n},
                    {"host_registrations_per_token", c.registrations / n}};
     }
-    if (is_standin(eng.backend()) && a.n_gen > 0) {
+    if (opt.backend == BackendKind::StandIn && a.n_gen > 0) {
       // What a device would be asked per decode token: ops on its stream, host waits for it,
       // host -> device copies (docs/gpu.md, "The stand-in device").
       const double n = a.n_gen;
@@ -209,9 +203,7 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
   app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
   app.add_option("--reps", a->reps, "repetitions (median is reported)");
   app.add_flag("--json", a->json, "print one JSON object");
-  app.add_flag_callback("-v,--verbose", [] { set_phase_lines(true); },
-                        "phase lines with timestamps on stderr (loading, prefill, decode); "
-                        "MOEFLOW_WATCHDOG=SECONDS adds every thread's stack when nothing progresses");
+  add_phase_lines_flag(app);
   app.add_option("--trace-out", a->trace_out,
                  "record the routing of the timed passes to this trace file (moeflow sim replays "
                  "it, e.g. for Belady's bytes on the same routing)");

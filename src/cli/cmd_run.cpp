@@ -9,7 +9,6 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/error.h"
-#include "core/watchdog.h"
 #include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
@@ -135,9 +134,7 @@ const bool registered_run = register_command("run", "Generate text from a prompt
   app.add_option("--stats", a->stats,
                  "statistics on stderr after the text: text | json (one object, the last line) | none");
   app.add_flag("--stats-json", a->stats_json, "same as --stats json");
-  app.add_flag_callback("-v,--verbose", [] { set_phase_lines(true); },
-                        "phase lines with timestamps on stderr (loading, prefill, decode); "
-                        "MOEFLOW_WATCHDOG=SECONDS adds every thread's stack when nothing progresses");
+  add_phase_lines_flag(app);
   add_offload_options(app, a->offload);
   add_backend_option(app, a->backend);
   return CommandMain([a] { return run_run(*a); });

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/watchdog.h"
 #include "cli/offload_flags.h"
 #include "model/hparams.h"
 #include "runtime/engine.h"
@@ -71,6 +72,13 @@ inline void add_backend_option(CLI::App& app, std::string& backend) {
                  "arithmetic behind a GPU's memory rules, for checking the device path without "
                  "a GPU (VRAM size: MOEFLOW_STANDIN_VRAM, default 16GiB)")
       ->check(CLI::IsMember({"cpu", "cuda", "standin"}));
+}
+
+// -v: phase lines with timestamps on stderr (core/watchdog.h).
+inline void add_phase_lines_flag(CLI::App& app) {
+  app.add_flag_callback("-v,--verbose", [] { set_phase_lines(true); },
+                        "phase lines with timestamps on stderr (loading, prefill, decode); "
+                        "MOEFLOW_WATCHDOG=SECONDS adds every thread's stack when nothing progresses");
 }
 
 // The model's tokenizer for a command that cannot work on token ids alone; warnings about the

@@ -65,13 +65,11 @@ std::unique_ptr<Backend> make_backend(BackendKind k, ThreadPool* pool) {
     configure_standin();
     return make_standin_backend(pool ? pool->size() : 1);
   }
+  const std::string why = device_unavailable_reason(k);
 #if MOEFLOW_HAVE_CUDA
-  if (!cuda_device_available())
-    fail("--backend cuda: no CUDA device: {}", cuda_unavailable_reason());
-  return make_cuda_backend();
-#else
-  fail("--backend cuda: this moeflow was built without CUDA (configure with -DMOEFLOW_CUDA=ON)");
+  if (why.empty()) return make_cuda_backend();
 #endif
+  fail("--backend cuda: {}", why);
 }
 
 std::shared_ptr<DeviceLink> make_device_link(BackendKind k) {
@@ -80,13 +78,11 @@ std::shared_ptr<DeviceLink> make_device_link(BackendKind k) {
     configure_standin();
     return make_standin_device_link();
   }
+  const std::string why = device_unavailable_reason(k);
 #if MOEFLOW_HAVE_CUDA
-  if (!cuda_device_available())
-    fail("--backend cuda: no CUDA device: {}", cuda_unavailable_reason());
-  return make_cuda_device_link();
-#else
-  fail("--backend cuda: this moeflow was built without CUDA (configure with -DMOEFLOW_CUDA=ON)");
+  if (why.empty()) return make_cuda_device_link();
 #endif
+  fail("--backend cuda: {}", why);
 }
 
 }  // namespace moeflow

@@ -229,9 +229,7 @@ RunResult run(const std::string& path, BackendKind backend, const std::vector<in
   r.graphs = cuda_graph_counts(eng.backend());
 #endif
   eng.context().set_observer(nullptr);
-  const StandInCounts after = standin_counts();
-  r.standin.ops = after.ops - before.ops;
-  r.standin.syncs = after.syncs - before.syncs;
+  r.standin = standin_counts() - before;
   return r;
 }
 

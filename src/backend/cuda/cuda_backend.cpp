@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -203,17 +204,15 @@ template HostArray<uint8_t> CudaBackend::host_array(std::span<const uint8_t>);
 
 void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
   graphs_.end();
-  if (bytes >= kPinThreshold && already_pinned(src, bytes)) {
-    // Page-locked already (a VRAM cache pins the file's expert span, which may cover this
-    // tensor): a second cudaHostRegister would be refused.
-    MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-    MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return;
-  }
   if (bytes >= kPinThreshold) {
-    ++registrations_;
-    HostRegistration pin(src, bytes);
-    if (pin.pinned()) {
+    // A range page-locked already (a VRAM cache pins the file's expert span, which may cover
+    // this tensor) is copied as it is: a second cudaHostRegister would be refused.
+    std::optional<HostRegistration> pin;
+    if (!already_pinned(src, bytes)) {
+      ++registrations_;
+      pin.emplace(src, bytes);
+    }
+    if (!pin || pin->pinned()) {
       MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
       MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));
       return;
@@ -222,7 +221,7 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
       std::fprintf(stderr,
                    "moeflow: note: cannot pin the model's memory for copies to the GPU (%s); "
                    "copying through a pinned staging buffer instead\n",
-                   pin.reason().c_str());
+                   pin->reason().c_str());
       warned_pin_ = true;
     }
   }

@@ -42,6 +42,11 @@ struct CudaGraphCounts {
   uint64_t sync_points = 0;     // host waits for the backend's stream
   uint64_t registrations = 0;   // cudaHostRegister calls of weight uploads
 };
+// What happened between two readings, field by field.
+inline CudaGraphCounts operator-(const CudaGraphCounts& a, const CudaGraphCounts& b) {
+  return {a.launches - b.launches, a.instantiations - b.instantiations, a.updates - b.updates,
+          a.ops - b.ops,           a.sync_points - b.sync_points,       a.registrations - b.registrations};
+}
 CudaGraphCounts cuda_graph_counts(const Backend& b);
 
 }  // namespace moeflow

@@ -25,7 +25,6 @@ TensorView cpu_view(TensorView v) {
   return v;
 }
 
-void count(uint64_t StandInCounts::*field, uint64_t n = 1) { MemoryMap::instance().count(field, n); }
 
 class StandInBackend final : public Backend {
  public:
@@ -219,7 +218,5 @@ class StandInBackend final : public Backend {
 std::unique_ptr<Backend> make_standin_backend(int threads) {
   return std::make_unique<standin::StandInBackend>(threads);
 }
-
-bool is_standin(const Backend& b) { return dynamic_cast<const standin::StandInBackend*>(&b) != nullptr; }
 
 }  // namespace moeflow

@@ -47,7 +47,7 @@ struct StandInCounts {
 };
 // Process-wide totals (every stand-in backend and link); zeros when none was made.
 StandInCounts standin_counts();
-// True when `b` is a stand-in backend.
-bool is_standin(const Backend& b);
+// What happened between two readings of standin_counts(), field by field.
+StandInCounts operator-(const StandInCounts& later, const StandInCounts& earlier);
 
 }  // namespace moeflow

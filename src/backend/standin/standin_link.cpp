@@ -16,7 +16,6 @@ namespace moeflow {
 namespace standin {
 namespace {
 
-void count(uint64_t StandInCounts::*field, uint64_t n = 1) { MemoryMap::instance().count(field, n); }
 
 // Copies in issue order on a thread of the lane's own: the issuer gets its ticket back before
 // the bytes move, as from cudaMemcpyAsync on a stream.

@@ -150,4 +150,15 @@ StandInCounts standin_counts() {
   return m.counts;
 }
 
+StandInCounts operator-(const StandInCounts& a, const StandInCounts& b) {
+  return {a.ops - b.ops,
+          a.syncs - b.syncs,
+          a.uploads - b.uploads,
+          a.upload_bytes - b.upload_bytes,
+          a.lane_copies - b.lane_copies,
+          a.lane_bytes - b.lane_bytes,
+          a.pins - b.pins,
+          a.pins_refused - b.pins_refused};
+}
+
 }  // namespace moeflow

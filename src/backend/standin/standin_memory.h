@@ -75,4 +75,7 @@ class PinnedAllocator final : public Allocator {
   void release(uint8_t* data, size_t size) override;
 };
 
+// Adds n to one of the process-wide counters (any thread).
+inline void count(uint64_t StandInCounts::*field, uint64_t n = 1) { MemoryMap::instance().count(field, n); }
+
 }  // namespace moeflow::standin

@@ -1,30 +1,43 @@
 #include "model/moe/precision_mode.h"
 
 #include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
 namespace moeflow {
 
+namespace {
+
+// Every mode's name, in the order the help and errors list them: parsing, naming and the
+// option check all read this one table.
+constexpr std::pair<const char*, ExpertMode> kModes[] = {{"exact", ExpertMode::Exact},
+                                                          {"hobbit", ExpertMode::Hobbit},
+                                                          {"hobbit-all", ExpertMode::HobbitAll},
+                                                          {"skip", ExpertMode::Skip},
+                                                          {"daop", ExpertMode::Daop}};
+
+}  // namespace
+
 ExpertMode parse_expert_mode(const std::string& name) {
-  if (name == "exact") return ExpertMode::Exact;
-  if (name == "hobbit") return ExpertMode::Hobbit;
-  if (name == "hobbit-all") return ExpertMode::HobbitAll;
-  if (name == "skip") return ExpertMode::Skip;
-  if (name == "daop") return ExpertMode::Daop;
-  fail("--mode: unknown mode '{}' (known: exact, hobbit, hobbit-all, skip, daop)", name);
+  for (const auto& [n, m] : kModes)
+    if (name == n) return m;
+  fail("--mode: unknown mode '{}' (known: {})", name, fmt::join(expert_mode_names(), ", "));
 }
 
-std::vector<std::string> expert_mode_names() { return {"exact", "hobbit", "hobbit-all", "skip", "daop"}; }
+std::vector<std::string> expert_mode_names() {
+  std::vector<std::string> v;
+  for (const auto& [n, m] : kModes) v.push_back(n);
+  return v;
+}
 
 const char* expert_mode_name(ExpertMode m) {
-  switch (m) {
-    case ExpertMode::Hobbit: return "hobbit";
-    case ExpertMode::HobbitAll: return "hobbit-all";
-    case ExpertMode::Skip: return "skip";
-    case ExpertMode::Daop: return "daop";
-    default: return "exact";
-  }
+  for (const auto& [n, mode] : kModes)
+    if (mode == m) return n;
+  return "exact";
 }
 
 void validate(const PrecisionModeConfig& c) {
