@@ -33,6 +33,7 @@
 
 #include "backend/cuda/cuda_backend.h"  // CudaGraphCounts (plain C++; defined in CUDA builds)
 #include "backend/standin/standin_device.h"
+#include "../model/routing_log.h"
 #include "device_kinds.h"
 #include "model/gen/model_generator.h"
 #include "model/model.h"
@@ -117,20 +118,6 @@ std::pair<int32_t, double> top(const float* row, size_t n) {
     if ((int32_t)i != best) second = std::max(second, (double)row[i]);
   return {best, (row[best] - second) / scale};
 }
-
-// Each MoE layer's routing, token by token: (position, layer) -> the experts in rank order,
-// and their weights.
-class RoutingLog final : public ForwardObserver {
- public:
-  void on_route(const RouteRecord& r) override {
-    for (int t = 0; t < r.n_tokens; ++t) {
-      routes[{r.pos0 + t, r.layer}].assign(r.experts.begin() + t * r.top_k, r.experts.begin() + (t + 1) * r.top_k);
-      weights[{r.pos0 + t, r.layer}].assign(r.weights.begin() + t * r.top_k, r.weights.begin() + (t + 1) * r.top_k);
-    }
-  }
-  std::map<std::pair<int64_t, int>, std::vector<int>> routes;
-  std::map<std::pair<int64_t, int>, std::vector<float>> weights;
-};
 
 // Another run's routing forced on this one (model/routing_override.h): with the routing held
 // equal, what differs between two backends is numerics alone.

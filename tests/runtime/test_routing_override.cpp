@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../model/routing_log.h"
 #include "../model/test_helpers.h"
 #include "../model/tiny_model.h"
 #include "core/error.h"
@@ -30,28 +31,16 @@ const std::string& model() {
   return path;
 }
 
-class Recorder final : public ForwardObserver {
- public:
-  void on_route(const RouteRecord& r) override {
-    for (int t = 0; t < r.n_tokens; ++t) {
-      experts[{r.pos0 + t, r.layer}].assign(r.experts.begin() + t * r.top_k, r.experts.begin() + (t + 1) * r.top_k);
-      weights[{r.pos0 + t, r.layer}].assign(r.weights.begin() + t * r.top_k, r.weights.begin() + (t + 1) * r.top_k);
-    }
-  }
-  std::map<std::pair<int64_t, int>, std::vector<int>> experts;
-  std::map<std::pair<int64_t, int>, std::vector<float>> weights;
-};
-
-// Plays a Recorder back, or (fixed) puts every token on experts 0 and 1 at equal weight.
+// Plays a RoutingLog back, or (fixed) puts every token on experts 0 and 1 at equal weight.
 class Forced final : public RoutingOverride {
  public:
-  const Recorder* from = nullptr;
+  const RoutingLog* from = nullptr;
   int64_t last_pos = -1;  // positions beyond it have no routing
   void apply(int layer, int64_t pos0, int n, int k, int32_t* e, float* w) override {
     for (int t = 0; t < n; ++t) {
       if (last_pos >= 0 && pos0 + t > last_pos) fail("no routing for position {}", pos0 + t);
       for (int r = 0; r < k; ++r) {
-        e[t * k + r] = from ? from->experts.at({pos0 + t, layer})[r] : r;
+        e[t * k + r] = from ? from->routes.at({pos0 + t, layer})[r] : r;
         w[t * k + r] = from ? from->weights.at({pos0 + t, layer})[r] : 1.0f / k;
       }
     }
@@ -72,7 +61,7 @@ TEST(RoutingOverride, OwnRoutingIsBitIdenticalOtherRoutingIsExecuted) {
   opt.n_threads = 2;
   opt.n_ctx = 32;
   Engine eng(model(), opt);
-  Recorder rec;
+  RoutingLog rec;
   eng.context().set_observer(&rec);
   const std::vector<float> free_run = logits_of(eng, prompt);
   eng.context().set_observer(nullptr);
