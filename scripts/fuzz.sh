@@ -6,11 +6,11 @@
 # is printed. See docs/fuzzing.md.
 #
 # Usage: scripts/fuzz.sh [--seconds N] [--runs N] [--build DIR] [--jobs N] [targets...]
-#   --seconds N  time per target (default 60); targets run one after another
+#   --seconds N  time per target (default 60); targets run --jobs at a time, one core each
 #   --runs N     stop a target after N executions (its time limit still applies); the long run
 #                of docs/fuzzing.md is --runs 1000000 --seconds 14400
 #   --build DIR  the fuzz build directory (default build-fuzz)
-#   --jobs N     build parallelism (default: all cores)
+#   --jobs N     build parallelism and targets fuzzed at once (default: all cores)
 #   targets      names without the fuzz_ prefix (default: every tests/fuzz/fuzz_<name>.cpp)
 # Prints one line per target: executions, exec/s, coverage (edges), features, corpus size, time.
 set -euo pipefail
@@ -53,37 +53,44 @@ cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]/#/fuzz_}"
 artifacts="$PWD/$BUILD/fuzz-artifacts"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-summary=()
-failed=()
-for t in "${targets[@]}"; do
-  bin="$PWD/$BUILD/tests/fuzz/fuzz_$t"
-  seeds="tests/fuzz/corpus/$t"
-  [ -d "$seeds" ] || { echo "fuzz.sh: no seed corpus $seeds" >&2; exit 2; }
+# Artifacts newer than this stamp are this run's findings (a file: the folder's own time moves
+# whenever a target adds something to it).
+started_stamp="$scratch/.started"
+touch "$started_stamp"
+# Targets run side by side, JOBS at a time: each libFuzzer process uses one core, so a 2-core
+# machine fuzzes two targets in the wall time of one (the time per target is unchanged). Each
+# target writes its report to its own file; the reports are printed in target order.
+fuzz_target() {  # target name; prints the report, ends with status 1 when it found something
+  local t=$1
+  local bin="$PWD/$BUILD/tests/fuzz/fuzz_$t"
+  local seeds="tests/fuzz/corpus/$t"
   # libFuzzer adds the inputs it finds interesting to the first corpus folder: a copy, so the
   # committed seeds never change behind git's back.
   mkdir -p "$scratch/$t" "$artifacts/$t"
   cp -R "$seeds/." "$scratch/$t/"
-  log="$artifacts/$t/fuzz.log"
-  limit="$SECONDS_PER_TARGET s"
+  local log="$artifacts/$t/fuzz.log"
+  local limit="$SECONDS_PER_TARGET s"
   [ "$RUNS" -ge 0 ] && limit="$RUNS runs (at most $SECONDS_PER_TARGET s)"
   echo "== fuzz_$t: $limit on $(ls "$seeds" | wc -l) seeds (log: $log)"
-  rc=0
-  started=$SECONDS
+  local rc=0 started=$SECONDS
   # detect_leaks: at exit and after inputs that grew the heap; max_len: the largest seed, at
   # least 4096 bytes (libFuzzer's default rule, made explicit).
+  local max_len
   max_len=$(find "$seeds" -type f -printf '%s\n' | sort -n | tail -n1)
   max_len=$(( max_len > 4096 ? max_len : 4096 ))
   # The reproducers of fixed bugs (tests/fuzz/regressions/<name>, read only) are inputs too.
-  extra=()
+  local extra=()
   [ -d "tests/fuzz/regressions/$t" ] && extra=("tests/fuzz/regressions/$t")
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1:${ASAN_OPTIONS:-}" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
     "$bin" -max_total_time="$SECONDS_PER_TARGET" -runs="$RUNS" -rss_limit_mb=2048 -timeout=10 -detect_leaks=1 \
       -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts/$t/" \
       "$scratch/$t" "${extra[@]}" >"$log" 2>&1 || rc=$?
-  elapsed=$((SECONDS - started))
+  local elapsed=$((SECONDS - started))
+  local found
   found=$(find "$artifacts/$t" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o \
-          -name 'timeout-*' -o -name 'oom-*' \) -newer "$scratch" | sort)
+          -name 'timeout-*' -o -name 'oom-*' \) -newer "$started_stamp" | sort)
+  local execs rate done_line cov ft corp line
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n1)
   done_line=$(grep -aE '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n1 || true)
@@ -92,9 +99,10 @@ for t in "${targets[@]}"; do
   corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9a-zA-Z]*\).*/\1/p' <<<"$done_line")
   line=$(printf '%-22s %12s execs %8s exec/s  cov %6s  ft %7s  corpus %-12s %5ss' "fuzz_$t" \
          "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$elapsed")
+  local bad=0
   if [ "$rc" != 0 ] || [ -n "$found" ]; then
     line+="  FAILED (exit $rc)"
-    failed+=("$t")
+    bad=1
     grep -aE 'ERROR: |SUMMARY: |fuzz property violated|runtime error|==[0-9]+== ?ERROR' "$log" | head -n 5 | sed 's/^/   /'
     for a in $found; do
       echo "   input: $a"
@@ -103,7 +111,26 @@ for t in "${targets[@]}"; do
     [ -n "$found" ] || tail -n 20 "$log" | sed 's/^/   /'
   fi
   echo "   $line"
-  summary+=("$line")
+  echo "$line" > "$scratch/$t.line"
+  return "$bad"
+}
+
+for t in "${targets[@]}"; do
+  [ -d "tests/fuzz/corpus/$t" ] || { echo "fuzz.sh: no seed corpus tests/fuzz/corpus/$t" >&2; exit 2; }
+done
+# A target's status goes to a file: it runs in a condition, where a failing command inside it
+# does not end it early (set -e), and nothing depends on which job `wait` reaped first.
+for t in "${targets[@]}"; do
+  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
+  ( if fuzz_target "$t" >"$scratch/$t.out" 2>&1; then echo 0; else echo 1; fi >"$scratch/$t.rc" ) &
+done
+wait
+summary=()
+failed=()
+for t in "${targets[@]}"; do
+  cat "$scratch/$t.out"
+  summary+=("$(cat "$scratch/$t.line" 2>/dev/null || echo "fuzz_$t: no report")")
+  [ "$(cat "$scratch/$t.rc" 2>/dev/null)" = 0 ] || failed+=("$t")
 done
 
 echo "== fuzz summary (at most ${SECONDS_PER_TARGET} s per target$([ "$RUNS" -ge 0 ] && echo ", $RUNS runs"))"

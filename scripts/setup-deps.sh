@@ -2,7 +2,8 @@
 # Installs everything moeflow needs to build and test on a fresh Debian 12 machine.
 # Idempotent: skips what is already there.
 # MOEFLOW_BUILD_ONLY=1: only what building the `moeflow` binary needs (the demo's first run);
-# MOEFLOW_SKIP_PY=1: no Python test oracles.
+# MOEFLOW_SKIP_PY=1: no Python test oracles; MOEFLOW_PY_ONLY=1: only them (scripts/test.sh
+# installs the Debian packages first, then the oracles in the background while it compiles).
 set -euo pipefail
 
 APT_PKGS=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
@@ -13,6 +14,7 @@ APT_PKGS=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfm
 [ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] ||
   APT_PKGS+=(googletest libgtest-dev libbenchmark-dev clang libclang-rt-14-dev ccache)
 missing=()
+[ "${MOEFLOW_PY_ONLY:-0}" = 1 ] && APT_PKGS=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done

@@ -27,7 +27,30 @@ SKIP_ALLOW=(
   '^BiggerThanRam\.ResidentSetStaysWithinThePlanUnderAMemoryLimit$'
 )
 
-if [ "${1:-}" = --cuda ]; then MOEFLOW_SKIP_PY=1 bash scripts/setup-deps.sh; else bash scripts/setup-deps.sh; fi
+# Compilers and libraries first (the builds need them); the Python oracles (pip downloads,
+# llama-cpp-python compiled from source: ~6 min on 2 cores) install in the background while the
+# release build compiles, and are waited for before the first test runs. On a fresh machine the
+# downloads and the single-threaded parts of both builds overlap instead of adding up.
+MOEFLOW_SKIP_PY=1 bash scripts/setup-deps.sh
+py_setup_pid=""
+py_setup_log=$(mktemp)
+if [ "${1:-}" != --cuda ]; then
+  MOEFLOW_PY_ONLY=1 bash scripts/setup-deps.sh >"$py_setup_log" 2>&1 &
+  py_setup_pid=$!
+  # A build that fails ends the run: the background setup goes with it.
+  trap 'if [ -n "$py_setup_pid" ]; then pkill -P "$py_setup_pid" 2>/dev/null; kill "$py_setup_pid" 2>/dev/null; fi' EXIT
+fi
+wait_py_setup() {
+  [ -n "$py_setup_pid" ] || return 0
+  local rc=0
+  wait "$py_setup_pid" || rc=$?
+  py_setup_pid=""
+  cat "$py_setup_log"
+  if [ "$rc" != 0 ]; then
+    echo "== setup of the Python test oracles FAILED (exit $rc): see above" >&2
+    exit 1
+  fi
+}
 
 # The CUDA build's GPU cases (names with "cuda", any case) may skip, and only for want of a
 # device (tests/gpu/device_kinds.h, tests/backend/gpu_guard.h): audited in the CUDA stage.
@@ -38,6 +61,17 @@ SKIP_ALLOW_CUDA=('[Cc]uda::no CUDA device:')
 # architecture (F32 and Q8_0, the quickest to generate: the device path's memory and threads do not depend on the block
 # format, and the 16 x ASan/TSan cost would be ~15 min of CI).
 STANDIN_SANITIZER_EXCLUDE='/standin_[a-z0-9_]+_(F16|BF16|Q4_0|Q4_1|Q5_0|Q5_1|Q4_K|IQ4_NL|MXFP4|Q2_K|Q3_K|Q5_K|Q6_K|IQ4_XS)( |$)'
+
+# Tests that run once, in the release build (and its scalar pass), not again under the
+# sanitizers: long replays whose code paths the sanitizer builds cover with shorter cases.
+#  - PolicyParity.*: the live cache and the simulator on two real Mixtral traces, every policy x
+#    3 rates x 2 partitionings x early preemption on/off (~100 s + ~55 s under each sanitizer).
+#    The property is logical (same hits, same inserts and evictions); the live cache's memory
+#    and threads run under the sanitizers in tests/experts (cached provider, offload stress,
+#    prefetch gate, exact offload) and the policies in tests/policy.
+#  - AutoPolicy.LfuCycleBeatsLfu*: the simulator over the real traces, one thread, arithmetic
+#    only; the simulator's code runs under the sanitizers in tests/trace's shorter cases.
+SANITIZER_RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu)'
 
 # ctest in build dir $1 with the remaining args; then the skip audit of that run (SKIP_ALLOW,
 # plus EXTRA_SKIP_ALLOW when set).
@@ -55,12 +89,14 @@ ctest_audited() {
 LAUNCH=()
 command -v ccache >/dev/null && LAUNCH=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
-run_suite() {  # dir, cmake args..., then ctest args after --
+run_suite() {  # dir, cmake args..., then ctest args after --; BUILD_TARGETS: only these
   local dir=$1; shift
-  local cm=() ct=()
+  local cm=() ct=() targets=()
   while (($#)); do [ "$1" = -- ] && { shift; ct=("$@"); break; }; cm+=("$1"); shift; done
   cmake -S . -B "$dir" -G Ninja -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF "${LAUNCH[@]}" "${cm[@]}" >/dev/null
-  cmake --build "$dir" -j "$JOBS"
+  [ -n "${BUILD_TARGETS:-}" ] && targets=(--target $BUILD_TARGETS)
+  cmake --build "$dir" -j "$JOBS" "${targets[@]}"
+  wait_py_setup
   ctest_audited "$dir" -j "$JOBS" "${ct[@]}"
 }
 
@@ -110,13 +146,23 @@ MOEFLOW_SIMD=scalar ctest_audited build -j "$JOBS" -LE 'python|slow' -E "$STANDI
 
 if [ "${1:-}" != --fast ]; then
   echo "== ASan+UBSan build: C++ tests"
-  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DMOEFLOW_SANITIZE=address -- -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE"
-  echo "== TSan build: C++ tests"
+  # Debug (assertions on) at -O1 -g1: ASan's recommended level, which ran these tests ~2x faster
+  # than -O0; line tables (-g1) are all the reports need (function, file, line), and full debug
+  # info only made the build slower.
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" \
+    -DMOEFLOW_SANITIZE=address -- -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE|$SANITIZER_RELEASE_ONLY"
+  echo "== TSan build: C++ tests of the modules that run threads"
   # -g1 (line tables: TSan's reports still name function, file and line) instead of -g: full
   # debug info made this build a third slower to compile, and nothing here reads it.
+  # Only the test binaries of modules whose code or tests start threads (thread pool, expert
+  # I/O, engine, server, trace recorder, device streams): gguf, quant, tokenizer, sampling and
+  # policy start none, so TSan can find nothing in their tests (the server's concurrent use of
+  # the tokenizer runs here, in test_server).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/sanitizers/tsan.supp" \
+  BUILD_TARGETS="moeflow test_core test_backend test_model test_experts test_trace test_runtime test_server test_gpu" \
     run_suite build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-    -DMOEFLOW_SANITIZE=thread -- -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE"
+    -DMOEFLOW_SANITIZE=thread -- -L '^(core|backend|model|experts|trace|runtime|server|gpu)$' -LE 'python|slow' \
+    -E "$STANDIN_SANITIZER_EXCLUDE|$SANITIZER_RELEASE_ONLY"
   cuda_stage
   fuzz_seconds=${MOEFLOW_FUZZ_SECONDS:-60}
   if [ "$fuzz_seconds" != 0 ]; then
