@@ -32,7 +32,7 @@ struct BenchArgs {
   int batch = 512;
   bool json = false;
   std::string trace_out;  // routing of the timed passes, for the simulator's bounds
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::Cpu;
   OffloadOptions offload;
 };
 
@@ -76,7 +76,7 @@ int run_bench(const BenchArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = std::max(1, a.n_prompt + a.n_gen);
   opt.batch = std::max(1, std::min(a.batch, std::max(1, a.n_prompt)));
-  opt.backend = parse_backend_kind(a.backend);
+  opt.backend = a.backend;
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -207,7 +207,7 @@ const bool registered_bench = register_command("bench", "Measure prefill and dec
   app.add_option("--trace-out", a->trace_out,
                  "record the routing of the timed passes to this trace file (moeflow sim replays "
                  "it, e.g. for Belady's bytes on the same routing)");
-  add_offload_options(app, a->offload);
+  add_offload_options(app, a->offload, &a->backend);
   add_backend_option(app, a->backend);
   return CommandMain([a] { return run_bench(*a); });
 });

@@ -24,7 +24,7 @@ struct EvalArgs {
   int64_t ctx = 0;
   int batch = 256;
   bool sequential = false;
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::Cpu;
 };
 
 int run_eval(const EvalArgs& a) {
@@ -34,7 +34,7 @@ int run_eval(const EvalArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx > 0 ? a.ctx : (int64_t)toks.size() + a.greedy;
   opt.batch = a.batch;
-  opt.backend = parse_backend_kind(a.backend);
+  opt.backend = a.backend;
   Engine eng(a.model, opt);
   const int64_t V = eng.n_vocab();
   std::FILE* f = nullptr;

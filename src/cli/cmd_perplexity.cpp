@@ -32,7 +32,7 @@ struct PplArgs {
   int batch = 512;
   int threads = 0;
   bool json = false;
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::Cpu;
   OffloadOptions offload;
 };
 
@@ -68,7 +68,7 @@ int run_perplexity_cmd(PplArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = ctx;
   opt.batch = a.batch;
-  opt.backend = parse_backend_kind(a.backend);
+  opt.backend = a.backend;
   LoadedEngine loaded = load_engine(file, opt, a.offload, opt.batch);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -178,7 +178,7 @@ const bool registered_perplexity = register_command(
                      "write the scored rows' logits (float32) for a later --kl-divergence");
       app.add_option("--kl-divergence", a->kl_base,
                      "compare with logits saved by --save-logits (same text, -c and --chunks)");
-      add_offload_options(app, a->offload);
+      add_offload_options(app, a->offload, &a->backend);
       add_backend_option(app, a->backend);
       return CommandMain([a] { return run_perplexity_cmd(*a); });
     });

@@ -28,7 +28,7 @@ struct RunArgs {
   SamplerParams sp;
   bool stats_json = false;
   std::string stats = "text";  // text | json | none
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::Cpu;
   OffloadOptions offload;
 };
 
@@ -58,7 +58,7 @@ int run_run(RunArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
-  opt.backend = parse_backend_kind(a.backend);
+  opt.backend = a.backend;
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -135,7 +135,7 @@ const bool registered_run = register_command("run", "Generate text from a prompt
                  "statistics on stderr after the text: text | json (one object, the last line) | none");
   app.add_flag("--stats-json", a->stats_json, "same as --stats json");
   add_phase_lines_flag(app);
-  add_offload_options(app, a->offload);
+  add_offload_options(app, a->offload, &a->backend);
   add_backend_option(app, a->backend);
   return CommandMain([a] { return run_run(*a); });
 });

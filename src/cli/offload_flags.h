@@ -1,50 +1,82 @@
 #pragma once
 // The offloading flags (--expert-cache, --cache-rate, --prefetch, --mode ...), registered the
-// same way by every command that runs a model (run, chat, serve, bench, perplexity, calibrate).
+// same way by every command that runs a model (run, chat, serve, bench, perplexity), parsed
+// into typed OffloadOptions (runtime/offload_options.h) as the command line is read.
 #include <CLI/CLI.hpp>
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "model/moe/precision_mode.h"
 #include "policy/eviction_policy.h"
 #include "policy/predictor.h"
-#include "runtime/offload_session.h"
+#include "runtime/backend_choice.h"
+#include "runtime/offload_options.h"
 
 namespace moeflow::cli {
 
-// Names are checked when the command line is parsed, so an unknown one is a usage error (exit
-// 2) before any file is opened, whether or not the model turns out to need offloading.
+// Names, sizes and ranges are checked when the command line is parsed, and the rules between
+// options (check_offload_options) when parsing ends, so any of them is a usage error (exit 2)
+// before any file is opened, whether or not the model turns out to need offloading.
 inline std::vector<std::string> with(std::vector<std::string> first, const std::vector<std::string>& rest) {
   first.insert(first.end(), rest.begin(), rest.end());
   return first;
 }
 
-inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
-  app.add_option("--expert-cache", o.expert_cache,
+// A byte size ("3GiB", "512MiB", "4096"); with `auto_word`, "auto" leaves it unset.
+inline CLI::Option* add_size_option(CLI::App& app, const std::string& flag, std::optional<uint64_t>& dst,
+                                    const std::string& help, bool auto_word = false) {
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&dst, flag, auto_word](const std::string& v) {
+            if (auto_word && v == "auto") {
+              dst.reset();
+              return;
+            }
+            try {
+              dst = parse_byte_size(v, flag);
+            } catch (const Error& e) {
+              throw CLI::ValidationError(e.what());
+            }
+          },
+          help)
+      ->type_name("SIZE");
+}
+
+// `backend`: the command's --backend value (nullptr: the command runs on the CPU only).
+inline void add_offload_options(CLI::App& app, OffloadOptions& o, const BackendKind* backend = nullptr) {
+  CLI::Option* expert_cache = add_size_option(app, "--expert-cache", o.expert_cache,
                  "offload experts: RAM budget for cached experts (e.g. 3GiB), or auto (the "
                  "default): offload only when the model does not fit the free memory (and the "
-                 "cgroup limit), with the budget that fits");
+                 "cgroup limit), with the budget that fits", /*auto_word=*/true);
   app.add_option("--cache-rate", o.cache_rate,
-                 "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)");
+                 "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes(expert_cache);  // also `--expert-cache auto`, which leaves no trace in `o`
   app.add_flag("--no-offload", o.no_offload,
                "keep every expert resident (mmap) even when the model does not fit the free memory");
-  app.add_option("--mem-limit", o.mem_limit,
+  add_size_option(app, "--mem-limit", o.mem_limit,
                  "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
                  "has more free");
-  app.add_option("--vram-budget", o.vram_budget,
+  add_size_option(app, "--vram-budget", o.vram_budget,
                  "--backend cuda: a VRAM expert cache of this size (e.g. 16GiB); experts are "
                  "copied in from RAM or the file on demand and ahead of need");
-  app.add_option("--vram-free", o.vram_free,
+  add_size_option(app, "--vram-free", o.vram_free,
                  "--backend cuda: a VRAM expert cache of whatever leaves this much VRAM free "
                  "(default: every expert in VRAM when they fit, else a cache leaving 768 MiB + 5%)");
-  app.add_option("--vram-limit", o.vram_limit,
+  add_size_option(app, "--vram-limit", o.vram_limit,
                  "--backend cuda: plan VRAM as if the device had at most this much (e.g. 16GiB)");
-  app.add_option("--expert-source", o.expert_source,
-                 "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
-                 "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)")
+  app.add_option_function<std::string>(
+         "--expert-source", [&o](const std::string& v) { o.expert_source = parse_expert_source(v); },
+         "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
+         "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)")
       ->check(CLI::IsMember({"auto", "ram", "file"}));
-  app.add_option("--cpu-experts", o.cpu_experts,
+  app.add_option_function<std::string>(
+         "--cpu-experts", [&o](const std::string& v) { o.cpu_experts = v == "auto"; },
                  "--backend cuda with a VRAM cache: off (the default: a miss waits for its copy) "
                  "| auto (the CPU computes a miss from RAM when a measured cost model says it "
                  "finishes before the copy)")
@@ -83,12 +115,15 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                "gate holds back while demand reads saturate the disk and few prefetches are used, "
                "or while the misses their victims cause cancel the misses they avoid");
   app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
+  std::map<std::string, ExpertMode> modes;
+  for (const std::string& n : expert_mode_names()) modes[n] = parse_expert_mode(n);
   app.add_option("--mode", o.mode,
                  "expert mode: exact (default, lossless) | hobbit (cache misses of less critical "
                  "experts load low-precision copies, needs moeflow pack --low) | hobbit-all (the "
                  "same rule for every expert) | skip (drop low-weight experts) | daop (replace a "
                  "token's second miss by a cached expert); lossy modes change output")
-      ->check(CLI::IsMember(expert_mode_names()));
+      ->transform(CLI::CheckedTransformer(modes))
+      ->option_text("exact|hobbit|hobbit-all|skip|daop");
   app.add_option("--hobbit-t1", o.hobbit_t1,
                  "hobbit: high precision while the weight ranked above is <= T1 (default 0.6)");
   app.add_option("--hobbit-t2", o.hobbit_t2,
@@ -104,10 +139,14 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o) {
                "layer's input; the next layer uses those outputs for the experts it routes to. "
                "With --backend cuda and a VRAM cache over RAM, also the next layer's predicted "
                "experts not in VRAM, on the CPU, every decode step (DAOP's CPU pre-calculation)");
-  app.add_option("--low-cache", o.low_cache,
+  add_size_option(app, "--low-cache", o.low_cache,
                  "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
   app.add_option("--low-cache-rate", o.low_cache_rate,
                  "hobbit + offload: low-precision part as a fraction of all low-copy bytes");
+  // The rules between options, once every flag is read (still before any file is opened).
+  app.callback([&o, backend] {
+    if (auto e = check_offload_options(o, backend ? *backend : BackendKind::Cpu)) throw CLI::ValidationError(*e);
+  });
 }
 
 }  // namespace moeflow::cli

@@ -10,14 +10,8 @@ OffloadPlan plan_offload(const OffloadOptions& o, const GgufFile& file, const Fi
                          const MemoryFacts& facts) {
   OffloadPlan p;
   p.options = o;
-  const bool explicit_budget = !o.is_auto() || o.cache_rate > 0;
-  if (o.expert_cache == "auto" && o.cache_rate > 0)
-    fail("--expert-cache auto and --cache-rate are exclusive: give one of them");
-  if (o.no_offload && explicit_budget)
-    fail("--no-offload and --expert-cache / --cache-rate are exclusive: give one of them");
-  if (!o.mem_limit.empty() && (o.no_offload || explicit_budget))
-    fail("--mem-limit sizes the automatic expert budget; it does nothing with --no-offload or an "
-         "explicit --expert-cache / --cache-rate");
+  validate(o, BackendKind::Cpu);
+  const bool explicit_budget = o.enabled();
   p.memory = model_memory(file, ctx);
   if (o.no_offload) {
     p.how = "off";
@@ -36,8 +30,8 @@ OffloadPlan plan_offload(const OffloadOptions& o, const GgufFile& file, const Fi
   p.how = "auto";
   uint64_t available = facts.available();
   std::string source = facts.source();
-  if (!o.mem_limit.empty()) {
-    const uint64_t limit = parse_byte_size(o.mem_limit, "--mem-limit");
+  if (o.mem_limit) {
+    const uint64_t limit = *o.mem_limit;
     if (available == 0 || limit < available) {
       available = limit;
       source = "--mem-limit";
@@ -50,7 +44,10 @@ OffloadPlan plan_offload(const OffloadOptions& o, const GgufFile& file, const Fi
     return p;
   }
   p.fit = auto_fit(p.memory, available, source);
-  if (p.fit.offload) p.options.expert_cache = std::to_string(p.fit.budget);
+  if (p.fit.offload) {
+    p.options.expert_cache = p.fit.budget;
+    p.options.mem_limit.reset();  // spent on this budget; an explicit budget takes no limit
+  }
   return p;
 }
 

@@ -11,39 +11,11 @@
 
 namespace moeflow {
 
-uint64_t parse_byte_size(const std::string& text, const std::string& option) {
-  size_t i = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &i);
-  } catch (const std::exception&) {
-    fail("{}: '{}' is not a size (examples: 3GiB, 512MiB, 1.5G)", option, text);
-  }
-  std::string unit = text.substr(i);
-  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mul = 0;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kib" || unit == "kb") mul = 1024.0;
-  else if (unit == "m" || unit == "mib" || unit == "mb") mul = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib" || unit == "gb") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib" || unit == "tb") mul = 1024.0 * 1024 * 1024 * 1024;
-  else fail("{}: unknown unit '{}' in '{}' (use B, KiB, MiB, GiB, TiB)", option, unit, text);
-  const double bytes = v * mul;
-  if (!(bytes > 0) || !std::isfinite(bytes) || bytes > 1.8e19)
-    fail("{}: size '{}' must be positive", option, text);
-  return static_cast<uint64_t>(bytes);
-}
-
 uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes) {
-  if (!o.is_auto() && o.cache_rate > 0)
-    fail("--expert-cache and --cache-rate are exclusive: give one of them");
-  if (!o.is_auto()) return parse_byte_size(o.expert_cache, "--expert-cache");
-  if (o.cache_rate > 0) {
-    if (!(o.cache_rate <= 1.0)) fail("--cache-rate must be in (0, 1], got {}", o.cache_rate);
+  validate(o);
+  if (o.expert_cache) return *o.expert_cache;
+  if (o.cache_rate > 0)
     return static_cast<uint64_t>(std::ceil(o.cache_rate * static_cast<double>(total_expert_bytes)));
-  }
-  if (o.cache_rate < 0) fail("--cache-rate must be in (0, 1], got {}", o.cache_rate);
   return 0;
 }
 
@@ -60,18 +32,10 @@ int model_top_k(const GgufFile& f) {
 namespace moeflow {
 
 PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) {
+  validate(o);  // a threshold given for another mode would silently do nothing
   PrecisionModeConfig m;
-  m.mode = parse_expert_mode(o.mode);
+  m.mode = o.mode;
   const bool hobbit = m.needs_low(), skip = m.mode == ExpertMode::Skip;
-  // A threshold given for another mode would silently do nothing: say so instead.
-  if (!hobbit && (o.hobbit_t1 || o.hobbit_t2))
-    fail("--hobbit-t1 / --hobbit-t2 apply to --mode hobbit or hobbit-all (the mode is {})", o.mode);
-  if (!skip && o.skip_threshold)
-    fail("--skip-threshold applies to --mode skip (the mode is {})", o.mode);
-  if (!hobbit && (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share))
-    fail("--low-cache / --low-cache-rate / --low-share apply to --mode hobbit or hobbit-all "
-         "(the mode is {})",
-         o.mode);
   m.t1 = o.hobbit_t1.value_or(m.t1);
   m.t2 = o.hobbit_t2.value_or(m.t2);
   m.skip_threshold = o.skip_threshold.value_or(skip ? kDefaultSkipThreshold : 0.0);
@@ -84,7 +48,7 @@ PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) 
     if (!has_low)
       fail("--mode {}: {} has no low-precision expert copies; make them with `moeflow pack "
            "-m {} -o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
-           o.mode, file.path(), file.path());
+           expert_mode_name(o.mode), file.path(), file.path());
   }
   return m;
 }
@@ -92,18 +56,14 @@ PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) 
 uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
                             uint64_t budget, uint64_t total_low, uint64_t min_low) {
   if (!mode.needs_low()) return 0;
-  const int given = !o.low_cache.empty() + (o.low_cache_rate != 0) + o.low_share.has_value();
-  if (given > 1) fail("--low-cache, --low-cache-rate and --low-share are exclusive: give one of them");
+  validate(o);  // one of the three at most, each in range
   uint64_t low = 0;
-  if (!o.low_cache.empty()) {
-    low = parse_byte_size(o.low_cache, "--low-cache");
+  if (o.low_cache) {
+    low = *o.low_cache;
   } else if (o.low_cache_rate != 0) {
-    if (!(o.low_cache_rate > 0 && o.low_cache_rate <= 1.0))
-      fail("--low-cache-rate must be in (0, 1], got {}", o.low_cache_rate);
     low = static_cast<uint64_t>(std::ceil(o.low_cache_rate * static_cast<double>(total_low)));
   } else {
     const double share = o.low_share.value_or(kDefaultLowShare);
-    if (!(share > 0 && share < 1)) fail("--low-share must be in (0, 1), got {}", share);
     low = static_cast<uint64_t>(std::ceil(share * static_cast<double>(budget)));
   }
   low = std::max(low, min_low);
@@ -182,20 +142,12 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     if (o.precalc)
       fail("--precalc fills the time a layer waits for expert reads, so it needs offloading: "
            "give --expert-cache or --cache-rate too");
-    if (!o.low_cache.empty() || o.low_cache_rate != 0 || o.low_share)
+    if (o.low_cache || o.low_cache_rate != 0 || o.low_share)
       fail("--low-cache / --low-cache-rate / --low-share size the low-precision part of the "
            "expert cache: give --expert-cache or --cache-rate too");
     return s;
   }
-  const std::vector<std::string> known = predictor_names();
   const bool policy_predictor = o.prefetch != "none" && o.prefetch != "lookahead";
-  if (policy_predictor && std::find(known.begin(), known.end(), o.prefetch) == known.end()) {
-    std::string names = "none, lookahead";
-    for (const std::string& n : known) names += ", " + n;
-    fail("--prefetch: unknown predictor '{}' (known: {})", o.prefetch, names);
-  }
-  if (!o.predictor_model.empty() && o.prefetch != "promoe")
-    fail("--predictor-model is read by --prefetch promoe only (got --prefetch {})", o.prefetch);
   auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
   const int top_k = model_top_k(file);
   int moe_layers = 0;
@@ -251,21 +203,13 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
   cfg.prefetch = o.prefetch != "none";
   cfg.skip_late_prefetch = !o.prefetch_always;
   cfg.prefetch_gate = !o.prefetch_always;
-  if (o.prefill_slots < 0) fail("--prefill-slots must be 0 (off) or more, got {}", o.prefill_slots);
   cfg.prefill_slots = o.prefill_slots;
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();
   po.top_k = top_k;
-  if (eviction_policy_needs_calibration(o.policy)) {
-    if (o.policy_calib.empty())
-      fail("--cache-policy {} places experts by how often a calibration run used them: give "
-           "--policy-calib TRACE (record one with `moeflow trace -m MODEL --prompts FILE -o TRACE`)",
-           o.policy);
+  if (!o.policy_calib.empty())  // validate(): given exactly when the policy needs it
     po.calib_counts = calibration_counts(o.policy_calib, po.n_layers, po.n_experts);
-  } else if (!o.policy_calib.empty()) {
-    fail("--policy-calib calibrates --cache-policy static or daop (the policy is {})", o.policy);
-  }
   const uint64_t slots = store->slot_bytes() ? cfg.budget_bytes / store->slot_bytes() : 0;
   po.capacity_total = static_cast<int>(slots);
   po.capacity_per_layer = moe_layers ? static_cast<int>(slots / moe_layers) : 0;

@@ -25,55 +25,9 @@
 #include "model/model.h"
 #include "policy/eviction_policy.h"
 #include "policy/predictor_prefetch.h"
+#include "runtime/offload_options.h"
 
 namespace moeflow {
-
-struct OffloadOptions {
-  // "3GiB", "512MiB", bytes; "" or "auto": decided by auto-fit (runtime/offload_plan.h), which
-  // fills in the bytes before make_offload sees the options.
-  std::string expert_cache;
-  double cache_rate = 0;         // fraction of all expert bytes
-  std::string policy = "auto";  // an eviction policy, or auto (runtime/offload_auto.h)
-  // Routing trace (moeflow trace, or an imported one) whose per-expert counts calibrate the
-  // placement policies (static, daop); they refuse to start without one.
-  std::string policy_calib;
-  bool per_layer = false;
-  int io_threads = 0;  // <= 0: auto (runtime/offload_auto.h)
-  std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
-  std::string predictor_model;         // trained weights (--prefetch promoe)
-  int lookahead = 1;
-  bool no_early_preemption = false;
-  bool prefetch_always = false;  // also issue prefetches that cannot arrive in time
-  int prefill_slots = 0;  // DuoServe's prefill pipeline: stream slots (0: off)
-  bool buffered_io = false;
-  // Lossy modes (all opt-in): exact | hobbit | hobbit-all | skip | daop.
-  std::string mode = "exact";
-  std::optional<double> hobbit_t1, hobbit_t2;  // default 0.6 / 0.9 (HOBBIT's Mixtral values)
-  std::optional<double> skip_threshold;        // default kDefaultSkipThreshold
-  bool precalc = false;                        // DAOP stale-input pre-calculation (lossy)
-  // The hobbit modes split the expert budget between the two precisions: the low-precision
-  // cache takes one of these out of it, the high-precision cache the rest.
-  std::string low_cache;                       // low-precision cache budget ("256MiB")
-  double low_cache_rate = 0;                   // ... as a fraction of all low-copy bytes
-  std::optional<double> low_share;             // ... as a fraction of the expert budget
-  bool no_offload = false;   // every expert resident (the mmap) whatever the memory
-  // --backend cuda (runtime/vram_plan.h): a VRAM expert cache of this size, or of what leaves
-  // vram_free of VRAM free; where it copies experts from (auto | ram | file).
-  std::string vram_budget, vram_free;
-  std::string vram_limit;  // plan as if the device had at most this much VRAM ("16GiB")
-  std::string expert_source = "auto";
-  std::string cpu_experts = "off";  // off | auto: the CPU/GPU hybrid (experts/hybrid_rule.h)
-  std::string mem_limit;     // auto-fit plans for at most this much memory ("8GiB")
-  bool is_auto() const { return expert_cache.empty() || expert_cache == "auto"; }
-  // A budget is given (explicitly or filled in by auto-fit).
-  bool enabled() const { return !is_auto() || cache_rate > 0; }
-};
-
-constexpr double kDefaultSkipThreshold = 0.1;
-// Share of the expert budget the hobbit modes give the low-precision cache by default
-// (measured in docs/lossy-modes.md: the low copies are used on some misses only, so a small
-// cache of them holds their working set).
-constexpr double kDefaultLowShare = 0.1;
 
 // The mode the options ask for, checked against `file` (HOBBIT needs low-precision copies) and
 // for options that belong to another mode. Throws naming the option at fault.
@@ -85,8 +39,6 @@ PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file);
 uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& mode,
                             uint64_t budget, uint64_t total_low, uint64_t min_low);
 
-// "3GiB", "1.5G", "512MiB", "800MB", "4096" -> bytes. Throws naming `option`.
-uint64_t parse_byte_size(const std::string& text, const std::string& option);
 // The byte budget the options ask for (0 when offloading is off).
 uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes);
 // top-k of the model from GGUF metadata ("<arch>.expert_used_count").

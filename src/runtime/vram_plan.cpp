@@ -12,19 +12,10 @@ namespace moeflow {
 
 VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_vram,
                    uint64_t total_vram, uint64_t host_available) {
-  if (!o.is_auto() || o.cache_rate > 0 || o.no_offload || !o.mem_limit.empty())
-    fail("--expert-cache, --cache-rate, --no-offload and --mem-limit size the CPU backend's RAM "
-         "cache; with --backend cuda give --vram-budget SIZE or --vram-free SIZE");
-  if (!o.vram_budget.empty() && !o.vram_free.empty())
-    fail("--vram-budget and --vram-free are exclusive: give one of them");
-  if (o.cpu_experts != "off" && o.cpu_experts != "auto")
-    fail("--cpu-experts: '{}' is not one of off, auto", o.cpu_experts);
-  if (o.expert_source != "auto" && o.expert_source != "ram" && o.expert_source != "file")
-    fail("--expert-source: '{}' is not one of auto, ram, file", o.expert_source);
-  if (!o.vram_limit.empty()) {
-    const uint64_t limit = parse_byte_size(o.vram_limit, "--vram-limit");
-    free_vram = std::min(free_vram, limit);
-    total_vram = std::min(total_vram, limit);
+  validate(o, BackendKind::Cuda);
+  if (o.vram_limit) {
+    free_vram = std::min(free_vram, *o.vram_limit);
+    total_vram = std::min(total_vram, *o.vram_limit);
   }
   VramPlan p;
   p.free_vram = free_vram;
@@ -35,17 +26,16 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
                                        m.n_ctx, format_bytes(m.scratch_bytes));
   const std::string vram = fmt::format("{} of {} VRAM free{}", format_bytes(free_vram),
                                        format_bytes(total_vram),
-                                       o.vram_limit.empty() ? "" : " (--vram-limit)");
-  if (!o.vram_budget.empty()) {
+                                       o.vram_limit ? " (--vram-limit)" : "");
+  if (o.vram_budget) {
     p.cache = true;
-    p.budget = parse_byte_size(o.vram_budget, "--vram-budget");
+    p.budget = *o.vram_budget;
     p.reason = fmt::format("VRAM expert cache {} (--vram-budget) for {} of experts; {}",
                            format_bytes(p.budget), format_bytes(m.expert_bytes), vram);
   } else {
-    p.reserve = !o.vram_free.empty() ? parse_byte_size(o.vram_free, "--vram-free")
-                                     : kVramReserve + total_vram / 20;
+    p.reserve = o.vram_free ? *o.vram_free : kVramReserve + total_vram / 20;
     const uint64_t room = free_vram > fixed + p.reserve ? free_vram - fixed - p.reserve : 0;
-    if (o.vram_free.empty() && m.expert_bytes <= room) {
+    if (!o.vram_free && m.expert_bytes <= room) {
       p.reason = fmt::format("every expert in VRAM ({} + experts {} + reserve {} fit {})", rest,
                              format_bytes(m.expert_bytes), format_bytes(p.reserve), vram);
       return p;
@@ -54,9 +44,9 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
     p.budget = std::min(room, m.expert_bytes);
     p.reason = fmt::format("VRAM expert cache {} of {} of experts ({}: {} - {} - {} left free{})",
                            format_bytes(p.budget), format_bytes(m.expert_bytes),
-                           o.vram_free.empty() ? "auto" : "--vram-free", vram, rest,
+                           o.vram_free ? "--vram-free" : "auto", vram, rest,
                            format_bytes(p.reserve),
-                           o.vram_free.empty() ? "; --vram-budget or --vram-free override" : "");
+                           o.vram_free ? "" : "; --vram-budget or --vram-free override");
   }
   if (p.budget < m.min_budget)
     fail("the VRAM expert cache would get {}, less than one layer's top-{} experts ({}): {}; {}. "
@@ -65,12 +55,12 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
   // The mapped file is the better slow tier when host memory can hold (and lock) the experts.
   const bool host_fits = host_available == 0 ||
                          m.expert_bytes + fit_margin(host_available) <= host_available;
-  if (o.expert_source == "file" || (o.expert_source == "auto" && !host_fits))
+  if (o.expert_source == DeviceSource::File || (!o.expert_source && !host_fits))
     p.source = DeviceSource::File;
   p.reason += p.source == DeviceSource::Ram
                   ? "; experts copied from the mapped file in RAM"
                   : fmt::format("; experts read from the file (O_DIRECT -> pinned staging -> VRAM){}",
-                                o.expert_source == "auto" ? ": host memory cannot hold them" : "");
+                                o.expert_source ? "" : ": host memory cannot hold them");
   return p;
 }
 

@@ -109,7 +109,7 @@ TEST_F(CacheAwareModes, HobbitChangesOnlyMisses) {
   auto f = packed();
   const Held held = [](int l, int e) { return (e + l) % 3 == 0; };
   OffloadOptions o;
-  o.mode = "hobbit";
+  o.mode = ExpertMode::Hobbit;
   o.hobbit_t1 = 0.0;  // every miss but the top-1's loads the low copy
   o.hobbit_t2 = 1.0;
   auto cache = std::make_shared<FixedCache>(*f, held);
@@ -138,7 +138,7 @@ TEST_F(CacheAwareModes, HobbitChangesOnlyMisses) {
 
   // The same rule with nothing cached is hobbit-all's; with everything cached it is exact.
   OffloadOptions all = o;
-  all.mode = "hobbit-all";
+  all.mode = ExpertMode::HobbitAll;
   const Outcome none_cached = run(f, o, 1, std::make_shared<FixedCache>(*f, [](int, int) { return false; }));
   EXPECT_TRUE(same(none_cached, run(f, all, 1)));
   OffloadOptions exact;
@@ -149,7 +149,7 @@ TEST_F(CacheAwareModes, DaopReplacesTheSecondMissByTheBestCachedExpert) {
   auto f = packed();
   const Held held = [](int l, int e) { return (e + l) % 2 == 0; };
   OffloadOptions o;
-  o.mode = "daop";
+  o.mode = ExpertMode::Daop;
   auto cache = std::make_shared<FixedCache>(*f, held);
   EngineOptions probe_opt;
   Engine probe(f, probe_opt);
@@ -210,7 +210,7 @@ TEST_F(CacheAwareModes, OneBudgetForBothPrecisions) {
   for (const char* mode : {"hobbit", "daop"}) {
     SCOPED_TRACE(mode);
     OffloadOptions o;
-    o.mode = mode;
+    o.mode = parse_expert_mode(mode);
     o.cache_rate = 0.4;
     o.prefetch = "lookahead";
     const Outcome got = run(f, o, 1);
@@ -226,7 +226,7 @@ TEST_F(CacheAwareModes, OneBudgetForBothPrecisions) {
     }
   }
   OffloadOptions o;
-  o.mode = "hobbit";
+  o.mode = ExpertMode::Hobbit;
   o.cache_rate = 0.4;
   o.low_share = 0.5;
   const Outcome half = run(f, o, 1);

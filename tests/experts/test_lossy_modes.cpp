@@ -248,7 +248,7 @@ TEST_F(LossyModes, HobbitWithEverythingHighIsBitIdenticalToExact) {
     for (double rate : {0.0, 0.3}) {
       SCOPED_TRACE(std::string(mode) + " " + std::to_string(rate));
       OffloadOptions o;
-      o.mode = mode;
+      o.mode = parse_expert_mode(mode);
       o.hobbit_t1 = 1.0;
       o.hobbit_t2 = 1.0;
       o.cache_rate = rate;
@@ -276,7 +276,7 @@ TEST_F(LossyModes, HobbitLowForEveryNonTop1MatchesTheLowCopies) {
   for (double rate : {0.0, 0.3}) {
     SCOPED_TRACE(rate);
     OffloadOptions o;
-    o.mode = "hobbit-all";
+    o.mode = ExpertMode::HobbitAll;
     o.hobbit_t1 = 0.0;
     o.hobbit_t2 = 1.0;
     o.cache_rate = rate;
@@ -310,7 +310,7 @@ TEST_F(LossyModes, HobbitDefaultThresholdsFollowTheRule) {
   auto ref_prov = std::make_shared<RuleReference>(*f, rule);
   const RunResult ref = run_engine(f, 1, nullptr, ref_prov, ref_prov.get());
   OffloadOptions o;
-  o.mode = "hobbit-all";
+  o.mode = ExpertMode::HobbitAll;
   ASSERT_GT(ref_prov->count(Serve::Low), 0u) << "the model never reaches the low band";
   const RunResult got = run_engine(f, 1, &o);
   EXPECT_TRUE(bit_identical(got, ref)) << "max |diff| " << max_abs_diff(got, ref);
@@ -318,7 +318,7 @@ TEST_F(LossyModes, HobbitDefaultThresholdsFollowTheRule) {
   EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::low), ref_prov->count(Serve::Low));
   EXPECT_EQ(total(got.uses, &PrecisionUsage::Counts::skip), ref_prov->count(Serve::Zero));
   // HOBBIT proper changes only cache misses: with every expert resident it is exact.
-  o.mode = "hobbit";
+  o.mode = ExpertMode::Hobbit;
   OffloadOptions exact;
   EXPECT_TRUE(bit_identical(run_engine(f, 1, &o), run_engine(f, 1, &exact)));
 }
@@ -328,7 +328,7 @@ TEST_F(LossyModes, SkipThresholdZeroIsExactAndHighThresholdDropsExperts) {
   OffloadOptions exact;
   const RunResult ref = run_engine(f, 5, &exact);
   OffloadOptions o;
-  o.mode = "skip";
+  o.mode = ExpertMode::Skip;
   o.skip_threshold = 0.0;
   EXPECT_TRUE(bit_identical(run_engine(f, 5, &o), ref));
 
@@ -357,7 +357,7 @@ TEST_F(LossyModes, SkipThresholdZeroIsExactAndHighThresholdDropsExperts) {
 TEST_F(LossyModes, PrecisionAwarePrefetchLoadsLowCopies) {
   auto f = packed();
   OffloadOptions o;
-  o.mode = "hobbit-all";
+  o.mode = ExpertMode::HobbitAll;
   o.hobbit_t1 = 0.0;
   o.hobbit_t2 = 1.0;
   o.cache_rate = 0.5;
@@ -393,15 +393,13 @@ TEST_F(LossyModes, BadOptionsGiveClearErrors) {
     EXPECT_NE(e.find(what), std::string::npos) << "got: '" << e << "', expected '" << what << "'";
   };
   OffloadOptions o;
-  o.mode = "hobbit";
+  o.mode = ExpertMode::Hobbit;
   expect_error(*plain, o, "moeflow pack");  // no low copies
   o.cache_rate = 0.3;
   expect_error(*plain, o, "moeflow pack");
+  EXPECT_NE(error_of([] { parse_expert_mode("fast"); }).find("unknown mode"), std::string::npos);
   o = {};
-  o.mode = "fast";
-  expect_error(*f, o, "unknown mode");
-  o = {};
-  o.mode = "hobbit";
+  o.mode = ExpertMode::Hobbit;
   o.hobbit_t1 = 0.9;
   o.hobbit_t2 = 0.5;
   expect_error(*f, o, "--hobbit-t1");
@@ -411,31 +409,31 @@ TEST_F(LossyModes, BadOptionsGiveClearErrors) {
   o.hobbit_t1 = 0.5;  // a threshold of another mode
   expect_error(*f, o, "--mode hobbit");
   o = {};
-  o.mode = "skip";
+  o.mode = ExpertMode::Skip;
   o.skip_threshold = 1.5;
   expect_error(*f, o, "--skip-threshold");
   o = {};
   o.precalc = true;  // nothing to fill without offloading
   expect_error(*f, o, "--precalc");
   o = {};
-  o.mode = "hobbit";
+  o.mode = ExpertMode::Hobbit;
   o.cache_rate = 0.3;
-  o.low_cache = "1TiB";  // more than the whole budget
+  o.low_cache = uint64_t{1} << 40;  // more than the whole budget
   expect_error(*f, o, "--low-cache");
-  o.low_cache.clear();
+  o.low_cache.reset();
   o.low_cache_rate = 2;
   expect_error(*f, o, "--low-cache-rate");
   o.low_cache_rate = 0;
   o.low_share = 1.0;
   expect_error(*f, o, "--low-share");
-  o.low_cache = "1MiB";
+  o.low_cache = uint64_t{1} << 20;
   expect_error(*f, o, "exclusive");
   o = {};
-  o.mode = "hobbit";
-  o.low_cache = "1MiB";  // no offloading to size
+  o.mode = ExpertMode::Hobbit;
+  o.low_cache = uint64_t{1} << 20;  // no offloading to size
   expect_error(*f, o, "--expert-cache");
   o = {};
-  o.low_cache = "1MiB";  // exact mode has no low tier
+  o.low_cache = uint64_t{1} << 20;  // exact mode has no low tier
   o.cache_rate = 0.3;
   expect_error(*f, o, "--mode hobbit");
 

@@ -130,7 +130,7 @@ TEST_P(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
   for (const Case& c : all) {
     OffloadOptions o;
     if (c.cache) {
-      o.expert_cache = std::to_string(probe.slot_bytes() * top_k * (c.per_layer ? layers : 1));
+      o.expert_cache = probe.slot_bytes() * top_k * (c.per_layer ? layers : 1);
     } else {
       o.cache_rate = c.rate;
     }
@@ -172,18 +172,17 @@ TEST_P(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
 TEST_P(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
   std::shared_ptr<const GgufFile> file(GgufFile::open(path_));
   OffloadOptions o;
-  o.expert_cache = "4KiB";
+  o.expert_cache = 4096;
   try {
     make_offload(o, *file);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("top-k"), std::string::npos) << e.what();
   }
-  o.expert_cache = "3 parsecs";
-  EXPECT_THROW(make_offload(o, *file), Error);
+  EXPECT_THROW(parse_byte_size("3 parsecs", "--expert-cache"), Error);
   // A placement policy without its calibration, or a calibration no policy reads, is refused
   // naming the flag; a trace of another model's shape too.
-  o.expert_cache.clear();
+  o.expert_cache.reset();
   o.cache_rate = 0.5;
   for (const char* p : {"static", "daop"}) {
     o.policy = p;
@@ -210,7 +209,7 @@ TEST_P(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
   }
   o.policy = "lru";
   o.policy_calib.clear();
-  o.expert_cache.clear();
+  o.expert_cache.reset();
   o.cache_rate = 1.5;
   EXPECT_THROW(make_offload(o, *file), Error);
 }
@@ -269,7 +268,7 @@ TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
     if (c.all)
       o.cache_rate = 1.0;
     else
-      o.expert_cache = std::to_string(probe.slot_bytes() * c.slots);
+      o.expert_cache = probe.slot_bytes() * c.slots;
     o.prefetch = c.prefetch;
     o.per_layer = c.per_layer;
     SCOPED_TRACE(testing::Message() << arch << "/" << preset << " slots " << c.slots << " all " << c.all

@@ -266,7 +266,7 @@ struct TinyRun {
         want(forward_logits(model, resident, nullptr)) {}
   ~TinyRun() { std::filesystem::remove(path); }
   // An --expert-cache of n of the model's expert slots.
-  std::string slots(int n) const { return std::to_string(n * ExpertStore::open(*file)->slot_bytes()); }
+  uint64_t slots(int n) const { return n * ExpertStore::open(*file)->slot_bytes(); }
   std::string path;
   std::shared_ptr<const GgufFile> file;
   Model model;
@@ -329,7 +329,7 @@ TEST(VramCache, ThePrefillPipelineIsBitIdentical) {
     EXPECT_GT(session.provider->stats().total().streamed, 0u);
   }
   OffloadOptions bad;
-  bad.expert_cache = "64MiB";
+  bad.expert_cache = 64ull << 20;
   bad.prefill_slots = -1;
   EXPECT_THROW(make_offload(bad, *run.file, nullptr), Error);
 }
@@ -405,7 +405,7 @@ TEST(VramPlan, AutoCacheLeavesTheReserveFree) {
 
 TEST(VramPlan, LimitPlansForASmallerDevice) {
   OffloadOptions o;
-  o.vram_limit = "16GiB";
+  o.vram_limit = 16 * GiB;
   const VramPlan p = plan_vram(o, memory(26 * GiB), 79 * GiB, 80 * GiB, 0);
   ASSERT_TRUE(p.cache);
   EXPECT_EQ(p.total_vram, 16 * GiB);
@@ -420,30 +420,28 @@ TEST(VramPlan, FileSourceWhenRamCannotHoldTheExperts) {
   EXPECT_EQ(p.source, DeviceSource::File);
   EXPECT_NE(p.reason.find("host memory cannot hold them"), std::string::npos) << p.reason;
   OffloadOptions ram;
-  ram.expert_source = "ram";
+  ram.expert_source = DeviceSource::Ram;
   EXPECT_EQ(plan_vram(ram, memory(26 * GiB), 20 * GiB, 24 * GiB, 16 * GiB).source, DeviceSource::Ram);
 }
 
 TEST(VramPlan, ExplicitBudgetAndFreeAndTheirErrors) {
   OffloadOptions b;
-  b.vram_budget = "16GiB";
+  b.vram_budget = 16 * GiB;
   VramPlan p = plan_vram(b, memory(40 * GiB), 79 * GiB, 80 * GiB, 0);
   EXPECT_TRUE(p.cache);
   EXPECT_EQ(p.budget, 16 * GiB);
   OffloadOptions f;
-  f.vram_free = "70GiB";
+  f.vram_free = 70 * GiB;
   p = plan_vram(f, memory(40 * GiB), 79 * GiB, 80 * GiB, 0);
   EXPECT_TRUE(p.cache);
   EXPECT_EQ(p.budget, 79 * GiB - (3 * GiB + (256ull << 20)) - 70 * GiB);
   OffloadOptions both = b;
-  both.vram_free = "1GiB";
+  both.vram_free = GiB;
   EXPECT_THROW(plan_vram(both, memory(GiB), 79 * GiB, 80 * GiB, 0), Error);
   OffloadOptions cpu;
-  cpu.expert_cache = "3GiB";
+  cpu.expert_cache = 3 * GiB;
   EXPECT_THROW(plan_vram(cpu, memory(GiB), 79 * GiB, 80 * GiB, 0), Error);
-  OffloadOptions src;
-  src.expert_source = "ssd";
-  EXPECT_THROW(plan_vram(src, memory(GiB), 79 * GiB, 80 * GiB, 0), Error);
+  EXPECT_THROW(parse_expert_source("ssd"), Error);
   // Too little VRAM for one layer's top-k: every term named.
   try {
     plan_vram(OffloadOptions{}, memory(40 * GiB), 4 * GiB, 8 * GiB, 0);

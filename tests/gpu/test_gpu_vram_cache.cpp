@@ -93,7 +93,7 @@ TEST_P(GpuVramCache, LogitsAndTokensMatchEveryExpertInVram) {
                           SlowTier{"file via staging", DeviceSource::File, true, "file->staging->device"}}) {
       SCOPED_TRACE(t.what);
       OffloadOptions o;
-      o.expert_cache = std::to_string(slot * (top_k + 2));  // a layer's top-k and two more
+      o.expert_cache = slot * (top_k + 2);  // a layer's top-k and two more
       const DeviceTarget target{make_device_link(dev), t.source, t.pin};
       OffloadSession s = make_offload(o, *file, &target);
       ASSERT_TRUE(s.provider);
@@ -129,7 +129,7 @@ TEST_P(GpuVramCache, HybridCpuExpertsAgreeWithinTheCpuTolerance) {
   for (const bool forced : {true, false}) {
     SCOPED_TRACE(forced ? "CPU forced" : "measured cost model");
     OffloadOptions o;
-    o.expert_cache = std::to_string(slot * (model_top_k(*file) + 2));
+    o.expert_cache = slot * (model_top_k(*file) + 2);
     DeviceTarget target{make_device_link(dev), DeviceSource::Ram, true};
     target.hybrid = true;
     OffloadSession s = make_offload(o, *file, &target);
@@ -175,7 +175,7 @@ TEST_P(GpuVramCache, ABudgetBelowOneLayersTopKIsRefused) {
   const std::string path = gen("mixtral");
   auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
   OffloadOptions o;
-  o.expert_cache = std::to_string(ExpertStore::open(*file)->slot_bytes());
+  o.expert_cache = ExpertStore::open(*file)->slot_bytes();
   const DeviceTarget target{make_device_link(GetParam()), DeviceSource::Ram, true};
   EXPECT_THROW(make_offload(o, *file, &target), Error);
   std::filesystem::remove(path);

@@ -128,6 +128,51 @@ TEST(CliContract, OffloadAndBackendNamesAreUsageErrorsBeforeLoading) {
   EXPECT_EQ(ok.rc, 0) << ok.err;
 }
 
+// The rules between offload options (runtime/offload_options.h: check_offload_options) are
+// usage errors found when the command line is parsed, before the model is opened, whether or
+// not the model turns out to need offloading. They used to be checked while the engine was
+// assembled, after the model was opened (exit 1), and some only when the model was offloaded:
+// `--cache-policy static` without its calibration ran silently on a model that fit.
+TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
+  struct Case {
+    std::string args;
+    const char* says;
+  };
+  const std::string run = "run -m /nonexistent.gguf -p x ";
+  const std::string existing = model();  // any file that exists: --policy-calib checks that first
+  const Case cases[] = {
+      {run + "--cache-policy static", "--policy-calib"},
+      {run + "--cache-policy lru --policy-calib " + existing, "--policy-calib calibrates"},
+      {run + "--prefetch gate --predictor-model " + existing, "--predictor-model"},
+      {run + "--hobbit-t1 0.5", "--hobbit-t1"},
+      {run + "--mode hobbit --hobbit-t1 0.9 --hobbit-t2 0.5", "--hobbit-t1"},
+      {run + "--skip-threshold 0.2", "--skip-threshold"},
+      {run + "--mode skip --skip-threshold 1.5", "--skip-threshold"},
+      {run + "--low-cache 1MiB", "--low-cache"},
+      {run + "--mode hobbit --low-cache 1MiB --low-share 0.2", "exclusive"},
+      {run + "--expert-cache 3parsecs", "--expert-cache"},
+      {run + "--cache-rate 1.5", "--cache-rate"},
+      {run + "--no-offload --expert-cache 1GiB", "exclusive"},
+      {run + "--vram-budget 1GiB", "--vram-budget"},
+      {run + "--backend standin --expert-cache 1GiB", "--expert-cache"},
+      {run + "--backend standin --vram-budget 1GiB --vram-free 1GiB", "exclusive"},
+      {"bench -m /nonexistent.gguf --backend standin --vram-limit lots", "--vram-limit"},
+      {"perplexity -m /nonexistent.gguf -f /nonexistent.txt --mem-limit 1GiB --no-offload", "--mem-limit"},
+      {"serve -m /nonexistent.gguf --cache-policy daop", "--policy-calib"},
+  };
+  for (const Case& c : cases) {
+    const Out o = moeflow(c.args);
+    EXPECT_EQ(o.rc, 2) << c.args << ": " << o.err;
+    EXPECT_EQ(lines(o.err), 1u) << c.args << ": " << o.err;
+    EXPECT_NE(o.err.find(c.says), std::string::npos) << c.args << ": " << o.err;
+    EXPECT_EQ(o.err.find("nonexistent"), std::string::npos) << "a file was opened first: " << o.err;
+  }
+  // On a model that fits (no offloading needed) the same rule holds.
+  const Out fits = moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 --cache-policy static --stats none");
+  EXPECT_EQ(fits.rc, 2) << fits.err;
+  EXPECT_NE(fits.err.find("--policy-calib"), std::string::npos) << fits.err;
+}
+
 TEST(CliContract, ParseErrorsExitTwoWithOneLine) {
   for (const char* args : {"run -p x", "run -m x -p y -n abc", "run -m x -p y --no-such-flag", "", "no-such-command",
                            "serve -m x --port 70000", "run -m x -p y -t -3", "run -m x -p y -n -5"}) {

@@ -224,6 +224,21 @@ TEST_F(LivePredictorCli, EveryPredictorPrefetchesAndKeepsTheOutputExact) {
   }
 }
 
+// --lookahead reaches the gate predictor: at distance 2 it predicts the next two layers from each
+// layer's input (the second with half the confidence), so it makes more predictions than at
+// distance 1 over the same tokens, and the output stays exact. (The option used to be read by
+// the lookahead prefetcher only; gate ran at distance 1 whatever was asked.)
+TEST_F(LivePredictorCli, LookaheadSetsTheGatePredictorsDistance) {
+  const std::string reference = run("").first;
+  const auto [near_text, near] = run("--cache-rate 0.4 --prefetch-always --prefetch gate --lookahead 1");
+  const auto [far_text, far] = run("--cache-rate 0.4 --prefetch-always --prefetch gate --lookahead 2");
+  EXPECT_EQ(near_text, reference);
+  EXPECT_EQ(far_text, reference);
+  ASSERT_TRUE(near.contains("offload") && far.contains("offload"));
+  EXPECT_GT(far["offload"]["predictions"].get<uint64_t>(), near["offload"]["predictions"].get<uint64_t>())
+      << "near: " << near["offload"].dump() << "\nfar: " << far["offload"].dump();
+}
+
 TEST_F(LivePredictorCli, BadPredictorOptionsAreClearErrors) {
   const std::string other = temp_path("other_shape.bin");
   PromoeModel m;
