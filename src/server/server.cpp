@@ -22,7 +22,7 @@
 #include "server/response_json.h"
 #include "server/server_metrics.h"
 #include "server/text_generation.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/tokenizer.h"
 

@@ -16,9 +16,9 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/gen/gen_vocab.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace moeflow::test {
 namespace {
