@@ -28,7 +28,7 @@
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "server/text_generation.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow::cli {

@@ -8,7 +8,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_vectors.h"
 

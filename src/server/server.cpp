@@ -22,7 +22,7 @@
 #include "server/response_json.h"
 #include "server/server_metrics.h"
 #include "server/text_generation.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/tokenizer.h"
 
@@ -85,7 +85,7 @@ struct Job {
     }
     cv.notify_all();
   }
-  // Engine thread: waits while the writer is kNumPendingDeltas behind; false when cancelled.
+  // Engine thread: waits while the writer is kMaxPendingDeltas behind; false when cancelled.
   bool push(StreamEvent ev) {
     std::unique_lock lk(mu);
     cv.wait(lk, [&] { return events.size() < kMaxPendingDeltas || cancel.load(); });
@@ -252,15 +252,11 @@ struct Server::Impl {
       }
       return tmpl.tokenize(tok, text);
     }
-    ojson ctx = ojson::object();
-    ctx["messages"] = r.messages;
-    ctx["add_generation_prompt"] = true;
-    ctx["bos_token"] = tmpl.bos_token;
-    ctx["eos_token"] = tmpl.eos_token;
-    if (!r.tools.is_null()) ctx["tools"] = r.tools;
+    ojson extra = ojson::object();
+    if (!r.tools.is_null()) extra["tools"] = r.tools;
     std::string text;
     try {
-      text = tmpl.tmpl.render(ctx);
+      text = tmpl.format(r.messages, true, extra);
     } catch (const Error& e) {
       throw RequestError(400, e.what(), "messages");
     }

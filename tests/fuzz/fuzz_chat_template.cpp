@@ -1,5 +1,5 @@
-// fuzz-link: moeflow_tokenizer
-// The chat-template parser and renderer (src/tokenizer/chat_template.*) on arbitrary template
+// fuzz-link: moeflow_chat_template
+// The chat-template parser and renderer (src/chat_template/) on arbitrary template
 // text and arbitrary conversations.
 //
 // Input: the template text, then optionally a 0 byte and the context:
@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_template/chat_template.h"
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "tokenizer/chat_template.h"
 
 using namespace moeflow;
 using ojson = nlohmann::ordered_json;

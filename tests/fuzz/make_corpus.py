@@ -11,7 +11,7 @@
                   ../shared/data/tokenizers/llamacpp_vocab/*.inp spread over every tokenizer of
                   fuzz_tokenizer.cpp, plus some id lists to decode.
   chat_template/  <template>\\0<context>: the published templates of the supported model
-                  families (from tests/tokenizer/test_chat_template.cpp and the vocabularies'
+                  families (from tests/chat_template/templates/ and the vocabularies'
                   tokenizer.chat_template) with conversations, tools and tool calls, and small
                   templates for each Jinja feature the renderer supports.
 Existing seeds of a folder are replaced; crash reproducers live in the GoogleTest suites.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import struct
 from pathlib import Path
@@ -166,11 +165,9 @@ def tokenizer_seeds(shared: Path) -> dict[str, bytes]:
 # Chat templates
 
 def test_templates() -> dict[str, str]:
-    src = (ROOT / "tests" / "tokenizer" / "test_chat_template.cpp").read_text(encoding="utf-8")
-    out = {}
-    for m in re.finditer(r'const char\* const (k_\w+) = R"TMPL\((.*?)\)TMPL";', src, re.S):
-        out[m.group(1)[2:]] = m.group(2)
-    return out
+    """The published templates the tests render (tests/chat_template/templates/NAME.jinja)."""
+    folder = ROOT / "tests" / "chat_template" / "templates"
+    return {p.stem: p.read_bytes().decode("utf-8") for p in sorted(folder.glob("*.jinja"))}
 
 
 def gguf_chat_template(path: Path) -> str | None:
@@ -206,7 +203,7 @@ TOOLS_CONTEXT = {
     "add_generation_prompt": True, "enable_thinking": False, "bos_token": "<s>", "eos_token": "</s>",
 }
 
-# One small template per Jinja feature of src/tokenizer/chat_template.h.
+# One small template per Jinja feature of src/chat_template/chat_template.h.
 FEATURES = {
     "whitespace": "  {%- if true -%}  a  {%- endif %}\n{# comment #}{{- ' b ' -}}  {%+ if 1 %}c{% endif %}\n",
     "operators": "{{ 1 + 2 * 3 - 4 // 3 % 2 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 'a' ~ 1 ~ none }} {{ 'ab' * 3 }} "

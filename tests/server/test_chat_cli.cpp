@@ -18,7 +18,7 @@
 
 #include "server/text_generation.h"
 #include "server_fixture.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 
 namespace moeflow::test {
 namespace {

@@ -34,7 +34,7 @@
 #include "runtime/engine.h"
 #include "server/server.h"
 #include "server/text_generation.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "server_fixture.h"
 

@@ -12,7 +12,7 @@
 #include "runtime/prefix_cache.h"
 #include "server/text_generation.h"
 #include "server_fixture.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 
 namespace moeflow::test {
 namespace {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf_writer.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer_test_util.h"

@@ -11,6 +11,12 @@
 //
 // Rendering errors (raise_exception, unknown filter, type errors) throw moeflow::Error whose
 // message starts with "chat template: ".
+//
+// This is the module's public API; the engine behind it is one file per layer, internal to
+// src/chat_template/: value.h (values and their Python semantics), lexer.h (template text ->
+// segments, expression text -> tokens), expr_parser.h, statement_parser.h, renderer.h, and
+// limits.h (what bounds a hostile template). model_chat_template.cpp ties a template to a
+// model's vocabulary.
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,9 +43,12 @@ class ChatTemplate {
   // Renders with `context` as the global variables (an object).
   std::string render(const nlohmann::ordered_json& context) const;
   // messages: array of {"role", "content", ...}; also sets add_generation_prompt, bos_token,
-  // eos_token.
+  // eos_token, then each member of `extra` (an object: further variables a template reads, as
+  // transformers' apply_chat_template passes them, e.g. {"tools": [...]} or
+  // {"enable_thinking": false}); a member named like one of the four replaces it.
   std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                    const std::string& bos_token, const std::string& eos_token) const;
+                    const std::string& bos_token, const std::string& eos_token,
+                    const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                     const std::string& bos_token, const std::string& eos_token) const;
 
@@ -65,9 +74,12 @@ struct ModelChatTemplate {
   HarmonyOptions harmony_options;
   // The line to log: which template is used and why.
   std::string describe() const;
-  // Renders messages and tokenizes the result (special tokens parsed; BOS added only when the
-  // tokenizer asks for it and the rendered text does not already start with it).
-  std::string format(const nlohmann::ordered_json& messages, bool add_generation_prompt = true) const;
+  // Renders messages (`extra`: further template variables, as ChatTemplate::apply takes them;
+  // the harmony format has none, so it refuses a non-empty `extra` rather than drop it).
+  std::string format(const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
+                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+  // Tokenizes a rendering (special tokens parsed; BOS added only when the tokenizer asks for it
+  // and the rendered text does not already start with it).
   std::vector<int32_t> tokenize(const Tokenizer& tok, const std::string& rendered) const;
 };
 

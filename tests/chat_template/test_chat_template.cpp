@@ -1,4 +1,4 @@
-// Chat templates: the Jinja subset against the real templates of the supported model families
+// Chat templates (src/chat_template/): the Jinja subset against the real templates of the supported model families
 // (exact renderings), the language features one by one, errors, and the model-level wrapper
 // (ChatML fallback, BOS handling, special-token parsing).
 #include <cstdio>
@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,16 +19,16 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/gen/gen_vocab.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace moeflow::test {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-void expect_render_error(const char* tmpl, const ojson& ctx, const std::string& message) {
+void expect_render_error(const std::string& tmpl, const ojson& ctx, const std::string& message) {
   try {
     ChatTemplate(tmpl).render(ctx);
     FAIL() << "expected an error containing: " << message;
@@ -38,150 +41,38 @@ std::string r(const std::string& tmpl, const ojson& ctx = ojson::object()) {
   return ChatTemplate(tmpl).render(ctx);
 }
 
-// Templates as published by the model authors (tokenizer_config.json chat_template).
-// The expected renderings were checked against jinja2 3.1.6 configured as transformers does
-// (trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False)).
-const char* const k_mixtral_v01 = R"TMPL({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})TMPL";
-const char* const k_mixtral_sys = R"TMPL({%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content'] %}
-    {%- set loop_messages = messages[1:] %}
-{%- else %}
-    {%- set loop_messages = messages %}
-{%- endif %}
+// Templates as published by the model authors (tokenizer_config.json chat_template), one file
+// each in tests/chat_template/templates/ (tests/python/test_chat_template_jinja2.py renders the
+// same files with jinja2 and compares, live; tests/fuzz/make_corpus.py seeds from them).
+// The expected renderings below were checked against jinja2 3.1.6 configured as transformers
+// does (trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False)).
+std::string published(const std::string& name) {
+  const std::string path = std::string(MOEFLOW_SOURCE_DIR) + "/tests/chat_template/templates/" + name + ".jinja";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
-{{- bos_token }}
-{%- for message in loop_messages %}
-    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
-        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
-    {%- endif %}
-    {%- if message['role'] == 'user' %}
-        {%- if loop.first and system_message is defined %}
-            {{- ' [INST] ' + system_message + '\n\n' + message['content'] + ' [/INST]' }}
-        {%- else %}
-            {{- ' [INST] ' + message['content'] + ' [/INST]' }}
-        {%- endif %}
-    {%- elif message['role'] == 'assistant' %}
-        {{- ' ' + message['content'] + eos_token}}
-    {%- else %}
-        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
-    {%- endif %}
-{%- endfor %}
-)TMPL";
-const char* const k_qwen2 = R"TMPL({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})TMPL";
-const char* const k_qwen15moe = R"TMPL({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content']}}{% if (loop.last and add_generation_prompt) or not loop.last %}{{ '<|im_end|>' + '\n'}}{% endif %}{% endfor %}{% if add_generation_prompt and messages[-1]['role'] != 'assistant' %}{{ '<|im_start|>assistant\n' }}{% endif %})TMPL";
-const char* const k_qwen3 = R"TMPL({%- if tools %}
-    {{- '<|im_start|>system\n' }}
-    {%- if messages[0].role == 'system' %}
-        {{- messages[0].content + '\n\n' }}
-    {%- endif %}
-    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
-{%- else %}
-    {%- if messages[0].role == 'system' %}
-        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
-    {%- endif %}
-{%- endif %}
-{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
-{%- for message in messages[::-1] %}
-    {%- set index = (messages|length - 1) - loop.index0 %}
-    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
-        {%- set ns.multi_step_tool = false %}
-        {%- set ns.last_query_index = index %}
-    {%- endif %}
-{%- endfor %}
-{%- for message in messages %}
-    {%- if message.content is string %}
-        {%- set content = message.content %}
-    {%- else %}
-        {%- set content = '' %}
-    {%- endif %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
-        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
-    {%- elif message.role == "assistant" %}
-        {%- set reasoning_content = '' %}
-        {%- if message.reasoning_content is string %}
-            {%- set reasoning_content = message.reasoning_content %}
-        {%- else %}
-            {%- if '</think>' in content %}
-                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
-                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
-            {%- endif %}
-        {%- endif %}
-        {%- if loop.index0 > ns.last_query_index %}
-            {%- if loop.last or (not loop.last and reasoning_content) %}
-                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
-            {%- else %}
-                {{- '<|im_start|>' + message.role + '\n' + content }}
-            {%- endif %}
-        {%- else %}
-            {{- '<|im_start|>' + message.role + '\n' + content }}
-        {%- endif %}
-        {%- if message.tool_calls %}
-            {%- for tool_call in message.tool_calls %}
-                {%- if (loop.first and content) or (not loop.first) %}
-                    {{- '\n' }}
-                {%- endif %}
-                {%- if tool_call.function %}
-                    {%- set tool_call = tool_call.function %}
-                {%- endif %}
-                {{- '<tool_call>\n{"name": "' }}
-                {{- tool_call.name }}
-                {{- '", "arguments": ' }}
-                {%- if tool_call.arguments is string %}
-                    {{- tool_call.arguments }}
-                {%- else %}
-                    {{- tool_call.arguments | tojson }}
-                {%- endif %}
-                {{- '}\n</tool_call>' }}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\n<tool_response>\n' }}
-        {{- content }}
-        {{- '\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\n' }}
-    {%- if enable_thinking is defined and enable_thinking is false %}
-        {{- '<think>\n\n</think>\n\n' }}
-    {%- endif %}
-{%- endif %})TMPL";
-const char* const k_olmoe = R"TMPL({{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}{% else %}{{ '<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}{% endfor %})TMPL";
-const char* const k_deepseek_v2 = R"TMPL({% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ message['content'] + '\n\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %})TMPL";
-const char* const k_phi35moe = R"TMPL({% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})TMPL";
-const char* const k_chatml = R"TMPL({%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %})TMPL";
 
 TEST(ChatTemplateReal, MixtralV01ThreeTurns) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "How are you?"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_mixtral_v01).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("mixtral_v01")).render(ctx),
       "<s>[INST] Hello [/INST]Hi there</s>[INST] How are you? [/INST]");
 }
 
 TEST(ChatTemplateReal, MixtralV01RolesMustAlternate) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  expect_render_error(k_mixtral_v01, ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
+  expect_render_error(published("mixtral_v01"), ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 TEST(ChatTemplateReal, MixtralV01SystemRejected) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "s"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  expect_render_error(k_mixtral_v01, ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
+  expect_render_error(published("mixtral_v01"), ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 TEST(ChatTemplateReal, MixtralSystemFoldedIntoFirstUser) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Bye"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_mixtral_sys).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("mixtral_sys")).render(ctx),
       "<s> [INST] Be brief.\n"
       "\n"
       "Hello [/INST] Hi</s> [INST] Bye [/INST]");
@@ -189,13 +80,13 @@ TEST(ChatTemplateReal, MixtralSystemFoldedIntoFirstUser) {
 
 TEST(ChatTemplateReal, MixtralNoSystem) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_mixtral_sys).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("mixtral_sys")).render(ctx),
       "<s> [INST] Hello [/INST]");
 }
 
 TEST(ChatTemplateReal, Qwen2DefaultSystem) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen2).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen2")).render(ctx),
       "<|im_start|>system\n"
       "You are a helpful assistant.<|im_end|>\n"
       "<|im_start|>user\n"
@@ -205,7 +96,7 @@ TEST(ChatTemplateReal, Qwen2DefaultSystem) {
 
 TEST(ChatTemplateReal, Qwen2OwnSystemNoGenerationPrompt) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen2).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen2")).render(ctx),
       "<|im_start|>system\n"
       "You are terse.<|im_end|>\n"
       "<|im_start|>user\n"
@@ -216,7 +107,7 @@ TEST(ChatTemplateReal, Qwen2OwnSystemNoGenerationPrompt) {
 
 TEST(ChatTemplateReal, Qwen15MoeLastAssistantOpen) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen15moe).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen15moe")).render(ctx),
       "<|im_start|>system\n"
       "You are a helpful assistant<|im_end|>\n"
       "<|im_start|>user\n"
@@ -227,7 +118,7 @@ TEST(ChatTemplateReal, Qwen15MoeLastAssistantOpen) {
 
 TEST(ChatTemplateReal, Qwen15MoeGenerationPrompt) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen15moe).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen15moe")).render(ctx),
       "<|im_start|>system\n"
       "S<|im_end|>\n"
       "<|im_start|>user\n"
@@ -237,7 +128,7 @@ TEST(ChatTemplateReal, Qwen15MoeGenerationPrompt) {
 
 TEST(ChatTemplateReal, Qwen3ThinkingHistory) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}, {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
       "<|im_start|>system\n"
       "Sys<|im_end|>\n"
       "<|im_start|>user\n"
@@ -251,7 +142,7 @@ TEST(ChatTemplateReal, Qwen3ThinkingHistory) {
 
 TEST(ChatTemplateReal, Qwen3LastAssistantKeepsThink) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
       "<|im_start|>user\n"
       "Q1<|im_end|>\n"
       "<|im_start|>assistant\n"
@@ -264,7 +155,7 @@ TEST(ChatTemplateReal, Qwen3LastAssistantKeepsThink) {
 
 TEST(ChatTemplateReal, Qwen3NoThinking) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "enable_thinking": false})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
       "<|im_start|>user\n"
       "Hi<|im_end|>\n"
       "<|im_start|>assistant\n"
@@ -276,7 +167,7 @@ TEST(ChatTemplateReal, Qwen3NoThinking) {
 
 TEST(ChatTemplateReal, Qwen3ToolsAndToolCalls) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2, "metric": true}}}]}, {"role": "tool", "content": "{\"temp\": 21}"}, {"role": "tool", "content": "sunny"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})JSON");
-  EXPECT_EQ(ChatTemplate(k_qwen3).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
       "<|im_start|>system\n"
       "Sys\n"
       "\n"
@@ -311,7 +202,7 @@ TEST(ChatTemplateReal, Qwen3ToolsAndToolCalls) {
 
 TEST(ChatTemplateReal, OlmoeTwoTurns) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "More"}], "add_generation_prompt": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_olmoe).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("olmoe")).render(ctx),
       "<|endoftext|><|system|>\n"
       "S\n"
       "<|user|>\n"
@@ -325,7 +216,7 @@ TEST(ChatTemplateReal, OlmoeTwoTurns) {
 
 TEST(ChatTemplateReal, OlmoeLastAssistant) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}], "add_generation_prompt": false, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_olmoe).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("olmoe")).render(ctx),
       "<|endoftext|><|user|>\n"
       "Hi\n"
       "<|assistant|>\n"
@@ -334,7 +225,7 @@ TEST(ChatTemplateReal, OlmoeLastAssistant) {
 
 TEST(ChatTemplateReal, DeepSeekV2) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}], "add_generation_prompt": true, "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_deepseek_v2).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("deepseek_v2")).render(ctx),
       "<｜begin▁of▁sentence｜>Sys\n"
       "\n"
       "User: Hi\n"
@@ -346,7 +237,7 @@ TEST(ChatTemplateReal, DeepSeekV2) {
 
 TEST(ChatTemplateReal, Phi35MoeEmptySystemSkipped) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_phi35moe).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("phi35moe")).render(ctx),
       "<|user|>\n"
       "Hi<|end|>\n"
       "<|assistant|>\n"
@@ -356,7 +247,7 @@ TEST(ChatTemplateReal, Phi35MoeEmptySystemSkipped) {
 
 TEST(ChatTemplateReal, Phi35MoeGenerationPrompt) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_phi35moe).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("phi35moe")).render(ctx),
       "<|system|>\n"
       "Sys<|end|>\n"
       "<|user|>\n"
@@ -366,7 +257,7 @@ TEST(ChatTemplateReal, Phi35MoeGenerationPrompt) {
 
 TEST(ChatTemplateReal, ChatMlFallback) {
   const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(k_chatml).render(ctx),
+  EXPECT_EQ(ChatTemplate(published("chatml")).render(ctx),
       "<|im_start|>system\n"
       "S<|im_end|>\n"
       "<|im_start|>user\n"
@@ -468,6 +359,23 @@ TEST(ChatTemplateJinja, ChatMessagesOverload) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
 }
 
+TEST(ChatTemplateJinja, ApplyAddsExtraVariablesAfterTheStandardOnes) {
+  // The server passes a request's tools this way: the same text as the whole context rendered.
+  const ojson msgs = ojson::parse(R"([{"role":"user","content":"Weather?"}])");
+  const ojson tools = ojson::parse(R"([{"type":"function","function":{"name":"get_weather"}}])");
+  const ChatTemplate t(published("qwen3"));
+  const ojson ctx = {{"messages", msgs}, {"add_generation_prompt", true}, {"bos_token", "<s>"},
+                     {"eos_token", "</s>"}, {"tools", tools}};
+  const std::string with_tools = t.apply(msgs, true, "<s>", "</s>", {{"tools", tools}});
+  EXPECT_EQ(with_tools, t.render(ctx));
+  EXPECT_NE(with_tools.find("get_weather"), std::string::npos);
+  EXPECT_EQ(t.apply(msgs, true, "<s>", "</s>").find("get_weather"), std::string::npos);
+  // A member named like a standard variable replaces it.
+  EXPECT_EQ(ChatTemplate("{{ bos_token }}|{{ add_generation_prompt }}").apply(msgs, true, "<s>", "</s>", {{"bos_token", "B"}}),
+            "B|True");
+  EXPECT_THROW(t.apply(msgs, true, "<s>", "</s>", ojson::array()), Error);
+}
+
 // ---- model-level wrapper ---------------------------------------------------------------------
 
 std::unique_ptr<GgufFile> synth_vocab_file(const std::string& tmpl) {
@@ -507,7 +415,7 @@ TEST(ModelChatTemplate, FallsBackToChatMlAndAddsBos) {
 }
 
 TEST(ModelChatTemplate, UsesTheModelsTemplateWithoutDoubleBos) {
-  auto f = synth_vocab_file(k_mixtral_v01);
+  auto f = synth_vocab_file(published("mixtral_v01"));
   auto tok = Tokenizer::from_gguf(*f);
   const ModelChatTemplate t = model_chat_template(*tok);
   EXPECT_FALSE(t.fallback);
@@ -527,7 +435,7 @@ TEST(ModelChatTemplate, UsesTheModelsTemplateWithoutDoubleBos) {
 TEST(ModelChatTemplate, SpecialTokensOfARealVocabAreParsed) {
   MOEFLOW_REQUIRE_PATH(vocab_path("phi-3"));
   LoadedVocab v = load_vocab("phi-3");
-  const ModelChatTemplate t = model_chat_template(*v.tok, k_phi35moe);
+  const ModelChatTemplate t = model_chat_template(*v.tok, published("phi35moe"));
   const std::string text = t.format(ojson::parse(R"([{"role":"user","content":"Hi"}])"));
   EXPECT_EQ(text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
   const auto ids = t.tokenize(*v.tok, text);
@@ -538,7 +446,7 @@ TEST(ModelChatTemplate, SpecialTokensOfARealVocabAreParsed) {
 }
 
 // ---- limits: hostile templates and contexts (tests/fuzz/fuzz_chat_template.cpp) --------------
-// Each case crashed, hung or allocated without bound before the limits of chat_template.cpp;
+// Each case crashed, hung or allocated without bound before the limits (limits.h);
 // now each is one Error naming what is wrong, found quickly.
 
 template <typename F>
@@ -677,7 +585,7 @@ TEST(ChatTemplateLimits, LongConversationsStayWithinTheBudget) {
     many.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(100, 'a' + i % 26)}});
   for (int i = 0; i < 20; ++i)
     big.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(1000000, 'a' + i % 26)}});
-  for (const char* t : {k_qwen3, k_mixtral_v01, k_olmoe, k_deepseek_v2, k_phi35moe, k_chatml}) {
+  for (const std::string& t : {published("qwen3"), published("mixtral_v01"), published("olmoe"), published("deepseek_v2"), published("phi35moe"), published("chatml")}) {
     EXPECT_GT(ChatTemplate(t).apply(many, true, "<s>", "</s>").size(), 1000000u);
     EXPECT_GT(ChatTemplate(t).apply(big, true, "<s>", "</s>").size(), 20000000u);
   }
