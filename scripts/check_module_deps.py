@@ -121,10 +121,13 @@ def main():
     order = []
     done = set()
     while len(order) < len(graph):
-        for n in sorted(graph):
-            if n not in done and graph[n] <= done:
-                order.append(n)
-                done.add(n)
+        ready = [n for n in sorted(graph) if n not in done and graph[n] <= done]
+        if not ready:  # a dependency no module declares, or a cycle: say so instead of looping
+            stuck = {n: sorted(graph[n] - done) for n in sorted(graph) if n not in done}
+            sys.exit(f"module graph: no order for {stuck} (undeclared module or cycle)")
+        for n in ready:
+            order.append(n)
+            done.add(n)
     print(f"module graph acyclic, {n_files} files include only declared dependencies; order: "
           + " -> ".join(order) + " -> cli")
 

@@ -2,9 +2,10 @@
 // The bus between host memory and a device backend's memory, as the expert cache sees it: where
 // device slots and pinned staging come from, copy queues of their own beside the backend's
 // compute queue, and page-locking of memory the process already has (the mapped model file).
-// backend/cuda implements it over CUDA streams and events; make_host_loopback_link() is the
-// same protocol over host memory and memcpy, so the cache's device path runs (and is tested)
-// on machines without a GPU.
+// backend/cuda implements it over CUDA streams and events; the stand-in device
+// (backend/standin/standin_device.h: make_standin_device_link) implements the same protocol
+// with a GPU's rules over host memory, so the cache's device path runs (and is tested) on
+// machines without a GPU.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,7 +38,7 @@ class PinnedRange {
 class DeviceLink {
  public:
   virtual ~DeviceLink() = default;
-  // "cuda:0 (NVIDIA H100 ...)", "host loopback"
+  // "cuda:0 (NVIDIA H100 ...)", "stand-in device"
   virtual std::string name() const = 0;
   // Device memory (the cache's slots) and pinned host memory (staging buffers).
   virtual Allocator& device_allocator() = 0;
@@ -49,10 +50,6 @@ class DeviceLink {
   // Free and total bytes of device memory now (0, 0 where it is not known).
   virtual void memory_info(uint64_t& free_bytes, uint64_t& total_bytes) = 0;
 };
-
-// Host memory standing in for the device: copies are memcpy on the calling thread, pinning
-// always succeeds. For the cache's device path on machines without a GPU.
-std::unique_ptr<DeviceLink> make_host_loopback_link();
 
 // Host -> device bandwidth from pinned memory, bytes per second: the median of `reps` copies
 // of `bytes` on one lane (what the copy tiers are measured against). Throws when the memory
