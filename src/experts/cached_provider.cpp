@@ -290,17 +290,15 @@ void CachedExpertProvider::route_policies(int layer, std::span<const int> expert
 
 // ---- protocol ----
 
-void CachedExpertProvider::on_route(int layer, std::span<const int> experts) {
+void CachedExpertProvider::on_route(int layer, std::span<const int> experts,
+                                    std::span<const Precision> precisions) {
+  MOEFLOW_CHECK(precisions.empty() || precisions.size() == experts.size(),
+                "on_route: {} experts but {} precisions", experts.size(), precisions.size());
   std::lock_guard lk(mu_);
-  all_high_.assign(experts.size(), Precision::High);
-  route_locked(layer, experts, all_high_);
-}
-
-void CachedExpertProvider::on_route_mixed(int layer, std::span<const int> experts,
-                                          std::span<const Precision> precisions) {
-  MOEFLOW_CHECK(precisions.size() == experts.size(),
-                "on_route_mixed: {} experts but {} precisions", experts.size(), precisions.size());
-  std::lock_guard lk(mu_);
+  if (precisions.empty()) {
+    all_high_.assign(experts.size(), Precision::High);
+    precisions = all_high_;
+  }
   route_locked(layer, experts, precisions);
 }
 
@@ -396,11 +394,7 @@ bool CachedExpertProvider::settle_ahead_due() const {
   return 2 * retired_streams >= std::max(1, cfg_.prefill_slots);
 }
 
-Residency CachedExpertProvider::residency(int layer, int expert) const {
-  return residency_mixed(layer, expert, Precision::High);
-}
-
-Residency CachedExpertProvider::residency_mixed(int layer, int expert, Precision p) const {
+Residency CachedExpertProvider::residency(int layer, int expert, Precision p) const {
   std::lock_guard lk(mu_);
   if (p == Precision::Low && !low_) return Residency::NotStarted;
   const Tier& T = tier(p);
@@ -586,12 +580,8 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
   cv_.notify_all();
 }
 
-void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, float confidence) {
-  prefetch_mixed(layer, experts, confidence, Precision::High);
-}
-
-void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> experts,
-                                          float confidence, Precision p) {
+void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, float confidence,
+                                    Precision p) {
   if (!cfg_.prefetch) return;
   std::lock_guard lk(mu_);
   if (p == Precision::Low && !low_) return;

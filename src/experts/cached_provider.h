@@ -105,23 +105,20 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
                        std::unique_ptr<EvictionPolicy> low_policy = nullptr);
   ~CachedExpertProvider() override;
 
-  void on_route(int layer, std::span<const int> experts) override;
-  Residency residency(int layer, int expert) const override;
+  void on_route(int layer, std::span<const int> experts,
+                std::span<const Precision> precisions = {}) override;
+  Residency residency(int layer, int expert, Precision p = Precision::High) const override;
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
   // Streams on a host tier (a device tier's views are read by kernels queued ahead: it acquires).
   ExpertView acquire_streamed(int layer, int expert, Precision p = Precision::High) override;
   void await_matrix(int layer, int expert, int proj, Precision p = Precision::High) override;
   void release(int layer, int expert, Precision p = Precision::High) override;
-  void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) override;
+  void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f,
+                Precision p = Precision::High) override;
   bool has_low_precision() const override { return low_ != nullptr; }
   bool host_view(int layer, int expert, ExpertView& out) const override;
   MemSpace memory_space() const override { return high_.cache->space(); }
   void attach_backend(Backend& backend) override;
-  void on_route_mixed(int layer, std::span<const int> experts,
-                      std::span<const Precision> precisions) override;
-  Residency residency_mixed(int layer, int expert, Precision p) const override;
-  void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
-                      Precision p) override;
   void begin_sequence() override;
   void begin_step() override {}
   void on_tokens_routed(int layer, int n_tokens, int top_k, std::span<const int32_t> experts,
