@@ -120,7 +120,6 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   MemSpace memory_space() const override { return high_.cache->space(); }
   void attach_backend(Backend& backend) override;
   void begin_sequence() override;
-  void begin_step() override {}
   void on_tokens_routed(int layer, int n_tokens, int top_k, std::span<const int32_t> experts,
                         std::span<const float> weights) override;
   void end_step() override;

@@ -97,11 +97,12 @@ class ExpertProvider {
   // refuses a lossy mode that needs low copies without them, and no other mode asks for one.
   virtual bool has_low_precision() const { return false; }
 
-  // Step boundaries (one decode token or one prefill chunk).
-  virtual void begin_step() {}
+  // Step boundary (one decode token or one prefill chunk): the forward pass has run every
+  // layer of the step. (No call marks its start: a provider that needs it sees the step's
+  // first on_tokens_routed.)
   virtual void end_step() {}
 
-  // A new sequence starts: the forward pass runs at position 0 (its begin_step follows).
+  // A new sequence starts: the forward pass runs at position 0 (before the step's first route).
   virtual void begin_sequence() {}
   // The router's choice for every token of the step at `layer`, just before on_route:
   // n_tokens x top_k experts and gate weights, token-major. Caches count per-token uses here
