@@ -140,13 +140,22 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
 
  private:
   enum class ChunkState : uint8_t { None = 0, Queued = 1, Reading = 2, Ready = 3 };
+  // How the current request for a slot's expert counts in the statistics (hits / misses /
+  // late): set by its first request (route or acquire) and kept until the acquire returns or
+  // the step ends, so that a route and the acquire after it count once.
+  enum class RequestClass : uint8_t {
+    Unset = 0,  // not requested since the last acquire or step end
+    Hit = 1,    // ready when first requested
+    Miss = 2,   // not cached when first requested: read for this request
+    Late = 3,   // already being read when first requested (a prefetch not yet done)
+  };
   struct SlotIo {
     uint64_t ticket[kNumExpertProj] = {0, 0, 0};
     ChunkState state[kNumExpertProj] = {ChunkState::None, ChunkState::None, ChunkState::None};
     Priority prio[kNumExpertProj] = {Priority::High, Priority::High, Priority::High};
     uint64_t done[kNumExpertProj] = {0, 0, 0};  // bytes of a paused chunk already read
     int pending = 0;
-    uint8_t request_class = 0;  // 0 unset, 1 hit, 2 miss, 3 late (set on first request)
+    RequestClass request_class = RequestClass::Unset;
     bool unissued = false;      // bound at route, read at acquire (--no-early-preemption)
     std::string error;
   };
@@ -183,7 +192,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   bool take_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
   void promote(Tier& T, int s);                                 // under mu_
   bool cancel_low(Tier& T, int s);                              // under mu_
-  void classify(Tier& T, int s, uint8_t cls);                   // under mu_
+  void classify(Tier& T, int s, RequestClass cls);              // under mu_
   void note_eviction(const ExpertKey& k, bool unused);          // under mu_
   void free_failed(Tier& T, int s);                             // under mu_
   void route_locked(int layer, std::span<const int> experts,
