@@ -51,7 +51,7 @@
 namespace moeflow {
 
 struct OffloadConfig {
-  uint64_t budget_bytes = 0;  // resolved budget (see resolve_budget in offload_options.h)
+  uint64_t budget_bytes = 0;  // resolved budget (resolve_budget, runtime/offload_session.h)
   bool per_layer = false;
   int top_k = 1;
   int io_threads = 2;
