@@ -111,7 +111,7 @@ int CachedExpertProvider::capacity(Precision p) const { return tier(p).cache->ca
 void CachedExpertProvider::schedule(Tier& T, int s, Priority p, float confidence) {
   const Slot& sl = T.cache->slot(s);
   SlotIo& io = T.io[s];
-  const uint8_t cls = io.request_class;  // set by the caller for this very request
+  const RequestClass cls = io.request_class;  // set by the caller for this very request
   io = SlotIo{};
   io.request_class = cls;
   const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
@@ -171,15 +171,15 @@ bool CachedExpertProvider::cancel_low(Tier& T, int s) {
   return true;
 }
 
-void CachedExpertProvider::classify(Tier& T, int s, uint8_t cls) {
+void CachedExpertProvider::classify(Tier& T, int s, RequestClass cls) {
   SlotIo& io = T.io[s];
-  if (io.request_class != 0) return;
+  if (io.request_class != RequestClass::Unset) return;
   io.request_class = cls;
   LayerOffloadStats& st = ls(T.cache->slot(s).key.layer);
   const bool low = T.prec == Precision::Low;
-  if (cls == 1) ++st.hits, st.hits_low += low;
-  if (cls == 2) ++st.misses, st.misses_low += low;
-  if (cls == 3) ++st.late, st.late_low += low;
+  if (cls == RequestClass::Hit) ++st.hits, st.hits_low += low;
+  if (cls == RequestClass::Miss) ++st.misses, st.misses_low += low;
+  if (cls == RequestClass::Late) ++st.late, st.late_low += low;
 }
 
 void CachedExpertProvider::note_eviction(const ExpertKey& k, bool unused) {
@@ -220,7 +220,7 @@ void CachedExpertProvider::start_load(Tier& T, const Binding& b, Priority p, boo
 
 void CachedExpertProvider::start_miss(Tier& T, const Binding& b, bool issue_now) {
   T.io[b.slot] = SlotIo{};
-  classify(T, b.slot, 2);
+  classify(T, b.slot, RequestClass::Miss);
   const ExpertKey k = T.cache->slot(b.slot).key;
   if (take_prefetch_victim(T, k)) {
     ++ls(k.layer).prefetch_harm;
@@ -290,17 +290,15 @@ void CachedExpertProvider::route_policies(int layer, std::span<const int> expert
 
 // ---- protocol ----
 
-void CachedExpertProvider::on_route(int layer, std::span<const int> experts) {
+void CachedExpertProvider::on_route(int layer, std::span<const int> experts,
+                                    std::span<const Precision> precisions) {
+  MOEFLOW_CHECK(precisions.empty() || precisions.size() == experts.size(),
+                "on_route: {} experts but {} precisions", experts.size(), precisions.size());
   std::lock_guard lk(mu_);
-  all_high_.assign(experts.size(), Precision::High);
-  route_locked(layer, experts, all_high_);
-}
-
-void CachedExpertProvider::on_route_mixed(int layer, std::span<const int> experts,
-                                          std::span<const Precision> precisions) {
-  MOEFLOW_CHECK(precisions.size() == experts.size(),
-                "on_route_mixed: {} experts but {} precisions", experts.size(), precisions.size());
-  std::lock_guard lk(mu_);
+  if (precisions.empty()) {
+    all_high_.assign(experts.size(), Precision::High);
+    precisions = all_high_;
+  }
   route_locked(layer, experts, precisions);
 }
 
@@ -341,7 +339,7 @@ void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
       continue;
     }
     const SlotState st = T.cache->slot(s).state;
-    classify(T, s, st == SlotState::Loading ? 3 : 1);
+    classify(T, s, st == SlotState::Loading ? RequestClass::Late : RequestClass::Hit);
     if (st == SlotState::Loading && cfg_.early_preemption) promote(T, s);
   }
 }
@@ -396,11 +394,7 @@ bool CachedExpertProvider::settle_ahead_due() const {
   return 2 * retired_streams >= std::max(1, cfg_.prefill_slots);
 }
 
-Residency CachedExpertProvider::residency(int layer, int expert) const {
-  return residency_mixed(layer, expert, Precision::High);
-}
-
-Residency CachedExpertProvider::residency_mixed(int layer, int expert, Precision p) const {
+Residency CachedExpertProvider::residency(int layer, int expert, Precision p) const {
   std::lock_guard lk(mu_);
   if (p == Precision::Low && !low_) return Residency::NotStarted;
   const Tier& T = tier(p);
@@ -495,7 +489,7 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
   }
   Slot& sl = cache.slot(s);
   if (T.io[s].unissued) schedule(T, s, Priority::High, 1.0f);  // bound at route, read now
-  classify(T, s, sl.state == SlotState::Loading ? 3 : 1);
+  classify(T, s, sl.state == SlotState::Loading ? RequestClass::Late : RequestClass::Hit);
   if (sl.state == SlotState::Loading) promote(T, s);
   ++sl.pins;
   sl.wanted = false;
@@ -511,7 +505,7 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
     cv_.wait(lk, [&] { return sl.state != SlotState::Loading; });
   }
   if (waited) st.stall_s += now_seconds() - t0;
-  T.io[s].request_class = 0;
+  T.io[s].request_class = RequestClass::Unset;
   if (sl.state == SlotState::Failed) {
     const std::string err = T.io[s].error;
     if (--sl.pins == 0) free_failed(T, s);
@@ -586,12 +580,8 @@ void CachedExpertProvider::release(int layer, int expert, Precision p) {
   cv_.notify_all();
 }
 
-void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, float confidence) {
-  prefetch_mixed(layer, experts, confidence, Precision::High);
-}
-
-void CachedExpertProvider::prefetch_mixed(int layer, std::span<const int> experts,
-                                          float confidence, Precision p) {
+void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, float confidence,
+                                    Precision p) {
   if (!cfg_.prefetch) return;
   std::lock_guard lk(mu_);
   if (p == Precision::Low && !low_) return;
@@ -730,7 +720,7 @@ void CachedExpertProvider::end_step() {
     for (int s = 0; s < T->cache->n_slots(); ++s) {
       Slot& sl = T->cache->slot(s);
       sl.wanted = false;
-      T->io[s].request_class = 0;
+      T->io[s].request_class = RequestClass::Unset;
       // Routed but never acquired: a read never issued holds its place for nothing.
       if (sl.state == SlotState::Loading && T->io[s].unissued) {
         T->io[s] = SlotIo{};

@@ -51,7 +51,7 @@
 namespace moeflow {
 
 struct OffloadConfig {
-  uint64_t budget_bytes = 0;  // resolved budget (see resolve_budget in offload_options.h)
+  uint64_t budget_bytes = 0;  // resolved budget (resolve_budget, runtime/offload_session.h)
   bool per_layer = false;
   int top_k = 1;
   int io_threads = 2;
@@ -105,25 +105,21 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
                        std::unique_ptr<EvictionPolicy> low_policy = nullptr);
   ~CachedExpertProvider() override;
 
-  void on_route(int layer, std::span<const int> experts) override;
-  Residency residency(int layer, int expert) const override;
+  void on_route(int layer, std::span<const int> experts,
+                std::span<const Precision> precisions = {}) override;
+  Residency residency(int layer, int expert, Precision p = Precision::High) const override;
   ExpertView acquire(int layer, int expert, Precision p = Precision::High) override;
   // Streams on a host tier (a device tier's views are read by kernels queued ahead: it acquires).
   ExpertView acquire_streamed(int layer, int expert, Precision p = Precision::High) override;
   void await_matrix(int layer, int expert, int proj, Precision p = Precision::High) override;
   void release(int layer, int expert, Precision p = Precision::High) override;
-  void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) override;
+  void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f,
+                Precision p = Precision::High) override;
   bool has_low_precision() const override { return low_ != nullptr; }
   bool host_view(int layer, int expert, ExpertView& out) const override;
   MemSpace memory_space() const override { return high_.cache->space(); }
   void attach_backend(Backend& backend) override;
-  void on_route_mixed(int layer, std::span<const int> experts,
-                      std::span<const Precision> precisions) override;
-  Residency residency_mixed(int layer, int expert, Precision p) const override;
-  void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
-                      Precision p) override;
   void begin_sequence() override;
-  void begin_step() override {}
   void on_tokens_routed(int layer, int n_tokens, int top_k, std::span<const int32_t> experts,
                         std::span<const float> weights) override;
   void end_step() override;
@@ -144,13 +140,22 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
 
  private:
   enum class ChunkState : uint8_t { None = 0, Queued = 1, Reading = 2, Ready = 3 };
+  // How the current request for a slot's expert counts in the statistics (hits / misses /
+  // late): set by its first request (route or acquire) and kept until the acquire returns or
+  // the step ends, so that a route and the acquire after it count once.
+  enum class RequestClass : uint8_t {
+    Unset = 0,  // not requested since the last acquire or step end
+    Hit = 1,    // ready when first requested
+    Miss = 2,   // not cached when first requested: read for this request
+    Late = 3,   // already being read when first requested (a prefetch not yet done)
+  };
   struct SlotIo {
     uint64_t ticket[kNumExpertProj] = {0, 0, 0};
     ChunkState state[kNumExpertProj] = {ChunkState::None, ChunkState::None, ChunkState::None};
     Priority prio[kNumExpertProj] = {Priority::High, Priority::High, Priority::High};
     uint64_t done[kNumExpertProj] = {0, 0, 0};  // bytes of a paused chunk already read
     int pending = 0;
-    uint8_t request_class = 0;  // 0 unset, 1 hit, 2 miss, 3 late (set on first request)
+    RequestClass request_class = RequestClass::Unset;
     bool unissued = false;      // bound at route, read at acquire (--no-early-preemption)
     std::string error;
   };
@@ -187,7 +192,7 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   bool take_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
   void promote(Tier& T, int s);                                 // under mu_
   bool cancel_low(Tier& T, int s);                              // under mu_
-  void classify(Tier& T, int s, uint8_t cls);                   // under mu_
+  void classify(Tier& T, int s, RequestClass cls);              // under mu_
   void note_eviction(const ExpertKey& k, bool unused);          // under mu_
   void free_failed(Tier& T, int s);                             // under mu_
   void route_locked(int layer, std::span<const int> experts,

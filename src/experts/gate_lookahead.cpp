@@ -75,15 +75,12 @@ void GateLookahead::on_route(const RouteRecord& r) {
     const float discount = 1.0f / static_cast<float>(d + 1);
     for (size_t i = 0; i < chosen_.size(); ++i) {
       const std::span<const int> one(&chosen_[i], 1);
-      if (cfg_.mode.needs_low()) {
-        // HOBBIT serves a cached high copy whatever the score: no low copy needed then.
-        if (cfg_.mode.mode == ExpertMode::Hobbit && chosen_prec_[i] == Precision::Low &&
-            provider_.residency(target, chosen_[i]) != Residency::NotStarted)
-          continue;
-        provider_.prefetch_mixed(target, one, conf_[i] * discount, chosen_prec_[i]);
-      } else {
-        provider_.prefetch(target, one, conf_[i] * discount);
-      }
+      // HOBBIT serves a cached high copy whatever the score: no low copy needed then. (Only
+      // the modes that use low copies decide Low: the others prefetch in High.)
+      if (cfg_.mode.mode == ExpertMode::Hobbit && chosen_prec_[i] == Precision::Low &&
+          provider_.residency(target, chosen_[i]) != Residency::NotStarted)
+        continue;
+      provider_.prefetch(target, one, conf_[i] * discount, chosen_prec_[i]);
     }
     predictions_ += chosen_.size();
   }

@@ -149,7 +149,6 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
 
   if (observer_) observer_->on_step_begin(pos_, n);
   if (pos_ == 0) provider_.begin_sequence();
-  provider_.begin_step();
 
   const std::vector<LayerSpec>& specs = model_.specs();
   const TensorView x = x_.f32(d, n), xn = xn_.f32(d, n), tmp = tmp_.f32(d, n);

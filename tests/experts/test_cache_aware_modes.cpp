@@ -39,20 +39,15 @@ class FixedCache final : public ResidentExpertProvider, public ForwardObserver {
   FixedCache(const GgufFile& f, Held held) : ResidentExpertProvider(f), held_(std::move(held)) {}
   void set_expect(Expect e) { expect_ = std::move(e); }
 
-  Residency residency(int layer, int expert) const override {
-    return held_(layer, expert) ? Residency::Resident : Residency::NotStarted;
+  Residency residency(int layer, int expert, Precision p) const override {
+    return p == Precision::High && held_(layer, expert) ? Residency::Resident
+                                                        : Residency::NotStarted;
   }
-  Residency residency_mixed(int layer, int expert, Precision p) const override {
-    return p == Precision::High ? residency(layer, expert) : Residency::NotStarted;
-  }
-  void on_route(int layer, std::span<const int> experts) override {
+  void on_route(int layer, std::span<const int> experts,
+                std::span<const Precision> precisions) override {
     experts_.assign(experts.begin(), experts.end());
-    prec_.assign(experts.size(), Precision::High);
-  }
-  void on_route_mixed(int layer, std::span<const int> experts,
-                      std::span<const Precision> precisions) override {
-    experts_.assign(experts.begin(), experts.end());
-    prec_.assign(precisions.begin(), precisions.end());
+    if (precisions.empty()) prec_.assign(experts.size(), Precision::High);
+    else prec_.assign(precisions.begin(), precisions.end());
   }
   void on_route(const RouteRecord& r) override {
     if (expect_) expect_(r, experts_, prec_);

@@ -63,7 +63,6 @@ TEST(CachedProvider, RandomAccessReturnsFileBytesUnderTinyBudgets) {
     std::mt19937 rng(static_cast<uint32_t>(c.slots * 7 + c.threads));
     uint64_t requests = 0;
     for (int step = 0; step < 40; ++step) {
-      prov->begin_step();
       for (int l = 1; l < 4; ++l) {
         int a = rng() % 6, b = rng() % 6;
         if (b == a) b = (a + 1) % 6;
@@ -383,7 +382,6 @@ TEST(CachedProvider, DemandMissOfAPrefetchVictimCountsAsHarm) {
   CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
                             std::make_unique<test::TestLru>(), cfg);
   auto step = [&](int e) {
-    prov.begin_step();
     const int chosen[1] = {e};
     prov.on_route(1, chosen);
     expect_view_matches(m, prov.acquire(1, e), 1, e);

@@ -59,7 +59,6 @@ void expect_bytes(const FakeModel& m, const ExpertView& v, int l, int e) {
 // released in order. `before_acquire(i)` runs before the i-th acquire.
 template <typename Fn>
 void step(Rig& s, const std::vector<int>& experts, Fn&& before_acquire) {
-  s.prov->begin_step();
   const std::vector<float> w(experts.size(), 1.0f);
   s.prov->on_tokens_routed(kLayer, (int)experts.size(), 1, experts, w);
   s.prov->on_route(kLayer, experts);

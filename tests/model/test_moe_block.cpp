@@ -26,7 +26,8 @@ class ShufflingProvider : public ExpertProvider {
  public:
   ShufflingProvider(const GgufFile& f, uint64_t seed) : inner_(f), rng_(seed) {}
 
-  void on_route(int layer, std::span<const int> experts) override {
+  void on_route(int layer, std::span<const int> experts,
+                std::span<const Precision>) override {
     EXPECT_TRUE(pinned_.empty()) << "on_route while experts are pinned";
     routed_layer_ = layer;
     routed_.assign(experts.begin(), experts.end());
@@ -34,7 +35,7 @@ class ShufflingProvider : public ExpertProvider {
     acquired_.clear();
     ++n_on_route_;
   }
-  Residency residency(int layer, int expert) const override {
+  Residency residency(int layer, int expert, Precision) const override {
     const auto r = (Residency)(rng_() % 3);
     reported_[expert] = r;
     return r;

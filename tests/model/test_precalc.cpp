@@ -30,11 +30,12 @@ bool in_flight(int layer, int expert) { return (layer * 5 + expert * 3) % 4 == 0
 class PatternProvider final : public ExpertProvider {
  public:
   explicit PatternProvider(const GgufFile& f) : inner_(f) {}
-  void on_route(int layer, std::span<const int> experts) override {
+  void on_route(int layer, std::span<const int> experts,
+                std::span<const Precision>) override {
     routed_layer_ = layer;
     routed_.assign(experts.begin(), experts.end());
   }
-  Residency residency(int layer, int expert) const override {
+  Residency residency(int layer, int expert, Precision) const override {
     return in_flight(layer, expert) ? Residency::InFlight : Residency::Resident;
   }
   ExpertView acquire(int layer, int expert, Precision p) override {

@@ -31,7 +31,7 @@ struct PrefetchCall {
 struct RecordingProvider : ExpertProvider {
   std::vector<PrefetchCall> calls;
   ExpertView acquire(int, int, Precision) override { return {}; }
-  void prefetch(int layer, std::span<const int> experts, float confidence) override {
+  void prefetch(int layer, std::span<const int> experts, float confidence, Precision) override {
     for (int e : experts) calls.push_back({layer, e, confidence});
   }
 };

@@ -88,7 +88,6 @@ Replay replay_live(const Trace& t, const test::FakeModel& m, const std::string& 
     size_t e = s + 1;
     if (st.phase == Phase::prefill)
       while (e < t.steps.size() && t.steps[e].phase == Phase::prefill && t.steps[e].request == st.request) ++e;
-    prov.begin_step();
     for (int l : layers) {
       experts.clear();
       weights.clear();

@@ -6,13 +6,13 @@
 //
 // Call order for one MoE layer (the MoE block protocol, see docs/ARCHITECTURE.md):
 //   on_tokens_routed(l, ...)       every token's choice (counts, step length)
-//   on_route(l, chosen)            exact experts known: raise them to HIGH, drop stale LOW work
-//   residency(l, e) for each e     used to reorder: resident -> in flight -> not started
+//   on_route(l, chosen, precs)     exact experts known: raise them to HIGH, drop stale LOW work
+//   residency(l, e, p) for each e  used to reorder: resident -> in flight -> not started
 //   acquire(l, e, p) ... release   blocks until the weights are usable; pinned in between
 //                                  (or acquire_streamed + await_matrix per matrix)
-//   prefetch(l', experts, ...)     predictors queue speculative loads for later layers/tokens
-// In the lossy modes (HOBBIT) the block asks for (layer, expert, precision) through the
-// *_mixed variants; the plain calls mean Precision::High.
+//   prefetch(l', experts, c, p)    predictors queue speculative loads for later layers/tokens
+// Every call names (layer, expert, precision): the lossy modes (HOBBIT) ask for low-precision
+// copies through the same calls, and a precision left out means Precision::High.
 #include <cstdint>
 #include <span>
 
@@ -57,11 +57,15 @@ class ExpertProvider {
   virtual void attach_backend(Backend& backend) {}
 
   // Protocol step 1: the router's exact choice for `layer` in the current step (union over the
-  // step's tokens, in rank order).
-  virtual void on_route(int layer, std::span<const int> experts) {}
+  // step's tokens, in rank order): experts[i] in precisions[i] (an expert may appear twice,
+  // once per precision, in a prefill step). Empty `precisions`: every expert in High.
+  virtual void on_route(int layer, std::span<const int> experts,
+                        std::span<const Precision> precisions = {}) {}
 
-  // Protocol step 3: where the expert is now.
-  virtual Residency residency(int layer, int expert) const { return Residency::Resident; }
+  // Protocol step 3: where the expert's copy in precision `p` is now.
+  virtual Residency residency(int layer, int expert, Precision p = Precision::High) const {
+    return Residency::Resident;
+  }
 
   // Protocol step 4: block until usable, pin until release(). Throws moeflow::Error if the
   // weights cannot be produced (I/O error, truncated file).
@@ -83,33 +87,22 @@ class ExpertProvider {
   // long as the provider. False: the provider has no such copy (its slow tier is the file).
   virtual bool host_view(int layer, int expert, ExpertView& out) const { return false; }
 
-  // Protocol step 5: speculative load, lower priority than any on_route() expert.
-  virtual void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f) {}
+  // Protocol step 5: speculative load of the copies in precision `p` (HOBBIT's prefetch of the
+  // copy its rule will ask for), lower priority than any on_route() expert.
+  virtual void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f,
+                        Precision p = Precision::High) {}
 
-  // Mixed precision (docs/lossy-modes.md). A provider that holds low-precision copies of the
-  // experts says so here and overrides the *_mixed calls; the defaults serve providers with
-  // one precision, which the lossless mode is all that ever asks for.
+  // Mixed precision (docs/lossy-modes.md): a provider that holds low-precision copies of the
+  // experts says so here. One that does not is asked for Precision::High only: the MoE block
+  // refuses a lossy mode that needs low copies without them, and no other mode asks for one.
   virtual bool has_low_precision() const { return false; }
-  // Protocol step 1 when some experts are wanted in low precision: experts[i] in
-  // precisions[i] (an expert may appear twice, once per precision, in a prefill step).
-  virtual void on_route_mixed(int layer, std::span<const int> experts,
-                              std::span<const Precision> precisions) {
-    on_route(layer, experts);
-  }
-  virtual Residency residency_mixed(int layer, int expert, Precision p) const {
-    return residency(layer, expert);
-  }
-  // Precision-aware speculative load (HOBBIT's prefetch of the copy the rule will ask for).
-  virtual void prefetch_mixed(int layer, std::span<const int> experts, float confidence,
-                              Precision p) {
-    if (p == Precision::High) prefetch(layer, experts, confidence);
-  }
 
-  // Step boundaries (one decode token or one prefill chunk).
-  virtual void begin_step() {}
+  // Step boundary (one decode token or one prefill chunk): the forward pass has run every
+  // layer of the step. (No call marks its start: a provider that needs it sees the step's
+  // first on_tokens_routed.)
   virtual void end_step() {}
 
-  // A new sequence starts: the forward pass runs at position 0 (its begin_step follows).
+  // A new sequence starts: the forward pass runs at position 0 (before the step's first route).
   virtual void begin_sequence() {}
   // The router's choice for every token of the step at `layer`, just before on_route:
   // n_tokens x top_k experts and gate weights, token-major. Caches count per-token uses here

@@ -91,7 +91,6 @@ void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
                       ForwardObserver* observer) {
   if (n <= 0 || n > max_tokens_) fail("MoE block: {} tokens exceed the batch size {}", n, max_tokens_);
   const int k = k_;
-  const bool mixed = mode_.needs_low();
   last_n_ = n;
   // Outputs pre-calculated by the previous layer for this one (decode steps only).
   const bool take_pre = mode_.precalc && n == 1 && pre_layer_ == layer;
@@ -157,11 +156,7 @@ void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
 
   // 1. exact experts to the provider first, then the observer (its predictions are LOW).
   provider.on_tokens_routed(layer, n, k, {experts_.data(), (size_t)n * k}, {weights_.data(), (size_t)n * k});
-  if (mixed) {
-    provider.on_route_mixed(layer, union_experts_, union_prec_);
-  } else {
-    provider.on_route(layer, union_experts_);
-  }
+  provider.on_route(layer, union_experts_, union_prec_);
   if (observer) {
     RouteRecord rec;
     rec.layer = layer;
@@ -187,8 +182,7 @@ void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
   for (int u : union_) {
     if (pre_served_[u]) continue;
     const Precision p = (Precision)(u % 2);
-    const Residency res =
-        mixed ? provider.residency_mixed(layer, u / 2, p) : provider.residency(layer, u / 2);
+    const Residency res = provider.residency(layer, u / 2, p);
     rank_[std::clamp((int)res, 0, 2)].push_back(u);
   }
   for (int cls = 0; cls < 3; ++cls)
@@ -203,9 +197,7 @@ void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
 bool MoePlanner::precalc_before(size_t index, int layer, ExpertProvider& provider) const {
   if (index < n_resident_ || index >= units_.size()) return false;
   const MoeUnit& u = units_[index];
-  const Residency res = mode_.needs_low() ? provider.residency_mixed(layer, u.expert, u.precision)
-                                          : provider.residency(layer, u.expert);
-  return res == Residency::InFlight;
+  return provider.residency(layer, u.expert, u.precision) == Residency::InFlight;
 }
 
 void MoePlanner::record_precalc(int next, std::span<const int> computed) {
