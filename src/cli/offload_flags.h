@@ -96,7 +96,7 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o, const BackendK
       ->check(CLI::Range(0, 256));
   app.add_option("--prefetch", o.prefetch,
                  "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc")
-      ->check(CLI::IsMember(with({"none", "lookahead"}, predictor_names())));
+      ->check(CLI::IsMember(with({"none"}, predictor_names())));
   app.add_option("--predictor-model", o.predictor_model,
                  "trained predictor weights for --prefetch promoe (moeflow train-predictor)");
   app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead and gate predictors")

@@ -32,7 +32,8 @@ void PredictorPrefetch::on_route(const RouteRecord& r) {
   if (r.n_tokens <= 0 || r.top_k <= 0) return;
   merged_.clear();
   const int first_queued = std::max(0, r.n_tokens - max_tokens_);
-  for (int t = 0; t < r.n_tokens; ++t) {
+  const int first_shown = predictor_->learns_from_every_token() ? 0 : first_queued;
+  for (int t = first_shown; t < r.n_tokens; ++t) {
     const size_t k = (size_t)r.top_k, off = (size_t)t * k;
     PredictorInput in;
     in.route = RouteEvent{r.layer, step0_ + (uint64_t)t, r.prefill, r.experts.subspan(off, k),
@@ -45,8 +46,9 @@ void PredictorPrefetch::on_route(const RouteRecord& r) {
     if (t < first_queued) continue;
     for (const Prediction& p : preds_) {
       if (p.layer < 0 || p.layer >= n_layers_ || p.expert < 0) continue;
-      auto same = std::find_if(merged_.begin(), merged_.end(),
-                               [&](const Prediction& m) { return m.layer == p.layer && m.expert == p.expert; });
+      auto same = std::find_if(merged_.begin(), merged_.end(), [&](const Prediction& m) {
+        return m.layer == p.layer && m.expert == p.expert && m.precision == p.precision;
+      });
       if (same == merged_.end()) merged_.push_back(p);
       else same->confidence = std::max(same->confidence, p.confidence);
     }
@@ -54,8 +56,13 @@ void PredictorPrefetch::on_route(const RouteRecord& r) {
   // Most confident first, so that the prefetcher's LOW queue starts with the likeliest loads.
   std::stable_sort(merged_.begin(), merged_.end(),
                    [](const Prediction& a, const Prediction& b) { return a.confidence > b.confidence; });
-  for (const Prediction& p : merged_)
-    provider_.prefetch(p.layer, std::span<const int>(&p.expert, 1), std::clamp(p.confidence, 0.f, 1.f));
+  for (const Prediction& p : merged_) {
+    // HOBBIT serves a cached or coming high copy whatever the score: no low copy needed then.
+    if (mode_.mode == ExpertMode::Hobbit && p.precision == Precision::Low &&
+        provider_.residency(p.layer, p.expert) != Residency::NotStarted)
+      continue;
+    provider_.prefetch(p.layer, std::span<const int>(&p.expert, 1), std::clamp(p.confidence, 0.f, 1.f), p.precision);
+  }
   predictions_ += merged_.size();
 }
 

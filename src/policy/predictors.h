@@ -9,6 +9,7 @@
 namespace moeflow::predictors {
 
 std::unique_ptr<Predictor> make_gate(const PredictorOptions& o);
+std::unique_ptr<Predictor> make_lookahead(const PredictorOptions& o);
 std::unique_ptr<Predictor> make_stacked(const PredictorOptions& o);
 std::unique_ptr<Predictor> make_token(const PredictorOptions& o);
 std::unique_ptr<Predictor> make_promoe(const PredictorOptions& o);

@@ -67,8 +67,8 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o, std::o
   if (o.policy != "auto" && !known(eviction_policy_names(), o.policy))
     return err("--cache-policy: unknown policy '{}' (known: auto, {})", o.policy,
                fmt::join(eviction_policy_names(), ", "));
-  if (o.prefetch != "none" && o.prefetch != "lookahead" && !known(predictor_names(), o.prefetch))
-    return err("--prefetch: unknown predictor '{}' (known: none, lookahead, {})", o.prefetch,
+  if (o.prefetch != "none" && !known(predictor_names(), o.prefetch))
+    return err("--prefetch: unknown predictor '{}' (known: none, {})", o.prefetch,
                fmt::join(predictor_names(), ", "));
   // Options that exclude each other.
   if (o.expert_cache && o.cache_rate > 0)

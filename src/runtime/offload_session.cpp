@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "experts/resident_provider.h"
+#include "model/hparams.h"
 #include "runtime/hybrid_costs.h"
 #include "runtime/offload_auto.h"
 #include "trace/importers.h"
@@ -20,11 +21,8 @@ uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes) {
 }
 
 int model_top_k(const GgufFile& f) {
-  const std::string arch = f.get_string("general.architecture");
-  const int64_t k = f.get_int(arch + ".expert_used_count");
-  MOEFLOW_CHECK(k >= 1 && k <= 1024, "{}: {}.expert_used_count = {} is not a valid top-k",
-                f.path(), arch, k);
-  return static_cast<int>(k);
+  // HParams checked the count against the expert count when it read the file.
+  return load_hparams(f).n_expert_used;
 }
 
 }  // namespace moeflow
@@ -107,22 +105,10 @@ void add_mode_json(nlohmann::json& j, const OffloadSession& s, bool per_layer) {
 
 void OffloadSession::attach(ForwardContext& ctx, const Model& model, ForwardObserver* existing) {
   ctx.moe().set_mode(mode, usage);
-  if (!provider || options.prefetch == "none") return;
-  if (predictor) {
-    predictor->set_router(model.router_fn());
-    predictor->set_next(existing);
-    ctx.set_observer(predictor.get());
-    return;
-  }
-  LookaheadConfig lc;
-  lc.n_layers = provider->store().n_layers();
-  for (int l = 0; l < lc.n_layers; ++l) lc.n_experts.push_back(provider->store().n_experts(l));
-  lc.top_k = model_top_k(model.file());
-  lc.distance = options.lookahead;
-  lc.mode = mode;
-  lookahead = std::make_unique<GateLookahead>(*provider, model.router_fn(), lc);
-  lookahead->set_next(existing);
-  ctx.set_observer(lookahead.get());
+  if (!provider || !predictor) return;
+  predictor->set_router(model.router_fn());
+  predictor->set_next(existing);
+  ctx.set_observer(predictor.get());
 }
 
 std::vector<double> calibration_counts(const std::string& trace_path, int n_layers, int n_experts) {
@@ -147,7 +133,6 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
            "expert cache: give --expert-cache or --cache-rate too");
     return s;
   }
-  const bool policy_predictor = o.prefetch != "none" && o.prefetch != "lookahead";
   auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
   const int top_k = model_top_k(file);
   int moe_layers = 0;
@@ -223,15 +208,19 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
   }
   s.provider = std::make_shared<CachedExpertProvider>(
       std::move(store), make_eviction_policy(pol.policy, po), cfg, std::move(low_policy));
-  if (policy_predictor) {
+  if (o.prefetch != "none") {  // every predictor, the default lookahead included, on one path
     PredictorOptions pr;
-    pr.n_layers = s.provider->store().n_layers();
-    pr.n_experts = s.provider->store().max_experts();
+    const ExpertStore& st = s.provider->store();
+    pr.n_layers = st.n_layers();
+    pr.n_experts = st.max_experts();
+    for (int l = 0; l < pr.n_layers; ++l) pr.layer_experts.push_back(st.n_experts(l));
     pr.top_k = top_k;
     pr.hidden_dim = static_cast<int>(file.get_int(file.get_string("general.architecture") + ".embedding_length"));
     pr.model_path = o.predictor_model;
-    pr.lookahead = o.lookahead;  // --lookahead: how far the gate predictor looks ahead
+    pr.lookahead = o.lookahead;  // --lookahead: how far the lookahead and gate predictors look
+    pr.mode = s.mode;
     s.predictor = std::make_unique<PredictorPrefetch>(*s.provider, make_predictor(o.prefetch, pr), pr.n_layers);
+    s.predictor->set_mode(s.mode);
   }
   return s;
 }
@@ -248,7 +237,6 @@ nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer) {
   j["prefetch"] = s.options.prefetch;
   j["early_preemption"] = !s.options.no_early_preemption;
   j["prefill_slots"] = s.options.prefill_slots;
-  if (s.lookahead) j["predictions"] = s.lookahead->predictions();
   if (s.predictor) j["predictions"] = s.predictor->predictions();
   return j;
 }

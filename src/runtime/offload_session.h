@@ -2,7 +2,7 @@
 // The offloading tier wired together for one engine, shared by `moeflow run` / `bench` /
 // `serve` / `chat` / `perplexity` (their flags are registered by cli/offload_flags.h):
 //   make_offload(opts, file)              builds the CachedExpertProvider (+ its predictor)
-//   session.attach(ctx, model)            plugs the predictor (lookahead, promoe, ...) into the forward pass
+//   session.attach(ctx, model)            plugs the predictor (lookahead, gate, promoe, ...) into the forward pass
 //   offload_stats_json(session)           statistics to merge into the command's JSON
 // The lossy expert modes (--mode hobbit|skip, docs/lossy-modes.md) are resolved here too, so
 // every command that takes the offload options takes them.
@@ -19,7 +19,6 @@
 #include "backend/device_link.h"
 #include "experts/cached_provider.h"
 #include "experts/device_transfer.h"
-#include "experts/gate_lookahead.h"
 #include "model/moe/precision_mode.h"
 #include "gguf/gguf_file.h"
 #include "model/model.h"
@@ -41,7 +40,7 @@ uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& 
 
 // The byte budget the options ask for (0 when offloading is off).
 uint64_t resolve_budget(const OffloadOptions& o, uint64_t total_expert_bytes);
-// top-k of the model from GGUF metadata ("<arch>.expert_used_count").
+// top-k of the model (HParams::n_expert_used, checked when the metadata is read).
 int model_top_k(const GgufFile& f);
 
 // A VRAM expert cache (runtime/vram_plan.h): slots in `link`'s device memory, filled from
@@ -61,8 +60,7 @@ struct OffloadSession {
   std::shared_ptr<CachedExpertProvider> provider;
   std::shared_ptr<DeviceChunkTransfer> device_transfer;  // a VRAM cache's transfer
   HybridCosts hybrid;  // --cpu-experts auto: the measured cost model (else zeros)
-  std::unique_ptr<GateLookahead> lookahead;
-  std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch <policy/ predictor>
+  std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch: the predictor (lookahead by default)
   OffloadOptions options;
   PrecisionModeConfig mode;                  // --mode and its thresholds
   std::shared_ptr<PrecisionUsage> usage;     // high/low/skip counts (lossy modes)

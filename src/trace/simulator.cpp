@@ -490,8 +490,8 @@ std::vector<std::string> sim_predictor_names() {
 std::vector<std::string> sim_predictor_names(const Trace& t) {
   std::vector<std::string> out;
   for (auto& n : sim_predictor_names()) {
-    bool needs_hidden = n == "gate" || n == "stacked" || n == "promoe";
-    bool needs_router = n == "gate" || n == "stacked";
+    bool needs_hidden = n == "lookahead" || n == "gate" || n == "stacked" || n == "promoe";
+    bool needs_router = n == "lookahead" || n == "gate" || n == "stacked";
     if (needs_hidden && !t.has_hidden()) continue;
     if (needs_router && t.routers.empty()) continue;
     out.push_back(n);

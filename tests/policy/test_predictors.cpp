@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -60,6 +61,75 @@ TEST(Gate, AppliesTheNextLayersRouterToTheHiddenState) {
   out.clear();
   p->on_layer({RouteEvent{3, 0, false, ex, {}}, h, -1}, out);  // last layer: nothing after it
   EXPECT_TRUE(out.empty());
+}
+
+// The engine's default predictor. Layers 0, 2, 3 are MoE, layer 1 dense; two layers ahead.
+// Reference: the softmax of fixed_router's logits in double, divided by the distance.
+TEST(Lookahead, CountsMoeLayersWrapsToTheNextTokenAndAsksForTheModesPrecision) {
+  PredictorOptions o = popts(4, 4, 2);
+  o.layer_experts = {4, 0, 4, 4};
+  o.lookahead = 2;
+  const float h[] = {0.f, 1.f, 0.5f, 0.f};
+  const int ex[] = {0, 1};
+  auto expected = [&](int layer, double discount) {
+    std::vector<double> p(4);
+    double z = 0;
+    for (int e = 0; e < 4; ++e) z += p[e] = std::exp(5.0 * h[(e + layer) % 4]);
+    std::vector<std::pair<int, double>> top;
+    for (int e = 0; e < 4; ++e) top.push_back({e, p[e] / z * discount});
+    std::stable_sort(top.begin(), top.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    top.resize(2);
+    return top;
+  };
+  auto check = [&](const std::vector<Prediction>& out, size_t at, int layer, double discount) {
+    const auto want = expected(layer, discount);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_LT(at + i, out.size());
+      EXPECT_EQ(out[at + i].layer, layer);
+      EXPECT_EQ(out[at + i].expert, want[i].first);
+      EXPECT_NEAR(out[at + i].confidence, want[i].second, 1e-6);
+      EXPECT_EQ(out[at + i].precision, Precision::High);
+    }
+  };
+  auto p = make_predictor("lookahead", o);
+  EXPECT_FALSE(p->learns_from_every_token());
+  p->set_router(fixed_router);
+  std::vector<Prediction> out;
+  p->on_layer({RouteEvent{0, 0, false, ex, {}}, h, -1}, out);  // dense layer 1 skipped: 2, then 3
+  ASSERT_EQ(out.size(), 4u);
+  check(out, 0, 2, 1.0);
+  check(out, 2, 3, 0.5);
+  out.clear();
+  p->on_layer({RouteEvent{3, 0, false, ex, {}}, h, -1}, out);  // past the last: next token's 0, 2
+  ASSERT_EQ(out.size(), 4u);
+  check(out, 0, 0, 1.0);
+  check(out, 2, 2, 0.5);
+  out.clear();
+  p->on_layer({RouteEvent{2, 0, false, ex, {}}, {}, -1}, out);  // no hidden state: nothing
+  EXPECT_TRUE(out.empty());
+
+  // HOBBIT: the top expert (nothing ranked above it) in high precision, the second in low
+  // (the weight above it, ~0.92 here, is over T1 = 0.1 and under T2 = 1).
+  o.mode.mode = ExpertMode::Hobbit;
+  o.mode.t1 = 0.1;
+  o.mode.t2 = 1.0;
+  o.lookahead = 1;
+  auto hob = make_predictor("lookahead", o);
+  hob->set_router(fixed_router);
+  hob->on_layer({RouteEvent{0, 0, false, ex, {}}, h, -1}, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].precision, Precision::High);
+  EXPECT_EQ(out[1].precision, Precision::Low);
+  // Skip mode drops the second (its normalised weight is below the threshold) instead.
+  out.clear();
+  o.mode = {};
+  o.mode.mode = ExpertMode::Skip;
+  o.mode.skip_threshold = 0.45;
+  auto skip = make_predictor("lookahead", o);
+  skip->set_router(fixed_router);
+  skip->on_layer({RouteEvent{0, 0, false, ex, {}}, h, -1}, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].expert, expected(2, 1.0)[0].first);
 }
 
 TEST(Stacked, DropsDepthsWhoseAccuracyFalls) {
