@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "backend/device_link.h"
-#include "stand_in_device.h"
+#include "support/stand_in_device.h"
 
 namespace moeflow::test {
 
