@@ -9,7 +9,7 @@
 # MOEFLOW_FUZZ_SECONDS: seconds per fuzz target (default 60; 0 leaves fuzzing out).
 # Every ctest run ends with the list of tests it skipped; a skip that is not in SKIP_ALLOW below
 # fails the run. Under CI (CI=true, .ci/run) missing oracles or shared data already fail the
-# tests themselves (tests/python/oracle_import.py, tests/require_data.h).
+# tests themselves (tests/python/oracle_import.py, tests/support/require_data.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}

@@ -21,7 +21,7 @@
 #include "model/gen/gen_vocab.h"
 #include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/tokenizer_test_util.h"
+#include "support/tokenizer_test_util.h"
 
 namespace moeflow::test {
 namespace {

@@ -3,6 +3,9 @@
 // (stand_in_device.h), and every copy lands later, on a thread of the lane's own, so a transfer
 // that reuses a staging buffer too early or calls a chunk ready before its copy landed reads
 // wrong bytes. Pinning succeeds unless refuse_pin is set.
+// Not the production stand-in link (make_standin_device_link): the tests set refuse_pin (a
+// locked-memory limit; that link refuses only overlapping ranges), count lanes opened (which
+// StandInCounts does not) and allocate device memory from stand_in_device.h's TaggedAllocator.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,7 +19,7 @@
 #include <thread>
 
 #include "backend/device_link.h"
-#include "stand_in_device.h"
+#include "support/stand_in_device.h"
 
 namespace moeflow::test {
 

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "experts/cached_provider.h"
-#include "offload_fixture.h"
+#include "support/offload_fixture.h"
 
 namespace moeflow {
 namespace {

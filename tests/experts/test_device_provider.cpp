@@ -21,7 +21,7 @@
 #include "model/gen/model_generator.h"
 #include "model/model.h"
 #include "runtime/engine.h"
-#include "stand_in_device.h"
+#include "support/stand_in_device.h"
 
 namespace moeflow::test {
 namespace {

@@ -5,7 +5,7 @@
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "experts/expert_store.h"
-#include "offload_fixture.h"
+#include "support/offload_fixture.h"
 
 namespace moeflow {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "experts/cached_provider.h"
-#include "offload_fixture.h"
+#include "support/offload_fixture.h"
 
 namespace moeflow {
 namespace {

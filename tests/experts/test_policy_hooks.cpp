@@ -19,7 +19,7 @@
 #include "experts/device_transfer.h"
 #include "gguf/gguf_file.h"
 #include "delayed_link.h"
-#include "offload_fixture.h"
+#include "support/offload_fixture.h"
 #include "policy/eviction_policy.h"
 #include "runtime/engine.h"
 #include "runtime/offload_session.h"

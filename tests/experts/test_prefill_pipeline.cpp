@@ -12,8 +12,8 @@
 #include "experts/cached_provider.h"
 #include "experts/device_transfer.h"
 #include "delayed_link.h"
-#include "offload_fixture.h"
-#include "stand_in_device.h"
+#include "support/offload_fixture.h"
+#include "support/stand_in_device.h"
 
 namespace moeflow::test {
 namespace {

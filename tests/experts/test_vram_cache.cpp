@@ -26,10 +26,10 @@
 #include "model/model.h"
 #include "delayed_link.h"
 #include "low_copy_models.h"
-#include "offload_fixture.h"
+#include "support/offload_fixture.h"
 #include "runtime/offload_session.h"
 #include "runtime/vram_plan.h"
-#include "stand_in_device.h"
+#include "support/stand_in_device.h"
 
 namespace moeflow::test {
 namespace {

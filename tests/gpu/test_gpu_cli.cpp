@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../model/run_binary.h"
-#include "../model/test_helpers.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {

@@ -33,7 +33,7 @@
 
 #include "backend/cuda/cuda_backend.h"  // CudaGraphCounts (plain C++; defined in CUDA builds)
 #include "backend/standin/standin_device.h"
-#include "../model/routing_log.h"
+#include "support/routing_log.h"
 #include "device_kinds.h"
 #include "model/gen/model_generator.h"
 #include "model/model.h"

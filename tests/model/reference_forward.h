@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tiny_model.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 

@@ -13,9 +13,9 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
-#include "run_binary.h"
+#include "support/run_binary.h"
 #include "runtime/engine.h"
-#include "test_helpers.h"
+#include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {

@@ -8,9 +8,9 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
-#include "run_binary.h"
-#include "test_helpers.h"
-#include "tiny_model.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {

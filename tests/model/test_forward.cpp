@@ -6,8 +6,8 @@
 #include "core/error.h"
 #include "reference_forward.h"
 #include "runtime/engine.h"
-#include "test_helpers.h"
-#include "tiny_model.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {

@@ -16,8 +16,8 @@
 #include "gguf/gguf_file.h"
 #include "model/moe/moe_block.h"
 #include "runtime/engine.h"
-#include "test_helpers.h"
-#include "tiny_model.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {

@@ -12,13 +12,13 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "experts/resident_provider.h"
-#include "experts/stand_in_device.h"
+#include "support/stand_in_device.h"
 #include "model/model.h"
 #include "gguf/gguf_file.h"
 #include "reference_forward.h"
 #include "runtime/engine.h"
-#include "test_helpers.h"
-#include "tiny_model.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {

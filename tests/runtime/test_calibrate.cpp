@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../model/run_binary.h"
+#include "support/run_binary.h"
 
 namespace moeflow {
 namespace {

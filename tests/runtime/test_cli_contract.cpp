@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../model/run_binary.h"
-#include "../model/test_helpers.h"
-#include "../model/tiny_model.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "core/thread_pool.h"
 
 namespace moeflow::test {

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../model/test_helpers.h"
-#include "../model/run_binary.h"
-#include "../model/tiny_model.h"
+#include "support/test_helpers.h"
+#include "support/run_binary.h"
+#include "support/tiny_model.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"

@@ -4,7 +4,7 @@
 // same for every candidate and the two are within a point of each other; auto keeps LFU there.)
 #include <gtest/gtest.h>
 
-#include "require_data.h"
+#include "support/require_data.h"
 #include "runtime/offload_auto.h"
 #include "trace/importers.h"
 #include "trace/simulator.h"

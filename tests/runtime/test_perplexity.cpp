@@ -16,9 +16,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "../model/run_binary.h"
-#include "../model/test_helpers.h"
-#include "../model/tiny_model.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "../model/test_helpers.h"
-#include "../model/tiny_model.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "runtime/offload_session.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "../model/test_helpers.h"
-#include "../model/run_binary.h"
-#include "../model/tiny_model.h"
+#include "support/test_helpers.h"
+#include "support/run_binary.h"
+#include "support/tiny_model.h"
 #include "gguf/gguf_file.h"
 #include "quant/quant.h"
 

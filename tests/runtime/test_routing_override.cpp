@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "../model/routing_log.h"
-#include "../model/test_helpers.h"
-#include "../model/tiny_model.h"
+#include "support/routing_log.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "model/routing_override.h"

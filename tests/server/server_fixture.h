@@ -24,7 +24,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "../model/run_binary.h"
+#include "support/run_binary.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"

@@ -27,7 +27,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "../model/run_binary.h"
+#include "support/run_binary.h"
 #include "core/error.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"

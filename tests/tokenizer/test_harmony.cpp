@@ -11,7 +11,7 @@
 #include "chat_template/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/unicode.h"
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_test_util.h"
 
 namespace moeflow {
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_test_util.h"
 
 namespace moeflow {
 namespace {

@@ -10,7 +10,7 @@
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab_vectors.h"
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_test_util.h"
 
 namespace moeflow {
 namespace {

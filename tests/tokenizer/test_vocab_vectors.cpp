@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "tokenizer/vocab_vectors.h"
-#include "tokenizer_test_util.h"
+#include "support/tokenizer_test_util.h"
 
 namespace moeflow {
 namespace {

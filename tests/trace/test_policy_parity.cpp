@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "../experts/offload_fixture.h"
-#include "require_data.h"
+#include "support/offload_fixture.h"
+#include "support/require_data.h"
 #include "experts/cached_provider.h"
 #include "policy/eviction_policy.h"
 #include "policy/policies.h"

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "require_data.h"
+#include "support/require_data.h"
 #include "trace/importers.h"
 #include "trace/trace.h"
 #include "trace_util.h"

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <numeric>
 
-#include "../model/run_binary.h"
-#include "../model/test_helpers.h"
-#include "../model/tiny_model.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"

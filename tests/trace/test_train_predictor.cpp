@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "../model/run_binary.h"
-#include "../model/test_helpers.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
 #include "trace/trace.h"
 
 namespace moeflow::test {

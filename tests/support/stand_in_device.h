@@ -1,6 +1,12 @@
 #pragma once
 // A device backend without a GPU: memory tagged PinnedHost (so views are "not host" to the code
 // under test), every op computed by the CPU backend, copies and synchronisations counted.
+// Not the production stand-in (backend/standin/standin_device.h, which tests/gpu and the op
+// suite use): these tests need what that one does not offer — per-instance counts of copy() and
+// synchronize() calls alone (standin_counts() is process-wide and counts every host wait), the
+// live buffer map (views lie inside the backend's own buffers), a device that may read host
+// memory (reads_host) beside one that refuses it, and synchronous ops, so exact sync counts and
+// host views stay meaningful.
 #include <algorithm>
 #include <cstdlib>
 #include <map>

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "require_data.h"
+#include "support/require_data.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow::test {

@@ -1,5 +1,6 @@
 #pragma once
-// Shared fixtures for the model tests: temp paths, loading a tiny model into an Engine.
+// Small helpers shared by the model, runtime, trace and gpu tests: a temp folder per test process,
+// the relative max difference of two rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
