@@ -39,12 +39,11 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
                                            std::unique_ptr<EvictionPolicy> low_policy)
     : store_(std::move(store)),
       cfg_(cfg),
-      transfer_(cfg.transfer ? cfg.transfer : std::shared_ptr<ChunkTransfer>(make_host_chunk_transfer())),
       arrival_(store_->n_layers(), cfg.io_threads) {
   high_.cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High),
                                               std::move(policy));
   high_.cache->set_event_log(cfg.event_log);
-  high_.io.resize(high_.cache->n_slots());
+  high_.request_class.resize(high_.cache->n_slots());
   if (cfg.low_budget_bytes > 0) {
     MOEFLOW_CHECK(store_->has_low(),
                   "{}: a low-precision cache was asked for, but the file has no low-precision "
@@ -55,10 +54,12 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
     low_->prec = Precision::Low;
     low_->cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::Low),
                                                 std::move(low_policy));
-    low_->io.resize(low_->cache->n_slots());
+    low_->request_class.resize(low_->cache->n_slots());
   }
   stats_.policy = high_.cache->policy().name();
-  stats_.io_backend = transfer_->name();
+  std::shared_ptr<ChunkTransfer> transfer =
+      cfg.transfer ? cfg.transfer : std::shared_ptr<ChunkTransfer>(make_host_chunk_transfer());
+  stats_.io_backend = transfer->name();
   stats_.direct_io = store_->direct_io();
   stats_.per_layer_budget = cfg.per_layer;
   stats_.budget_bytes = cfg.budget_bytes;
@@ -76,8 +77,10 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
   stats_.layers.resize(store_->n_layers());
   stats_.n_transient_slots = high_.cache->n_transient();
   prefill_counts_.assign(static_cast<size_t>(store_->n_layers()) * store_->max_experts(), 0.0);
-  prefetcher_ = std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), cfg.io_threads,
-                                             cfg_.low_when_idle);
+  loader_ = std::make_unique<SlotLoader>(*store_, std::move(transfer), high_.cache.get(),
+                                         low_ ? low_->cache.get() : nullptr, cfg.io_threads,
+                                         cfg.low_when_idle, cfg.low_part_bytes, mu_, cv_,
+                                         static_cast<SlotLoaderHooks&>(*this));
   // The policy's initial placement is read in the background from the start; a routed expert
   // among it is raised to HIGH like any other load in flight.
   std::lock_guard lk(mu_);
@@ -86,8 +89,7 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
 }
 
 CachedExpertProvider::~CachedExpertProvider() {
-  prefetcher_->stop();  // a paused speculative read re-queues itself through prefetcher_
-  prefetcher_.reset();
+  loader_.reset();  // its workers call back into this provider
 }
 
 CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) {
@@ -109,72 +111,32 @@ int CachedExpertProvider::capacity(Precision p) const { return tier(p).cache->ca
 // ---- scheduling (all under mu_) ----
 
 void CachedExpertProvider::schedule(Tier& T, int s, Priority p, float confidence) {
-  const Slot& sl = T.cache->slot(s);
-  SlotIo& io = T.io[s];
-  const RequestClass cls = io.request_class;  // set by the caller for this very request
-  io = SlotIo{};
-  io.request_class = cls;
-  const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
-  for (int proj = 0; proj < kNumExpertProj; ++proj) {
-    if (store_->chunk(sl.key.layer, sl.key.expert, proj, T.prec).aligned_len == 0) continue;
-    io.ticket[proj] = ++next_ticket_;
-    io.state[proj] = ChunkState::Queued;
-    io.prio[proj] = p;
-    ++io.pending;
-    ++in_flight_;
-    prefetcher_->push({static_cast<uint32_t>(s), static_cast<uint8_t>(proj), io.ticket[proj],
-                       sl.key.layer, sl.key.expert, confidence, 0, tier_id},
-                      p);
-  }
-  if (io.pending == 0) T.cache->slot(s).state = SlotState::Ready;
+  if (!loader_->start(id(T), s, p, confidence)) T.cache->slot(s).state = SlotState::Ready;
 }
 
-void CachedExpertProvider::promote(Tier& T, int s) {
-  const Slot& sl = T.cache->slot(s);
-  SlotIo& io = T.io[s];
-  const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
-  for (int proj = 0; proj < kNumExpertProj; ++proj) {
-    if (io.state[proj] != ChunkState::Queued || io.prio[proj] != Priority::Low) continue;
-    // A new ticket makes the queued LOW task stale; the HIGH copy is the one that runs.
-    io.ticket[proj] = ++next_ticket_;
-    io.prio[proj] = Priority::High;
-    prefetcher_->push({static_cast<uint32_t>(s), static_cast<uint8_t>(proj), io.ticket[proj],
-                       sl.key.layer, sl.key.expert, 1.0f, 0, tier_id},
-                      Priority::High);
-  }
+void CachedExpertProvider::reset_slot(Tier& T, int s) {
+  loader_->reset(id(T), s);
+  T.request_class[s] = RequestClass::Unset;
 }
 
 bool CachedExpertProvider::cancel_low(Tier& T, int s) {
   Slot& sl = T.cache->slot(s);
-  SlotIo& io = T.io[s];
   // Placement loads are the policy's, not guesses: routing elsewhere does not make them useless.
   if (sl.state != SlotState::Loading || sl.pins > 0 || sl.wanted || sl.placement) return false;
-  for (int proj = 0; proj < kNumExpertProj; ++proj) {
-    if (io.state[proj] == ChunkState::None) continue;
-    if (io.state[proj] != ChunkState::Queued || io.prio[proj] != Priority::Low) return false;
-  }
-  const uint32_t slot = static_cast<uint32_t>(s);
-  const uint8_t tier_id = T.prec == Precision::Low ? 1 : 0;
-  const uint64_t t0 = io.ticket[0], t1 = io.ticket[1], t2 = io.ticket[2];
-  prefetcher_->drop_low_if([&](const ChunkTask& t) {
-    return t.slot == slot && t.tier == tier_id &&
-           (t.ticket == t0 || t.ticket == t1 || t.ticket == t2);
-  });
-  in_flight_ -= io.pending;
+  if (!loader_->try_cancel_speculative(id(T), s)) return false;
   LayerOffloadStats& st = ls(sl.key.layer);
   ++st.prefetch_cancelled;
   ++st.prefetch_wasted;
   gate_.on_outcome(false);
-  io = SlotIo{};
+  T.request_class[s] = RequestClass::Unset;
   T.cache->free_slot(s);
   cv_.notify_all();
   return true;
 }
 
 void CachedExpertProvider::classify(Tier& T, int s, RequestClass cls) {
-  SlotIo& io = T.io[s];
-  if (io.request_class != RequestClass::Unset) return;
-  io.request_class = cls;
+  if (T.request_class[s] != RequestClass::Unset) return;
+  T.request_class[s] = cls;
   LayerOffloadStats& st = ls(T.cache->slot(s).key.layer);
   const bool low = T.prec == Precision::Low;
   if (cls == RequestClass::Hit) ++st.hits, st.hits_low += low;
@@ -194,7 +156,7 @@ void CachedExpertProvider::note_eviction(const ExpertKey& k, bool unused) {
 void CachedExpertProvider::free_failed(Tier& T, int s) {
   Slot& sl = T.cache->slot(s);
   if (sl.prefetched) ++ls(sl.key.layer).prefetch_wasted;
-  T.io[s] = SlotIo{};
+  reset_slot(T, s);
   T.cache->free_slot(s);
 }
 
@@ -204,7 +166,7 @@ void CachedExpertProvider::free_transient_if_done(Tier& T, int s) {
   if (!sl.transient || sl.pins > 0 || sl.wanted || sl.state == SlotState::Loading ||
       sl.state == SlotState::Free)
     return;
-  T.io[s] = SlotIo{};
+  reset_slot(T, s);
   T.cache->free_slot(s);
   cv_.notify_all();
 }
@@ -214,12 +176,12 @@ void CachedExpertProvider::start_load(Tier& T, const Binding& b, Priority p, boo
   if (issue_now) {
     schedule(T, b.slot, p, 1.0f);
   } else {
-    T.io[b.slot].unissued = true;
+    loader_->mark_unissued(id(T), b.slot);
   }
 }
 
 void CachedExpertProvider::start_miss(Tier& T, const Binding& b, bool issue_now) {
-  T.io[b.slot] = SlotIo{};
+  reset_slot(T, b.slot);
   classify(T, b.slot, RequestClass::Miss);
   const ExpertKey k = T.cache->slot(b.slot).key;
   if (take_prefetch_victim(T, k)) {
@@ -245,7 +207,7 @@ bool CachedExpertProvider::take_prefetch_victim(Tier& T, const ExpertKey& k) {
 
 void CachedExpertProvider::load_placements(Tier& T, std::span<const int> slots) {
   for (int s : slots) {
-    T.io[s] = SlotIo{};
+    reset_slot(T, s);
     ++ls(T.cache->slot(s).key.layer).placements;
     schedule(T, s, Priority::Low, 1.0f);
   }
@@ -305,7 +267,7 @@ void CachedExpertProvider::on_route(int layer, std::span<const int> experts,
 void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
                                         std::span<const Precision> precisions) {
   settle_retired();
-  arrival_.on_route(layer, now_seconds(), prefetcher_->high_busy_seconds());
+  arrival_.on_route(layer, now_seconds(), loader_->demand_busy_seconds());
   route_layer_ = layer;
   const uint64_t t = now(layer);
   route_policies(layer, experts, precisions);
@@ -340,7 +302,7 @@ void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
     }
     const SlotState st = T.cache->slot(s).state;
     classify(T, s, st == SlotState::Loading ? RequestClass::Late : RequestClass::Hit);
-    if (st == SlotState::Loading && cfg_.early_preemption) promote(T, s);
+    if (st == SlotState::Loading && cfg_.early_preemption) loader_->promote(id(T), s);
   }
 }
 
@@ -488,9 +450,10 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
     }
   }
   Slot& sl = cache.slot(s);
-  if (T.io[s].unissued) schedule(T, s, Priority::High, 1.0f);  // bound at route, read now
+  // Bound at route, read now (--no-early-preemption).
+  if (loader_->unissued(id(T), s)) schedule(T, s, Priority::High, 1.0f);
   classify(T, s, sl.state == SlotState::Loading ? RequestClass::Late : RequestClass::Hit);
-  if (sl.state == SlotState::Loading) promote(T, s);
+  if (sl.state == SlotState::Loading) loader_->promote(id(T), s);
   ++sl.pins;
   sl.wanted = false;
   LayerOffloadStats& st = count_acquire(layer, p);
@@ -505,9 +468,9 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
     cv_.wait(lk, [&] { return sl.state != SlotState::Loading; });
   }
   if (waited) st.stall_s += now_seconds() - t0;
-  T.io[s].request_class = RequestClass::Unset;
+  T.request_class[s] = RequestClass::Unset;
   if (sl.state == SlotState::Failed) {
-    const std::string err = T.io[s].error;
+    const std::string err = loader_->error(id(T), s);
     if (--sl.pins == 0) free_failed(T, s);
     cv_.notify_all();
     throw Error(err);
@@ -535,9 +498,8 @@ void CachedExpertProvider::await_matrix(int layer, int expert, int proj, Precisi
   MOEFLOW_CHECK(s >= 0 && T.cache->slot(s).pins > 0,
                 "await_matrix: expert {} of layer {} is not acquired", expert, layer);
   const Slot& sl = T.cache->slot(s);
-  const SlotIo& io = T.io[s];
   const auto arrived = [&] {
-    return sl.state != SlotState::Loading || io.state[proj] == ChunkState::Ready;
+    return sl.state != SlotState::Loading || loader_->chunk_ready(id(T), s, proj);
   };
   if (!arrived()) {
     const double t0 = now_seconds();
@@ -545,7 +507,7 @@ void CachedExpertProvider::await_matrix(int layer, int expert, int proj, Precisi
     ls(layer).stall_s += now_seconds() - t0;
   }
   // A failed read of any of its matrices fails the expert; release() frees the slot.
-  if (!io.error.empty()) throw Error(io.error);
+  if (!loader_->error(id(T), s).empty()) throw Error(loader_->error(id(T), s));
 }
 
 bool CachedExpertProvider::host_view(int layer, int expert, ExpertView& out) const {
@@ -607,7 +569,7 @@ void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, flo
     note_eviction(b.evicted, b.evicted_unused);
     take_prefetch_victim(T, ExpertKey{layer, e});  // back by a prefetch: no miss to blame
     note_prefetch_victim(T, b.evicted);
-    T.io[b.slot] = SlotIo{};
+    reset_slot(T, b.slot);
     T.cache->slot(b.slot).prefetched = true;
     ++ls(layer).prefetch_issued;
     schedule(T, b.slot, Priority::Low, confidence);
@@ -624,23 +586,7 @@ void CachedExpertProvider::attach_backend(Backend& backend) {
 }
 
 uint64_t CachedExpertProvider::bytes_before_ready(const Tier& T, int s) const {
-  uint64_t bytes = s < 0 ? T.cache->slot_bytes() : 0;
-  for (const Tier* U : {static_cast<const Tier*>(&high_), static_cast<const Tier*>(low_.get())}) {
-    if (!U) continue;
-    for (int i = 0; i < U->cache->n_slots(); ++i) {
-      const SlotIo& io = U->io[i];
-      const bool own = U == &T && i == s;
-      if (io.pending == 0 || U->cache->slot(i).state != SlotState::Loading) continue;
-      const Slot& sl = U->cache->slot(i);
-      for (int k = 0; k < kNumExpertProj; ++k) {
-        if (io.state[k] == ChunkState::None || io.state[k] == ChunkState::Ready) continue;
-        if (!own && io.prio[k] != Priority::High) continue;  // speculative reads give way
-        const uint64_t len = store_->chunk(sl.key.layer, sl.key.expert, k, U->prec).aligned_len;
-        bytes += len - std::min(len, io.done[k]);
-      }
-    }
-  }
-  return bytes;
+  return (s < 0 ? T.cache->slot_bytes() : 0) + loader_->bytes_ahead(id(T), s);
 }
 
 void CachedExpertProvider::settle_retired() {
@@ -705,7 +651,7 @@ void CachedExpertProvider::on_tokens_routed(int layer, int n_tokens, int /*top_k
 
 void CachedExpertProvider::end_step() {
   std::lock_guard lk(mu_);
-  const double wall = now_seconds(), busy = prefetcher_->high_busy_seconds();
+  const double wall = now_seconds(), busy = loader_->demand_busy_seconds();
   if (step_wall0_ >= 0) gate_.on_step(busy - step_busy0_, wall - step_wall0_);
   step_wall0_ = wall;
   step_busy0_ = busy;
@@ -720,10 +666,10 @@ void CachedExpertProvider::end_step() {
     for (int s = 0; s < T->cache->n_slots(); ++s) {
       Slot& sl = T->cache->slot(s);
       sl.wanted = false;
-      T->io[s].request_class = RequestClass::Unset;
+      T->request_class[s] = RequestClass::Unset;
       // Routed but never acquired: a read never issued holds its place for nothing.
-      if (sl.state == SlotState::Loading && T->io[s].unissued) {
-        T->io[s] = SlotIo{};
+      if (sl.state == SlotState::Loading && loader_->unissued(id(*T), s)) {
+        reset_slot(*T, s);
         T->cache->free_slot(s);
       }
       free_transient_if_done(*T, s);
@@ -739,7 +685,7 @@ unsigned CachedExpertProvider::ready_chunks(int layer, int expert, Precision p) 
   if (s < 0) return 0;
   unsigned m = 0;
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
-    if (T.io[s].state[proj] == ChunkState::Ready) m |= 1u << proj;
+    if (loader_->chunk_ready(id(T), s, proj)) m |= 1u << proj;
   }
   return m;
 }
@@ -757,83 +703,38 @@ void CachedExpertProvider::reset_stats() {
 void CachedExpertProvider::drain() {
   std::unique_lock lk(mu_);
   settle_retired();
-  cv_.wait(lk, [&] { return in_flight_ == 0; });
+  loader_->wait_idle(lk);
 }
 
-// ---- ChunkSink: prefetcher worker side ----
+// ---- SlotLoaderHooks: the loader's workers, under mu_ ----
 
-bool CachedExpertProvider::begin(const ChunkTask& t) {
-  std::lock_guard lk(mu_);
-  SlotIo& io = tier_of(t).io[t.slot];
-  if (io.ticket[t.proj] != t.ticket || io.state[t.proj] != ChunkState::Queued) return false;
-  io.state[t.proj] = ChunkState::Reading;
-  return true;
-}
-
-bool CachedExpertProvider::run(const ChunkTask& t) {
-  // The slot cannot be freed or rebound while a chunk is Reading, so the copy needs no lock.
-  Tier& T = tier_of(t);
-  const int s = static_cast<int>(t.slot);
-  const uint64_t len = store_->chunk(t.layer, t.expert, t.proj, T.prec).aligned_len;
-  uint8_t* dst = T.cache->slot_data(s) + store_->slot_region(t.layer, t.expert, t.proj, T.prec);
-  uint64_t pos = 0;
-  bool speculative = false;
-  {
-    std::lock_guard lk(mu_);
-    pos = T.io[s].done[t.proj];
-    speculative = T.io[s].prio[t.proj] == Priority::Low;
-  }
-  const uint64_t part = speculative && cfg_.low_part_bytes ? cfg_.low_part_bytes : len;
-  for (;;) {
-    const uint64_t end = std::min(len, pos + part);
-    const double t0 = now_seconds();
-    transfer_->copy(*store_, ChunkPart{t.layer, t.expert, t.proj, T.prec, pos, end}, dst);
-    const double dt = now_seconds() - t0;
-    std::lock_guard lk(mu_);
-    SlotIo& io = T.io[s];
-    LayerOffloadStats& st = ls(t.layer);
-    st.read_s += dt;
-    arrival_.on_read(end - pos, dt);
-    st.bytes_read += end - pos;
-    if (T.prec == Precision::Low) st.bytes_read_low += end - pos;
-    pos = end;
-    io.done[t.proj] = pos;
-    if (pos == len) {
-      ++st.chunks_read;
-      return true;
-    }
-    // Give way to demand loads, unless this expert has itself been asked for meanwhile.
-    const Slot& sl = T.cache->slot(s);
-    if (prefetcher_->high_busy() && !sl.wanted && sl.pins == 0) {
-      io.state[t.proj] = ChunkState::Queued;
-      ++st.prefetch_paused;
-      prefetcher_->push(t, Priority::Low);
-      return false;
-    }
+void CachedExpertProvider::on_slot_done(int tier, int s, bool ok) {
+  Tier& T = tier_at(tier);
+  Slot& sl = T.cache->slot(s);
+  if (ok) {
+    sl.state = SlotState::Ready;
+    free_transient_if_done(T, s);
+  } else {
+    sl.state = SlotState::Failed;
+    // Nobody waits on a failed prefetch: forget it so the next acquire retries the read
+    // and reports the error itself.
+    if (sl.pins == 0) free_failed(T, s);
   }
 }
 
-void CachedExpertProvider::finish(const ChunkTask& t, const std::string& error) {
-  std::lock_guard lk(mu_);
-  Tier& T = tier_of(t);
-  const int s = static_cast<int>(t.slot);
-  SlotIo& io = T.io[s];
-  io.state[t.proj] = ChunkState::Ready;
-  if (!error.empty() && io.error.empty()) io.error = error;
-  --in_flight_;
-  if (--io.pending == 0) {
-    Slot& sl = T.cache->slot(s);
-    if (io.error.empty()) {
-      sl.state = SlotState::Ready;
-      free_transient_if_done(T, s);
-    } else {
-      sl.state = SlotState::Failed;
-      // Nobody waits on a failed prefetch: forget it so the next acquire retries the read
-      // and reports the error itself.
-      if (sl.pins == 0) free_failed(T, s);
-    }
-  }
-  cv_.notify_all();
+bool CachedExpertProvider::may_pause(int tier, int s) {
+  const Slot& sl = tier_at(tier).cache->slot(s);
+  return !sl.wanted && sl.pins == 0;
+}
+
+void CachedExpertProvider::on_read(const Read& r) {
+  LayerOffloadStats& st = ls(r.layer);
+  st.read_s += r.seconds;
+  arrival_.on_read(r.bytes, r.seconds);
+  st.bytes_read += r.bytes;
+  if (r.tier == 1) st.bytes_read_low += r.bytes;
+  if (r.chunk_done) ++st.chunks_read;
+  if (r.paused) ++st.prefetch_paused;
 }
 
 }  // namespace moeflow

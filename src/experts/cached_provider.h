@@ -1,7 +1,7 @@
 #pragma once
 // CachedExpertProvider: ExpertProvider over ExpertStore (slow tier) + ExpertCache (RAM budget)
-// + Prefetcher (I/O workers). Implements the readiness protocol of docs/ARCHITECTURE.md
-// ("The MoE block protocol"):
+// + SlotLoader (reads into the slots on the Prefetcher's I/O workers). Implements the readiness
+// protocol of docs/ARCHITECTURE.md ("The MoE block protocol"):
 //   on_route   -> exact experts scheduled HIGH (queued LOW ones promoted), the layer's other
 //                 LOW tasks that have not started are cancelled (early preemption)
 //   residency  -> Resident / InFlight / NotStarted, for reordering
@@ -26,7 +26,11 @@
 // backend has caught up: at the next route (the router's output is on the host, so the
 // backend's queue has run up to it), or at once (backend.synchronize()) when an acquire finds
 // no slot free. A slot is never overwritten while a kernel may still read it.
-// All state is guarded by one mutex; I/O runs on the prefetcher's threads without it.
+// Two units: this class is the route scheduler (which expert gets which slot, when, at what
+// priority, and everything counted about it); a SlotLoader (experts/slot_loader.h) is the I/O
+// state machine of the slots: it queues, reads, pauses, promotes and cancels their chunks and
+// calls back when a slot's expert has arrived (SlotLoaderHooks). One mutex, this class's, guards
+// both; the loader's reads run on the prefetcher's threads without it.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -46,6 +50,7 @@
 #include "experts/expert_store.h"
 #include "experts/offload_stats.h"
 #include "experts/prefetcher.h"
+#include "experts/slot_loader.h"
 #include "policy/resident_set.h"
 
 namespace moeflow {
@@ -97,7 +102,7 @@ struct OffloadConfig {
   HybridCosts hybrid;
 };
 
-class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
+class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHooks {
  public:
   // `low_policy` is required when cfg.low_budget_bytes > 0.
   CachedExpertProvider(std::unique_ptr<ExpertStore> store, std::unique_ptr<EvictionPolicy> policy,
@@ -139,7 +144,6 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   void drain();
 
  private:
-  enum class ChunkState : uint8_t { None = 0, Queued = 1, Reading = 2, Ready = 3 };
   // How the current request for a slot's expert counts in the statistics (hits / misses /
   // late): set by its first request (route or acquire) and kept until the acquire returns or
   // the step ends, so that a route and the acquire after it count once.
@@ -149,16 +153,6 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     Miss = 2,   // not cached when first requested: read for this request
     Late = 3,   // already being read when first requested (a prefetch not yet done)
   };
-  struct SlotIo {
-    uint64_t ticket[kNumExpertProj] = {0, 0, 0};
-    ChunkState state[kNumExpertProj] = {ChunkState::None, ChunkState::None, ChunkState::None};
-    Priority prio[kNumExpertProj] = {Priority::High, Priority::High, Priority::High};
-    uint64_t done[kNumExpertProj] = {0, 0, 0};  // bytes of a paused chunk already read
-    int pending = 0;
-    RequestClass request_class = RequestClass::Unset;
-    bool unissued = false;      // bound at route, read at acquire (--no-early-preemption)
-    std::string error;
-  };
   // A routed miss that got no slot at route time, served at its acquire.
   struct Deferred {
     Precision prec;
@@ -167,30 +161,38 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
     bool pipelined = false;  // the prefill pipeline's: started as soon as a stream slot frees
     bool started = false;
   };
-  // One precision's cache and the I/O state of its slots.
+  // One precision's cache and how its slots' current requests count.
   struct Tier {
     Precision prec = Precision::High;
     std::unique_ptr<ExpertCache> cache;
-    std::vector<SlotIo> io;
+    // Per slot. Apart from the loader's I/O state: a read issued for a request (an unissued
+    // miss read at its acquire) does not change how that request counts.
+    std::vector<RequestClass> request_class;
     // Experts a prefetch evicted, newest last, at most n_slots (older ones would have been
     // evicted by demand since): a demand miss of one is the miss that prefetch caused.
     std::deque<ExpertKey> prefetch_victims;
   };
 
-  // ChunkSink (called by the prefetcher's workers)
-  bool begin(const ChunkTask& t) override;
-  bool run(const ChunkTask& t) override;
-  void finish(const ChunkTask& t, const std::string& error) override;
+  // SlotLoaderHooks (called by the loader's workers, under mu_)
+  void on_slot_done(int tier, int slot, bool ok) override;
+  bool may_pause(int tier, int slot) override;
+  void on_read(const Read& r) override;
 
   Tier& tier(Precision p);              // throws when the low tier is absent
   const Tier& tier(Precision p) const;
-  Tier& tier_of(const ChunkTask& t) { return t.tier ? *low_ : high_; }
+  Tier& tier_at(int id) { return id ? *low_ : high_; }
+  // The loader's name for a tier.
+  static int id(const Tier& T) { return T.prec == Precision::Low ? 1 : 0; }
   // acquire(), returning before the read completes when `streamed`.
   ExpertView acquire_impl(int layer, int expert, Precision p, bool streamed);
-  void schedule(Tier& T, int s, Priority p, float confidence);  // under mu_
+  // Starts reading slot s's expert (fresh I/O state; an expert with nothing to read is ready
+  // at once), under mu_.
+  void schedule(Tier& T, int s, Priority p, float confidence);
+  // Forgets the slot's I/O state and request class (a fresh binding, or a slot given back),
+  // under mu_.
+  void reset_slot(Tier& T, int s);
   void note_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
   bool take_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
-  void promote(Tier& T, int s);                                 // under mu_
   bool cancel_low(Tier& T, int s);                              // under mu_
   void classify(Tier& T, int s, RequestClass cls);              // under mu_
   void note_eviction(const ExpertKey& k, bool unused);          // under mu_
@@ -218,7 +220,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   // are retired: a device sync now frees them while the backend still has work queued.
   bool settle_ahead_due() const;
   // Hybrid: bytes still to cross the bus before slot s (-1: not bound) is in VRAM: its own
-  // unread chunks and every demand chunk queued or reading, under mu_.
+  // unread chunks (all of them when not bound) and every demand chunk queued or reading,
+  // under mu_.
   uint64_t bytes_before_ready(const Tier& T, int s) const;
   static uint64_t lease_key(Precision p, int layer, int expert) {
     return (uint64_t(p) << 62) | (uint64_t(uint32_t(layer)) << 31) | uint32_t(expert);
@@ -234,7 +237,8 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
 
   std::unique_ptr<ExpertStore> store_;
   OffloadConfig cfg_;
-  std::shared_ptr<ChunkTransfer> transfer_;
+  // Guards everything here and in loader_; cv_ is notified whenever a slot's state, its pins
+  // or the I/O in flight changed.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Tier high_;
@@ -267,11 +271,9 @@ class CachedExpertProvider final : public ExpertProvider, private ChunkSink {
   int seq_steps_ = 0;
   bool prefill_open_ = true;
   std::vector<double> prefill_counts_;
-  uint64_t next_ticket_ = 0;
-  int in_flight_ = 0;  // chunks queued or reading
   OffloadStats stats_;
   ArrivalEstimate arrival_;
-  std::unique_ptr<Prefetcher> prefetcher_;  // last: its workers stop before the rest dies
+  std::unique_ptr<SlotLoader> loader_;  // last: its workers stop before the rest dies
 };
 
 }  // namespace moeflow
