@@ -9,10 +9,11 @@ set -euo pipefail
 APT_PKGS=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libcpp-httplib-dev liburing-dev)
 # Tests; clang and its runtimes (libFuzzer, sanitizers) for the fuzz targets (scripts/fuzz.sh);
-# ccache: the CUDA stage of scripts/test.sh recompiles the modules the release build compiled
-# with the same flags (everything below runtime/), and takes them from the cache.
+# clang-format: the format check (scripts/check_format.sh); ccache: the CUDA stage of
+# scripts/test.sh recompiles the modules the release build compiled with the same flags
+# (everything below runtime/), and takes them from the cache.
 [ "${MOEFLOW_BUILD_ONLY:-0}" = 1 ] ||
-  APT_PKGS+=(googletest libgtest-dev libbenchmark-dev clang libclang-rt-14-dev ccache)
+  APT_PKGS+=(googletest libgtest-dev libbenchmark-dev clang libclang-rt-14-dev ccache clang-format)
 missing=()
 [ "${MOEFLOW_PY_ONLY:-0}" = 1 ] && APT_PKGS=()
 for p in "${APT_PKGS[@]}"; do

@@ -135,6 +135,8 @@ if [ "${1:-}" = --cuda ]; then
   exit 0
 fi
 
+# Formatting first: a second, and it fails before half an hour of builds.
+bash scripts/check_format.sh
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores;" \
   "SIMD: $(grep -m1 -o -w -E 'avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "== release build: all tests"

@@ -5,9 +5,9 @@
 
 #include <memory>
 
+#include "backend/cpu/matmul.h"
 #include "bench_common.h"
 #include "core/thread_pool.h"
-#include "backend/cpu/matmul.h"
 
 namespace moeflow::bench {
 namespace {
@@ -82,20 +82,22 @@ void BM_matmul(benchmark::State& st) {
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
   int k = 0;
   for (auto _ : st) {
-    matmul(t, w.buf.data() + (size_t)k * w.mat_bytes, rows, cols, X.data(), n_tok, Y.data(), pool.get());
+    matmul(t, w.buf.data() + (size_t)k * w.mat_bytes, rows, cols, X.data(), n_tok, Y.data(),
+           pool.get());
     benchmark::DoNotOptimize(Y.data());
     k = (k + 1) % w.copies;
   }
-  st.counters["tok/s"] = benchmark::Counter((double)st.iterations() * n_tok, benchmark::Counter::kIsRate);
+  st.counters["tok/s"] =
+      benchmark::Counter((double)st.iterations() * n_tok, benchmark::Counter::kIsRate);
   st.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n_tok * st.iterations() * 1e-9,
                                               benchmark::Counter::kIsRate);
   st.SetLabel(std::string(type_name(t)) + " " + simd_level());
 }
 
 void matvec_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
-                     GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
-                     GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_K,
+                     GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
+                     GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int threads : {1, 2}) {
       b->Args({(int64_t)t, 14336, 4096, threads});  // gate / up: 4096 -> 14336
       b->Args({(int64_t)t, 4096, 14336, threads});  // down: 14336 -> 4096
@@ -117,9 +119,9 @@ BENCHMARK(BM_matvec)->Apply(matvec_args);
 BENCHMARK(BM_matmul)->Apply(matmul_args);
 
 void hot_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
-                     GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
-                     GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_K,
+                     GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
+                     GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
   b->ArgNames({"type", "cols", "simd"});
   b->MinTime(0.1);

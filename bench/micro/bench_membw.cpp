@@ -35,9 +35,9 @@ void BM_membw_read(benchmark::State& st) {
     uint64_t total = 0;
     if (pool) {
       std::vector<uint64_t> part(threads);
-      pool->parallel_for((int64_t)words, [&](int64_t b, int64_t e, int t) {
-        part[t] = sum_words(p + b, (size_t)(e - b));
-      }, 4096);
+      pool->parallel_for(
+          (int64_t)words,
+          [&](int64_t b, int64_t e, int t) { part[t] = sum_words(p + b, (size_t)(e - b)); }, 4096);
       for (uint64_t v : part) total += v;
     } else {
       total = sum_words(p, words);

@@ -9,7 +9,8 @@ namespace moeflow {
 namespace {
 
 // Keeps the topk_group best groups of n_group (ties: lower group first); masks the rest.
-void mask_groups(const float* sel, int n_expert, const RoutingSpec& spec, std::vector<char>& masked) {
+void mask_groups(const float* sel, int n_expert, const RoutingSpec& spec,
+                 std::vector<char>& masked) {
   const int G = spec.n_group, per = n_expert / G;
   std::vector<float> gscore(G), top(spec.group_top);
   for (int g = 0; g < G; ++g) {
@@ -61,9 +62,9 @@ void sparse_mixer_weights(const float* lg, int n_expert, int k, const int32_t* e
 void route_on_host(const float* logits, int n, int n_expert, const RoutingSpec& spec,
                    const float* bias, int k, int32_t* experts, float* weights, float* probs) {
   if (k < 1 || k > n_expert) fail("routing: top-k {} is outside 1..{} experts", k, n_expert);
-  if (spec.n_group > 1 && (n_expert % spec.n_group != 0 || spec.topk_group < 1 ||
-                           spec.topk_group > spec.n_group || spec.group_top < 1 ||
-                           spec.group_top > n_expert / spec.n_group))
+  if (spec.n_group > 1 &&
+      (n_expert % spec.n_group != 0 || spec.topk_group < 1 || spec.topk_group > spec.n_group ||
+       spec.group_top < 1 || spec.group_top > n_expert / spec.n_group))
     fail("routing: {} experts cannot be split into {} groups keeping {} (scored by the top {})",
          n_expert, spec.n_group, spec.topk_group, spec.group_top);
   if (spec.gating == RoutingSpec::Gating::SparseMixer && (bias || spec.n_group > 1))
@@ -133,7 +134,8 @@ void route_on_host(const float* logits, int n, int n_expert, const RoutingSpec& 
 void Backend::route(const TensorView& logits, const RoutingSpec& spec, const float* bias, int k,
                     int32_t* experts, float* weights, float* probs) {
   const float* host = read_f32(logits, route_staging_);
-  route_on_host(host, (int)logits.rows(), (int)logits.cols(), spec, bias, k, experts, weights, probs);
+  route_on_host(host, (int)logits.rows(), (int)logits.cols(), spec, bias, k, experts, weights,
+                probs);
 }
 
 TensorView BackendScratch::f32(int64_t cols, int64_t rows) {

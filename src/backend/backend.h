@@ -31,10 +31,10 @@ enum class RopeMode : uint8_t {
 
 struct RopeParams {
   RopeMode mode = RopeMode::Normal;
-  int64_t n_rot = 0;         // leading dims of each head that rotate (partial RoPE when < head size)
+  int64_t n_rot = 0;  // leading dims of each head that rotate (partial RoPE when < head size)
   float freq_base = 10000.0f;
   // Scaling hooks (all off by default: plain RoPE).
-  float freq_scale = 1.0f;   // linear position interpolation: theta *= freq_scale
+  float freq_scale = 1.0f;  // linear position interpolation: theta *= freq_scale
   // YaRN: 0 = off; otherwise the ramp between interpolated and extrapolated frequencies over
   // the dims whose wavelength lies between beta_fast and beta_slow rotations in n_ctx_orig,
   // with attn_factor scaling the rotated values (mscale).
@@ -46,15 +46,17 @@ struct RopeParams {
   // LongRoPE / llama3-style per-pair divisors of the frequency (n_rot / 2 floats in a space the
   // backend reads), or null.
   const float* freq_factors = nullptr;
-  bool plain() const { return freq_scale == 1.0f && ext_factor == 0.0f && attn_factor == 1.0f && !freq_factors; }
+  bool plain() const {
+    return freq_scale == 1.0f && ext_factor == 0.0f && attn_factor == 1.0f && !freq_factors;
+  }
 };
 
 struct AttentionParams {
   int n_head = 0;
-  int n_head_kv = 0;      // grouped-query attention: n_head / n_head_kv query heads share one kv head
-  int64_t head_dim = 0;   // q and k head size
-  int64_t head_dim_v = 0; // v head size
-  float scale = 0.0f;     // logit scale (usually 1/sqrt(head_dim))
+  int n_head_kv = 0;  // grouped-query attention: n_head / n_head_kv query heads share one kv head
+  int64_t head_dim = 0;    // q and k head size
+  int64_t head_dim_v = 0;  // v head size
+  float scale = 0.0f;      // logit scale (usually 1/sqrt(head_dim))
   // Sliding window: the query at position p sees keys in (p - window, p]; 0 = the whole prefix.
   int64_t window = 0;
   // Attention sinks: one extra logit per head that joins the softmax's denominator and adds no
@@ -168,7 +170,8 @@ class Backend {
   // dst[j] = src[idx[j]]
   virtual void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) = 0;
   // dst[idx[j]] = src[j]
-  virtual void scatter_rows(TensorView dst, std::span<const int32_t> idx, const TensorView& src) = 0;
+  virtual void scatter_rows(TensorView dst, std::span<const int32_t> idx,
+                            const TensorView& src) = 0;
   // out[t] = sum over r < k with keep[t*k+r] of weights[t*k+r] * slots[t*k+r], in rank order
   // (zero when nothing is kept). slots is [n*k][d]; keep may be empty (all kept).
   virtual void moe_combine(TensorView out, const TensorView& slots, std::span<const float> weights,

@@ -40,7 +40,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
 std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                 const std::string& bos_token, const std::string& eos_token,
                                 const nlohmann::ordered_json& extra) const {
-  if (!extra.is_object()) fail("chat template: the extra variables must be an object, got {}", extra.type_name());
+  if (!extra.is_object())
+    fail("chat template: the extra variables must be an object, got {}", extra.type_name());
   json ctx = json::object();
   ctx["messages"] = messages;
   ctx["add_generation_prompt"] = add_generation_prompt;
@@ -50,10 +51,12 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add
   return render(ctx);
 }
 
-std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                const std::string& bos_token, const std::string& eos_token) const {
+std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt, const std::string& bos_token,
+                                const std::string& eos_token) const {
   json arr = json::array();
-  for (const ChatMessage& m : messages) arr.push_back(json{{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages)
+    arr.push_back(json{{"role", m.role}, {"content", m.content}});
   return apply(arr, add_generation_prompt, bos_token, eos_token);
 }
 

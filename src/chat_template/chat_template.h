@@ -84,6 +84,7 @@ struct ModelChatTemplate {
 };
 
 // override_source: a template text given by the user ("" = the model's).
-ModelChatTemplate model_chat_template(const Tokenizer& tok, const std::string& override_source = "");
+ModelChatTemplate model_chat_template(const Tokenizer& tok,
+                                      const std::string& override_source = "");
 
 }  // namespace moeflow

@@ -104,9 +104,12 @@ ExprP ExprParser::compare() {
 ExprP ExprParser::math1() {
   ExprP a = concat();
   for (;;) {
-    if (accept_op("+")) a = bin("+", std::move(a), concat());
-    else if (accept_op("-")) a = bin("-", std::move(a), concat());
-    else return a;
+    if (accept_op("+"))
+      a = bin("+", std::move(a), concat());
+    else if (accept_op("-"))
+      a = bin("-", std::move(a), concat());
+    else
+      return a;
   }
 }
 
@@ -119,11 +122,16 @@ ExprP ExprParser::concat() {
 ExprP ExprParser::math2() {
   ExprP a = pow();
   for (;;) {
-    if (accept_op("*")) a = bin("*", std::move(a), pow());
-    else if (accept_op("//")) a = bin("//", std::move(a), pow());
-    else if (accept_op("/")) a = bin("/", std::move(a), pow());
-    else if (accept_op("%")) a = bin("%", std::move(a), pow());
-    else return a;
+    if (accept_op("*"))
+      a = bin("*", std::move(a), pow());
+    else if (accept_op("//"))
+      a = bin("//", std::move(a), pow());
+    else if (accept_op("/"))
+      a = bin("/", std::move(a), pow());
+    else if (accept_op("%"))
+      a = bin("%", std::move(a), pow());
+    else
+      return a;
   }
 }
 

@@ -19,7 +19,24 @@ namespace moeflow::jinja {
 struct Expr;
 using ExprP = std::unique_ptr<Expr>;
 struct Expr {
-  enum Kind { Lit, Name, Attr, Index, Slice, Call, Filter, Test, Not, Neg, Bin, And, Or, Cond, List, Dict };
+  enum Kind {
+    Lit,
+    Name,
+    Attr,
+    Index,
+    Slice,
+    Call,
+    Filter,
+    Test,
+    Not,
+    Neg,
+    Bin,
+    And,
+    Or,
+    Cond,
+    List,
+    Dict
+  };
   Kind kind;
   json lit;
   std::string name;  // variable, attribute, filter, test or operator

@@ -31,8 +31,10 @@ std::vector<Segment> segment(const std::string& src) {
     if (strip_next) {
       text = strip_chars(text, kWhitespace, true, false);
     } else if (after_block) {  // trim_blocks: drop the first newline after a block tag
-      if (text.rfind("\r\n", 0) == 0) text.erase(0, 2);
-      else if (!text.empty() && text[0] == '\n') text.erase(0, 1);
+      if (text.rfind("\r\n", 0) == 0)
+        text.erase(0, 2);
+      else if (!text.empty() && text[0] == '\n')
+        text.erase(0, 1);
     }
     if (p == std::string::npos) {
       // keep_trailing_newline = False
@@ -54,7 +56,8 @@ std::vector<Segment> segment(const std::string& src) {
       if (kind != '{' && !plus) {  // lstrip_blocks: spaces between a line start and a block tag
         size_t ls = p;
         while (ls > pos && (src[ls - 1] == ' ' || src[ls - 1] == '\t')) --ls;
-        if ((ls == 0 || src[ls - 1] == '\n') && p - ls <= text.size()) text.resize(text.size() - (p - ls));
+        if ((ls == 0 || src[ls - 1] == '\n') && p - ls <= text.size())
+          text.resize(text.size() - (p - ls));
       }
     }
     if (!text.empty()) segs.push_back({Segment::Text, text});
@@ -66,8 +69,10 @@ std::vector<Segment> segment(const std::string& src) {
       const char c = src[e];
       if (kind != '#') {
         if (quote) {
-          if (c == '\\') ++e;
-          else if (c == quote) quote = 0;
+          if (c == '\\')
+            ++e;
+          else if (c == quote)
+            quote = 0;
           continue;
         }
         if (c == '\'' || c == '"') {
@@ -87,14 +92,15 @@ std::vector<Segment> segment(const std::string& src) {
       --inner_end;
     }
     const std::string inner = src.substr(q, inner_end - q);
-    if (kind == '{') segs.push_back({Segment::Var, inner});
-    else if (kind == '%') segs.push_back({Segment::Block, inner});
+    if (kind == '{')
+      segs.push_back({Segment::Var, inner});
+    else if (kind == '%')
+      segs.push_back({Segment::Block, inner});
     after_block = kind != '{';
     pos = e + 2;
   }
   return segs;
 }
-
 
 std::vector<Token> lex_expr(std::string_view src) {
   std::vector<Token> out;

@@ -8,10 +8,10 @@ namespace moeflow::jinja {
 // Limits that keep a hostile template or conversation from exhausting the stack, the memory or
 // the time of the process (tests/fuzz/fuzz_chat_template.cpp); exceeding one is an Error
 // naming it. Published templates render real conversations far below all of them.
-constexpr int kMaxNesting = 100;        // brackets, unary operators or blocks inside each other
-constexpr int kMaxExprDepth = 256;      // depth of one expression's tree (operator chains too)
-constexpr int kMaxValueDepth = 100;     // lists/objects inside each other in any value
-constexpr int64_t kMaxRange = 100000;   // items of one range() (Jinja's sandbox limit)
+constexpr int kMaxNesting = 100;       // brackets, unary operators or blocks inside each other
+constexpr int kMaxExprDepth = 256;     // depth of one expression's tree (operator chains too)
+constexpr int kMaxValueDepth = 100;    // lists/objects inside each other in any value
+constexpr int64_t kMaxRange = 100000;  // items of one range() (Jinja's sandbox limit)
 // Work of one render, in proportion to its context (the conversation): steps (expressions
 // evaluated + statements run; a loop iteration counts kLoopStepCost) up to kBaseSteps +
 // kStepsPerItem per list item / object member of the context, and bytes (text, values and
@@ -23,6 +23,6 @@ constexpr uint64_t kStepsPerItem = 64;
 constexpr uint64_t kLoopStepCost = 4;
 constexpr uint64_t kBaseBytes = uint64_t{16} << 20;
 constexpr uint64_t kBytesPerByte = 8;
-constexpr uint64_t kItemBytes = 32;     // what one list item or object member is charged
+constexpr uint64_t kItemBytes = 32;  // what one list item or object member is charged
 
 }  // namespace moeflow::jinja

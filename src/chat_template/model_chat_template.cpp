@@ -12,20 +12,24 @@ namespace moeflow {
 std::string ModelChatTemplate::describe() const {
   if (harmony)
     return "chat format: harmony (gpt-oss), rendered natively; the answer is the final channel";
-  if (fallback) return "chat template: the model has none (no tokenizer.chat_template); using ChatML";
+  if (fallback)
+    return "chat template: the model has none (no tokenizer.chat_template); using ChatML";
   return fmt::format("chat template: {} ({} bytes)", origin, tmpl.source().size());
 }
 
-std::string ModelChatTemplate::format(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+std::string ModelChatTemplate::format(const nlohmann::ordered_json& messages,
+                                      bool add_generation_prompt,
                                       const nlohmann::ordered_json& extra) const {
   if (harmony) {
-    if (!extra.empty()) fail("chat template: the harmony format takes no template variables, got {}", extra.dump());
+    if (!extra.empty())
+      fail("chat template: the harmony format takes no template variables, got {}", extra.dump());
     return render_harmony(messages, add_generation_prompt, harmony_options);
   }
   return tmpl.apply(messages, add_generation_prompt, bos_token, eos_token, extra);
 }
 
-std::vector<int32_t> ModelChatTemplate::tokenize(const Tokenizer& tok, const std::string& rendered) const {
+std::vector<int32_t> ModelChatTemplate::tokenize(const Tokenizer& tok,
+                                                 const std::string& rendered) const {
   const bool has_bos = !bos_token.empty() && rendered.rfind(bos_token, 0) == 0;
   return tok.encode(rendered, !has_bos, true);
 }
@@ -36,11 +40,12 @@ ModelChatTemplate model_chat_template(const Tokenizer& tok, const std::string& o
   const std::string& own =
       override_source.empty() ? (harmony ? std::string() : tok.chat_template()) : override_source;
   const bool fallback = own.empty() && !harmony;
-  ModelChatTemplate m{ChatTemplate(fallback ? std::string(kChatMlTemplate) : own),
-                      fallback, "", "", "", false, {}};
+  ModelChatTemplate m{
+      ChatTemplate(fallback ? std::string(kChatMlTemplate) : own), fallback, "", "", "", false, {}};
   m.fallback = fallback;
   m.harmony = harmony;
-  m.origin = override_source.empty() ? "the model's tokenizer.chat_template" : "given on the command line";
+  m.origin =
+      override_source.empty() ? "the model's tokenizer.chat_template" : "given on the command line";
   if (tok.bos_id() >= 0) m.bos_token = tok.token_text(tok.bos_id());
   if (tok.eos_id() >= 0) m.eos_token = tok.token_text(tok.eos_id());
   return m;

@@ -122,7 +122,8 @@ class Renderer {
       return;
     }
     json* ns = lookup(t[0]);
-    if (!ns || !ns->is_object()) terr("cannot set attribute '{}' of '{}': not a namespace", t[1], t[0]);
+    if (!ns || !ns->is_object())
+      terr("cannot set attribute '{}' of '{}': not a namespace", t[1], t[0]);
     (*ns)[t[1]] = std::move(v);
   }
 
@@ -130,8 +131,9 @@ class Renderer {
     Value seq = eval(*n.expr);
     std::vector<json> items;
     // The items are copied (a string's characters become one item each).
-    if (!seq.undef) seq.j().is_string() ? produce(kItemBytes * seq.j().get_ref<const std::string&>().size())
-                                        : charge_copy(seq.j());
+    if (!seq.undef)
+      seq.j().is_string() ? produce(kItemBytes * seq.j().get_ref<const std::string&>().size())
+                          : charge_copy(seq.j());
     if (seq.undef || seq.j().is_null()) {
     } else if (seq.j().is_array()) {
       items.assign(seq.j().begin(), seq.j().end());
@@ -188,8 +190,7 @@ class Renderer {
         exec(n.body, out);
       } catch (const LoopBreak&) {
         stop = true;
-      } catch (const LoopContinue&) {
-      }
+      } catch (const LoopContinue&) {}
       scopes_.pop_back();
       if (stop) break;
     }
@@ -272,7 +273,8 @@ class Renderer {
     }
     if (o.j().is_array() || o.j().is_string()) {
       if (!k.j().is_number_integer()) terr("index must be an integer");
-      const int64_t len = o.j().is_array() ? (int64_t)o.j().size() : (int64_t)o.j().get_ref<const std::string&>().size();
+      const int64_t len = o.j().is_array() ? (int64_t)o.j().size()
+                                           : (int64_t)o.j().get_ref<const std::string&>().size();
       int64_t i = k.j().get<int64_t>();
       if (i < 0) i += len;
       if (i < 0 || i >= len) return Value::undefined();
@@ -287,7 +289,8 @@ class Renderer {
     if (o.undef) return o;
     const bool str = o.j().is_string();
     if (!str && !o.j().is_array()) terr("cannot slice a {}", o.j().type_name());
-    const int64_t len = str ? (int64_t)o.j().get_ref<const std::string&>().size() : (int64_t)o.j().size();
+    const int64_t len =
+        str ? (int64_t)o.j().get_ref<const std::string&>().size() : (int64_t)o.j().size();
     int64_t step = e.args[0] ? need_int(eval(*e.args[0]), "slice step") : 1;
     if (step == 0) terr("slice step cannot be zero");
     auto norm = [&](const ExprP& x, int64_t dflt) -> int64_t {
@@ -301,13 +304,16 @@ class Renderer {
     json out = str ? json(std::string()) : json::array();
     // lo and hi are in [-1, len]; the count is computed without stepping past them (a step
     // near INT64_MAX would overflow i).
-    const uint64_t span = step > 0 ? (hi > lo ? uint64_t(hi - lo) : 0) : (lo > hi ? uint64_t(lo - hi) : 0);
+    const uint64_t span =
+        step > 0 ? (hi > lo ? uint64_t(hi - lo) : 0) : (lo > hi ? uint64_t(lo - hi) : 0);
     const uint64_t stride = step > 0 ? uint64_t(step) : 0 - uint64_t(step);
     const uint64_t count = span ? (span - 1) / stride + 1 : 0;
     for (uint64_t k = 0; k < count; ++k) {
       const int64_t i = lo + (step > 0 ? int64_t(k * stride) : -int64_t(k * stride));
-      if (str) out.get_ref<std::string&>() += o.j().get_ref<const std::string&>()[(size_t)i];
-      else out.push_back(o.j()[(size_t)i]);
+      if (str)
+        out.get_ref<std::string&>() += o.j().get_ref<const std::string&>()[(size_t)i];
+      else
+        out.push_back(o.j()[(size_t)i]);
     }
     return out;
   }
@@ -330,7 +336,9 @@ class Renderer {
       bool r = false;
       if (!b.undef) {
         if (b.j().is_string()) {
-          r = a.j().is_string() && find_text(b.j().get_ref<const std::string&>(), a.j().get_ref<const std::string&>()) != std::string::npos;
+          r = a.j().is_string() &&
+              find_text(b.j().get_ref<const std::string&>(), a.j().get_ref<const std::string&>()) !=
+                  std::string::npos;
         } else if (b.j().is_array()) {
           for (const json& x : b.j()) r = r || (!a.undef && x == a.j());
         } else if (b.j().is_object()) {
@@ -361,14 +369,16 @@ class Renderer {
       const std::string& xs = x.get_ref<const std::string&>();
       const int64_t n = y.get<int64_t>();
       if (xs.empty() || n <= 0) return json(std::string());
-      if (uint64_t(n) > max_bytes_ / xs.size()) produce(max_bytes_ + 1);  // too long, before allocating
+      if (uint64_t(n) > max_bytes_ / xs.size())
+        produce(max_bytes_ + 1);  // too long, before allocating
       produce(xs.size() * uint64_t(n));
       std::string r;
       r.reserve(xs.size() * size_t(n));
       for (int64_t i = 0; i < n; ++i) r += xs;
       return json(std::move(r));
     }
-    if (!is_num(x) || !is_num(y)) terr("unsupported operand types for '{}': {} and {}", op, x.type_name(), y.type_name());
+    if (!is_num(x) || !is_num(y))
+      terr("unsupported operand types for '{}': {} and {}", op, x.type_name(), y.type_name());
     const bool ints = is_int(x) && is_int(y);
     if (ints) {
       const int64_t p = x.get<int64_t>(), q = y.get<int64_t>();
@@ -392,7 +402,8 @@ class Renderer {
       }
       if (op == "**") {
         const double r = std::round(std::pow((double)p, (double)q));
-        if (!(r >= -9223372036854775808.0 && r < 9223372036854775808.0)) terr("integer overflow in '**'");
+        if (!(r >= -9223372036854775808.0 && r < 9223372036854775808.0))
+          terr("integer overflow in '**'");
         return json(static_cast<int64_t>(r));
       }
     }
@@ -422,7 +433,8 @@ class Renderer {
     if (e.a->kind == Expr::Name) {
       const std::string& f = e.a->name;
       std::vector<Value> a = args(e);
-      if (f == "raise_exception") terr("{}", a.empty() ? std::string("raise_exception") : to_str(a[0]));
+      if (f == "raise_exception")
+        terr("{}", a.empty() ? std::string("raise_exception") : to_str(a[0]));
       if (f == "namespace" || f == "dict") {
         json obj = json::object();
         for (const auto& [k, x] : e.kwargs) obj[k] = eval(*x).take();
@@ -430,7 +442,8 @@ class Renderer {
       }
       if (f == "range") {
         int64_t lo = 0, hi = 0, step = 1;
-        if (a.size() == 1) hi = need_int(a[0], "range");
+        if (a.size() == 1)
+          hi = need_int(a[0], "range");
         else if (a.size() >= 2) {
           lo = need_int(a[0], "range");
           hi = need_int(a[1], "range");
@@ -444,7 +457,8 @@ class Renderer {
         const uint64_t count = span ? (span - 1) / stride + 1 : 0;
         if (count > uint64_t(kMaxRange)) terr("range() of {} items (at most {})", count, kMaxRange);
         json r = json::array();
-        for (uint64_t k = 0; k < count; ++k) r.push_back(int64_t(uint64_t(lo) + k * uint64_t(step)));
+        for (uint64_t k = 0; k < count; ++k)
+          r.push_back(int64_t(uint64_t(lo) + k * uint64_t(step)));
         return r;
       }
       if (f == "strftime_now") {
@@ -452,7 +466,8 @@ class Renderer {
         std::tm tm{};
         localtime_r(&t, &tm);
         char buf[256];
-        const size_t n = std::strftime(buf, sizeof buf, a.empty() ? "%Y-%m-%d" : need_str(a[0], "strftime_now").c_str(), &tm);
+        const size_t n = std::strftime(
+            buf, sizeof buf, a.empty() ? "%Y-%m-%d" : need_str(a[0], "strftime_now").c_str(), &tm);
         return json(std::string(buf, n));
       }
       terr("unknown function '{}'", f);
@@ -466,7 +481,8 @@ class Renderer {
     if (o.j().is_string()) {
       const std::string& s = o.j().get_ref<const std::string&>();
       if (m == "strip" || m == "lstrip" || m == "rstrip") {
-        const std::string chars = a.empty() || a[0].j().is_null() ? kWhitespace : need_str(a[0], m.c_str());
+        const std::string chars =
+            a.empty() || a[0].j().is_null() ? kWhitespace : need_str(a[0], m.c_str());
         return json(strip_chars(s, chars, m != "rstrip", m != "lstrip"));
       }
       if (m == "startswith") return json(s.rfind(need_str(arg(a, 0, m), "startswith"), 0) == 0);
@@ -476,7 +492,9 @@ class Renderer {
       }
       if (m == "upper" || m == "lower") {
         std::string r = s;
-        for (char& c : r) c = m == "upper" ? (char)std::toupper((unsigned char)c) : (char)std::tolower((unsigned char)c);
+        for (char& c : r)
+          c = m == "upper" ? (char)std::toupper((unsigned char)c)
+                           : (char)std::tolower((unsigned char)c);
         return json(r);
       }
       if (m == "title" || m == "capitalize") return filter_named(m, o, {}, e);
@@ -541,12 +559,14 @@ class Renderer {
     if (o.j().is_object()) {
       if (m == "items") {
         json r = json::array();
-        for (auto it = o.j().begin(); it != o.j().end(); ++it) r.push_back(json::array({it.key(), it.value()}));
+        for (auto it = o.j().begin(); it != o.j().end(); ++it)
+          r.push_back(json::array({it.key(), it.value()}));
         return r;
       }
       if (m == "keys" || m == "values") {
         json r = json::array();
-        for (auto it = o.j().begin(); it != o.j().end(); ++it) r.push_back(m == "keys" ? json(it.key()) : it.value());
+        for (auto it = o.j().begin(); it != o.j().end(); ++it)
+          r.push_back(m == "keys" ? json(it.key()) : it.value());
         return r;
       }
       if (m == "get") {
@@ -570,14 +590,15 @@ class Renderer {
     if (t == "undefined") return v.undef;
     if (t == "none") return !v.undef && j.is_null();
     if (t == "string") return !v.undef && j.is_string();
-    if (t == "number") return !v.undef && j.is_number() ;
+    if (t == "number") return !v.undef && j.is_number();
     if (t == "integer") return !v.undef && j.is_number_integer();
     if (t == "float") return !v.undef && j.is_number_float();
     if (t == "boolean") return !v.undef && j.is_boolean();
     if (t == "true") return !v.undef && j.is_boolean() && j.get<bool>();
     if (t == "false") return !v.undef && j.is_boolean() && !j.get<bool>();
     if (t == "mapping") return !v.undef && j.is_object();
-    if (t == "sequence" || t == "iterable") return !v.undef && (j.is_array() || j.is_string() || j.is_object());
+    if (t == "sequence" || t == "iterable")
+      return !v.undef && (j.is_array() || j.is_string() || j.is_object());
     if (t == "odd" || t == "even") {
       const int64_t x = need_int(v, "odd/even");
       return (x % 2 != 0) == (t == "odd");
@@ -590,7 +611,8 @@ class Renderer {
     if (t == "equalto" || t == "eq" || t == "==" || t == "sameas" || t == "ne" || t == "!=")
       return truthy(binary(t == "ne" || t == "!=" ? "!=" : "==", v, arg(a, 0, t)));
     if (t == "lt" || t == "gt" || t == "le" || t == "ge") {
-      static const std::map<std::string, std::string> ops = {{"lt", "<"}, {"gt", ">"}, {"le", "<="}, {"ge", ">="}};
+      static const std::map<std::string, std::string> ops = {
+          {"lt", "<"}, {"gt", ">"}, {"le", "<="}, {"ge", ">="}};
       return truthy(binary(ops.at(t), v, arg(a, 0, t)));
     }
     if (t == "in") return truthy(binary("in", v, arg(a, 0, t)));
@@ -599,9 +621,12 @@ class Renderer {
 
   bool test(const Expr& e) { return apply_test(e.name, eval(*e.a), args(e)); }
 
-  Value filter_named(const std::string& f, const Value& v, const std::vector<Value>& a, const Expr& e) {
+  Value filter_named(const std::string& f, const Value& v, const std::vector<Value>& a,
+                     const Expr& e) {
     const json& j = v.j();
-    if (f == "trim") return json(strip_chars(v.undef ? "" : need_str(v, "trim"), a.empty() ? kWhitespace : need_str(a[0], "trim"), true, true));
+    if (f == "trim")
+      return json(strip_chars(v.undef ? "" : need_str(v, "trim"),
+                              a.empty() ? kWhitespace : need_str(a[0], "trim"), true, true));
     if (f == "length" || f == "count") {
       if (v.undef) return json(0);
       if (j.is_string()) return json((int64_t)j.get_ref<const std::string&>().size());
@@ -613,14 +638,17 @@ class Renderer {
       int64_t indent = ind.undef || ind.j().is_null() ? -1 : need_int(ind, "tojson indent");
       if (indent > 1024) terr("tojson indent {} is too large", indent);
       std::string out;
-      dumps(v.undef ? json(nullptr) : j, static_cast<int>(std::max<int64_t>(indent, -1)), 0, out, bytes_left());
+      dumps(v.undef ? json(nullptr) : j, static_cast<int>(std::max<int64_t>(indent, -1)), 0, out,
+            bytes_left());
       return json(std::move(out));
     }
     if (f == "string") return json(to_str(v));
     if (f == "safe" || f == "e" || f == "escape" || f == "forceescape") return v;
     if (f == "upper" || f == "lower") {
       std::string r = to_str(v);
-      for (char& c : r) c = f == "upper" ? (char)std::toupper((unsigned char)c) : (char)std::tolower((unsigned char)c);
+      for (char& c : r)
+        c = f == "upper" ? (char)std::toupper((unsigned char)c)
+                         : (char)std::tolower((unsigned char)c);
       return json(r);
     }
     if (f == "capitalize" || f == "title") {
@@ -628,7 +656,8 @@ class Renderer {
       bool start = true;
       for (size_t i = 0; i < r.size(); ++i) {
         const unsigned char c = (unsigned char)r[i];
-        if (f == "capitalize") r[i] = i == 0 ? (char)std::toupper(c) : (char)std::tolower(c);
+        if (f == "capitalize")
+          r[i] = i == 0 ? (char)std::toupper(c) : (char)std::tolower(c);
         else {
           r[i] = start ? (char)std::toupper(c) : (char)std::tolower(c);
           start = !std::isalnum(c);
@@ -677,8 +706,7 @@ class Renderer {
       if (j.is_string()) {
         produce(kItemBytes * j.get_ref<const std::string&>().size());  // one item per character
         for (char c : j.get<std::string>()) r.push_back(std::string(1, c));
-      }
-      else if (j.is_object())
+      } else if (j.is_object())
         for (auto it = j.begin(); it != j.end(); ++it) r.push_back(it.key());
       else
         terr("list of a {}", j.type_name());
@@ -712,7 +740,8 @@ class Renderer {
     if (f == "items") {
       if (!j.is_object()) terr("items of a {}", j.type_name());
       json r = json::array();
-      for (auto it = j.begin(); it != j.end(); ++it) r.push_back(json::array({it.key(), it.value()}));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        r.push_back(json::array({it.key(), it.value()}));
       return r;
     }
     if (f == "selectattr" || f == "rejectattr" || f == "select" || f == "reject") {
@@ -741,10 +770,13 @@ class Renderer {
       for (const json& x : j) {
         if (!attr.undef) {
           Value item = index(Value::borrow(&x), attr);
-          r.push_back(item.undef ? (a.empty() ? json(nullptr) : kwarg(e, "default").j()) : item.j());
+          r.push_back(item.undef ? (a.empty() ? json(nullptr) : kwarg(e, "default").j())
+                                 : item.j());
         } else {
           if (a.empty()) terr("map needs a filter name or attribute=");
-          r.push_back(filter_named(to_str(a[0]), Value::borrow(&x), std::vector<Value>(a.begin() + 1, a.end()), e).take());
+          r.push_back(filter_named(to_str(a[0]), Value::borrow(&x),
+                                   std::vector<Value>(a.begin() + 1, a.end()), e)
+                          .take());
         }
       }
       return r;

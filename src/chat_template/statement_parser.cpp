@@ -94,7 +94,8 @@ class TemplateParser {
           break;
         }
         cond_src = rest_;  // elif condition
-        if (cond_src.find_first_not_of(kWhitespace) == std::string::npos) terr("'elif' without a condition");
+        if (cond_src.find_first_not_of(kWhitespace) == std::string::npos)
+          terr("'elif' without a condition");
       }
       if (!n->branches.front().first) terr("'if' without a condition");
       return n;
@@ -132,7 +133,9 @@ class TemplateParser {
       p.expect_end();
       return n;
     }
-    if (kw == "break" || kw == "continue") return std::make_unique<TemplateNode>(kw == "break" ? TemplateNode::Break : TemplateNode::Continue);
+    if (kw == "break" || kw == "continue")
+      return std::make_unique<TemplateNode>(kw == "break" ? TemplateNode::Break
+                                                          : TemplateNode::Continue);
     if (kw == "generation") {  // transformers' assistant-mask marker: renders its body
       auto n = std::make_unique<TemplateNode>(TemplateNode::Scope);
       std::string end;

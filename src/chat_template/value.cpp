@@ -161,7 +161,8 @@ void dumps(const json& j, int indent, int depth, std::string& out, uint64_t max_
 }
 
 const std::string& need_str(const Value& v, const char* what) {
-  if (v.undef || !v.j().is_string()) terr("{} needs a string, got {}", what, v.undef ? "undefined" : v.j().type_name());
+  if (v.undef || !v.j().is_string())
+    terr("{} needs a string, got {}", what, v.undef ? "undefined" : v.j().type_name());
   return v.j().get_ref<const std::string&>();
 }
 

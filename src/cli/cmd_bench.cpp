@@ -6,16 +6,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/command.h"
-#include "cli/common_options.h"
-#include "core/error.h"
-#include "core/median.h"
-#include "core/timer.h"
-#include "cli/offload_flags.h"
-#include "gguf/gguf_file.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/cuda_backend.h"  // CudaGraphCounts (plain C++; defined in CUDA builds)
 #include "backend/standin/standin_device.h"
+#include "cli/command.h"
+#include "cli/common_options.h"
+#include "cli/offload_flags.h"
+#include "core/error.h"
+#include "core/median.h"
+#include "core/timer.h"
+#include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "trace/recorder.h"
 #include "trace/trace.h"
@@ -85,7 +85,8 @@ int run_bench(const BenchArgs& a) {
   std::unique_ptr<trace::TraceRecorder> rec;
   if (!a.trace_out.empty()) {
     const HParams& hp = eng.model().hparams();
-    routing.model = eng.file().has("general.name") ? eng.file().get_string("general.name") : a.model;
+    routing.model =
+        eng.file().has("general.name") ? eng.file().get_string("general.name") : a.model;
     routing.source = "moeflow bench -m " + a.model;
     routing.n_layers = hp.n_layer;
     routing.n_experts = hp.n_expert;
@@ -168,8 +169,10 @@ int run_bench(const BenchArgs& a) {
       // Per decode token: graphs launched / built / updated, host waits, host registrations.
       const double n = a.n_gen;
       const CudaGraphCounts& c = cuda_decode;
-      j["cuda"] = {{"graph_launches_per_token", c.launches / n}, {"graph_instantiations_per_token", c.instantiations / n},
-                   {"graph_updates_per_token", c.updates / n},   {"sync_points_per_token", c.sync_points / n},
+      j["cuda"] = {{"graph_launches_per_token", c.launches / n},
+                   {"graph_instantiations_per_token", c.instantiations / n},
+                   {"graph_updates_per_token", c.updates / n},
+                   {"sync_points_per_token", c.sync_points / n},
                    {"host_registrations_per_token", c.registrations / n}};
     }
     if (opt.backend == BackendKind::StandIn && a.n_gen > 0) {
@@ -177,10 +180,14 @@ int run_bench(const BenchArgs& a) {
       // host -> device copies (docs/gpu.md, "The stand-in device").
       const double n = a.n_gen;
       const StandInCounts& c = decode_counts;
-      j["standin"] = {{"ops_per_token", c.ops / n},         {"syncs_per_token", c.syncs / n},
-                      {"uploads_per_token", c.uploads / n}, {"upload_bytes_per_token", c.upload_bytes / n},
-                      {"lane_copies_per_token", c.lane_copies / n}, {"lane_bytes_per_token", c.lane_bytes / n},
-                      {"pins_per_token", c.pins / n},       {"pins_refused_per_token", c.pins_refused / n}};
+      j["standin"] = {{"ops_per_token", c.ops / n},
+                      {"syncs_per_token", c.syncs / n},
+                      {"uploads_per_token", c.uploads / n},
+                      {"upload_bytes_per_token", c.upload_bytes / n},
+                      {"lane_copies_per_token", c.lane_copies / n},
+                      {"lane_bytes_per_token", c.lane_bytes / n},
+                      {"pins_per_token", c.pins / n},
+                      {"pins_refused_per_token", c.pins_refused / n}};
     }
     j["memory"] = memory_json(loaded.plan);
     std::printf("%s\n", j.dump().c_str());
@@ -194,23 +201,25 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
-const bool registered_bench = register_command("bench", "Measure prefill and decode speed", [](CLI::App& app) {
-  auto a = std::make_shared<BenchArgs>();
-  app.add_option("-m,--model", a->model, "GGUF model")->required();
-  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens");
-  app.add_option("-n,--n-gen", a->n_gen, "generated tokens");
-  add_threads_option(app, a->threads, "threads (0 = all cores)");
-  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
-  app.add_option("--reps", a->reps, "repetitions (median is reported)");
-  app.add_flag("--json", a->json, "print one JSON object");
-  add_phase_lines_flag(app);
-  app.add_option("--trace-out", a->trace_out,
-                 "record the routing of the timed passes to this trace file (moeflow sim replays "
-                 "it, e.g. for Belady's bytes on the same routing)");
-  add_offload_options(app, a->offload, &a->backend);
-  add_backend_option(app, a->backend);
-  return CommandMain([a] { return run_bench(*a); });
-});
+const bool registered_bench =
+    register_command("bench", "Measure prefill and decode speed", [](CLI::App& app) {
+      auto a = std::make_shared<BenchArgs>();
+      app.add_option("-m,--model", a->model, "GGUF model")->required();
+      app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens");
+      app.add_option("-n,--n-gen", a->n_gen, "generated tokens");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
+      app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+      app.add_option("--reps", a->reps, "repetitions (median is reported)");
+      app.add_flag("--json", a->json, "print one JSON object");
+      add_phase_lines_flag(app);
+      app.add_option(
+          "--trace-out", a->trace_out,
+          "record the routing of the timed passes to this trace file (moeflow sim replays "
+          "it, e.g. for Belady's bytes on the same routing)");
+      add_offload_options(app, a->offload, &a->backend);
+      add_backend_option(app, a->backend);
+      return CommandMain([a] { return run_bench(*a); });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

@@ -10,9 +10,9 @@
 #include "cli/common_options.h"
 #include "cli/scoring_text.h"
 #include "core/error.h"
-#include "model/moe/precision_mode.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
+#include "model/moe/precision_mode.h"
 #include "runtime/calibrate.h"
 #include "runtime/engine.h"
 
@@ -44,9 +44,10 @@ int run_calibrate(const CalibrateArgs& a) {
   cfg.high_expert_bytes = mean_expert_bytes(build_expert_index(*file, "weight"));
   cfg.low_expert_bytes = mean_expert_bytes(build_expert_index(*file, "low"));
   if (cfg.low_expert_bytes == 0)
-    fail("calibrate: {} has no low-precision expert copies; make them with `moeflow pack -m {} "
-         "-o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
-         a.model, a.model);
+    fail(
+        "calibrate: {} has no low-precision expert copies; make them with `moeflow pack -m {} "
+        "-o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
+        a.model, a.model);
   const ScoringTokens st = tokenize_for_scoring(*file, text, "calibrate");
   cfg.ppl.n_ctx = a.ctx;
   cfg.ppl.n_chunks = a.chunks;
@@ -92,11 +93,12 @@ int run_calibrate(const CalibrateArgs& a) {
     j["low_expert_bytes"] = cfg.low_expert_bytes;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("T1 = %.2f, T2 = %.2f: perplexity %.4f vs exact %.4f (%+.2f%%), KL %.5f, a miss "
-                "moves %.1f%% of the exact bytes\nuse: --mode hobbit --hobbit-t1 %.2f "
-                "--hobbit-t2 %.2f\n",
-                b.t1, b.t2, b.ppl, r.ppl_exact, 100.0 * b.ppl_increase, b.kl,
-                100.0 * b.miss_bytes_ratio, b.t1, b.t2);
+    std::printf(
+        "T1 = %.2f, T2 = %.2f: perplexity %.4f vs exact %.4f (%+.2f%%), KL %.5f, a miss "
+        "moves %.1f%% of the exact bytes\nuse: --mode hobbit --hobbit-t1 %.2f "
+        "--hobbit-t2 %.2f\n",
+        b.t1, b.t2, b.ppl, r.ppl_exact, 100.0 * b.ppl_increase, b.kl, 100.0 * b.miss_bytes_ratio,
+        b.t1, b.t2);
   }
   return 0;
 }
@@ -110,13 +112,15 @@ const bool registered_calibrate = register_command(
           "(every routed expert decided by its score: the worst case of --mode hobbit, which only "
           "decides cache misses), and picks the pair whose misses move the fewest bytes among "
           "those within --max-ppl-increase (and --max-kl). Needs a file packed with --low.");
-      app.add_option("-m,--model", a->model, "GGUF model packed with `moeflow pack --low TYPE`")->required();
+      app.add_option("-m,--model", a->model, "GGUF model packed with `moeflow pack --low TYPE`")
+          ->required();
       app.add_option("-f,--file", a->text_file, "calibration text")->required();
       app.add_option("-c,--ctx-size", a->ctx, "chunk size in tokens (perplexity rule)");
       app.add_option("--chunks", a->chunks, "chunks of the text to score");
       add_threads_option(app, a->threads, "threads (0 = all cores)");
-      app.add_option("--max-ppl-increase", a->max_ppl_increase_pct,
-                     "accuracy target: perplexity at most this many percent above exact (default 1)");
+      app.add_option(
+          "--max-ppl-increase", a->max_ppl_increase_pct,
+          "accuracy target: perplexity at most this many percent above exact (default 1)");
       app.add_option("--max-kl", a->max_kl, "accuracy target: mean KL divergence at most this");
       app.add_option("--grid-step", a->grid_step, "step of the T1/T2 grid (default 0.1)");
       app.add_flag("--json", a->json, "one JSON object with every grid point");

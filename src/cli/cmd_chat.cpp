@@ -19,16 +19,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_template/chat_template.h"
 #include "cli/command.h"
-#include "cli/line_editor.h"
 #include "cli/common_options.h"
-#include "core/error.h"
+#include "cli/line_editor.h"
 #include "cli/offload_flags.h"
+#include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "server/text_generation.h"
-#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow::cli {
@@ -62,14 +62,14 @@ extern "C" void on_sigint(int) { g_sigint.store(true); }
 // stdin is interrupted by it; no SA_RESTART for the same reason.
 struct SigintToThisThread {
   sigset_t set{};
-  struct sigaction old{};
+  struct sigaction old {};
   SigintToThisThread() {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
   }
   void arm() {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old);
@@ -103,8 +103,10 @@ int run_chat(ChatArgs& a) {
   const int64_t n_ctx = eng.context().n_ctx();
   if (tty)
     std::fprintf(stderr,
-                 "moeflow chat: context %lld tokens. /reset starts over, /exit (or Ctrl-D) quits; Ctrl-C stops a "
-                 "reply.\n", (long long)n_ctx);
+                 "moeflow chat: context %lld tokens. /reset starts over, /exit (or Ctrl-D) quits; "
+                 "Ctrl-C stops a "
+                 "reply.\n",
+                 (long long)n_ctx);
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
   auto reset = [&] {
     history = nlohmann::ordered_json::array();
@@ -125,8 +127,7 @@ int run_chat(ChatArgs& a) {
     if (got == LineEditor::Result::Interrupted) {
       if (!tty) return 130;  // SIGINT while reading a pipe: the conventional status
       if (line.empty() && interrupted_empty) break;
-      if (line.empty())
-        std::fprintf(stderr, "moeflow chat: Ctrl-C again, Ctrl-D or /exit quits\n");
+      if (line.empty()) std::fprintf(stderr, "moeflow chat: Ctrl-C again, Ctrl-D or /exit quits\n");
       interrupted_empty = line.empty();
       line.clear();
       continue;
@@ -153,7 +154,8 @@ int run_chat(ChatArgs& a) {
     if ((int64_t)prompt.size() >= n_ctx) {
       std::fprintf(stderr,
                    "moeflow chat: the conversation (%zu tokens) no longer fits the context (%lld); "
-                   "/reset to start over\n", prompt.size(), (long long)n_ctx);
+                   "/reset to start over\n",
+                   prompt.size(), (long long)n_ctx);
       history.erase(history.size() - 1);
       continue;
     }
@@ -161,19 +163,25 @@ int run_chat(ChatArgs& a) {
     params.harmony = tmpl.harmony;  // the reply is the final channel (reasoning: -v, on stderr)
     params.max_tokens = (int)(a.n_predict < 0 ? room : std::min<int64_t>(a.n_predict, room));
     g_sigint = false;
-    const TextGenResult r = generate_text(eng, *tok, prompt, params, [&](const TextDelta& d) {
-      if (a.verbose && !d.reasoning.empty()) std::fputs(d.reasoning.c_str(), stderr);
-      std::fputs(d.text.c_str(), stdout);
-      std::fflush(stdout);
-      return true;
-    }, &g_sigint, &cache);
+    const TextGenResult r = generate_text(
+        eng, *tok, prompt, params,
+        [&](const TextDelta& d) {
+          if (a.verbose && !d.reasoning.empty()) std::fputs(d.reasoning.c_str(), stderr);
+          std::fputs(d.text.c_str(), stdout);
+          std::fflush(stdout);
+          return true;
+        },
+        &g_sigint, &cache);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     // A stopped reply stays in the conversation as far as it got.
     history.push_back({{"role", "assistant"}, {"content", r.text}});
-    if (r.finish_reason == "cancelled") std::fprintf(stderr, "moeflow chat: reply stopped (Ctrl-C)\n");
+    if (r.finish_reason == "cancelled")
+      std::fprintf(stderr, "moeflow chat: reply stopped (Ctrl-C)\n");
     if (a.verbose) {
-      std::fprintf(stderr, "moeflow chat: prompt %d tokens (%d cached), generated %d (%s), TTFT %.1f ms, %.2f tok/s\n",
+      std::fprintf(stderr,
+                   "moeflow chat: prompt %d tokens (%d cached), generated %d (%s), TTFT %.1f ms, "
+                   "%.2f tok/s\n",
                    r.n_prompt, r.n_cached, r.n_generated, r.finish_reason.c_str(), r.ttft_s * 1e3,
                    r.tpot_s() > 0 ? 1.0 / r.tpot_s() : 0.0);
     }
@@ -181,24 +189,29 @@ int run_chat(ChatArgs& a) {
   return 0;
 }
 
-const bool registered_chat = register_command("chat", "Interactive chat on stdin/stdout", [](CLI::App& app) {
-  auto a = std::make_shared<ChatArgs>();
-  app.add_option("-m,--model", a->model, "GGUF model")->required();
-  app.add_option("-s,--system", a->system, "system message");
-  app.add_option("--chat-template-file", a->template_file, "Jinja chat template overriding the model's");
-  app.add_option("-n,--n-predict", a->n_predict, "max tokens per reply (-1 = up to the context)");
-  add_threads_option(app, a->threads, "threads (0 = all cores)");
-  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
-  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
-  app.add_option("--seed", a->sp.seed, "sampling seed");
-  add_sampling_options(app, a->sp);
-  app.add_flag("-v,--verbose", a->verbose,
-               "statistics of each reply (and harmony reasoning) on stderr");
-  app.add_flag("--no-prefix-cache", a->no_prefix_cache, "prefill the whole conversation every turn");
-  app.add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens (up to -n)");
-  add_offload_options(app, a->offload);
-  return CommandMain([a] { return run_chat(*a); });
-});
+const bool registered_chat =
+    register_command("chat", "Interactive chat on stdin/stdout", [](CLI::App& app) {
+      auto a = std::make_shared<ChatArgs>();
+      app.add_option("-m,--model", a->model, "GGUF model")->required();
+      app.add_option("-s,--system", a->system, "system message");
+      app.add_option("--chat-template-file", a->template_file,
+                     "Jinja chat template overriding the model's");
+      app.add_option("-n,--n-predict", a->n_predict,
+                     "max tokens per reply (-1 = up to the context)");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
+      app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+      app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+      app.add_option("--seed", a->sp.seed, "sampling seed");
+      add_sampling_options(app, a->sp);
+      app.add_flag("-v,--verbose", a->verbose,
+                   "statistics of each reply (and harmony reasoning) on stderr");
+      app.add_flag("--no-prefix-cache", a->no_prefix_cache,
+                   "prefill the whole conversation every turn");
+      app.add_flag("--ignore-eos", a->ignore_eos,
+                   "keep generating past end-of-generation tokens (up to -n)");
+      add_offload_options(app, a->offload);
+      return CommandMain([a] { return run_chat(*a); });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

@@ -27,16 +27,19 @@ std::string read_file(const std::string& path, const char* what) {
 }
 
 const bool registered_chat_template = register_command(
-    "chat-template", "Render a chat template (Jinja) with a JSON context, as chat/serve do", [](CLI::App& sub) {
+    "chat-template", "Render a chat template (Jinja) with a JSON context, as chat/serve do",
+    [](CLI::App& sub) {
       auto o = std::make_shared<ChatTemplateOpts>();
-      sub.add_option("-t,--template", o->template_file, "File with the template's Jinja text")->required();
+      sub.add_option("-t,--template", o->template_file, "File with the template's Jinja text")
+          ->required();
       sub.add_option("-c,--context", o->context_file,
                      "JSON object with the template's variables (messages, add_generation_prompt, "
                      "bos_token, eos_token, tools, ...)")
           ->required();
       return CommandMain([o] {
         const ChatTemplate t(read_file(o->template_file, "--template"));
-        const auto ctx = nlohmann::ordered_json::parse(read_file(o->context_file, "--context"), nullptr, false);
+        const auto ctx =
+            nlohmann::ordered_json::parse(read_file(o->context_file, "--context"), nullptr, false);
         if (ctx.is_discarded()) fail("--context: '{}' is not JSON", o->context_file);
         // The rendering exactly, with no newline added: the text is the prompt.
         const std::string out = t.render(ctx);

@@ -9,14 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "cli/progress_bar.h"
 #include "cli/common_options.h"
+#include "cli/progress_bar.h"
 #include "core/error.h"
+#include "core/ggml_type.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/gen/model_generator.h"
 #include "model/gen/model_presets.h"
-#include "core/ggml_type.h"
 #include "quant/quant.h"
 
 namespace moeflow::cli {
@@ -53,7 +53,8 @@ double sample_rate(const std::vector<gen::PlannedTensor>& plan, const gen::GenOp
   int64_t rows = 0;
   while (rows < t.n_rows() && (rows < 2 || now_seconds() - t0 < 0.05)) {
     gen::generate_row(t, opt.seed, rows, row.data());
-    if (type_traits(t.type).block_size > 1) quantize_row(t.type, row.data(), out.data(), t.row_len());
+    if (type_traits(t.type).block_size > 1)
+      quantize_row(t.type, row.data(), out.data(), t.row_len());
     ++rows;
   }
   const double dt = now_seconds() - t0;
@@ -78,7 +79,8 @@ int run_gen_model(const GenArgs& a) {
   if (!a.embd_type.empty()) opt.embd_type = parse_type(a.embd_type, "--embd-type");
   if (!a.output_type.empty()) opt.output_type = parse_type(a.output_type, "--output-type");
   opt.seed = a.seed;
-  if (!(a.router_scale > 0.0f)) usage_fail("--router-scale must be positive (got {})", a.router_scale);
+  if (!(a.router_scale > 0.0f))
+    usage_fail("--router-scale must be positive (got {})", a.router_scale);
   opt.router_scale = a.router_scale;
   opt.threads = a.threads > 0 ? a.threads : default_thread_count();
   opt.repeat_experts = a.repeat_experts;
@@ -94,8 +96,11 @@ int run_gen_model(const GenArgs& a) {
       params += t.row_len() * t.n_rows();
       bytes += t.nbytes();
     }
-    nlohmann::json j = {{"arch", arch_gguf_name(opt.shape.arch)}, {"preset", opt.shape.preset},
-                        {"n_params", params}, {"tensor_bytes", bytes}, {"tensors", tensors}};
+    nlohmann::json j = {{"arch", arch_gguf_name(opt.shape.arch)},
+                        {"preset", opt.shape.preset},
+                        {"n_params", params},
+                        {"tensor_bytes", bytes},
+                        {"tensors", tensors}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -121,8 +126,9 @@ int run_gen_model(const GenArgs& a) {
 const bool registered_gen_model = register_command(
     "gen-model", "Write a random-weight GGUF of a real MoE architecture", [](CLI::App& sub) {
       auto a = std::make_shared<GenArgs>();
-      sub.add_option("--arch", a->arch,
-                     "mixtral | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe | gpt-oss | phimoe")
+      sub.add_option(
+             "--arch", a->arch,
+             "mixtral | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe | gpt-oss | phimoe")
           ->required();
       sub.add_option("--preset", a->preset,
                      "tiny | small | 8x7b (mixtral) | a2.7b (qwen2moe) | 30b-a3b (qwen3moe) | "
@@ -130,11 +136,14 @@ const bool registered_gen_model = register_command(
       sub.add_option("-o,--output", a->out, "output GGUF path")->required();
       sub.add_option("--layers", a->layers, "override the layer count");
       sub.add_option("--type", a->type, "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...)");
-      sub.add_option("--expert-type", a->expert_type, "type of the routed experts (default: --type)");
+      sub.add_option("--expert-type", a->expert_type,
+                     "type of the routed experts (default: --type)");
       sub.add_option("--embd-type", a->embd_type, "type of token_embd (default: --type)");
-      sub.add_option("--output-type", a->output_type, "type of the output matrix (default: --type)");
+      sub.add_option("--output-type", a->output_type,
+                     "type of the output matrix (default: --type)");
       sub.add_option("--seed", a->seed, "random seed");
-      sub.add_option("--router-scale", a->router_scale, "router logit std (larger = clearer top-k)");
+      sub.add_option("--router-scale", a->router_scale,
+                     "router logit std (larger = clearer top-k)");
       sub.add_option("--vocab", a->vocab, "override the vocabulary size (>= 260)");
       sub.add_option("--experts", a->experts, "override the expert count");
       sub.add_option("--expert-used", a->expert_used, "override the experts used per token");

@@ -190,7 +190,8 @@ int run_info(const InfoOptions& o) {
   std::printf("metadata:     %zu keys\n", f->metadata().size());
   std::printf("tensors:      %zu, %s\n", f->tensors().size(), human_bytes(tensor_bytes).c_str());
   std::string hist;
-  for (const auto& [name, n] : types) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", name, n);
+  for (const auto& [name, n] : types)
+    hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", name, n);
   std::printf("types:        %s\n", hist.empty() ? "(no tensors)" : hist.c_str());
   std::printf("experts:      %s in %d MoE layer(s) of %d (up to %d experts each)\n",
               human_bytes(expert_bytes).c_str(), moe_layers, idx.n_layers, max_experts);
@@ -204,7 +205,8 @@ int run_info(const InfoOptions& o) {
     std::printf("\n%-48s %-8s %-28s %14s %14s\n", "name", "type", "dims", "offset", "bytes");
     for (const auto& t : f->tensors()) {
       std::string dims;
-      for (size_t d = 0; d < t.dims.size(); ++d) dims += fmt::format("{}{}", d ? " x " : "", t.dims[d]);
+      for (size_t d = 0; d < t.dims.size(); ++d)
+        dims += fmt::format("{}{}", d ? " x " : "", t.dims[d]);
       std::printf("%-48s %-8s %-28s %14llu %14llu\n", t.name.c_str(), type_name(t.type),
                   dims.c_str(), static_cast<unsigned long long>(t.file_offset),
                   static_cast<unsigned long long>(t.nbytes));

@@ -12,10 +12,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
-#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,7 +43,7 @@ struct PackArgs {
   bool measure = false;
   int threads = 4;
   double seconds = 3.0;
-  std::string low;  // type of the low-precision expert copies; empty: none
+  std::string low;     // type of the low-precision expert copies; empty: none
   bool sweep = false;  // --measure by request size x queue depth x engine
   std::vector<std::string> sizes = {"64KiB", "256KiB", "1MiB", "4MiB", "16MiB"};
   std::vector<int> depths = {1, 2, 4, 8, 16, 32};
@@ -58,15 +58,17 @@ bool is_expert_tensor(const std::string& name, int& layer) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 GgmlType parse_low_type(const std::string& name) {
   const auto t = type_from_name(name);
   if (!t || !can_quantize(*t))
-    fail("pack --low: '{}' is not a type moeflow can write (use one of Q2_K, Q3_K, Q4_0, Q4_1, "
-         "Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, IQ4_NL)",
-         name);
+    fail(
+        "pack --low: '{}' is not a type moeflow can write (use one of Q2_K, Q3_K, Q4_0, Q4_1, "
+        "Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, IQ4_NL)",
+        name);
   return *t;
 }
 
@@ -110,13 +112,14 @@ int run_pack(const PackArgs& a) {
   }
   // Expert tensors grouped by layer (gate, up, down of a layer adjacent; low copies after the
   // layer's own experts), after the rest.
-  std::stable_sort(experts.begin(), experts.end(), [](const GgufTensorInfo* x, const GgufTensorInfo* y) {
-    int lx = 0, ly = 0;
-    is_expert_tensor(x->name, lx);
-    is_expert_tensor(y->name, ly);
-    const bool xl = ends_with(x->name, ".low"), yl = ends_with(y->name, ".low");
-    return lx != ly ? lx < ly : xl < yl;
-  });
+  std::stable_sort(experts.begin(), experts.end(),
+                   [](const GgufTensorInfo* x, const GgufTensorInfo* y) {
+                     int lx = 0, ly = 0;
+                     is_expert_tensor(x->name, lx);
+                     is_expert_tensor(y->name, ly);
+                     const bool xl = ends_with(x->name, ".low"), yl = ends_with(y->name, ".low");
+                     return lx != ly ? lx < ly : xl < yl;
+                   });
   uint64_t unaligned = 0, slices = 0;
   for (const auto& li : idx.layers) {
     for (const auto& e : li.slices) {
@@ -130,7 +133,8 @@ int run_pack(const PackArgs& a) {
   w.set_bool("moeflow.packed.slices_aligned", unaligned == 0);
   const GgufFile& f = *in;
   auto pool = std::make_shared<ThreadPool>(
-      a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      a.threads > 0 ? a.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   int n_low = 0, n_fallback = 0;
   const auto add_copy = [&](const GgufTensorInfo* t) {
     w.add_tensor(t->name, t->type, t->dims, [&f, t](uint8_t* dst, uint64_t n) {
@@ -158,26 +162,29 @@ int run_pack(const PackArgs& a) {
       n_fallback += to != low_type;
       ++n_low;
       if (row_bytes(to, src->dims[0]) >= row_bytes(src->type, src->dims[0]))
-        std::fprintf(stderr, "pack: warning: the %s copy of %s is not smaller than its %s original\n",
+        std::fprintf(stderr,
+                     "pack: warning: the %s copy of %s is not smaller than its %s original\n",
                      type_name(to), src->name.c_str(), type_name(src->type));
       const std::string name = src->name.substr(0, src->name.size() - 6) + "low";
       const GgmlType from = src->type;
       const int64_t row_len = src->dims[0], rows = src->rows();
       const uint8_t* data = f.data(*src);
-      w.add_tensor(name, to, src->dims, [pool, data, from, to, row_len, rows](uint8_t* dst, uint64_t) {
-        make_low_copy(*pool, data, from, dst, to, row_len, rows);
-      });
+      w.add_tensor(name, to, src->dims,
+                   [pool, data, from, to, row_len, rows](uint8_t* dst, uint64_t) {
+                     make_low_copy(*pool, data, from, dst, to, row_len, rows);
+                   });
     }
   }
   w.write(a.out);
   if (low)
-    std::fprintf(stderr, "pack: %d low-precision expert copies in %s (%d in a fallback type: row "
+    std::fprintf(stderr,
+                 "pack: %d low-precision expert copies in %s (%d in a fallback type: row "
                  "length not a multiple of its block)\n",
                  n_low, type_name(low_type), n_fallback);
-  std::fprintf(stderr, "packed %s -> %s: %zu tensors, %llu expert slices, %llu not 4 KiB-aligned%s\n",
-               a.in.c_str(), a.out.c_str(), in->tensors().size(), (unsigned long long)slices,
-               (unsigned long long)unaligned,
-               unaligned ? " (slice sizes are not multiples of 4 KiB)" : "");
+  std::fprintf(
+      stderr, "packed %s -> %s: %zu tensors, %llu expert slices, %llu not 4 KiB-aligned%s\n",
+      a.in.c_str(), a.out.c_str(), in->tensors().size(), (unsigned long long)slices,
+      (unsigned long long)unaligned, unaligned ? " (slice sizes are not multiples of 4 KiB)" : "");
   return 0;
 }
 
@@ -185,7 +192,9 @@ int run_pack(const PackArgs& a) {
 int run_measure(const PackArgs& a) {
   auto file = GgufFile::open(a.in);
   auto store = ExpertStore::open(*file);
-  struct Key { int l, e, p; };
+  struct Key {
+    int l, e, p;
+  };
   std::vector<Key> keys;
   uint64_t aligned_slices = 0;
   for (int l = 0; l < store->n_layers(); ++l) {
@@ -252,7 +261,8 @@ int run_sweep(const PackArgs& a) {
   for (const auto& li : idx.layers)
     for (const auto& e : li.slices)
       for (const auto& s : e)
-        if (s.nbytes > 0) lo = std::min(lo, s.file_offset), hi = std::max(hi, s.file_offset + s.nbytes);
+        if (s.nbytes > 0)
+          lo = std::min(lo, s.file_offset), hi = std::max(hi, s.file_offset + s.nbytes);
   if (hi == 0) fail("{}: no expert tensors to measure", a.in);
   ReadBenchConfig c;
   c.path = a.in;
@@ -265,15 +275,20 @@ int run_sweep(const PackArgs& a) {
   nlohmann::json rows = nlohmann::json::array();
   ReadBenchPoint best;
   for (const ReadBenchPoint& p : run_read_bench(c)) {
-    rows.push_back({{"engine", p.engine}, {"request_bytes", p.request_bytes}, {"depth", p.depth},
+    rows.push_back({{"engine", p.engine},
+                    {"request_bytes", p.request_bytes},
+                    {"depth", p.depth},
                     {"GBps", p.gbps()}});
     if (p.gbps() > best.gbps()) best = p;
   }
   nlohmann::json j = {{"file", a.in},
                       {"seconds_per_point", a.seconds},
                       {"points", rows},
-                      {"best", {{"engine", best.engine}, {"request_bytes", best.request_bytes},
-                                {"depth", best.depth}, {"GBps", best.gbps()}}}};
+                      {"best",
+                       {{"engine", best.engine},
+                        {"request_bytes", best.request_bytes},
+                        {"depth", best.depth},
+                        {"GBps", best.gbps()}}}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -284,18 +299,22 @@ const bool registered_pack = register_command(
       app.add_option("-m,--model", a->in, "input GGUF")->required();
       app.add_option("-o,--output", a->out, "output GGUF");
       app.add_flag("--measure", a->measure, "measure O_DIRECT expert read bandwidth of -m instead");
-      app.add_option("--threads", a->threads, "reader threads for --measure, quantizer threads for --low");
+      app.add_option("--threads", a->threads,
+                     "reader threads for --measure, quantizer threads for --low");
       app.add_option("--low", a->low,
                      "also store a low-precision copy of every expert in this type (Q2_K, Q3_K, "
                      "Q4_0, ...) for --mode hobbit");
       app.add_option("--seconds", a->seconds, "time limit for --measure (per point with --sweep)");
-      app.add_flag("--sweep", a->sweep,
-                   "--measure: bandwidth by request size x queue depth x engine (pread threads, io_uring)");
+      app.add_flag(
+          "--sweep", a->sweep,
+          "--measure: bandwidth by request size x queue depth x engine (pread threads, io_uring)");
       app.add_option("--sizes", a->sizes, "--sweep: request sizes")->delimiter(',');
-      app.add_option("--depths", a->depths, "--sweep: queue depths (reads in flight)")->delimiter(',');
+      app.add_option("--depths", a->depths, "--sweep: queue depths (reads in flight)")
+          ->delimiter(',');
       app.add_option("--engines", a->engines, "--sweep: pread, uring")->delimiter(',');
       return CommandMain([a] {
-        if (a->sweep && !a->measure) fail("pack: --sweep is a kind of --measure: give --measure too");
+        if (a->sweep && !a->measure)
+          fail("pack: --sweep is a kind of --measure: give --measure too");
         if (a->measure) return a->sweep ? run_sweep(*a) : run_measure(*a);
         if (a->out.empty()) fail("pack: -o OUT is required");
         if (a->out == a->in) fail("pack: -o must differ from -m ({})", a->in);

@@ -14,9 +14,9 @@
 
 #include "cli/command.h"
 #include "cli/common_options.h"
+#include "cli/offload_flags.h"
 #include "cli/scoring_text.h"
 #include "core/error.h"
-#include "cli/offload_flags.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/logits_file.h"
@@ -157,7 +157,8 @@ int run_perplexity_cmd(PplArgs& a) {
 }
 
 const bool registered_perplexity = register_command(
-    "perplexity", "Perplexity of a text file (llama.cpp's chunking) and KL divergence vs an exact run",
+    "perplexity",
+    "Perplexity of a text file (llama.cpp's chunking) and KL divergence vs an exact run",
     [](CLI::App& app) {
       auto a = std::make_shared<PplArgs>();
       app.footer(
@@ -169,7 +170,8 @@ const bool registered_perplexity = register_command(
           "KL(exact || this run), top-1 agreement, PPL delta. See docs/perplexity.md.");
       app.add_option("-m,--model", a->model, "GGUF model")->required();
       app.add_option("-f,--file", a->text_file, "text file to score")->required();
-      app.add_option("-c,--ctx-size", a->ctx, "chunk size in tokens (0 = min(512, trained context))");
+      app.add_option("-c,--ctx-size", a->ctx,
+                     "chunk size in tokens (0 = min(512, trained context))");
       app.add_option("--chunks", a->chunks, "score at most this many chunks (-1 = all)");
       app.add_option("-b,--batch-size", a->batch, "tokens per forward pass (capped at -c)");
       add_threads_option(app, a->threads, "threads (0 = all cores)");

@@ -45,26 +45,32 @@ int run(const Options& o) {
   const std::vector<uint8_t> in = read_all(o.in);
   if (o.mode == "quantize") {
     if (!can_quantize(*t)) fail("quant-tool: moeflow cannot quantize to {}", tr.name);
-    if (in.size() % sizeof(float) != 0) fail("quant-tool: {} is not a whole number of f32 values", o.in);
+    if (in.size() % sizeof(float) != 0)
+      fail("quant-tool: {} is not a whole number of f32 values", o.in);
     const int64_t n = (int64_t)(in.size() / sizeof(float));
     const int64_t row = o.row_len > 0 ? o.row_len : n;
-    if (row == 0 || n % row != 0) fail("quant-tool: {} f32 values do not split into rows of {}", n, row);
+    if (row == 0 || n % row != 0)
+      fail("quant-tool: {} f32 values do not split into rows of {}", n, row);
     const size_t rb = row_bytes(*t, row);
     std::vector<float> x((size_t)n);
     std::memcpy(x.data(), in.data(), in.size());
     std::vector<uint8_t> out(rb * (size_t)(n / row));
-    for (int64_t r = 0; r < n / row; ++r) quantize_row(*t, x.data() + r * row, out.data() + r * rb, row);
+    for (int64_t r = 0; r < n / row; ++r)
+      quantize_row(*t, x.data() + r * row, out.data() + r * rb, row);
     write_all(o.out, out.data(), out.size());
   } else if (o.mode == "dequantize") {
     if (!can_dequantize(*t)) fail("quant-tool: moeflow cannot dequantize {}", tr.name);
     if (in.size() % tr.type_size != 0)
-      fail("quant-tool: {} is not a whole number of {} blocks ({} bytes each)", o.in, tr.name, tr.type_size);
+      fail("quant-tool: {} is not a whole number of {} blocks ({} bytes each)", o.in, tr.name,
+           tr.type_size);
     const int64_t n = (int64_t)(in.size() / tr.type_size) * tr.block_size;
     const int64_t row = o.row_len > 0 ? o.row_len : n;
-    if (row == 0 || n % row != 0) fail("quant-tool: {} values do not split into rows of {}", n, row);
+    if (row == 0 || n % row != 0)
+      fail("quant-tool: {} values do not split into rows of {}", n, row);
     const size_t rb = row_bytes(*t, row);
     std::vector<float> y((size_t)n);
-    for (int64_t r = 0; r < n / row; ++r) dequantize_row(*t, in.data() + r * rb, y.data() + r * row, row);
+    for (int64_t r = 0; r < n / row; ++r)
+      dequantize_row(*t, in.data() + r * rb, y.data() + r * row, row);
     write_all(o.out, y.data(), y.size() * sizeof(float));
   } else {
     fail("quant-tool: --mode must be quantize or dequantize, not {}", o.mode);
@@ -78,7 +84,8 @@ const bool registered_quant_tool = register_command(
       sub.group("");  // hidden from --help: a test aid, not a user command
       sub.add_option("--mode", o->mode, "quantize | dequantize")->required();
       sub.add_option("--type", o->type, "block type, e.g. Q4_K")->required();
-      sub.add_option("--in", o->in, "input file (raw little-endian f32, or block bytes)")->required();
+      sub.add_option("--in", o->in, "input file (raw little-endian f32, or block bytes)")
+          ->required();
       sub.add_option("--out", o->out, "output file")->required();
       sub.add_option("--row-len", o->row_len, "elements per row (default: whole file is one row)");
       return CommandMain([o] { return run(*o); });

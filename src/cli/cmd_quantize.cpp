@@ -17,8 +17,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
-#include "gguf/tensor_names.h"
 #include "gguf/gguf_writer.h"
+#include "gguf/tensor_names.h"
 #include "model/gen/model_generator.h"
 #include "quant/quant.h"
 
@@ -76,20 +76,25 @@ int run_quantize(const QuantizeArgs& a) {
   }
   w.set_string("moeflow.quantized_from", a.in);
 
-  const int n_threads = a.threads > 0 ? a.threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  const int n_threads =
+      a.threads > 0 ? a.threads : (int)std::max(1u, std::thread::hardware_concurrency());
   auto pool = std::make_shared<ThreadPool>(n_threads);
   int64_t n_converted = 0, n_fallback = 0;
   for (const GgufTensorInfo& t : in->tensors()) {
     GgmlType want = base;
-    if (parse_expert_tensor_name(t.name)) want = expert;
-    else if (t.name.rfind("token_embd", 0) == 0) want = embd;
-    else if (t.name.rfind("output.", 0) == 0) want = output;
+    if (parse_expert_tensor_name(t.name))
+      want = expert;
+    else if (t.name.rfind("token_embd", 0) == 0)
+      want = embd;
+    else if (t.name.rfind("output.", 0) == 0)
+      want = output;
     if (keeps_f32(t)) want = t.type;  // copied unchanged
     const GgmlType to = keeps_f32(t) ? want : gen::resolve_type(want, t.dims[0]);
     if (to != want) ++n_fallback;
     const uint8_t* src = in->data(t);
     if (to == t.type) {
-      w.add_tensor(t.name, t.type, t.dims, [src](uint8_t* dst, uint64_t n) { std::memcpy(dst, src, n); });
+      w.add_tensor(t.name, t.type, t.dims,
+                   [src](uint8_t* dst, uint64_t n) { std::memcpy(dst, src, n); });
       continue;
     }
     if (!can_dequantize(t.type))
@@ -108,7 +113,8 @@ int run_quantize(const QuantizeArgs& a) {
     if (pct != last_pct) std::fprintf(stderr, "\rquantize: %3d%%", last_pct = pct);
   });
   if (!a.quiet) std::fprintf(stderr, "\n");
-  std::fprintf(stderr, "quantize: %s -> %s: %lld tensors re-encoded, %lld stored in a fallback type\n",
+  std::fprintf(stderr,
+               "quantize: %s -> %s: %lld tensors re-encoded, %lld stored in a fallback type\n",
                a.in.c_str(), a.out.c_str(), (long long)n_converted, (long long)n_fallback);
   return 0;
 }
@@ -119,9 +125,11 @@ const bool registered_quantize = register_command(
       sub.add_option("-m,--model", a->in, "input GGUF")->required();
       sub.add_option("-o,--output", a->out, "output GGUF")->required();
       sub.add_option("--type", a->type, "weight type (F16, Q8_0, Q4_K, Q6_K, ...)")->required();
-      sub.add_option("--expert-type", a->expert_type, "type of the routed experts (default: --type)");
+      sub.add_option("--expert-type", a->expert_type,
+                     "type of the routed experts (default: --type)");
       sub.add_option("--embd-type", a->embd_type, "type of token_embd (default: --type)");
-      sub.add_option("--output-type", a->output_type, "type of the output matrix (default: --type)");
+      sub.add_option("--output-type", a->output_type,
+                     "type of the output matrix (default: --type)");
       add_threads_option(sub, a->threads, "threads (default: all cores)");
       sub.add_flag("-q,--quiet", a->quiet, "no progress");
       return CommandMain([a] { return run_quantize(*a); });

@@ -8,8 +8,8 @@
 
 #include "cli/command.h"
 #include "cli/common_options.h"
-#include "core/error.h"
 #include "cli/offload_flags.h"
+#include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"
@@ -80,24 +80,28 @@ int run_run(RunArgs& a) {
     prompt = tok->encode(a.prompt, true, true);
     if (prompt.empty()) fail("-p: the prompt encodes to no tokens");
   }
-  if (tok && !tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  if (tok && !tok->warning().empty())
+    std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
   Sampler sampler(a.sp);
   std::unique_ptr<StreamDecoder> dec;
   if (tok) dec = std::make_unique<StreamDecoder>(*tok);
   std::vector<int32_t> stop;
   if (tok) stop = tok->eog_ids();
   bool first = true;
-  eng.generate(prompt, a.n_predict, sampler, [&](int32_t id) {
-    if (dec) {
-      if (tok->is_eog(id)) return false;
-      std::fputs(dec->push(id).c_str(), stdout);
-    } else {
-      std::printf(first ? "%d" : " %d", id);
-    }
-    first = false;
-    std::fflush(stdout);
-    return true;
-  }, stop);
+  eng.generate(
+      prompt, a.n_predict, sampler,
+      [&](int32_t id) {
+        if (dec) {
+          if (tok->is_eog(id)) return false;
+          std::fputs(dec->push(id).c_str(), stdout);
+        } else {
+          std::printf(first ? "%d" : " %d", id);
+        }
+        first = false;
+        std::fflush(stdout);
+        return true;
+      },
+      stop);
   if (dec) std::fputs(dec->flush().c_str(), stdout);
   std::printf("\n");
   std::fflush(stdout);  // keep statistics on stderr after the text when both go to one pipe
@@ -121,24 +125,26 @@ int run_run(RunArgs& a) {
   return 0;
 }
 
-const bool registered_run = register_command("run", "Generate text from a prompt", [](CLI::App& app) {
-  auto a = std::make_shared<RunArgs>();
-  app.add_option("-m,--model", a->model, "GGUF model")->required();
-  app.add_option("-p,--prompt", a->prompt, "prompt text, or ids:1,2,3")->required();
-  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate");
-  add_threads_option(app, a->threads, "threads (0 = all cores)");
-  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
-  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
-  app.add_option("--seed", a->sp.seed, "sampling seed");
-  add_sampling_options(app, a->sp);
-  app.add_option("--stats", a->stats,
-                 "statistics on stderr after the text: text | json (one object, the last line) | none");
-  app.add_flag("--stats-json", a->stats_json, "same as --stats json");
-  add_phase_lines_flag(app);
-  add_offload_options(app, a->offload, &a->backend);
-  add_backend_option(app, a->backend);
-  return CommandMain([a] { return run_run(*a); });
-});
+const bool registered_run =
+    register_command("run", "Generate text from a prompt", [](CLI::App& app) {
+      auto a = std::make_shared<RunArgs>();
+      app.add_option("-m,--model", a->model, "GGUF model")->required();
+      app.add_option("-p,--prompt", a->prompt, "prompt text, or ids:1,2,3")->required();
+      app.add_option("-n,--n-predict", a->n_predict, "tokens to generate");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
+      app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+      app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+      app.add_option("--seed", a->sp.seed, "sampling seed");
+      add_sampling_options(app, a->sp);
+      app.add_option(
+          "--stats", a->stats,
+          "statistics on stderr after the text: text | json (one object, the last line) | none");
+      app.add_flag("--stats-json", a->stats_json, "same as --stats json");
+      add_phase_lines_flag(app);
+      add_offload_options(app, a->offload, &a->backend);
+      add_backend_option(app, a->backend);
+      return CommandMain([a] { return run_run(*a); });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

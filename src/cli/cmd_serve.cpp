@@ -17,8 +17,8 @@
 
 #include "cli/command.h"
 #include "cli/common_options.h"
-#include "core/error.h"
 #include "cli/offload_flags.h"
+#include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "server/server.h"
@@ -79,9 +79,12 @@ int run_serve(ServeArgs& a) {
   if (a.port < 0 || a.port > 65535) usage_fail("--port must be in 0..65535, got {}", a.port);
   if (a.max_queue < 0) usage_fail("--max-queue must be >= 0, got {}", a.max_queue);
   if (a.http_threads < 0) usage_fail("--http-threads must be >= 0, got {}", a.http_threads);
-  if (!(a.header_timeout > 0)) usage_fail("--header-timeout must be > 0 seconds, got {}", a.header_timeout);
-  if (!(a.idle_timeout > 0)) usage_fail("--idle-timeout must be > 0 seconds, got {}", a.idle_timeout);
-  if (a.max_connections < 16) usage_fail("--max-connections must be >= 16, got {}", a.max_connections);
+  if (!(a.header_timeout > 0))
+    usage_fail("--header-timeout must be > 0 seconds, got {}", a.header_timeout);
+  if (!(a.idle_timeout > 0))
+    usage_fail("--idle-timeout must be > 0 seconds, got {}", a.idle_timeout);
+  if (a.max_connections < 16)
+    usage_fail("--max-connections must be >= 16, got {}", a.max_connections);
   raise_open_files_limit((rlim_t)a.max_connections + 64);
 
   EngineOptions opt;
@@ -120,7 +123,8 @@ int run_serve(ServeArgs& a) {
                so.model_id.c_str(), (long long)eng.context().n_ctx(), eng.pool().size(),
                offload.provider ? "on" : "off");
   std::fprintf(stderr, "moeflow serve: memory: %s\n", loaded.plan.fit.reason.c_str());
-  std::fprintf(stderr, "moeflow serve: listening on http://%s:%d (Ctrl-C to stop)\n", a.host.c_str(), port);
+  std::fprintf(stderr, "moeflow serve: listening on http://%s:%d (Ctrl-C to stop)\n",
+               a.host.c_str(), port);
   std::atomic<bool> exiting{false};
   std::thread waiter([&server, &exiting, sigs] {
     int sig = 0;
@@ -137,33 +141,42 @@ int run_serve(ServeArgs& a) {
   return 0;
 }
 
-const bool registered_serve = register_command("serve", "OpenAI-compatible HTTP server", [](CLI::App& app) {
-  auto a = std::make_shared<ServeArgs>();
-  app.add_option("-m,--model", a->model, "GGUF model")->required();
-  app.add_option("--host", a->host, "address to listen on (0.0.0.0: all interfaces)");
-  app.add_option("--port", a->port, "port (0: any free port, printed on stderr)");
-  app.add_option("--alias", a->alias, "model name reported by /v1/models (default: the file name)");
-  add_threads_option(app, a->threads, "compute threads (0 = all cores)");
-  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
-  app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
-  app.add_option("-n,--n-predict", a->n_predict, "default max_tokens (-1 = up to the context)");
-  app.add_option("--max-queue", a->max_queue, "requests waiting behind the running one before 503");
-  app.add_option("--http-threads", a->http_threads,
-                 "HTTP workers for generation requests (0 = max-queue + 4); /health, /metrics and /v1/models have 2 more");
-  app.add_option("--chat-template-file", a->template_file, "Jinja chat template overriding the model's");
-  app.add_flag("--no-prefix-cache", a->no_prefix_cache,
-               "prefill every prompt from the start (no reuse of the previous request's KV cache)");
-  app.add_option("--header-timeout", a->header_timeout,
-                 "seconds a request may take to arrive whole, from its first byte (else 408)");
-  app.add_option("--idle-timeout", a->idle_timeout, "seconds an idle keep-alive connection stays open");
-  app.add_option("--max-connections", a->max_connections,
-                 "open connections; beyond it the one waiting longest for its request is dropped");
-  a->seed_opt = app.add_option("--seed", a->sp.seed, "seed for requests that give none (default: a random one each)");
-  add_sampling_options(app, a->sp, "default ");
-  app.add_flag("-v,--verbose", a->verbose, "log every request on stderr");
-  add_offload_options(app, a->offload);
-  return CommandMain([a] { return run_serve(*a); });
-});
+const bool registered_serve =
+    register_command("serve", "OpenAI-compatible HTTP server", [](CLI::App& app) {
+      auto a = std::make_shared<ServeArgs>();
+      app.add_option("-m,--model", a->model, "GGUF model")->required();
+      app.add_option("--host", a->host, "address to listen on (0.0.0.0: all interfaces)");
+      app.add_option("--port", a->port, "port (0: any free port, printed on stderr)");
+      app.add_option("--alias", a->alias,
+                     "model name reported by /v1/models (default: the file name)");
+      add_threads_option(app, a->threads, "compute threads (0 = all cores)");
+      app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+      app.add_option("-b,--batch-size", a->batch, "prefill chunk size");
+      app.add_option("-n,--n-predict", a->n_predict, "default max_tokens (-1 = up to the context)");
+      app.add_option("--max-queue", a->max_queue,
+                     "requests waiting behind the running one before 503");
+      app.add_option("--http-threads", a->http_threads,
+                     "HTTP workers for generation requests (0 = max-queue + 4); /health, /metrics "
+                     "and /v1/models have 2 more");
+      app.add_option("--chat-template-file", a->template_file,
+                     "Jinja chat template overriding the model's");
+      app.add_flag(
+          "--no-prefix-cache", a->no_prefix_cache,
+          "prefill every prompt from the start (no reuse of the previous request's KV cache)");
+      app.add_option("--header-timeout", a->header_timeout,
+                     "seconds a request may take to arrive whole, from its first byte (else 408)");
+      app.add_option("--idle-timeout", a->idle_timeout,
+                     "seconds an idle keep-alive connection stays open");
+      app.add_option(
+          "--max-connections", a->max_connections,
+          "open connections; beyond it the one waiting longest for its request is dropped");
+      a->seed_opt = app.add_option("--seed", a->sp.seed,
+                                   "seed for requests that give none (default: a random one each)");
+      add_sampling_options(app, a->sp, "default ");
+      app.add_flag("-v,--verbose", a->verbose, "log every request on stderr");
+      add_offload_options(app, a->offload);
+      return CommandMain([a] { return run_serve(*a); });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

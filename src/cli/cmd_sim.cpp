@@ -14,7 +14,8 @@ namespace {
 
 struct SimArgs {
   std::vector<std::string> trace, calib;
-  std::string policy = "lru", predictor = "none", preset, hw = "pcie4x16", csv, plot, cache_rates = "0.5", predictor_model;
+  std::string policy = "lru", predictor = "none", preset, hw = "pcie4x16", csv, plot,
+              cache_rates = "0.5", predictor_model;
   bool json = false, per_layer = false, global = false, with_prefill = false;
   int max_prefetch = 8;
   std::vector<double> hobbit_weights;  // empty: fitted on the calibration trace
@@ -56,7 +57,8 @@ int run_sim(const SimArgs& a) {
   base.max_prefetch_per_call = a.max_prefetch;
   base.predictor_model = a.predictor_model;
   if (!a.hobbit_weights.empty()) {
-    MOEFLOW_CHECK(a.hobbit_weights.size() == 4, "--hobbit-weights: expected 4 numbers (lru, lfu, lhu, fld), got {}",
+    MOEFLOW_CHECK(a.hobbit_weights.size() == 4,
+                  "--hobbit-weights: expected 4 numbers (lru, lfu, lhu, fld), got {}",
                   a.hobbit_weights.size());
     base.hobbit_weights = a.hobbit_weights;
   }
@@ -119,44 +121,58 @@ int run_sim(const SimArgs& a) {
     for (auto& r : results) j["results"].push_back(trace::result_json(r, a.per_layer));
     std::printf("%s\n", j.dump(1).c_str());
   } else {
-    std::printf("%-22s %-10s %6s %8s %10s %8s %8s %8s %9s\n", "policy", "predictor", "cache", "hit", "GB_moved", "pf_acc",
-                "in_time", "recall", "TPOT_ms");
+    std::printf("%-22s %-10s %6s %8s %10s %8s %8s %8s %9s\n", "policy", "predictor", "cache", "hit",
+                "GB_moved", "pf_acc", "in_time", "recall", "TPOT_ms");
     for (auto& r : results)
-      std::printf("%-22s %-10s %5.1f%% %7.2f%% %10.2f %8.3f %8.3f %8.3f %9.2f\n", r.policy.c_str(), r.predictor.c_str(),
-                  r.cache_rate * 100, r.hit_rate * 100, r.bytes_moved / 1e9, r.prefetch_accuracy, r.in_time_rate,
-                  r.pred_recall, r.tpot_ms);
+      std::printf("%-22s %-10s %5.1f%% %7.2f%% %10.2f %8.3f %8.3f %8.3f %9.2f\n", r.policy.c_str(),
+                  r.predictor.c_str(), r.cache_rate * 100, r.hit_rate * 100, r.bytes_moved / 1e9,
+                  r.prefetch_accuracy, r.in_time_rate, r.pred_recall, r.tpot_ms);
   }
   if (!a.csv.empty()) write_file(a.csv, trace::results_csv(results), "--csv");
   if (!a.plot.empty())
-    write_file(a.plot, trace::results_svg(results, "moeflow sim: " + t.model + " on " + base.hw.name), "--plot");
+    write_file(a.plot,
+               trace::results_svg(results, "moeflow sim: " + t.model + " on " + base.hw.name),
+               "--plot");
   return 0;
 }
 
-const bool registered_sim = register_command("sim", "Replay a routing trace against cache policies, predictors and a hardware profile",
-                                         [](CLI::App& sub) {
-  auto a = std::make_shared<SimArgs>();
-  sub.add_option("--trace,-t", a->trace, "trace file(s): binary .mft, speculative-moe JSONL, or vLLM-logger layer files")
-      ->required();
-  sub.add_option("--policy,-p", a->policy, "eviction policy or 'all'");
-  sub.add_option("--predictor,-q", a->predictor, "predictor, 'none' or 'all'");
-  sub.add_option("--preset", a->preset, "promoe|hobbit|duoserve|moe-infinity|daop|lru|ondemand|auto");
-  sub.add_option("--cache-rate,-r", a->cache_rates, "share of experts cached (comma list, 0.5 or 50)");
-  sub.add_option("--hw", a->hw, "hardware profile: pcie4x16, nvme-gen4, local, or a JSON file");
-  sub.add_option("--calib", a->calib, "calibration trace (static/daop/hobbit, predictor warm-up); default: the trace itself");
-  sub.add_option("--predictor-model", a->predictor_model, "ProMoE predictor weights from train-predictor");
-  sub.add_option("--hobbit-weights", a->hobbit_weights,
-                 "hobbit's score weights lru,lfu,lhu,fld as the live cache uses them (default: fitted on the "
-                 "calibration trace, an in-sample optimum)")
-      ->delimiter(',');
-  sub.add_option("--max-prefetch", a->max_prefetch, "prefetches issued per routed layer at most");
-  sub.add_flag("--global-budget", a->global, "one cache budget over all layers (default: per layer)");
-  sub.add_flag("--with-prefill", a->with_prefill, "also replay prefill steps (batched per prompt)");
-  sub.add_flag("--json", a->json, "print JSON");
-  sub.add_flag("--per-layer", a->per_layer, "per-layer statistics in the JSON");
-  sub.add_option("--csv", a->csv, "write CSV here");
-  sub.add_option("--plot", a->plot, "write an SVG plot here");
-  return CommandMain([a] { return run_sim(*a); });
-});
+const bool registered_sim = register_command(
+    "sim", "Replay a routing trace against cache policies, predictors and a hardware profile",
+    [](CLI::App& sub) {
+      auto a = std::make_shared<SimArgs>();
+      sub.add_option(
+             "--trace,-t", a->trace,
+             "trace file(s): binary .mft, speculative-moe JSONL, or vLLM-logger layer files")
+          ->required();
+      sub.add_option("--policy,-p", a->policy, "eviction policy or 'all'");
+      sub.add_option("--predictor,-q", a->predictor, "predictor, 'none' or 'all'");
+      sub.add_option("--preset", a->preset,
+                     "promoe|hobbit|duoserve|moe-infinity|daop|lru|ondemand|auto");
+      sub.add_option("--cache-rate,-r", a->cache_rates,
+                     "share of experts cached (comma list, 0.5 or 50)");
+      sub.add_option("--hw", a->hw, "hardware profile: pcie4x16, nvme-gen4, local, or a JSON file");
+      sub.add_option(
+          "--calib", a->calib,
+          "calibration trace (static/daop/hobbit, predictor warm-up); default: the trace itself");
+      sub.add_option("--predictor-model", a->predictor_model,
+                     "ProMoE predictor weights from train-predictor");
+      sub.add_option("--hobbit-weights", a->hobbit_weights,
+                     "hobbit's score weights lru,lfu,lhu,fld as the live cache uses them (default: "
+                     "fitted on the "
+                     "calibration trace, an in-sample optimum)")
+          ->delimiter(',');
+      sub.add_option("--max-prefetch", a->max_prefetch,
+                     "prefetches issued per routed layer at most");
+      sub.add_flag("--global-budget", a->global,
+                   "one cache budget over all layers (default: per layer)");
+      sub.add_flag("--with-prefill", a->with_prefill,
+                   "also replay prefill steps (batched per prompt)");
+      sub.add_flag("--json", a->json, "print JSON");
+      sub.add_flag("--per-layer", a->per_layer, "per-layer statistics in the JSON");
+      sub.add_option("--csv", a->csv, "write CSV here");
+      sub.add_option("--plot", a->plot, "write an SVG plot here");
+      return CommandMain([a] { return run_sim(*a); });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "chat_template/chat_template.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_vectors.h"
 
@@ -24,10 +24,14 @@ struct TokenizeOpts {
 std::string escape(const std::string& s) {
   std::string o;
   for (unsigned char c : s) {
-    if (c == '\n') o += "\\n";
-    else if (c == '\t') o += "\\t";
-    else if (c < 0x20) o += fmt::format("\\x{:02x}", c);
-    else o += static_cast<char>(c);
+    if (c == '\n')
+      o += "\\n";
+    else if (c == '\t')
+      o += "\\t";
+    else if (c < 0x20)
+      o += fmt::format("\\x{:02x}", c);
+    else
+      o += static_cast<char>(c);
   }
   return o;
 }
@@ -46,46 +50,53 @@ int run_vectors(const Tokenizer& tok, const TokenizeOpts& o) {
   return r.passed == r.total ? 0 : 2;
 }
 
-const bool registered_tokenize = register_command("tokenize", "Tokenize text with a model's vocabulary", [](CLI::App& sub) {
-  auto o = std::make_shared<TokenizeOpts>();
-  sub.add_option("-m,--model", o->model, "GGUF file with tokenizer.ggml.* metadata")->required();
-  sub.add_option("-p,--prompt", o->prompt, "Text to tokenize");
-  sub.add_option("--vectors", o->vectors, "Check FILE.inp FILE.out test vectors (exit 2 on any mismatch)")
-      ->expected(2);
-  sub.add_option("--chat", o->chat,
-                 "Tokenize the chat prompt of a JSON array of messages (the model's chat format)");
-  sub.add_option("--reasoning-effort", o->reasoning_effort,
-                 "harmony (gpt-oss): low | medium | high");
-  sub.add_flag("--no-bos", o->no_bos, "Do not add the BOS/EOS tokens the model asks for");
-  sub.add_flag("--no-special", o->no_special, "Spell out special-token text instead of parsing it");
-  sub.add_flag("--pieces", o->pieces, "Print each id with its text");
-  return CommandMain([o] {
-    auto gguf = GgufFile::open(o->model);
-    auto tok = Tokenizer::from_gguf(*gguf);
-    if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
-    if (!o->vectors.empty()) return run_vectors(*tok, *o);
-    std::vector<int32_t> ids;
-    if (!o->chat.empty()) {
-      // The prompt `chat`/`serve` would give the model for this conversation.
-      std::ifstream in(o->chat, std::ios::binary);
-      if (!in) fail("--chat: cannot open '{}'", o->chat);
-      const auto messages = nlohmann::ordered_json::parse(in, nullptr, false);
-      if (messages.is_discarded()) fail("--chat: '{}' is not JSON", o->chat);
-      ModelChatTemplate t = model_chat_template(*tok);
-      if (!o->reasoning_effort.empty()) t.harmony_options.reasoning_effort = o->reasoning_effort;
-      ids = t.tokenize(*tok, t.format(messages, true));
-    } else {
-      ids = tok->encode(o->prompt, !o->no_bos, !o->no_special);
-    }
-    if (o->pieces) {
-      for (int32_t id : ids)
-        std::printf("%d\t'%s'\n", id, escape(tok->token_to_piece(id, true)).c_str());
-    } else {
-      std::printf("%s\n", format_ids(ids).c_str());
-    }
-    return 0;
-  });
-});
+const bool registered_tokenize =
+    register_command("tokenize", "Tokenize text with a model's vocabulary", [](CLI::App& sub) {
+      auto o = std::make_shared<TokenizeOpts>();
+      sub.add_option("-m,--model", o->model, "GGUF file with tokenizer.ggml.* metadata")
+          ->required();
+      sub.add_option("-p,--prompt", o->prompt, "Text to tokenize");
+      sub.add_option("--vectors", o->vectors,
+                     "Check FILE.inp FILE.out test vectors (exit 2 on any mismatch)")
+          ->expected(2);
+      sub.add_option(
+          "--chat", o->chat,
+          "Tokenize the chat prompt of a JSON array of messages (the model's chat format)");
+      sub.add_option("--reasoning-effort", o->reasoning_effort,
+                     "harmony (gpt-oss): low | medium | high");
+      sub.add_flag("--no-bos", o->no_bos, "Do not add the BOS/EOS tokens the model asks for");
+      sub.add_flag("--no-special", o->no_special,
+                   "Spell out special-token text instead of parsing it");
+      sub.add_flag("--pieces", o->pieces, "Print each id with its text");
+      return CommandMain([o] {
+        auto gguf = GgufFile::open(o->model);
+        auto tok = Tokenizer::from_gguf(*gguf);
+        if (!tok->warning().empty())
+          std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+        if (!o->vectors.empty()) return run_vectors(*tok, *o);
+        std::vector<int32_t> ids;
+        if (!o->chat.empty()) {
+          // The prompt `chat`/`serve` would give the model for this conversation.
+          std::ifstream in(o->chat, std::ios::binary);
+          if (!in) fail("--chat: cannot open '{}'", o->chat);
+          const auto messages = nlohmann::ordered_json::parse(in, nullptr, false);
+          if (messages.is_discarded()) fail("--chat: '{}' is not JSON", o->chat);
+          ModelChatTemplate t = model_chat_template(*tok);
+          if (!o->reasoning_effort.empty())
+            t.harmony_options.reasoning_effort = o->reasoning_effort;
+          ids = t.tokenize(*tok, t.format(messages, true));
+        } else {
+          ids = tok->encode(o->prompt, !o->no_bos, !o->no_special);
+        }
+        if (o->pieces) {
+          for (int32_t id : ids)
+            std::printf("%d\t'%s'\n", id, escape(tok->token_to_piece(id, true)).c_str());
+        } else {
+          std::printf("%s\n", format_ids(ids).c_str());
+        }
+        return 0;
+      });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

@@ -78,7 +78,9 @@ std::vector<std::string> read_prompts(const std::string& path) {
       continue;
     }
     std::optional<std::string> p = json_prompt(text, why);
-    if (!p) fail("--prompts '{}' line {}: {} (a JSON-lines prompts file needs one on every line)", path, no, why);
+    if (!p)
+      fail("--prompts '{}' line {}: {} (a JSON-lines prompts file needs one on every line)", path,
+           no, why);
     out.push_back(std::move(*p));
   }
   if (out.empty()) fail("--prompts '{}': no prompts", path);
@@ -138,7 +140,9 @@ int run_trace(const TraceArgs& a) {
     std::vector<int32_t> toks = tok->encode(p, true);
     if (toks.empty()) continue;
     const int64_t room = eng.context().n_ctx() - (int64_t)toks.size();
-    if (room < 1) fail("a prompt of {} tokens does not fit the context of {}", toks.size(), eng.context().n_ctx());
+    if (room < 1)
+      fail("a prompt of {} tokens does not fit the context of {}", toks.size(),
+           eng.context().n_ctx());
     eng.reset();
     rec.begin_request(trace::Phase::prefill);
     std::vector<float> last;
@@ -159,29 +163,38 @@ int run_trace(const TraceArgs& a) {
   eng.context().set_observer(nullptr);
   t.validate(a.out);
   trace::write_trace(t, a.out);
-  std::fprintf(stderr, "moeflow trace: %zu requests, %lld prompt + %lld generated tokens, %zu steps, %zu routes%s -> %s\n",
+  std::fprintf(stderr,
+               "moeflow trace: %zu requests, %lld prompt + %lld generated tokens, %zu steps, %zu "
+               "routes%s -> %s\n",
                prompts.size(), (long long)n_prompt_tokens, (long long)n_generated, t.steps.size(),
                t.n_routes(), t.hidden_dim ? " with hidden states" : "", a.out.c_str());
   return 0;
 }
 
-const bool registered_trace = register_command("trace", "Record the routing of a live run into a trace file", [](CLI::App& app) {
-  auto a = std::make_shared<TraceArgs>();
-  a->sp.temperature = 0.f;
-  app.add_option("-m,--model", a->model, "GGUF model")->required();
-  app.add_option("--prompts", a->prompts, "prompts file: one per line, or JSON lines with \"prompt\"")->required();
-  app.add_option("-o,--output", a->out, "trace file to write")->required();
-  app.add_option("-n,--n-predict", a->n_predict, "tokens to generate per prompt (decode phase)");
-  add_threads_option(app, a->threads, "threads (0 = all cores)");
-  app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
-  app.add_flag("--hidden", a->hidden_all, "record the hidden state entering every MoE block");
-  app.add_option("--hidden-every", a->hidden_every, "record hidden states of every K-th token only");
-  app.add_flag("--routers", a->routers, "store the router matrices (for the simulator's gate lookahead)");
-  app.add_flag("--ignore-eos", a->ignore_eos, "generate all -n tokens even past end-of-generation");
-  app.add_option("--seed", a->sp.seed, "sampling seed");
-  add_sampling_options(app, a->sp);
-  return CommandMain([a] { return run_trace(*a); });
-});
+const bool registered_trace = register_command(
+    "trace", "Record the routing of a live run into a trace file", [](CLI::App& app) {
+      auto a = std::make_shared<TraceArgs>();
+      a->sp.temperature = 0.f;
+      app.add_option("-m,--model", a->model, "GGUF model")->required();
+      app.add_option("--prompts", a->prompts,
+                     "prompts file: one per line, or JSON lines with \"prompt\"")
+          ->required();
+      app.add_option("-o,--output", a->out, "trace file to write")->required();
+      app.add_option("-n,--n-predict", a->n_predict,
+                     "tokens to generate per prompt (decode phase)");
+      add_threads_option(app, a->threads, "threads (0 = all cores)");
+      app.add_option("-c,--ctx-size", a->ctx, "context size (0 = min(4096, trained))");
+      app.add_flag("--hidden", a->hidden_all, "record the hidden state entering every MoE block");
+      app.add_option("--hidden-every", a->hidden_every,
+                     "record hidden states of every K-th token only");
+      app.add_flag("--routers", a->routers,
+                   "store the router matrices (for the simulator's gate lookahead)");
+      app.add_flag("--ignore-eos", a->ignore_eos,
+                   "generate all -n tokens even past end-of-generation");
+      app.add_option("--seed", a->sp.seed, "sampling seed");
+      add_sampling_options(app, a->sp);
+      return CommandMain([a] { return run_trace(*a); });
+    });
 
 }  // namespace
 }  // namespace moeflow::cli

@@ -8,15 +8,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/offload_flags.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/watchdog.h"
-#include "cli/offload_flags.h"
+#include "gguf/gguf_file.h"
 #include "model/hparams.h"
 #include "runtime/backend_choice.h"
 #include "runtime/engine.h"
 #include "runtime/engine_assembly.h"
-#include "gguf/gguf_file.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,10 +32,13 @@ inline void add_sampling_options(CLI::App& app, SamplerParams& sp, const std::st
   app.add_option("--top-k", sp.top_k, prefix + "top-k (0 = off)");
   app.add_option("--top-p", sp.top_p, prefix + "top-p, 0..1 (1 = off)");
   app.add_option("--min-p", sp.min_p, prefix + "min-p, 0..1 (0 = off)");
-  app.add_option("--repeat-penalty", sp.repeat_penalty, prefix + "repetition penalty, > 0 (1 = off)");
+  app.add_option("--repeat-penalty", sp.repeat_penalty,
+                 prefix + "repetition penalty, > 0 (1 = off)");
   app.add_option("--repeat-last-n", sp.repeat_last_n, "penalty window (-1 = all)");
-  app.add_option("--presence-penalty", sp.presence_penalty, prefix + "presence penalty, -2..2 (0 = off)");
-  app.add_option("--frequency-penalty", sp.frequency_penalty, prefix + "frequency penalty, -2..2 (0 = off)");
+  app.add_option("--presence-penalty", sp.presence_penalty,
+                 prefix + "presence penalty, -2..2 (0 = off)");
+  app.add_option("--frequency-penalty", sp.frequency_penalty,
+                 prefix + "frequency penalty, -2..2 (0 = off)");
   app.parse_complete_callback([&sp] {
     if (auto e = check_sampler_params(sp))
       throw CLI::ValidationError(e->flag, fmt::format("{}, got {}", e->requirement, e->value));
@@ -48,11 +51,15 @@ inline CLI::Option* add_threads_option(CLI::App& app, int& threads, const std::s
   return app.add_option_function<int>(
       "-t,--threads",
       [&threads](const int& v) {
-        if (v < 0) throw CLI::ValidationError("-t,--threads", fmt::format("must be >= 0 (0 = all CPUs), got {}", v));
+        if (v < 0)
+          throw CLI::ValidationError("-t,--threads",
+                                     fmt::format("must be >= 0 (0 = all CPUs), got {}", v));
         const int cpus = default_thread_count();
         if (v > cpus) {
-          std::fprintf(stderr, "moeflow: warning: -t %d: this process may run on %d CPUs; using %d threads\n", v,
-                       cpus, cpus);
+          std::fprintf(
+              stderr,
+              "moeflow: warning: -t %d: this process may run on %d CPUs; using %d threads\n", v,
+              cpus, cpus);
           threads = cpus;
           return;
         }
@@ -78,9 +85,10 @@ inline void add_backend_option(CLI::App& app, BackendKind& backend) {
 
 // -v: phase lines with timestamps on stderr (core/watchdog.h).
 inline void add_phase_lines_flag(CLI::App& app) {
-  app.add_flag_callback("-v,--verbose", [] { set_phase_lines(true); },
-                        "phase lines with timestamps on stderr (loading, prefill, decode); "
-                        "MOEFLOW_WATCHDOG=SECONDS adds every thread's stack when nothing progresses");
+  app.add_flag_callback(
+      "-v,--verbose", [] { set_phase_lines(true); },
+      "phase lines with timestamps on stderr (loading, prefill, decode); "
+      "MOEFLOW_WATCHDOG=SECONDS adds every thread's stack when nothing progresses");
 }
 
 // The model's tokenizer for a command that cannot work on token ids alone; warnings about the
@@ -92,7 +100,8 @@ inline std::unique_ptr<Tokenizer> require_tokenizer(const GgufFile& file, const 
   } catch (const Error& e) {
     fail("{} needs the model's tokenizer: {}", command, e.what());
   }
-  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  if (!tok->warning().empty())
+    std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
   return tok;
 }
 

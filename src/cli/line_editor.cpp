@@ -62,7 +62,8 @@ size_t chars(const std::string& s, size_t from) {
 
 }  // namespace
 
-LineEditor::LineEditor(int in_fd, int out_fd) : in_(in_fd), out_(out_fd), tty_(isatty(in_fd) && isatty(out_fd)) {}
+LineEditor::LineEditor(int in_fd, int out_fd)
+    : in_(in_fd), out_(out_fd), tty_(isatty(in_fd) && isatty(out_fd)) {}
 
 void LineEditor::add_history(const std::string& line) {
   if (line.empty() || (!history_.empty() && history_.back() == line)) return;
@@ -110,7 +111,9 @@ LineEditor::Result LineEditor::read_raw(const std::string& prompt, std::string& 
   RawMode raw(in_);
   std::string text, draft;
   size_t cursor = 0, h = history_.size();
-  auto out = [&](const char* s) { [[maybe_unused]] ssize_t r = ::write(out_, s, std::char_traits<char>::length(s)); };
+  auto out = [&](const char* s) {
+    [[maybe_unused]] ssize_t r = ::write(out_, s, std::char_traits<char>::length(s));
+  };
   auto recall = [&](size_t to) {
     if (h == history_.size()) draft = text;
     h = to;
@@ -155,12 +158,12 @@ LineEditor::Result LineEditor::read_raw(const std::string& prompt, std::string& 
           cursor = p;
         }
         break;
-      case 1: cursor = 0; break;            // Ctrl-A
-      case 5: cursor = text.size(); break;  // Ctrl-E
+      case 1: cursor = 0; break;                        // Ctrl-A
+      case 5: cursor = text.size(); break;              // Ctrl-E
       case 2: cursor = prev_char(text, cursor); break;  // Ctrl-B
       case 6: cursor = next_char(text, cursor); break;  // Ctrl-F
       case 11: text.erase(cursor); break;               // Ctrl-K
-      case 21:                                           // Ctrl-U
+      case 21:                                          // Ctrl-U
         text.erase(0, cursor);
         cursor = 0;
         break;
@@ -173,7 +176,7 @@ LineEditor::Result LineEditor::read_raw(const std::string& prompt, std::string& 
         break;
       }
       case 12: out("\x1b[H\x1b[2J"); break;  // Ctrl-L
-      case 16:                                 // Ctrl-P
+      case 16:                               // Ctrl-P
         if (h > 0) recall(h - 1);
         break;
       case 14:  // Ctrl-N

@@ -21,14 +21,16 @@ namespace moeflow::cli {
 // Names, sizes and ranges are checked when the command line is parsed, and the rules between
 // options (check_offload_options) when parsing ends, so any of them is a usage error (exit 2)
 // before any file is opened, whether or not the model turns out to need offloading.
-inline std::vector<std::string> with(std::vector<std::string> first, const std::vector<std::string>& rest) {
+inline std::vector<std::string> with(std::vector<std::string> first,
+                                     const std::vector<std::string>& rest) {
   first.insert(first.end(), rest.begin(), rest.end());
   return first;
 }
 
 // A byte size ("3GiB", "512MiB", "4096"); with `auto_word`, "auto" leaves it unset.
-inline CLI::Option* add_size_option(CLI::App& app, const std::string& flag, std::optional<uint64_t>& dst,
-                                    const std::string& help, bool auto_word = false) {
+inline CLI::Option* add_size_option(CLI::App& app, const std::string& flag,
+                                    std::optional<uint64_t>& dst, const std::string& help,
+                                    bool auto_word = false) {
   return app
       .add_option_function<std::string>(
           flag,
@@ -48,54 +50,63 @@ inline CLI::Option* add_size_option(CLI::App& app, const std::string& flag, std:
 }
 
 // `backend`: the command's --backend value (nullptr: the command runs on the CPU only).
-inline void add_offload_options(CLI::App& app, OffloadOptions& o, const BackendKind* backend = nullptr) {
-  CLI::Option* expert_cache = add_size_option(app, "--expert-cache", o.expert_cache,
-                 "offload experts: RAM budget for cached experts (e.g. 3GiB), or auto (the "
-                 "default): offload only when the model does not fit the free memory (and the "
-                 "cgroup limit), with the budget that fits", /*auto_word=*/true);
+inline void add_offload_options(CLI::App& app, OffloadOptions& o,
+                                const BackendKind* backend = nullptr) {
+  CLI::Option* expert_cache =
+      add_size_option(app, "--expert-cache", o.expert_cache,
+                      "offload experts: RAM budget for cached experts (e.g. 3GiB), or auto (the "
+                      "default): offload only when the model does not fit the free memory (and the "
+                      "cgroup limit), with the budget that fits",
+                      /*auto_word=*/true);
   app.add_option("--cache-rate", o.cache_rate,
                  "offload experts: budget as a fraction of all expert bytes (e.g. 0.3)")
       ->check(CLI::Range(0.0, 1.0))
       ->excludes(expert_cache);  // also `--expert-cache auto`, which leaves no trace in `o`
-  app.add_flag("--no-offload", o.no_offload,
-               "keep every expert resident (mmap) even when the model does not fit the free memory");
+  app.add_flag(
+      "--no-offload", o.no_offload,
+      "keep every expert resident (mmap) even when the model does not fit the free memory");
   add_size_option(app, "--mem-limit", o.mem_limit,
-                 "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
-                 "has more free");
+                  "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
+                  "has more free");
   add_size_option(app, "--vram-budget", o.vram_budget,
-                 "--backend cuda: a VRAM expert cache of this size (e.g. 16GiB); experts are "
-                 "copied in from RAM or the file on demand and ahead of need");
-  add_size_option(app, "--vram-free", o.vram_free,
-                 "--backend cuda: a VRAM expert cache of whatever leaves this much VRAM free "
-                 "(default: every expert in VRAM when they fit, else a cache leaving 768 MiB + 5%)");
+                  "--backend cuda: a VRAM expert cache of this size (e.g. 16GiB); experts are "
+                  "copied in from RAM or the file on demand and ahead of need");
+  add_size_option(
+      app, "--vram-free", o.vram_free,
+      "--backend cuda: a VRAM expert cache of whatever leaves this much VRAM free "
+      "(default: every expert in VRAM when they fit, else a cache leaving 768 MiB + 5%)");
   add_size_option(app, "--vram-limit", o.vram_limit,
-                 "--backend cuda: plan VRAM as if the device had at most this much (e.g. 16GiB)");
+                  "--backend cuda: plan VRAM as if the device had at most this much (e.g. 16GiB)");
   app.add_option_function<std::string>(
-         "--expert-source", [&o](const std::string& v) { o.expert_source = parse_expert_source(v); },
+         "--expert-source",
+         [&o](const std::string& v) { o.expert_source = parse_expert_source(v); },
          "--backend cuda with a VRAM cache: where experts are copied from: auto (the "
          "default), ram (the mapped file, page-locked), file (O_DIRECT via pinned staging)")
       ->check(CLI::IsMember({"auto", "ram", "file"}));
   app.add_option_function<std::string>(
          "--cpu-experts", [&o](const std::string& v) { o.cpu_experts = v == "auto"; },
-                 "--backend cuda with a VRAM cache: off (the default: a miss waits for its copy) "
-                 "| auto (the CPU computes a miss from RAM when a measured cost model says it "
-                 "finishes before the copy)")
+         "--backend cuda with a VRAM cache: off (the default: a miss waits for its copy) "
+         "| auto (the CPU computes a miss from RAM when a measured cost model says it "
+         "finishes before the copy)")
       ->check(CLI::IsMember({"off", "auto"}));
   app.add_option("--cache-policy", o.policy,
                  "eviction policy: auto (the default: lfu, split per layer when every layer gets "
                  "its top-k slots, else lfu-cycle over one budget), lru, lfu, lfu-cycle, "
                  "moe-infinity, hobbit, static, daop (the last two need --policy-calib)")
       ->check(CLI::IsMember(with({"auto"}, eviction_policy_names())));
-  app.add_option("--policy-calib", o.policy_calib,
-                 "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
-                 "or daop")
+  app.add_option(
+         "--policy-calib", o.policy_calib,
+         "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
+         "or daop")
       ->check(CLI::ExistingFile);
   app.add_flag("--cache-per-layer", o.per_layer, "split the expert budget evenly per layer");
-  app.add_option("--io-threads", o.io_threads,
-                 "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)")
+  app.add_option(
+         "--io-threads", o.io_threads,
+         "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)")
       ->check(CLI::Range(0, 256));
   app.add_option("--prefetch", o.prefetch,
-                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | duoserve | eamc")
+                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | "
+                 "duoserve | eamc")
       ->check(CLI::IsMember(with({"none"}, predictor_names())));
   app.add_option("--predictor-model", o.predictor_model,
                  "trained predictor weights for --prefetch promoe (moeflow train-predictor)");
@@ -126,10 +137,12 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o, const BackendK
       ->option_text("exact|hobbit|hobbit-all|skip|daop");
   app.add_option("--hobbit-t1", o.hobbit_t1,
                  "hobbit: high precision while the weight ranked above is <= T1 (default 0.6)");
-  app.add_option("--hobbit-t2", o.hobbit_t2,
-                 "hobbit: low precision while the weight ranked above is <= T2, else skip (default 0.9)");
-  app.add_option("--low-share", o.low_share,
-                 "hobbit + offload: share of the expert budget for low-precision copies (default 0.1)");
+  app.add_option(
+      "--hobbit-t2", o.hobbit_t2,
+      "hobbit: low precision while the weight ranked above is <= T2, else skip (default 0.9)");
+  app.add_option(
+      "--low-share", o.low_share,
+      "hobbit + offload: share of the expert budget for low-precision copies (default 0.1)");
   app.add_option("--skip-threshold", o.skip_threshold,
                  "skip: drop experts whose normalised gate weight is below this (default 0.1; "
                  "the top-1 expert is always kept)");
@@ -139,13 +152,15 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o, const BackendK
                "layer's input; the next layer uses those outputs for the experts it routes to. "
                "With --backend cuda and a VRAM cache over RAM, also the next layer's predicted "
                "experts not in VRAM, on the CPU, every decode step (DAOP's CPU pre-calculation)");
-  add_size_option(app, "--low-cache", o.low_cache,
-                 "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
+  add_size_option(
+      app, "--low-cache", o.low_cache,
+      "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
   app.add_option("--low-cache-rate", o.low_cache_rate,
                  "hobbit + offload: low-precision part as a fraction of all low-copy bytes");
   // The rules between options, once every flag is read (still before any file is opened).
   app.callback([&o, backend] {
-    if (auto e = check_offload_options(o, backend ? *backend : BackendKind::Cpu)) throw CLI::ValidationError(*e);
+    if (auto e = check_offload_options(o, backend ? *backend : BackendKind::Cpu))
+      throw CLI::ValidationError(*e);
   });
 }
 

@@ -12,7 +12,10 @@
 namespace moeflow::cli {
 
 ProgressBar::ProgressBar(bool enabled, std::vector<uint64_t> steps, double initial_rate)
-    : enabled_(enabled), tty_(isatty(fileno(stderr))), start_(now_seconds()), initial_rate_(initial_rate) {
+    : enabled_(enabled),
+      tty_(isatty(fileno(stderr))),
+      start_(now_seconds()),
+      initial_rate_(initial_rate) {
   uint64_t sum = 0;
   for (uint64_t s : steps) ends_.push_back(sum += s);
   last_report_ = start_;
@@ -41,7 +44,8 @@ void ProgressBar::update(uint64_t done, uint64_t total) {
     const int decile = (int)(10.0 * (double)done / (double)total);
     if (decile > last_decile_) {
       last_decile_ = decile;
-      std::fprintf(stderr, "gen-model: %d%% (%.2f / %.2f GB)\n", decile * 10, done / 1e9, total / 1e9);
+      std::fprintf(stderr, "gen-model: %d%% (%.2f / %.2f GB)\n", decile * 10, done / 1e9,
+                   total / 1e9);
     }
   }
   std::fflush(stderr);
@@ -72,8 +76,10 @@ void ProgressBar::tick() {
 void ProgressBar::draw(uint64_t shown, uint64_t total, double elapsed) {
   const double frac = (double)shown / (double)total;
   const int width = 40, fill = std::min(width, (int)(frac * width));
-  std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.2f / %.2f GB  %.0f s ", std::string((size_t)fill, '#').c_str(),
-               std::string((size_t)(width - fill), ' ').c_str(), 100.0 * frac, shown / 1e9, total / 1e9, elapsed);
+  std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.2f / %.2f GB  %.0f s ",
+               std::string((size_t)fill, '#').c_str(),
+               std::string((size_t)(width - fill), ' ').c_str(), 100.0 * frac, shown / 1e9,
+               total / 1e9, elapsed);
 }
 
 }  // namespace moeflow::cli

@@ -18,8 +18,7 @@ namespace moeflow::cli {
 
 inline std::string read_text_file(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    fail("-f: '{}' is not a readable file", path);
+  if (!std::filesystem::is_regular_file(path, ec)) fail("-f: '{}' is not a readable file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("-f: cannot open '{}'", path);
   std::ostringstream ss;
@@ -43,7 +42,8 @@ inline ScoringTokens tokenize_for_scoring(const GgufFile& file, const std::strin
   } catch (const Error& e) {
     fail("{} needs the model's tokenizer to read text: {}", command, e.what());
   }
-  if (!tok->warning().empty()) std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  if (!tok->warning().empty())
+    std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
   // llama.cpp refuses such vocabularies too: an EOS appended to the text would be scored.
   if (tok->add_eos_token())
     fail("{}: the vocabulary appends EOS to every text (add_eos_token)", command);

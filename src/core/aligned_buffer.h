@@ -29,7 +29,8 @@ class AlignedBuffer {
   void allocate(size_t bytes, size_t alignment = 64) {
     std::free(data_);
     const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    data_ = static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded));
+    data_ =
+        static_cast<uint8_t*>(std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded));
     if (!data_) throw std::bad_alloc();
     size_ = bytes;
   }
@@ -38,9 +39,13 @@ class AlignedBuffer {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   template <typename T>
-  T* as() { return reinterpret_cast<T*>(data_); }
+  T* as() {
+    return reinterpret_cast<T*>(data_);
+  }
   template <typename T>
-  const T* as() const { return reinterpret_cast<const T*>(data_); }
+  const T* as() const {
+    return reinterpret_cast<const T*>(data_);
+  }
 
  private:
   uint8_t* data_ = nullptr;

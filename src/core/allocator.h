@@ -30,7 +30,9 @@ class Buffer {
   MemSpace space() const { return space_; }
   explicit operator bool() const { return data_ != nullptr; }
   template <typename T>
-  T* as() const { return reinterpret_cast<T*>(data_); }
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
   void reset();
 
  private:

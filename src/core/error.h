@@ -18,9 +18,9 @@ template <typename... Args>
   throw Error(fmt::format(f, std::forward<Args>(args)...));
 }
 
-#define MOEFLOW_CHECK(cond, ...)                                     \
-  do {                                                               \
-    if (!(cond)) ::moeflow::fail(__VA_ARGS__);                       \
+#define MOEFLOW_CHECK(cond, ...)               \
+  do {                                         \
+    if (!(cond)) ::moeflow::fail(__VA_ARGS__); \
   } while (0)
 
 }  // namespace moeflow

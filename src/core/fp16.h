@@ -42,7 +42,7 @@ inline uint16_t fp32_to_fp16(float f) {
     return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
   }
   if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // overflow -> inf
-  if (absx < 0x38800000u) {                                  // subnormal or zero in half
+  if (absx < 0x38800000u) {                                   // subnormal or zero in half
     if (absx < 0x33000000u) return (uint16_t)sign;
     const uint32_t e = absx >> 23;
     uint32_t m = (absx & 0x7fffff) | 0x800000;

@@ -45,10 +45,10 @@ enum class GgmlType : uint32_t {
 };
 
 struct TypeTraits {
-  const char* name;     // "Q4_K"
-  int64_t block_size;   // elements per block (1 for plain types)
-  size_t type_size;     // bytes per block
-  bool supported;       // moeflow can dequantize and compute with it
+  const char* name;    // "Q4_K"
+  int64_t block_size;  // elements per block (1 for plain types)
+  size_t type_size;    // bytes per block
+  bool supported;      // moeflow can dequantize and compute with it
 };
 
 // Traits of a known type; throws moeflow::Error for an id that is no ggml type.

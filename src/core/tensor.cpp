@@ -46,7 +46,8 @@ TensorView strided_matrix_view(const void* data, GgmlType type, int64_t cols, in
   return v;
 }
 
-TensorView matrix_view(const void* data, GgmlType type, int64_t cols, int64_t rows, MemSpace space) {
+TensorView matrix_view(const void* data, GgmlType type, int64_t cols, int64_t rows,
+                       MemSpace space) {
   return strided_matrix_view(data, type, cols, rows, row_bytes(type, cols), space);
 }
 

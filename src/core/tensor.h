@@ -46,7 +46,9 @@ struct TensorView {
   // Rows are packed back to back (nb[1] == the bytes of one row of ne[0] elements).
   bool rows_contiguous() const;
   template <typename T>
-  T* as() const { return reinterpret_cast<T*>(data); }
+  T* as() const {
+    return reinterpret_cast<T*>(data);
+  }
 
   // Rows [r0, r0 + n) of a matrix view.
   TensorView slice_rows(int64_t r0, int64_t n) const;

@@ -36,7 +36,9 @@ State& state() {
   return *s;
 }
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // The stack dump: one thread at a time is signalled and writes its own backtrace.
 std::atomic<int> g_dump_done{0};
@@ -68,7 +70,8 @@ void watch(double limit) {
     }
     if (!reported && since(last_move) >= limit) {
       char why[96];
-      std::snprintf(why, sizeof why, "no progress for %.0f s (MOEFLOW_WATCHDOG=%g)", since(last_move), limit);
+      std::snprintf(why, sizeof why, "no progress for %.0f s (MOEFLOW_WATCHDOG=%g)",
+                    since(last_move), limit);
       report_threads(why);
       reported = true;
     }
@@ -87,7 +90,8 @@ void phase(const char* name) {
     at = since(s.t0);
   }
   s.ticks.fetch_add(1, std::memory_order_relaxed);
-  if (s.lines.load(std::memory_order_relaxed)) std::fprintf(stderr, "moeflow: [%8.3f s] %s\n", at, name);
+  if (s.lines.load(std::memory_order_relaxed))
+    std::fprintf(stderr, "moeflow: [%8.3f s] %s\n", at, name);
 }
 
 void progress() { state().ticks.fetch_add(1, std::memory_order_relaxed); }
@@ -115,7 +119,10 @@ void start_watchdog_from_env() {
   char* end = nullptr;
   const double s = std::strtod(e, &end);
   if (end == e || *end != '\0' || !(s > 0)) {
-    std::fprintf(stderr, "moeflow: warning: MOEFLOW_WATCHDOG='%s' is not a positive number of seconds; no watchdog\n", e);
+    std::fprintf(stderr,
+                 "moeflow: warning: MOEFLOW_WATCHDOG='%s' is not a positive number of seconds; no "
+                 "watchdog\n",
+                 e);
     return;
   }
   start_watchdog(s);
@@ -131,7 +138,9 @@ void report_threads(const char* why) {
     in_phase = since(s.phase_start);
     total = since(s.t0);
   }
-  std::fprintf(stderr, "moeflow: watchdog: %s; phase '%s' for %.1f s (%.1f s since start); stacks of every thread:\n",
+  std::fprintf(stderr,
+               "moeflow: watchdog: %s; phase '%s' for %.1f s (%.1f s since start); stacks of every "
+               "thread:\n",
                why, ph.c_str(), in_phase, total);
   std::fflush(stderr);
   const pid_t pid = getpid();

@@ -4,8 +4,9 @@
 //   phase("...")      names the coarse step the process is in (opening the model, uploading
 //                      weights, prefill, decode); with phase lines on (`-v`) each new phase is
 //                      printed on stderr with the seconds since the start;
-//   progress()         counts fine-grained progress inside it (a layer, a token): cheap, any thread;
-//   MOEFLOW_WATCHDOG=S starts a thread that, when progress() has not moved for S seconds, prints
+//   progress()         counts fine-grained progress inside it (a layer, a token): cheap, any
+//   thread; MOEFLOW_WATCHDOG=S starts a thread that, when progress() has not moved for S seconds,
+//   prints
 //                      the phase, how long it has lasted and the stack of every thread of the
 //                      process on stderr, once per stall (again after progress resumes and stops).
 #include <cstdint>

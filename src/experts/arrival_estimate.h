@@ -38,18 +38,18 @@ class ArrivalEstimate {
   // than kMinShare done when that layer runs.
   bool in_time(int target, uint64_t bytes) const;
 
-  double layer_seconds() const { return layer_s_; }     // 0 until measured
-  double free_share() const { return free_; }           // 1 until measured
-  double copy_seconds(uint64_t bytes) const;            // 0 until measured
+  double layer_seconds() const { return layer_s_; }  // 0 until measured
+  double free_share() const { return free_; }        // 1 until measured
+  double copy_seconds(uint64_t bytes) const;         // 0 until measured
 
  private:
   int n_layers_;
   int parallel_;         // I/O threads one expert's chunks spread over (one chunk per projection)
   int last_layer_ = -1;  // in this step
   double last_t_ = 0, last_busy_ = 0;
-  double layer_s_ = 0;   // running mean of one layer's time
-  double byte_s_ = 0;    // running mean of one I/O thread's seconds per byte
-  double free_ = 1;      // running mean of the share of a layer's time without demand reads
+  double layer_s_ = 0;  // running mean of one layer's time
+  double byte_s_ = 0;   // running mean of one I/O thread's seconds per byte
+  double free_ = 1;     // running mean of the share of a layer's time without demand reads
 };
 
 }  // namespace moeflow

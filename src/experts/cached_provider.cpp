@@ -37,11 +37,9 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
                                            std::unique_ptr<EvictionPolicy> policy,
                                            const OffloadConfig& cfg,
                                            std::unique_ptr<EvictionPolicy> low_policy)
-    : store_(std::move(store)),
-      cfg_(cfg),
-      arrival_(store_->n_layers(), cfg.io_threads) {
-  high_.cache = std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High),
-                                              std::move(policy));
+    : store_(std::move(store)), cfg_(cfg), arrival_(store_->n_layers(), cfg.io_threads) {
+  high_.cache =
+      std::make_unique<ExpertCache>(cache_config(*store_, cfg, Precision::High), std::move(policy));
   high_.cache->set_event_log(cfg.event_log);
   high_.request_class.resize(high_.cache->n_slots());
   if (cfg.low_budget_bytes > 0) {
@@ -99,8 +97,9 @@ CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) {
 const CachedExpertProvider::Tier& CachedExpertProvider::tier(Precision p) const {
   if (p == Precision::High) return high_;
   if (!low_)
-    fail("expert cache: a low-precision expert was asked for, but no low-precision cache is set "
-         "up (--mode hobbit on a file packed with `moeflow pack --low TYPE`)");
+    fail(
+        "expert cache: a low-precision expert was asked for, but no low-precision cache is set "
+        "up (--mode hobbit on a file packed with `moeflow pack --low TYPE`)");
   return *low_;
 }
 
@@ -310,19 +309,15 @@ void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
 // on that setting; only the read waits for acquire().
 void CachedExpertProvider::route_miss(Tier& T, int layer, int e, uint64_t t) {
   Binding b;
-  const bool pipelined = cfg_.prefill_slots > 0 && T.prec == Precision::High &&
-                         step_tokens_ > 1 && T.cache->full(layer);
+  const bool pipelined = cfg_.prefill_slots > 0 && T.prec == Precision::High && step_tokens_ > 1 &&
+                         T.cache->full(layer);
   switch (pipelined ? T.cache->route_stream(layer, e, b) : T.cache->route_miss(layer, e, t, b)) {
-    case ExpertCache::Routed::Streamed:
-      ++ls(layer).streamed;
-      [[fallthrough]];
+    case ExpertCache::Routed::Streamed: ++ls(layer).streamed; [[fallthrough]];
     case ExpertCache::Routed::Loaded:
       T.cache->slot(b.slot).wanted = true;
       start_miss(T, b, cfg_.early_preemption);
       break;
-    case ExpertCache::Routed::Deferred:
-      deferred_.push_back({T.prec, layer, e, false});
-      break;
+    case ExpertCache::Routed::Deferred: deferred_.push_back({T.prec, layer, e, false}); break;
     case ExpertCache::Routed::DeferredStream:
       deferred_.push_back({T.prec, layer, e, true, pipelined});
       break;
@@ -363,12 +358,9 @@ Residency CachedExpertProvider::residency(int layer, int expert, Precision p) co
   const int s = T.cache->find(layer, expert);
   if (s < 0) return Residency::NotStarted;
   switch (T.cache->slot(s).state) {
-    case SlotState::Ready:
-      return Residency::Resident;
-    case SlotState::Loading:
-      return Residency::InFlight;
-    default:
-      return Residency::NotStarted;
+    case SlotState::Ready: return Residency::Resident;
+    case SlotState::Loading: return Residency::InFlight;
+    default: return Residency::NotStarted;
   }
 }
 
@@ -434,15 +426,17 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
       if (cache.all_pinned(layer, stream)) {
         const bool low = p == Precision::Low;
         if (stream)
-          fail("{}: all {} transient slots (for the misses policy '{}' does not cache) are acquired "
-               "and not released",
-               low ? "low-precision expert cache" : "expert cache", cache.n_transient(),
-               cache.policy().name());
-        fail("{}: all {} slots are acquired and not released; the budget ({} bytes) is too small "
-             "for the experts layer {} holds at once (raise {})",
-             low ? "low-precision expert cache" : "expert cache", cache.n_slots(),
-             low ? cfg_.low_budget_bytes : cfg_.budget_bytes, layer,
-             low ? "--low-cache" : "--expert-cache");
+          fail(
+              "{}: all {} transient slots (for the misses policy '{}' does not cache) are acquired "
+              "and not released",
+              low ? "low-precision expert cache" : "expert cache", cache.n_transient(),
+              cache.policy().name());
+        fail(
+            "{}: all {} slots are acquired and not released; the budget ({} bytes) is too small "
+            "for the experts layer {} holds at once (raise {})",
+            low ? "low-precision expert cache" : "expert cache", cache.n_slots(),
+            low ? cfg_.low_budget_bytes : cfg_.budget_bytes, layer,
+            low ? "--low-cache" : "--expert-cache");
       }
       // Every candidate is loading or held: one will become free.
       waited = true;
@@ -481,9 +475,9 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
     const ChunkLoc& c = store_->chunk(layer, expert, proj, p);
     if (c.nbytes == 0) continue;
-    v.proj[proj] = matrix_view(base + store_->slot_region(layer, expert, proj, p) + c.inner_offset,
-                               slices[proj].type, slices[proj].cols, slices[proj].rows,
-                               cache.space());
+    v.proj[proj] =
+        matrix_view(base + store_->slot_region(layer, expert, proj, p) + c.inner_offset,
+                    slices[proj].type, slices[proj].cols, slices[proj].rows, cache.space());
   }
   return v;
 }

@@ -43,14 +43,14 @@
 #include "experts/arrival_estimate.h"
 #include "experts/chunk_transfer.h"
 #include "experts/expert_cache.h"
+#include "experts/expert_store.h"
 #include "experts/expert_view_table.h"
 #include "experts/hybrid_rule.h"
-#include "experts/prefetch_gate.h"
-#include "model/moe/expert_provider.h"
-#include "experts/expert_store.h"
 #include "experts/offload_stats.h"
+#include "experts/prefetch_gate.h"
 #include "experts/prefetcher.h"
 #include "experts/slot_loader.h"
+#include "model/moe/expert_provider.h"
 #include "policy/resident_set.h"
 
 namespace moeflow {
@@ -157,7 +157,7 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   struct Deferred {
     Precision prec;
     int layer, expert;
-    bool stream;            // the policy declined it, or the prefill pipeline streams it
+    bool stream;             // the policy declined it, or the prefill pipeline streams it
     bool pipelined = false;  // the prefill pipeline's: started as soon as a stream slot frees
     bool started = false;
   };
@@ -178,7 +178,7 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   bool may_pause(int tier, int slot) override;
   void on_read(const Read& r) override;
 
-  Tier& tier(Precision p);              // throws when the low tier is absent
+  Tier& tier(Precision p);  // throws when the low tier is absent
   const Tier& tier(Precision p) const;
   Tier& tier_at(int id) { return id ? *low_ : high_; }
   // The loader's name for a tier.
@@ -191,12 +191,12 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   // Forgets the slot's I/O state and request class (a fresh binding, or a slot given back),
   // under mu_.
   void reset_slot(Tier& T, int s);
-  void note_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
-  bool take_prefetch_victim(Tier& T, const ExpertKey& k);       // under mu_
-  bool cancel_low(Tier& T, int s);                              // under mu_
-  void classify(Tier& T, int s, RequestClass cls);              // under mu_
-  void note_eviction(const ExpertKey& k, bool unused);          // under mu_
-  void free_failed(Tier& T, int s);                             // under mu_
+  void note_prefetch_victim(Tier& T, const ExpertKey& k);  // under mu_
+  bool take_prefetch_victim(Tier& T, const ExpertKey& k);  // under mu_
+  bool cancel_low(Tier& T, int s);                         // under mu_
+  void classify(Tier& T, int s, RequestClass cls);         // under mu_
+  void note_eviction(const ExpertKey& k, bool unused);     // under mu_
+  void free_failed(Tier& T, int s);                        // under mu_
   void route_locked(int layer, std::span<const int> experts,
                     std::span<const Precision> precisions);  // under mu_
   void route_policies(int layer, std::span<const int> experts,
@@ -207,10 +207,10 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   // A routed miss bound to b.slot: fresh I/O state, counted as a miss, read at HIGH (now, or
   // at its acquire when !issue_now), under mu_.
   void start_miss(Tier& T, const Binding& b, bool issue_now);
-  void load_placements(Tier& T, std::span<const int> slots);               // under mu_
-  void prefill_done();                                                     // under mu_
+  void load_placements(Tier& T, std::span<const int> slots);  // under mu_
+  void prefill_done();                                        // under mu_
   uint64_t now(int layer) const { return logical_time(tokens_, layer, store_->n_layers()); }
-  void free_transient_if_done(Tier& T, int s);                            // under mu_
+  void free_transient_if_done(Tier& T, int s);  // under mu_
   // Unpins the retired slots once the backend is done with them (see above), under mu_.
   void settle_retired();
   // The prefill pipeline: starts the route's waiting streamed misses, in order, into the
@@ -243,10 +243,10 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   std::condition_variable cv_;
   Tier high_;
   std::unique_ptr<Tier> low_;
-  std::vector<Precision> all_high_;     // scratch: on_route's precisions
-  std::vector<uint8_t> route_prec_;     // scratch: precisions handed to the policies
-  std::vector<float> route_w_;          // scratch: gate weights handed to the policies
-  std::vector<Deferred> deferred_;      // the current route's misses without a slot
+  std::vector<Precision> all_high_;  // scratch: on_route's precisions
+  std::vector<uint8_t> route_prec_;  // scratch: precisions handed to the policies
+  std::vector<float> route_w_;       // scratch: gate weights handed to the policies
+  std::vector<Deferred> deferred_;   // the current route's misses without a slot
   // Device slots: waits for the backend's queue (set by attach_backend), and the slots released
   // since it last did, still pinned.
   std::function<void()> device_sync_;
@@ -260,8 +260,8 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   std::unordered_map<uint64_t, int> host_leases_;
   // Logical time: tokens_ is the global index of the current step's first token.
   uint64_t tokens_ = 0;
-  int step_tokens_ = 0;                 // tokens of the current step (0: not known yet)
-  int route_layer_ = 0;                 // the layer routed last (prefetches are issued after it)
+  int step_tokens_ = 0;  // tokens of the current step (0: not known yet)
+  int route_layer_ = 0;  // the layer routed last (prefetches are issued after it)
   // The current step's per-token choice of the layer being routed (one-token steps only).
   int tok_layer_ = -1;
   std::vector<int32_t> tok_experts_;

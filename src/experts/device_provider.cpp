@@ -28,9 +28,10 @@ struct Piece {
 DeviceExpertProvider::DeviceExpertProvider(const GgufFile& file, Backend& backend)
     : space_(backend.space()) {
   if (backend.space() == MemSpace::Host)
-    fail("DeviceExpertProvider: the {} backend keeps weights in host memory; use the resident "
-         "provider",
-         backend.name());
+    fail(
+        "DeviceExpertProvider: the {} backend keeps weights in host memory; use the resident "
+        "provider",
+        backend.name());
   ResidentExpertProvider host(file);
   table_.has_low = host.has_low_precision();
   const int n_layers = (int)host.index().layers.size();

@@ -15,8 +15,7 @@ constexpr uint64_t kPage = 4096;
 
 DeviceChunkTransfer::DeviceChunkTransfer(DeviceLink& link,
                                          std::vector<std::span<const uint8_t>> maps,
-                                         const ExpertStore& store,
-                                         const DeviceTransferOptions& opt)
+                                         const ExpertStore& store, const DeviceTransferOptions& opt)
     : link_(link), maps_(std::move(maps)), opt_(opt) {
   MOEFLOW_CHECK(opt_.staging_bytes >= kPage && opt_.staging_bytes % kPage == 0,
                 "device transfer: staging buffers must be a positive multiple of 4 KiB (got {})",
@@ -40,8 +39,10 @@ void DeviceChunkTransfer::pin_experts(const ExpertStore& store) {
         for (int k = 0; k < kNumExpertProj; ++k) {
           const ChunkLoc& c = store.chunk(l, e, k, p);
           if (c.nbytes == 0) continue;
-          MOEFLOW_CHECK(c.split < maps_.size(), "device transfer: expert {} of layer {} is in "
-                        "split {}, but only {} mapping(s) were given", e, l, c.split, maps_.size());
+          MOEFLOW_CHECK(c.split < maps_.size(),
+                        "device transfer: expert {} of layer {} is in "
+                        "split {}, but only {} mapping(s) were given",
+                        e, l, c.split, maps_.size());
           const uint64_t a = c.aligned_offset + c.inner_offset;
           lo[c.split] = std::min(lo[c.split], a);
           hi[c.split] = std::max(hi[c.split], a + c.nbytes);
@@ -101,7 +102,8 @@ void DeviceChunkTransfer::land(Lane& l) {
 }
 
 template <typename Fill>
-void DeviceChunkTransfer::copy_staged(Lane& l, uint8_t* slot, uint64_t lo, uint64_t hi, Fill&& fill) {
+void DeviceChunkTransfer::copy_staged(Lane& l, uint8_t* slot, uint64_t lo, uint64_t hi,
+                                      Fill&& fill) {
   int b = 0;
   for (uint64_t off = lo; off < hi; off += opt_.staging_bytes, b ^= 1) {
     const uint64_t n = std::min(opt_.staging_bytes, hi - off);
@@ -145,8 +147,7 @@ void DeviceChunkTransfer::copy(const ExpertStore& store, const ChunkPart& p, uin
     // another worker reuses it (the error being reported is the first one).
     try {
       land(lane);
-    } catch (...) {
-    }
+    } catch (...) {}
     give_lane(lane);
     throw;
   }

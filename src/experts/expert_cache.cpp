@@ -19,9 +19,8 @@ ExpertCache::ExpertCache(const CacheConfig& cfg, std::unique_ptr<EvictionPolicy>
   // A policy that declines misses streams them through slots of their own, so that serving
   // one never costs a resident its place.
   n_transient_ = std::max(policy_->admits_everything() ? 0 : cfg_.top_k, cfg_.stream_slots);
-  const uint64_t per_part = n_total > static_cast<uint64_t>(n_transient_)
-                                ? (n_total - n_transient_) / n_parts
-                                : 0;
+  const uint64_t per_part =
+      n_total > static_cast<uint64_t>(n_transient_) ? (n_total - n_transient_) / n_parts : 0;
   const uint64_t mib = 1 << 20;
   if (per_part < static_cast<uint64_t>(cfg_.top_k)) {
     const std::string streams =
@@ -30,15 +29,16 @@ ExpertCache::ExpertCache(const CacheConfig& cfg, std::unique_ptr<EvictionPolicy>
             ? fmt::format(" after {} slot(s) for the prefill pipeline", n_transient_)
             : fmt::format(" after {} transient slot(s) for the misses policy '{}' streams",
                           n_transient_, policy_->name());
-    fail("{} budget {:.2f} MiB holds {} expert slot(s) of {:.2f} MiB{}{}, fewer than "
-         "one layer's top-k ({}); need at least {:.2f} MiB: raise {}",
-         cfg_.what, double(cfg_.budget_bytes) / mib, per_part, double(cfg_.slot_bytes) / mib,
-         cfg_.per_layer ? " per layer" : "", streams, cfg_.top_k,
-         double(cfg_.slot_bytes) * (cfg_.top_k * n_parts + n_transient_) / mib, cfg_.raise_with);
+    fail(
+        "{} budget {:.2f} MiB holds {} expert slot(s) of {:.2f} MiB{}{}, fewer than "
+        "one layer's top-k ({}); need at least {:.2f} MiB: raise {}",
+        cfg_.what, double(cfg_.budget_bytes) / mib, per_part, double(cfg_.slot_bytes) / mib,
+        cfg_.per_layer ? " per layer" : "", streams, cfg_.top_k,
+        double(cfg_.slot_bytes) * (cfg_.top_k * n_parts + n_transient_) / mib, cfg_.raise_with);
   }
   // More places than experts would never be used.
-  const uint64_t per_part_cap = static_cast<uint64_t>(cfg_.max_experts) *
-                                (cfg_.per_layer ? 1 : cfg_.moe_layers.size());
+  const uint64_t per_part_cap =
+      static_cast<uint64_t>(cfg_.max_experts) * (cfg_.per_layer ? 1 : cfg_.moe_layers.size());
   const int capacity = static_cast<int>(std::min(per_part, per_part_cap));
   const uint64_t n_places = static_cast<uint64_t>(capacity) * n_parts;
   const uint64_t n_slots = n_places + n_transient_;
@@ -106,9 +106,10 @@ int ExpertCache::bind(ExpertKey k, ExpertKey evicted, Binding& b) {
 }
 
 int ExpertCache::bind_transient(ExpertKey k) {
-  MOEFLOW_CHECK(n_transient_ > 0,
-                "eviction policy '{}' declined a miss but says it admits everything (admits_everything())",
-                policy_->name());
+  MOEFLOW_CHECK(
+      n_transient_ > 0,
+      "eviction policy '{}' declined a miss but says it admits everything (admits_everything())",
+      policy_->name());
   if (free_transient_.empty()) return -1;
   const int s = free_transient_.back();
   free_transient_.pop_back();
@@ -123,15 +124,13 @@ ExpertCache::Routed ExpertCache::route_miss(int layer, int expert, uint64_t t, B
   b = Binding{};
   ExpertKey ev;
   const ExpertKey k{layer, expert};
-  switch (core_->route_miss(k, t, [&](ExpertKey c) { return evictable(c, false); }, ev)) {
-    case ResidentSet::Miss::Load:
-      bind(k, ev, b);
-      return Routed::Loaded;
+  switch (core_->route_miss(
+      k, t, [&](ExpertKey c) { return evictable(c, false); }, ev)) {
+    case ResidentSet::Miss::Load: bind(k, ev, b); return Routed::Loaded;
     case ResidentSet::Miss::Stream:
       b.slot = bind_transient(k);
       return b.slot >= 0 ? Routed::Streamed : Routed::DeferredStream;
-    case ResidentSet::Miss::Defer:
-      break;
+    case ResidentSet::Miss::Defer: break;
   }
   return Routed::Deferred;
 }
@@ -157,7 +156,8 @@ bool ExpertCache::serve_miss(int layer, int expert, uint64_t t, bool stream, Bin
   // routes experts it does not use must not block the others).
   for (const bool allow_wanted : {false, true}) {
     ExpertKey ev;
-    if (core_->serve_deferred(k, t, [&](ExpertKey c) { return evictable(c, allow_wanted); }, ev)) {
+    if (core_->serve_deferred(
+            k, t, [&](ExpertKey c) { return evictable(c, allow_wanted); }, ev)) {
       bind(k, ev, b);
       return true;
     }
@@ -169,7 +169,9 @@ bool ExpertCache::bind_speculative(int layer, int expert, uint64_t t, Binding& b
   b = Binding{};
   const ExpertKey k{layer, expert};
   ExpertKey ev;
-  if (!core_->make_room(layer, t, [&](ExpertKey c) { return evictable(c, false); }, ev)) return false;
+  if (!core_->make_room(
+          layer, t, [&](ExpertKey c) { return evictable(c, false); }, ev))
+    return false;
   core_->insert(k, t);
   bind(k, ev, b);
   return true;
@@ -218,7 +220,8 @@ bool ExpertCache::all_pinned(int layer, bool stream) const {
     return true;
   }
   if (!core_->full(layer)) return false;
-  return !core_->any_resident(layer, [&](ExpertKey k) { return slots_[find(k.layer, k.expert)].pins == 0; });
+  return !core_->any_resident(
+      layer, [&](ExpertKey k) { return slots_[find(k.layer, k.expert)].pins == 0; });
 }
 
 }  // namespace moeflow

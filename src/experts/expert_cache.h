@@ -132,8 +132,8 @@ class ExpertCache {
   Buffer arena_;
   std::vector<Slot> slots_;
   int n_transient_ = 0;
-  std::vector<int> free_;            // slots for places
-  std::vector<int> free_transient_;  // transient slots
+  std::vector<int> free_;              // slots for places
+  std::vector<int> free_transient_;    // transient slots
   std::vector<std::vector<int>> map_;  // [layer][expert] -> slot or -1
 };
 

@@ -109,9 +109,10 @@ void ExpertStore::build_tier(Tier& t, const char* what) {
 
 const ExpertStore::Tier& ExpertStore::tier(Precision p) const {
   if (p == Precision::Low && !has_low_)
-    fail("{}: the model has no low-precision expert copies (pack it with `moeflow pack --low "
-         "TYPE`)",
-         paths_[0]);
+    fail(
+        "{}: the model has no low-precision expert copies (pack it with `moeflow pack --low "
+        "TYPE`)",
+        paths_[0]);
   return tiers_[p == Precision::Low ? 1 : 0];
 }
 
@@ -212,7 +213,8 @@ void ExpertStore::read_range(int layer, int expert, int proj, uint8_t* out, uint
   uint64_t done = begin;
   int64_t result = 0;
   while (done < end) {
-    const ssize_t r = ::pread(fd, out + (done - begin), end - done, static_cast<off_t>(c.aligned_offset + done));
+    const ssize_t r =
+        ::pread(fd, out + (done - begin), end - done, static_cast<off_t>(c.aligned_offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
       result = -errno;
@@ -236,10 +238,11 @@ void ExpertStore::read_range(int layer, int expert, int proj, uint8_t* out, uint
   const uint64_t covered = begin + static_cast<uint64_t>(result);
   const uint64_t needed = std::min(end, c.inner_offset + c.nbytes);
   if (covered < needed) {
-    fail("{}: short read for expert {}{} of layer {} ({}): got {} of {} bytes at offset {} "
-         "(file truncated?)",
-         paths_[c.split], expert, prec, layer, proj_name(proj), covered, c.inner_offset + c.nbytes,
-         c.aligned_offset);
+    fail(
+        "{}: short read for expert {}{} of layer {} ({}): got {} of {} bytes at offset {} "
+        "(file truncated?)",
+        paths_[c.split], expert, prec, layer, proj_name(proj), covered, c.inner_offset + c.nbytes,
+        c.aligned_offset);
   }
 }
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "model/moe/expert_provider.h"
 #include "gguf/expert_index.h"
+#include "model/moe/expert_provider.h"
 
 namespace moeflow {
 

@@ -17,9 +17,10 @@ struct ExpertViewTable {
   // outside the table.
   const ExpertView& at(int layer, int expert, Precision p) const {
     if (p == Precision::Low && !has_low)
-      fail("expert {} of layer {} was asked for in low precision, but the model has no "
-           "low-precision copies (pack it with `moeflow pack --low TYPE`)",
-           expert, layer);
+      fail(
+          "expert {} of layer {} was asked for in low precision, but the model has no "
+          "low-precision copies (pack it with `moeflow pack --low TYPE`)",
+          expert, layer);
     const auto& vs = views[p == Precision::Low ? 1 : 0];
     if (layer < 0 || layer >= (int)vs.size() || expert < 0 || expert >= (int)vs[layer].size())
       fail("no expert {} in layer {}", expert, layer);

@@ -62,7 +62,7 @@ class PrefetchGate {
   Config c_;
   double accuracy_ = 1.0;  // optimistic until prefetches resolve
   double busy_ = 0.0;
-  double net_ = 1.0;       // optimistic, as accuracy_
+  double net_ = 1.0;  // optimistic, as accuracy_
   unsigned held_ = 0;
 };
 

@@ -18,8 +18,8 @@ bool low_less(const ChunkTask& a, const ChunkTask& b) {
 
 Prefetcher::Prefetcher(ChunkSink& sink, int n_threads, bool low_when_idle)
     : sink_(sink), low_when_idle_(low_when_idle) {
-  MOEFLOW_CHECK(n_threads >= 1 && n_threads <= 64,
-                "--io-threads must be between 1 and 64 (got {})", n_threads);
+  MOEFLOW_CHECK(n_threads >= 1 && n_threads <= 64, "--io-threads must be between 1 and 64 (got {})",
+                n_threads);
   threads_.reserve(n_threads);
   for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { worker(); });
 }

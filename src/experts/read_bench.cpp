@@ -37,8 +37,10 @@ class Offsets {
   Offsets(const ReadBenchConfig& c, uint64_t size, uint64_t seed) : rng_(seed) {
     align_ = std::max<uint64_t>(kAlign, std::min<uint64_t>(size, 64 << 10));
     begin_ = (c.region_begin + align_ - 1) / align_ * align_;
-    MOEFLOW_CHECK(c.region_end > begin_ + size, "{}: the region to measure ({} bytes) is smaller "
-                  "than one {}-byte request", c.path, c.region_end - c.region_begin, size);
+    MOEFLOW_CHECK(c.region_end > begin_ + size,
+                  "{}: the region to measure ({} bytes) is smaller "
+                  "than one {}-byte request",
+                  c.path, c.region_end - c.region_begin, size);
     n_ = (c.region_end - size - begin_) / align_ + 1;
   }
   uint64_t next() { return begin_ + rng_() % n_ * align_; }
@@ -147,11 +149,13 @@ std::vector<ReadBenchPoint> run_read_bench(const ReadBenchConfig& c) {
   Fd f;
   f.fd = ::open(c.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (f.fd < 0)
-    fail("{}: cannot open with O_DIRECT ({}): the read bandwidth measured through the page cache "
-         "would not be the device's",
-         c.path, std::strerror(errno));
+    fail(
+        "{}: cannot open with O_DIRECT ({}): the read bandwidth measured through the page cache "
+        "would not be the device's",
+        c.path, std::strerror(errno));
   for (uint64_t s : c.sizes)
-    MOEFLOW_CHECK(s > 0 && s % kAlign == 0, "request size {} is not a positive multiple of 4 KiB", s);
+    MOEFLOW_CHECK(s > 0 && s % kAlign == 0, "request size {} is not a positive multiple of 4 KiB",
+                  s);
   for (int d : c.depths) MOEFLOW_CHECK(d >= 1 && d <= 256, "queue depth {} is not in 1..256", d);
   std::vector<ReadBenchPoint> out;
   for (const std::string& e : c.engines) {

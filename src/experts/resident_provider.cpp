@@ -8,8 +8,9 @@
 
 namespace moeflow {
 
-std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
-    const GgufFile& file, const ExpertIndex& index, const std::string& suffix) {
+std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(const GgufFile& file,
+                                                                        const ExpertIndex& index,
+                                                                        const std::string& suffix) {
   std::vector<std::vector<ExpertView>> views(index.layers.size());
   for (size_t li = 0; li < index.layers.size(); ++li) {
     const ExpertLayerIndex& L = index.layers[li];
@@ -36,7 +37,8 @@ std::vector<std::vector<ExpertView>> ResidentExpertProvider::make_views(
             s.file_offset + s.nbytes > t.file_offset + t.nbytes)
           fail("{}: expert {} of layer {} lies outside tensor '{}'", file.path(), e, layer, t.name);
         ExpertView& v = vs[e];
-        v.proj[p] = matrix_view(file.data(t) + (s.file_offset - t.file_offset), s.type, s.cols, s.rows);
+        v.proj[p] =
+            matrix_view(file.data(t) + (s.file_offset - t.file_offset), s.type, s.cols, s.rows);
       }
     }
   }
@@ -60,9 +62,10 @@ ResidentExpertProvider::ResidentExpertProvider(const GgufFile& file)
         const ExpertSlice& a = index_.layers[l].slices[e][p];
         const ExpertSlice& b = low.layers[l].slices[e][p];
         if (a.rows != b.rows || a.cols != b.cols)
-          fail("{}: layer {}: the low-precision copy of expert {} has shape {}x{}, the expert "
-               "{}x{}",
-               file.path(), l, e, b.rows, b.cols, a.rows, a.cols);
+          fail(
+              "{}: layer {}: the low-precision copy of expert {} has shape {}x{}, the expert "
+              "{}x{}",
+              file.path(), l, e, b.rows, b.cols, a.rows, a.cols);
       }
   }
   table_.views[1] = make_views(file, low, "low");

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "experts/expert_view_table.h"
-#include "model/moe/expert_provider.h"
 #include "gguf/expert_index.h"
+#include "model/moe/expert_provider.h"
 
 namespace moeflow {
 

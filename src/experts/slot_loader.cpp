@@ -19,8 +19,8 @@ SlotLoader::SlotLoader(const ExpertStore& store, std::shared_ptr<ChunkTransfer> 
       hooks_(hooks) {
   for (int t = 0; t < 2; ++t)
     if (cache_[t]) io_[t].resize(cache_[t]->n_slots());
-  prefetcher_ = std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), io_threads,
-                                             low_when_idle);
+  prefetcher_ =
+      std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), io_threads, low_when_idle);
 }
 
 SlotLoader::~SlotLoader() {

@@ -66,10 +66,9 @@ class SlotLoader final : private ChunkSink {
  public:
   // Tier 0 is `high`'s slots, tier 1 `low`'s (null: no low-precision tier); `hooks` and the
   // caches must outlive the loader.
-  SlotLoader(const ExpertStore& store, std::shared_ptr<ChunkTransfer> transfer,
-             ExpertCache* high, ExpertCache* low, int io_threads, bool low_when_idle,
-             uint64_t low_part_bytes, std::mutex& mu, std::condition_variable& cv,
-             SlotLoaderHooks& hooks);
+  SlotLoader(const ExpertStore& store, std::shared_ptr<ChunkTransfer> transfer, ExpertCache* high,
+             ExpertCache* low, int io_threads, bool low_when_idle, uint64_t low_part_bytes,
+             std::mutex& mu, std::condition_variable& cv, SlotLoaderHooks& hooks);
   // Stops the workers first: they call the hooks and re-queue paused reads.
   ~SlotLoader();
   SlotLoader(const SlotLoader&) = delete;
@@ -115,7 +114,7 @@ class SlotLoader final : private ChunkSink {
     ChunkState state[kNumExpertProj] = {ChunkState::None, ChunkState::None, ChunkState::None};
     Priority prio[kNumExpertProj] = {Priority::High, Priority::High, Priority::High};
     uint64_t done[kNumExpertProj] = {0, 0, 0};  // bytes of a paused chunk already read
-    int pending = 0;                             // chunks queued or reading
+    int pending = 0;                            // chunks queued or reading
     bool unissued = false;
     std::string error;
   };
@@ -138,7 +137,7 @@ class SlotLoader final : private ChunkSink {
   SlotLoaderHooks& hooks_;
   std::vector<SlotIo> io_[2];  // per tier, per slot
   uint64_t next_ticket_ = 0;
-  int in_flight_ = 0;  // chunks queued or reading
+  int in_flight_ = 0;                       // chunks queued or reading
   std::unique_ptr<Prefetcher> prefetcher_;  // last: its workers stop before the rest dies
 };
 

@@ -36,13 +36,13 @@ ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& l
   const GgufTensorInfo* gate = lt.t[fused ? kFused : int(ExpertProj::Gate)];
   const GgufTensorInfo* up = lt.t[int(ExpertProj::Up)];
   if (fused && (lt.t[int(ExpertProj::Gate)] || up))
-    fail("{}: layer {} has both a fused ffn_gate_up_exps and separate gate/up expert tensors",
-         path, layer);
+    fail("{}: layer {} has both a fused ffn_gate_up_exps and separate gate/up expert tensors", path,
+         layer);
   for (int s : {int(ExpertProj::Gate), int(ExpertProj::Up), int(ExpertProj::Down)}) {
     if (fused && s != int(ExpertProj::Down)) continue;
     if (!lt.t[s])
-      fail("{}: layer {} has expert tensors but no blk.{}.{}.{}", path, layer, layer,
-           slot_name(s), suffix);
+      fail("{}: layer {} has expert tensors but no blk.{}.{}.{}", path, layer, layer, slot_name(s),
+           suffix);
   }
 
   const int64_t n_expert = down->dims[2];
@@ -57,8 +57,8 @@ ExpertLayerIndex index_layer(const GgufFile& f, int layer, const LayerTensors& l
   const int64_t n_ff = down->dims[0];
   const int64_t n_embd = down->dims[1];
   if (gate->dims[0] != n_embd || gate->dims[1] != (fused ? 2 * n_ff : n_ff))
-    fail("{}: layer {}: '{}' has shape [{}, {}] but '{}' implies [{}, {}]", path, layer,
-         gate->name, gate->dims[0], gate->dims[1], down->name, n_embd, fused ? 2 * n_ff : n_ff);
+    fail("{}: layer {}: '{}' has shape [{}, {}] but '{}' implies [{}, {}]", path, layer, gate->name,
+         gate->dims[0], gate->dims[1], down->name, n_embd, fused ? 2 * n_ff : n_ff);
   if (!fused && (up->dims[0] != gate->dims[0] || up->dims[1] != gate->dims[1]))
     fail("{}: layer {}: '{}' and '{}' have different shapes", path, layer, gate->name, up->name);
 
@@ -125,7 +125,8 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
   }
 
   if (max_layer >= kMaxLayers)
-    fail("{}: a tensor of layer {} (a model has at most {} layers)", f.path(), max_layer, kMaxLayers);
+    fail("{}: a tensor of layer {} (a model has at most {} layers)", f.path(), max_layer,
+         kMaxLayers);
   int64_t n_layers = max_layer + 1;
   if (const GgufValue* arch = f.find("general.architecture");
       arch && arch->type == GgufType::STRING) {
@@ -133,14 +134,16 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
     if (f.has(key)) {
       n_layers = f.get_int(key);
       if (n_layers < 0 || n_layers > kMaxLayers)
-        fail("{}: metadata key '{}' = {} is out of range 0..{}", f.path(), key, n_layers, kMaxLayers);
+        fail("{}: metadata key '{}' = {} is out of range 0..{}", f.path(), key, n_layers,
+             kMaxLayers);
       if (max_layer >= n_layers)
         fail("{}: tensor of layer {} but '{}' = {}", f.path(), max_layer, key, n_layers);
       // Next-token-prediction blocks come after the trunk and are counted in block_count;
       // their experts are never run, so they are not experts of the model.
       const int64_t nextn = f.get_int(arch->s + ".nextn_predict_layers", 0);
       if (nextn < 0 || nextn >= n_layers)
-        fail("{}: metadata key '{}.nextn_predict_layers' = {} is out of range", f.path(), arch->s, nextn);
+        fail("{}: metadata key '{}.nextn_predict_layers' = {} is out of range", f.path(), arch->s,
+             nextn);
       n_layers -= nextn;
     }
   }
@@ -150,7 +153,8 @@ ExpertIndex build_expert_index(const GgufFile& f, const std::string& suffix) {
   idx.layers.resize(static_cast<size_t>(n_layers));
   for (int l = 0; l < idx.n_layers; ++l) idx.layers[static_cast<size_t>(l)].layer = l;
   for (const auto& [layer, lt] : found)
-    if (layer < n_layers) idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt, suffix);
+    if (layer < n_layers)
+      idx.layers[static_cast<size_t>(layer)] = index_layer(f, layer, lt, suffix);
   return idx;
 }
 

@@ -19,15 +19,15 @@ constexpr int kNumExpertProj = 3;
 
 struct ExpertSlice {
   GgmlType type = GgmlType::F32;
-  int64_t rows = 0;         // output features
-  int64_t cols = 0;         // input features (row length)
-  uint64_t file_offset = 0; // absolute offset in split file `split`
+  int64_t rows = 0;          // output features
+  int64_t cols = 0;          // input features (row length)
+  uint64_t file_offset = 0;  // absolute offset in split file `split`
   uint64_t nbytes = 0;
   uint32_t split = 0;
 };
 
 struct ExpertLayerIndex {
-  int layer = -1;        // model layer number
+  int layer = -1;  // model layer number
   int n_expert = 0;
   bool fused_gate_up = false;  // gate and up are halves of one slice (stored in proj[Gate])
   // slices[e][p]
@@ -35,7 +35,7 @@ struct ExpertLayerIndex {
 };
 
 struct ExpertIndex {
-  int n_layers = 0;  // total layers of the model
+  int n_layers = 0;                      // total layers of the model
   std::vector<ExpertLayerIndex> layers;  // one per layer; n_expert == 0 for dense layers
   uint64_t total_expert_bytes() const;
   uint64_t expert_bytes(int layer, int expert) const;

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -202,7 +202,8 @@ std::span<const uint8_t> GgufFile::mapping(uint32_t split) const {
 }
 
 uint64_t GgufFile::file_size(uint32_t split) const {
-  if (split >= maps_.size()) fail("{}: no split part {} (model has {})", path(), split, maps_.size());
+  if (split >= maps_.size())
+    fail("{}: no split part {} (model has {})", path(), split, maps_.size());
   return maps_[split]->size;
 }
 

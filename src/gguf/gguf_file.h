@@ -5,13 +5,13 @@
 // tensor at fault. Split models ("name-00001-of-00003.gguf") open as one: pass the first part.
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "gguf/gguf_value.h"
 #include "core/ggml_type.h"
+#include "gguf/gguf_value.h"
 
 namespace moeflow {
 
@@ -22,7 +22,7 @@ struct GgufTensorInfo {
   uint64_t offset = 0;        // relative to the data section of its split file
   uint64_t file_offset = 0;   // absolute offset in its split file
   uint64_t nbytes = 0;
-  uint32_t split = 0;         // which split file holds the data
+  uint32_t split = 0;  // which split file holds the data
 
   int64_t n_elements() const;
   int64_t rows() const;  // product of dims[1..]

@@ -74,9 +74,10 @@ std::unique_ptr<GgufFile> GgufParser::open(std::unique_ptr<GgufFile::Mapping> fi
     fail("{}: split model (part {} of {}) must be opened from its files", path, no + 1, count);
   if (count > 1) {
     if (!parse_split_name(path, name) || name.count != count)
-      fail("{}: file is part {} of a {}-part split model but its name does not end in "
-           "'-{:05d}-of-{:05d}.gguf'",
-           path, no + 1, count, no + 1, count);
+      fail(
+          "{}: file is part {} of a {}-part split model but its name does not end in "
+          "'-{:05d}-of-{:05d}.gguf'",
+          path, no + 1, count, no + 1, count);
     if (name.no != no + 1)
       fail("{}: file name says split part {} but metadata 'split.no' says part {}", path, name.no,
            no + 1);

@@ -89,14 +89,38 @@ GgufValue read_value(Cursor& c, GgufType t, int depth) {
   GgufValue v;
   v.type = t;
   switch (t) {
-    case GgufType::UINT8: v.u = c.read<uint8_t>(); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::UINT16: v.u = c.read<uint16_t>(); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::UINT32: v.u = c.read<uint32_t>(); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::UINT64: v.u = c.read<uint64_t>(); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::INT8: v.i = c.read<int8_t>(); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::INT16: v.i = c.read<int16_t>(); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::INT32: v.i = c.read<int32_t>(); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::INT64: v.i = c.read<int64_t>(); v.u = static_cast<uint64_t>(v.i); break;
+    case GgufType::UINT8:
+      v.u = c.read<uint8_t>();
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::UINT16:
+      v.u = c.read<uint16_t>();
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::UINT32:
+      v.u = c.read<uint32_t>();
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::UINT64:
+      v.u = c.read<uint64_t>();
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::INT8:
+      v.i = c.read<int8_t>();
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::INT16:
+      v.i = c.read<int16_t>();
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::INT32:
+      v.i = c.read<int32_t>();
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::INT64:
+      v.i = c.read<int64_t>();
+      v.u = static_cast<uint64_t>(v.i);
+      break;
     case GgufType::FLOAT32: v.f = c.read<float>(); break;
     case GgufType::FLOAT64: v.f = c.read<double>(); break;
     case GgufType::BOOL: {
@@ -187,8 +211,8 @@ GgufTensorInfo read_tensor_info(Cursor& c, uint64_t index) {
   if (t.dims[0] % tr.block_size != 0)
     fail("{}: tensor '{}' has row length {}, not a multiple of the {} block size {}", path, t.name,
          t.dims[0], tr.name, tr.block_size);
-  const uint64_t row = checked_mul(static_cast<uint64_t>(t.dims[0] / tr.block_size),
-                                   tr.type_size, path, what);
+  const uint64_t row =
+      checked_mul(static_cast<uint64_t>(t.dims[0] / tr.block_size), tr.type_size, path, what);
   t.nbytes = checked_mul(row, static_cast<uint64_t>(n_elements / t.dims[0]), path, what);
   t.offset = c.read<uint64_t>();
   return t;

@@ -35,9 +35,8 @@ void write_gguf_selftest(const std::string& path) {
   w.set("test.arr_str", GgufValue::make_string_array({"a", "bc", ""}));
   w.set("test.arr_i32", GgufValue::make_i32_array({1, -2, 3}));
   w.set("test.arr_f32", GgufValue::make_f32_array({0.5f, -0.25f}));
-  w.set("test.arr_bool",
-        GgufValue::make_array(GgufType::BOOL, {GgufValue::make_bool(true),
-                                               GgufValue::make_bool(false)}));
+  w.set("test.arr_bool", GgufValue::make_array(GgufType::BOOL, {GgufValue::make_bool(true),
+                                                                GgufValue::make_bool(false)}));
   w.set("test.arr_nested",
         GgufValue::make_array(
             GgufType::ARRAY,
@@ -52,10 +51,8 @@ void write_gguf_selftest(const std::string& path) {
     std::vector<int64_t> dims;
   };
   const Spec specs[] = {
-      {"t.f32", GgmlType::F32, {3, 2}},
-      {"t.f16", GgmlType::F16, {8}},
-      {"t.q8_0", GgmlType::Q8_0, {64, 2}},
-      {"t.q4_k", GgmlType::Q4_K, {256, 3, 1}},
+      {"t.f32", GgmlType::F32, {3, 2}},     {"t.f16", GgmlType::F16, {8}},
+      {"t.q8_0", GgmlType::Q8_0, {64, 2}},  {"t.q4_k", GgmlType::Q4_K, {256, 3, 1}},
       {"t.i8", GgmlType::I8, {5, 1, 1, 2}},
   };
   uint64_t j = 0;

@@ -123,9 +123,7 @@ bool GgufValue::is_integer() const {
   return is_unsigned(type) || is_signed(type) || type == GgufType::BOOL;
 }
 
-bool GgufValue::is_float() const {
-  return type == GgufType::FLOAT32 || type == GgufType::FLOAT64;
-}
+bool GgufValue::is_float() const { return type == GgufType::FLOAT32 || type == GgufType::FLOAT64; }
 
 int64_t GgufValue::as_int() const {
   if (type == GgufType::BOOL) return b ? 1 : 0;

@@ -65,8 +65,7 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 // Owns the temporary output file; removes it unless commit() renamed it into place.
 class TempFile {
  public:
-  TempFile(std::string final_path)
-      : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
+  TempFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail("{}: cannot create: {}", tmp_, std::strerror(errno));
   }
@@ -139,7 +138,8 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<
   for (const auto& t : tensors_)
     if (t.name == name) fail("GGUF writer: duplicate tensor name '{}'", name);
   if (dims.empty() || dims.size() > kMaxTensorDims)
-    fail("GGUF writer: tensor '{}' has {} dimensions (must be 1..{})", name, dims.size(), kMaxTensorDims);
+    fail("GGUF writer: tensor '{}' has {} dimensions (must be 1..{})", name, dims.size(),
+         kMaxTensorDims);
   if (!is_known_type(static_cast<uint32_t>(type)))
     fail("GGUF writer: unknown tensor type id {} in tensor '{}'", static_cast<uint32_t>(type),
          name);
@@ -179,7 +179,8 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<
 }
 
 void GgufWriter::write(const std::string& path, const ProgressFn& progress) const {
-  if (!power_of_two(alignment_)) fail("{}: GGUF alignment {} is not a power of two", path, alignment_);
+  if (!power_of_two(alignment_))
+    fail("{}: GGUF alignment {} is not a power of two", path, alignment_);
 
   std::string header;
   header.append("GGUF", 4);

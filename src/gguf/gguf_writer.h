@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "gguf/gguf_value.h"
 #include "core/ggml_type.h"
+#include "gguf/gguf_value.h"
 
 namespace moeflow {
 
@@ -21,7 +21,9 @@ class GgufWriter {
 
   // Replaces an existing key of the same name.
   void set(const std::string& key, GgufValue value);
-  void set_string(const std::string& key, const std::string& v) { set(key, GgufValue::make_string(v)); }
+  void set_string(const std::string& key, const std::string& v) {
+    set(key, GgufValue::make_string(v));
+  }
   void set_u32(const std::string& key, uint32_t v) { set(key, GgufValue::make_u32(v)); }
   void set_f32(const std::string& key, float v) { set(key, GgufValue::make_f32(v)); }
   void set_bool(const std::string& key, bool v) { set(key, GgufValue::make_bool(v)); }

@@ -13,14 +13,17 @@ int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string&
                         int64_t fallback) {
   const std::string full = hp.arch_name + "." + key;
   const int64_t v = fallback < 0 ? f.get_int(full) : f.get_int(full, fallback);
-  if (v <= 0 || v > (int64_t(1) << 31)) fail("{}: metadata '{}' = {} is out of range", f.path(), full, v);
+  if (v <= 0 || v > (int64_t(1) << 31))
+    fail("{}: metadata '{}' = {} is out of range", f.path(), full, v);
   return v;
 }
 
-int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& key, int64_t fallback) {
+int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& key,
+                     int64_t fallback) {
   const std::string full = hp.arch_name + "." + key;
   const int64_t v = fallback < 0 ? f.get_int(full) : f.get_int(full, fallback);
-  if (v < 0 || v > (int64_t(1) << 31)) fail("{}: metadata '{}' = {} is out of range", f.path(), full, v);
+  if (v < 0 || v > (int64_t(1) << 31))
+    fail("{}: metadata '{}' = {} is out of range", f.path(), full, v);
   return v;
 }
 
@@ -28,7 +31,8 @@ void load_rope_scaling(const GgufFile& f, HParams& hp) {
   const std::string p = hp.arch_name + ".";
   RopeScaling& r = hp.rope_scaling;
   // llama.cpp: no type means linear, and an absent or zero factor means no scaling.
-  const std::string type = f.has(p + "rope.scaling.type") ? f.get_string(p + "rope.scaling.type") : "linear";
+  const std::string type =
+      f.has(p + "rope.scaling.type") ? f.get_string(p + "rope.scaling.type") : "linear";
   double factor = f.get_float(p + "rope.scaling.factor", 0.0);
   if (factor == 0.0) factor = f.get_float(p + "rope.scale_linear", 0.0);
   if (type == "none") {
@@ -40,7 +44,8 @@ void load_rope_scaling(const GgufFile& f, HParams& hp) {
   } else if (type == "longrope") {
     r.type = RopeScaling::Type::LongRope;
   } else {
-    fail("{}: {}rope.scaling.type '{}' is not supported (none, linear, yarn, longrope)", f.path(), p, type);
+    fail("{}: {}rope.scaling.type '{}' is not supported (none, linear, yarn, longrope)", f.path(),
+         p, type);
   }
   r.factor = factor == 0.0 ? 1.0f : (float)factor;
   if (!(r.factor > 0) || !std::isfinite(r.factor))
@@ -53,8 +58,10 @@ void load_rope_scaling(const GgufFile& f, HParams& hp) {
   r.beta_slow = (float)f.get_float(p + "rope.scaling.yarn_beta_slow", 1.0);
   // Converters store 0.1 * mscale_all_dim under this name (llama.cpp undoes the 0.1 the same way).
   r.yarn_log_mul = (float)(f.get_float(p + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1);
-  if (!(r.attn_factor > 0) || !(r.beta_fast > 0) || !(r.beta_slow > 0) || !std::isfinite(r.yarn_log_mul))
-    fail("{}: {}rope.scaling attn_factor / yarn_beta_fast / yarn_beta_slow must be positive", f.path(), p);
+  if (!(r.attn_factor > 0) || !(r.beta_fast > 0) || !(r.beta_slow > 0) ||
+      !std::isfinite(r.yarn_log_mul))
+    fail("{}: {}rope.scaling attn_factor / yarn_beta_fast / yarn_beta_slow must be positive",
+         f.path(), p);
 }
 
 void load_moe_routing(const GgufFile& f, HParams& hp, MoeRouting::Gating default_gating) {
@@ -77,8 +84,10 @@ void load_moe_routing(const GgufFile& f, HParams& hp, MoeRouting::Gating default
   if (r.n_group_used == 0) r.n_group_used = r.n_group;
   if (r.n_group > 1 && (hp.n_expert % r.n_group != 0 || r.n_group_used > r.n_group ||
                         hp.n_expert_used > r.n_group_used * (hp.n_expert / r.n_group)))
-    fail("{}: {}expert_group_count = {} / expert_group_used_count = {} do not fit {} experts, "
-         "top-{}", f.path(), p, r.n_group, r.n_group_used, hp.n_expert, hp.n_expert_used);
+    fail(
+        "{}: {}expert_group_count = {} / expert_group_used_count = {} do not fit {} experts, "
+        "top-{}",
+        f.path(), p, r.n_group, r.n_group_used, hp.n_expert, hp.n_expert_used);
 }
 
 void load_sliding_window(const GgufFile& f, HParams& hp, int64_t default_period) {
@@ -101,7 +110,6 @@ void load_sliding_window(const GgufFile& f, HParams& hp, int64_t default_period)
   for (int il = 0; il < hp.n_layer; ++il)
     hp.swa_layers[il] = period == 0 || il % period < period - 1;
 }
-
 
 HParams load_hparams(const GgufFile& f) {
   HParams hp;

@@ -26,11 +26,11 @@ struct MoeRouting {
 struct RopeScaling {
   enum class Type : uint8_t { None, Linear, Yarn, LongRope };
   Type type = Type::None;
-  float factor = 1.0f;          // context extension factor (freq_scale = 1 / factor)
-  int64_t n_ctx_orig = 0;       // original_context_length (default: context_length)
-  float attn_factor = 1.0f;     // rope.scaling.attn_factor
+  float factor = 1.0f;       // context extension factor (freq_scale = 1 / factor)
+  int64_t n_ctx_orig = 0;    // original_context_length (default: context_length)
+  float attn_factor = 1.0f;  // rope.scaling.attn_factor
   float beta_fast = 32.0f, beta_slow = 1.0f;
-  float yarn_log_mul = 0.0f;    // DeepSeek's mscale_all_dim (the stored 0.1 * it, undone)
+  float yarn_log_mul = 0.0f;  // DeepSeek's mscale_all_dim (the stored 0.1 * it, undone)
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): per-head sizes of the decompressed
@@ -57,7 +57,7 @@ struct HParams {
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
   int64_t n_ctx_train = 0;
-  int n_expert = 0;        // 0 = dense model
+  int n_expert = 0;  // 0 = dense model
   int n_expert_used = 0;
   int64_t n_ff = 0;        // dense FFN size
   int64_t n_ff_exp = 0;    // routed expert FFN size
@@ -95,7 +95,8 @@ HParams load_hparams(const GgufFile& f);
 int64_t hparam_positive(const GgufFile& f, const HParams& hp, const std::string& key,
                         int64_t fallback = -1);
 // "<arch>.<key>" as an integer in [0, 2^31], `fallback` when absent (fallback < 0: required).
-int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& key, int64_t fallback);
+int64_t hparam_count(const GgufFile& f, const HParams& hp, const std::string& key,
+                     int64_t fallback);
 
 // Shared readers for the architectures that have these keys (llama.cpp names and defaults).
 // rope.scaling.{type,factor,original_context_length,attn_factor,yarn_beta_fast,yarn_beta_slow,

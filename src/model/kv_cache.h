@@ -25,8 +25,12 @@ class KvCache {
   uint64_t bytes() const { return k_.size() + v_.size(); }
   MemSpace space() const { return k_.space(); }
 
-  float* k(int layer, int64_t pos) { return k_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * k_dim_; }
-  float* v(int layer, int64_t pos) { return v_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * v_dim_; }
+  float* k(int layer, int64_t pos) {
+    return k_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * k_dim_;
+  }
+  float* v(int layer, int64_t pos) {
+    return v_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * v_dim_;
+  }
   const float* k(int layer, int64_t pos) const {
     return k_.as<float>() + ((int64_t)layer * n_ctx_ + pos) * k_dim_;
   }

@@ -31,11 +31,11 @@ enum class AttentionKind : uint8_t {
 // is shared by all heads. Computed "absorbed": the cache row is [k_rope | latent], attention
 // runs as one kv head of rope + kv_lora_rank dims whose values are the latent columns.
 struct MlaSpec {
-  int64_t q_lora_rank = 0;   // 0: attn_q, else attn_q_a -> RMSNorm -> attn_q_b
+  int64_t q_lora_rank = 0;  // 0: attn_q, else attn_q_a -> RMSNorm -> attn_q_b
   int64_t kv_lora_rank = 0;
-  int64_t nope = 0;          // per-head q/k dims without position
-  int64_t rope = 0;          // per-head q / shared k dims with RoPE
-  int64_t head_dim_v = 0;    // per-head value dims (attn_v_b rows)
+  int64_t nope = 0;        // per-head q/k dims without position
+  int64_t rope = 0;        // per-head q / shared k dims with RoPE
+  int64_t head_dim_v = 0;  // per-head value dims (attn_v_b rows)
 };
 
 struct AttentionSpec {
@@ -66,7 +66,8 @@ struct KvWidths {
 };
 inline KvWidths kv_widths(const AttentionSpec& a) {
   if (a.kind == AttentionKind::Mla) return {a.mla.rope + a.mla.kv_lora_rank, 0};
-  return {(int64_t)a.params.n_head_kv * a.params.head_dim, (int64_t)a.params.n_head_kv * a.params.head_dim_v};
+  return {(int64_t)a.params.n_head_kv * a.params.head_dim,
+          (int64_t)a.params.n_head_kv * a.params.head_dim_v};
 }
 
 struct LayerSpec {

@@ -23,10 +23,12 @@ bool Model::is_moe_layer(int layer) const {
   return layer >= 0 && layer < hp_.n_layer && w_.layers[layer].moe;
 }
 
-void Model::router_logits(int layer, std::span<const float> hidden, std::vector<float>& logits) const {
+void Model::router_logits(int layer, std::span<const float> hidden,
+                          std::vector<float>& logits) const {
   if (!is_moe_layer(layer)) fail("router_logits: layer {} has no router", layer);
   if ((int64_t)hidden.size() != hp_.n_embd)
-    fail("router_logits: hidden state has {} values, expected n_embd {}", hidden.size(), hp_.n_embd);
+    fail("router_logits: hidden state has {} values, expected n_embd {}", hidden.size(),
+         hp_.n_embd);
   logits.resize(hp_.n_expert);
   // Predictors run on the host whatever backend the forward pass uses.
   static thread_local CpuBackend host;
@@ -76,7 +78,8 @@ uint64_t Model::active_expert_bytes_per_token() const {
 
 ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int64_t n_ctx,
                                int max_batch, ThreadPool* pool)
-    : ForwardContext(model, provider, n_ctx, max_batch, std::make_unique<CpuBackend>(pool), nullptr) {}
+    : ForwardContext(model, provider, n_ctx, max_batch, std::make_unique<CpuBackend>(pool),
+                     nullptr) {}
 
 ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int64_t n_ctx,
                                int max_batch, Backend& backend)
@@ -101,9 +104,10 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       tmp_(be_),
       logits_(be_) {
   if (!be_.can_read(provider_.memory_space()))
-    fail("the {} backend cannot read the expert provider's memory ({}): keep the experts where "
-         "the backend computes",
-         be_.name(), mem_space_name(provider_.memory_space()));
+    fail(
+        "the {} backend cannot read the expert provider's memory ({}): keep the experts where "
+        "the backend computes",
+        be_.name(), mem_space_name(provider_.memory_space()));
   provider_.attach_backend(be_);
   // An embedding the output head shares is a weight (copied with it); one of its own is only
   // looked up.
@@ -174,7 +178,8 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
                            next_moe ? &specs[il + 1] : nullptr, x);
       moe_.run(il, L, spec, xn, tokens.data(), pos_, provider_, observer_, tmp);
     } else {
-      FfnMatrices f{L.ffn.gate, L.ffn.up, L.ffn.down, L.ffn.gate_bias, L.ffn.up_bias, L.ffn.down_bias};
+      FfnMatrices f{L.ffn.gate,      L.ffn.up,      L.ffn.down,
+                    L.ffn.gate_bias, L.ffn.up_bias, L.ffn.down_bias};
       glu_ffn(be_, f, xn, tmp, spec.dense_act, ffn_scratch_);
     }
     be_.add(x, tmp);

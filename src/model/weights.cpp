@@ -79,8 +79,8 @@ TensorView ModelLoader::vectors(const std::string& name, int64_t n, int64_t coun
     fail("{}: tensor '{}' has shape {}, expected {}", f_.path(), name, dims_str(t->dims),
          dims_str({n, count}));
   if (n % type_traits(t->type).block_size != 0)
-    fail("{}: tensor '{}' row length {} is not a multiple of the {} block size", f_.path(), name,
-         n, type_name(t->type));
+    fail("{}: tensor '{}' row length {} is not a multiple of the {} block size", f_.path(), name, n,
+         type_name(t->type));
   w_.non_expert_bytes += t->nbytes;
   if (t->type == GgmlType::F32) return matrix_view(f_.data(*t), GgmlType::F32, n, count);
   std::vector<float>& out = w_.vectors->emplace_back(n * count);
@@ -157,7 +157,8 @@ void ModelLoader::mla_attention(int il, LayerWeights& L, const MlaSpec& m) {
   // transposed, [kv_lora][nope] per head, so they are dequantized and transposed once here.
   const int64_t per = m.nope + m.head_dim_v;
   const TensorView kv_b = layer_matrix(il, "attn_kv_b.weight", m.kv_lora_rank, H * per);
-  L.wv_b = strided_matrix_view(kv_b.row(m.nope), kv_b.type, m.kv_lora_rank, m.head_dim_v, kv_b.nb[1]);
+  L.wv_b =
+      strided_matrix_view(kv_b.row(m.nope), kv_b.type, m.kv_lora_rank, m.head_dim_v, kv_b.nb[1]);
   L.wv_b.n_dims = 3;
   L.wv_b.ne[2] = H;
   L.wv_b.nb[2] = kv_b.nb[1] * (size_t)per;
@@ -167,7 +168,8 @@ void ModelLoader::mla_attention(int il, LayerWeights& L, const MlaSpec& m) {
   for (int64_t h = 0; h < H; ++h)
     for (int64_t j = 0; j < m.nope; ++j) {
       dequantize_row(kv_b.type, kv_b.row(h * per + j), row.data(), m.kv_lora_rank);
-      for (int64_t c = 0; c < m.kv_lora_rank; ++c) kt[(size_t)((h * m.kv_lora_rank + c) * m.nope + j)] = row[c];
+      for (int64_t c = 0; c < m.kv_lora_rank; ++c)
+        kt[(size_t)((h * m.kv_lora_rank + c) * m.nope + j)] = row[c];
     }
   L.wk_b = f32_view(kt.data(), m.nope, m.kv_lora_rank);
   L.wk_b.n_dims = 3;
@@ -235,7 +237,8 @@ void ModelLoader::moe(int il, LayerWeights& L, const MoeOptions& o) {
 
 void ModelLoader::dense_ffn(int il, LayerWeights& L) {
   if (hp_.n_ff <= 0)
-    fail("{}: layer {} is dense but {}.feed_forward_length is missing", f_.path(), il, hp_.arch_name);
+    fail("{}: layer {} is dense but {}.feed_forward_length is missing", f_.path(), il,
+         hp_.arch_name);
   L.ffn.gate = layer_matrix(il, "ffn_gate.weight", hp_.n_embd, hp_.n_ff);
   L.ffn.up = layer_matrix(il, "ffn_up.weight", hp_.n_embd, hp_.n_ff);
   L.ffn.down = layer_matrix(il, "ffn_down.weight", hp_.n_ff, hp_.n_embd);
@@ -259,16 +262,21 @@ void ModelLoader::apply_rope_scaling(RopeParams& r, float yarn_mscale) const {
   if (sc.type == RopeScaling::Type::None) return;
   // LongRoPE is a per-pair factor table (phimoe's rope_factors_* tensors), not this formula.
   if (sc.type == RopeScaling::Type::LongRope)
-    fail("{}: {}.rope.scaling.type longrope is not supported for this architecture (none, linear, "
-         "yarn)", f_.path(), hp_.arch_name);
+    fail(
+        "{}: {}.rope.scaling.type longrope is not supported for this architecture (none, linear, "
+        "yarn)",
+        f_.path(), hp_.arch_name);
   r.freq_scale = 1.0f / sc.factor;
   r.attn_factor = sc.attn_factor;
   if (sc.type != RopeScaling::Type::Yarn) return;
   // llama.cpp's YaRN: the rotation is scaled by mscale(factor, yarn_mscale) /
   // mscale(factor, log_mul) (transformers' attention_factor); the RoPE op multiplies by
   // 1 + 0.1 ln(factor) itself, so that is divided out here.
-  auto mscale = [&](float m) { return sc.factor <= 1.0f ? 1.0f : 0.1f * m * std::log(sc.factor) + 1.0f; };
-  const float ratio = sc.yarn_log_mul != 0.0f ? mscale(yarn_mscale) / mscale(sc.yarn_log_mul) : mscale(1.0f);
+  auto mscale = [&](float m) {
+    return sc.factor <= 1.0f ? 1.0f : 0.1f * m * std::log(sc.factor) + 1.0f;
+  };
+  const float ratio =
+      sc.yarn_log_mul != 0.0f ? mscale(yarn_mscale) / mscale(sc.yarn_log_mul) : mscale(1.0f);
   r.ext_factor = 1.0f;
   r.attn_factor = ratio / (1.0f + 0.1f * std::log(sc.factor)) * sc.attn_factor;
   r.beta_fast = sc.beta_fast;

@@ -28,29 +28,30 @@ struct FfnWeights {
 struct LayerWeights {
   TensorView attn_norm, attn_norm_bias, ffn_norm, ffn_norm_bias;
   TensorView wq, wk, wv, wo;
-  TensorView bq, bk, bv, bo;        // empty when the arch has none
-  TensorView q_norm, k_norm;        // per head (head_dim) or full (q_dim / k_dim)
-  TensorView sinks;                 // attention sink logits, one per head
+  TensorView bq, bk, bv, bo;  // empty when the arch has none
+  TensorView q_norm, k_norm;  // per head (head_dim) or full (q_dim / k_dim)
+  TensorView sinks;           // attention sink logits, one per head
   // Multi-head latent attention (wq above when there is no q_lora_rank).
-  TensorView wq_a, q_a_norm, wq_b;  // [q_lora][n_embd], RMSNorm of q_lora, [n_head*(nope+rope)][q_lora]
-  TensorView wkv_a, kv_a_norm;      // [kv_lora + rope][n_embd], RMSNorm of kv_lora
-  TensorView wk_b;                  // n_head stacked [kv_lora][nope]: q_nope -> latent space
-  TensorView wv_b;                  // n_head stacked [head_dim_v][kv_lora]: latent -> values
+  TensorView wq_a, q_a_norm,
+      wq_b;                     // [q_lora][n_embd], RMSNorm of q_lora, [n_head*(nope+rope)][q_lora]
+  TensorView wkv_a, kv_a_norm;  // [kv_lora + rope][n_embd], RMSNorm of kv_lora
+  TensorView wk_b;              // n_head stacked [kv_lora][nope]: q_nope -> latent space
+  TensorView wv_b;              // n_head stacked [head_dim_v][kv_lora]: latent -> values
   // RoPE frequency divisors (n_rot / 2 floats): LongRoPE's short factors (rope_freqs_long
   // replaces them when the context exceeds the original one) or an architecture's own ramp.
   TensorView rope_freqs, rope_freqs_long;
   // MoE layer
   bool moe = false;
-  TensorView gate_inp;              // router [n_embd -> n_expert]
-  TensorView gate_inp_bias;         // router bias
-  TensorView exp_probs_bias;        // selection bias (DeepSeek-V3 style): host floats, the
-                                    // planner selects on the host (not adopted by backends)
-  TensorView gate_inp_shexp;        // [n_embd -> 1]
+  TensorView gate_inp;        // router [n_embd -> n_expert]
+  TensorView gate_inp_bias;   // router bias
+  TensorView exp_probs_bias;  // selection bias (DeepSeek-V3 style): host floats, the
+                              // planner selects on the host (not adopted by backends)
+  TensorView gate_inp_shexp;  // [n_embd -> 1]
   // Routed experts' biases, float rows [n_expert][n_ff] / [n_expert][n_embd] (gpt-oss). They
   // stay resident with the other non-expert weights (a fraction of a percent of the experts'
   // bytes), so every provider and budget adds the same bits.
   TensorView exp_gate_bias, exp_up_bias, exp_down_bias;
-  FfnWeights shexp;                 // shared expert(s)
+  FfnWeights shexp;  // shared expert(s)
   // dense layer
   FfnWeights ffn;
 };
@@ -58,7 +59,7 @@ struct LayerWeights {
 struct ModelWeights {
   TensorView token_embd;
   TensorView output_norm, output_norm_bias;
-  TensorView output;  // token_embd when the model ties them
+  TensorView output;       // token_embd when the model ties them
   TensorView output_bias;  // added to the logits (phimoe), or empty
   std::vector<LayerWeights> layers;
   uint64_t non_expert_bytes = 0;
@@ -73,16 +74,40 @@ template <typename F>
 void for_each_view(ModelWeights& w, F&& f) {
   f(w.token_embd), f(w.output_norm), f(w.output_norm_bias), f(w.output), f(w.output_bias);
   for (LayerWeights& L : w.layers) {
-    for (TensorView* v : {&L.attn_norm, &L.attn_norm_bias, &L.ffn_norm, &L.ffn_norm_bias, &L.wq,
-                          &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
-                          &L.sinks, &L.rope_freqs, &L.rope_freqs_long, &L.gate_inp,
-                          &L.gate_inp_bias, &L.gate_inp_shexp, &L.exp_gate_bias, &L.exp_up_bias,
-                          &L.exp_down_bias, &L.wq_a, &L.q_a_norm, &L.wq_b, &L.wkv_a,
-                          &L.kv_a_norm, &L.wk_b, &L.wv_b})
+    for (TensorView* v : {&L.attn_norm,
+                          &L.attn_norm_bias,
+                          &L.ffn_norm,
+                          &L.ffn_norm_bias,
+                          &L.wq,
+                          &L.wk,
+                          &L.wv,
+                          &L.wo,
+                          &L.bq,
+                          &L.bk,
+                          &L.bv,
+                          &L.bo,
+                          &L.q_norm,
+                          &L.k_norm,
+                          &L.sinks,
+                          &L.rope_freqs,
+                          &L.rope_freqs_long,
+                          &L.gate_inp,
+                          &L.gate_inp_bias,
+                          &L.gate_inp_shexp,
+                          &L.exp_gate_bias,
+                          &L.exp_up_bias,
+                          &L.exp_down_bias,
+                          &L.wq_a,
+                          &L.q_a_norm,
+                          &L.wq_b,
+                          &L.wkv_a,
+                          &L.kv_a_norm,
+                          &L.wk_b,
+                          &L.wv_b})
       f(*v);
     for (FfnWeights* ffn : {&L.shexp, &L.ffn})
-      for (TensorView* v : {&ffn->gate, &ffn->up, &ffn->down, &ffn->gate_bias, &ffn->up_bias,
-                            &ffn->down_bias})
+      for (TensorView* v :
+           {&ffn->gate, &ffn->up, &ffn->down, &ffn->gate_bias, &ffn->up_bias, &ffn->down_bias})
         f(*v);
   }
 }
@@ -111,10 +136,10 @@ class ModelLoader {
 
   // Shared layer pieces.
   struct AttentionOptions {
-    bool qkv_bias = false;   // attn_{q,k,v}.bias required
-    bool out_bias = false;   // attn_output.bias required
+    bool qkv_bias = false;  // attn_{q,k,v}.bias required
+    bool out_bias = false;  // attn_output.bias required
     QkNorm qk_norm = QkNorm::None;
-    bool sinks = false;      // attn_sinks required
+    bool sinks = false;  // attn_sinks required
   };
   void attention(int il, LayerWeights& L, const AttentionOptions& o);
   // Multi-head latent attention: attn_q (or attn_q_a, attn_q_a_norm, attn_q_b), attn_kv_a_mqa,

@@ -20,10 +20,10 @@ struct ExpertKey {
 // One router decision, as seen by policies and predictors.
 struct RouteEvent {
   int layer = 0;
-  uint64_t step = 0;            // global token step (decode token or prefill token index)
+  uint64_t step = 0;  // global token step (decode token or prefill token index)
   bool prefill = false;
-  std::span<const int> experts;        // chosen experts, rank order
-  std::span<const float> weights;      // their gate weights (same length), may be empty
+  std::span<const int> experts;    // chosen experts, rank order
+  std::span<const float> weights;  // their gate weights (same length), may be empty
   // Precision each expert was used in (0 high, 1 low; HOBBIT mode of the live cache), same
   // length as experts, or empty when unknown (traces, the simulator).
   std::span<const uint8_t> precisions = {};

@@ -22,7 +22,9 @@ std::vector<ExpertKey> rank_by_calibration(const PolicyOptions& o, int layer);
 
 // Hash-map key for an expert; policies keep sparse state so they work without knowing the
 // model's shape in advance (the live cache may build them with zeroed options).
-inline uint64_t pack(ExpertKey k) { return ((uint64_t)(uint32_t)k.layer << 32) | (uint32_t)k.expert; }
+inline uint64_t pack(ExpertKey k) {
+  return ((uint64_t)(uint32_t)k.layer << 32) | (uint32_t)k.expert;
+}
 
 // Calibrated count of (layer, expert), 0 when the calibration does not cover it.
 inline double calib_count(const PolicyOptions& o, ExpertKey k) {

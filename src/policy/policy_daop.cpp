@@ -21,10 +21,12 @@ namespace {
 class Daop final : public EvictionPolicy {
  public:
   explicit Daop(const PolicyOptions& o) : opt_(o) {
-    MOEFLOW_CHECK(!o.calib_counts.empty(), "policy 'daop': needs a calibration trace (PolicyOptions::calib_counts is empty)");
+    MOEFLOW_CHECK(
+        !o.calib_counts.empty(),
+        "policy 'daop': needs a calibration trace (PolicyOptions::calib_counts is empty)");
     MOEFLOW_CHECK(o.calib_counts.size() == (size_t)o.n_layers * o.n_experts,
-                  "policy 'daop': calib_counts has {} entries, expected n_layers*n_experts = {}", o.calib_counts.size(),
-                  (size_t)o.n_layers * o.n_experts);
+                  "policy 'daop': calib_counts has {} entries, expected n_layers*n_experts = {}",
+                  o.calib_counts.size(), (size_t)o.n_layers * o.n_experts);
   }
   std::string name() const override { return "daop"; }
   void on_access(ExpertKey, uint64_t) override {}
@@ -63,7 +65,8 @@ class Daop final : public EvictionPolicy {
       for (int e = 0; e < opt_.n_experts; ++e) used += calib_count(opt_, {l, e});
       if (used == 0) continue;
       auto v = rank_by_calibration(opt_, l);
-      for (int i = 0; i < per_layer && (int)out.size() < capacity; ++i) out.push_back(v[i]), taken.insert(pack(v[i]));
+      for (int i = 0; i < per_layer && (int)out.size() < capacity; ++i)
+        out.push_back(v[i]), taken.insert(pack(v[i]));
     }
     for (ExpertKey k : rank_by_calibration(opt_, -1)) {
       if ((int)out.size() >= capacity) break;
@@ -76,7 +79,8 @@ class Daop final : public EvictionPolicy {
     auto cnt = [&](ExpertKey k) { return counts[(size_t)k.layer * opt_.n_experts + k.expert]; };
     for (int l = 0; l < opt_.n_layers; ++l) {
       std::vector<ExpertKey> in, out;
-      for (int e = 0; e < opt_.n_experts; ++e) (resident_.count(pack({l, e})) ? in : out).push_back({l, e});
+      for (int e = 0; e < opt_.n_experts; ++e)
+        (resident_.count(pack({l, e})) ? in : out).push_back({l, e});
       std::sort(in.begin(), in.end(), [&](ExpertKey a, ExpertKey b) { return cnt(a) < cnt(b); });
       std::sort(out.begin(), out.end(), [&](ExpertKey a, ExpertKey b) { return cnt(a) > cnt(b); });
       for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
@@ -98,6 +102,8 @@ class Daop final : public EvictionPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_daop(const PolicyOptions& opt) { return std::make_unique<Daop>(opt); }
+std::unique_ptr<EvictionPolicy> make_daop(const PolicyOptions& opt) {
+  return std::make_unique<Daop>(opt);
+}
 
 }  // namespace moeflow::policies

@@ -30,7 +30,8 @@ const std::vector<PolicyEntry>& policy_table() {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name, const PolicyOptions& opt) {
+std::unique_ptr<EvictionPolicy> make_eviction_policy(const std::string& name,
+                                                     const PolicyOptions& opt) {
   for (const PolicyEntry& p : policy_table())
     if (p.name == name) return p.make(opt);
   std::string known;

@@ -26,7 +26,8 @@ class Hobbit final : public EvictionPolicy {
  public:
   Hobbit(const PolicyOptions& o, std::string name, std::vector<double> w)
       : name_(std::move(name)), n_layers_(o.n_layers), top_k_(o.top_k), w_(std::move(w)) {
-    MOEFLOW_CHECK(w_.size() == 4, "policy '{}': expects 4 weights (lru, lfu, lhu, fld), got {}", name_, w_.size());
+    MOEFLOW_CHECK(w_.size() == 4, "policy '{}': expects 4 weights (lru, lfu, lhu, fld), got {}",
+                  name_, w_.size());
   }
   std::string name() const override { return name_; }
   void on_access(ExpertKey k, uint64_t t) override { st_[pack(k)].last = t; }
@@ -39,8 +40,9 @@ class Hobbit final : public EvictionPolicy {
       auto& s = st_[pack({ev.layer, ev.experts[i]})];
       s.freq += 1;
       bool high = ev.precisions.size() == ev.experts.size() ? ev.precisions[i] == 0
-                  : ev.weights.size() == ev.experts.size() ? ev.weights[i] >= 1.0f / (float)k - 1e-6f
-                                                           : i == 0;
+                  : ev.weights.size() == ev.experts.size()
+                      ? ev.weights[i] >= 1.0f / (float)k - 1e-6f
+                      : i == 0;
       if (high) s.high += 1;
     }
   }
@@ -87,7 +89,8 @@ class Hobbit final : public EvictionPolicy {
 }  // namespace
 
 std::unique_ptr<EvictionPolicy> make_hobbit(const PolicyOptions& opt) {
-  return std::make_unique<Hobbit>(opt, "hobbit", opt.weights.empty() ? hobbit_default_weights() : opt.weights);
+  return std::make_unique<Hobbit>(opt, "hobbit",
+                                  opt.weights.empty() ? hobbit_default_weights() : opt.weights);
 }
 
 // HOBBIT's score with only its frequency and layer-distance terms, for one budget over all

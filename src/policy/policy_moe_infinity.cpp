@@ -59,6 +59,8 @@ class MoeInfinity final : public EvictionPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_moe_infinity(const PolicyOptions& opt) { return std::make_unique<MoeInfinity>(opt); }
+std::unique_ptr<EvictionPolicy> make_moe_infinity(const PolicyOptions& opt) {
+  return std::make_unique<MoeInfinity>(opt);
+}
 
 }  // namespace moeflow::policies

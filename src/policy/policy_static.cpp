@@ -14,7 +14,8 @@ std::vector<ExpertKey> rank_by_calibration(const PolicyOptions& o, int layer) {
     if (layer >= 0 && l != layer) continue;
     for (int e = 0; e < o.n_experts; ++e) v.push_back({l, e});
   }
-  std::stable_sort(v.begin(), v.end(), [&](ExpertKey a, ExpertKey b) { return calib_count(o, a) > calib_count(o, b); });
+  std::stable_sort(v.begin(), v.end(),
+                   [&](ExpertKey a, ExpertKey b) { return calib_count(o, a) > calib_count(o, b); });
   return v;
 }
 
@@ -26,10 +27,12 @@ namespace {
 class StaticCalibrated final : public EvictionPolicy {
  public:
   explicit StaticCalibrated(const PolicyOptions& o) : opt_(o) {
-    MOEFLOW_CHECK(!o.calib_counts.empty(), "policy 'static': needs a calibration trace (PolicyOptions::calib_counts is empty)");
+    MOEFLOW_CHECK(
+        !o.calib_counts.empty(),
+        "policy 'static': needs a calibration trace (PolicyOptions::calib_counts is empty)");
     MOEFLOW_CHECK(o.calib_counts.size() == (size_t)o.n_layers * o.n_experts,
-                  "policy 'static': calib_counts has {} entries, expected n_layers*n_experts = {}", o.calib_counts.size(),
-                  (size_t)o.n_layers * o.n_experts);
+                  "policy 'static': calib_counts has {} entries, expected n_layers*n_experts = {}",
+                  o.calib_counts.size(), (size_t)o.n_layers * o.n_experts);
   }
   std::string name() const override { return "static"; }
   void on_access(ExpertKey k, uint64_t t) override { last_[pack(k)] = t; }
@@ -57,6 +60,8 @@ class StaticCalibrated final : public EvictionPolicy {
 
 }  // namespace
 
-std::unique_ptr<EvictionPolicy> make_static(const PolicyOptions& opt) { return std::make_unique<StaticCalibrated>(opt); }
+std::unique_ptr<EvictionPolicy> make_static(const PolicyOptions& opt) {
+  return std::make_unique<StaticCalibrated>(opt);
+}
 
 }  // namespace moeflow::policies

@@ -33,7 +33,6 @@ struct PredictorInput {
   int token_id = -1;  // current token id, if known
 };
 
-
 class Predictor {
  public:
   virtual ~Predictor() = default;
@@ -52,9 +51,9 @@ struct PredictorOptions {
   int n_layers = 0;
   int n_experts = 0;
   int top_k = 0;
-  int lookahead = 1;            // layers ahead
-  int hidden_dim = 0;           // width of the hidden state the predictor sees (0 = unknown)
-  std::string model_path;       // trained predictor weights, if any
+  int lookahead = 1;       // layers ahead
+  int hidden_dim = 0;      // width of the hidden state the predictor sees (0 = unknown)
+  std::string model_path;  // trained predictor weights, if any
   // Experts of each layer (0: a dense layer) where that differs by layer; empty: n_experts in
   // every layer. The lookahead predictor counts MoE layers only.
   std::vector<int> layer_experts;

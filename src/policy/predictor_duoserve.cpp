@@ -16,7 +16,8 @@ namespace {
 class DuoServe final : public Predictor {
  public:
   static constexpr int F = 6, H = 8;
-  explicit DuoServe(const PredictorOptions& o) : o_(o), L_(std::max(1, o.n_layers)), E_(std::max(1, o.n_experts)) {
+  explicit DuoServe(const PredictorOptions& o)
+      : o_(o), L_(std::max(1, o.n_layers)), E_(std::max(1, o.n_experts)) {
     pop_.assign((size_t)L_ * E_, 0);
     req_.assign((size_t)L_ * E_, 0);
     trans_.assign((size_t)L_ * E_ * E_, 0);
@@ -52,7 +53,10 @@ class DuoServe final : public Predictor {
     // Train on this layer's actual routing, for both targets, before updating the counts.
     float x[F];
     for (int e = 0; e < E_; ++e) {
-      float y = std::find(in.route.experts.begin(), in.route.experts.end(), e) != in.route.experts.end() ? 1.f : 0.f;
+      float y =
+          std::find(in.route.experts.begin(), in.route.experts.end(), e) != in.route.experts.end()
+              ? 1.f
+              : 0.f;
       if (last_layer_ >= 0 && last_layer_ == l - 1) {
         features(l, e, &prev_layer_experts_[l - 1], x);
         sgd(x, y);
@@ -74,7 +78,8 @@ class DuoServe final : public Predictor {
     // Predict: next layer of this token, then this layer of the next token (shifted history).
     std::vector<float> s(E_);
     if (l + 1 < L_) {
-      for (int e = 0; e < E_; ++e) features(l + 1, e, &prev_layer_experts_[l], x), s[e] = forward(x);
+      for (int e = 0; e < E_; ++e)
+        features(l + 1, e, &prev_layer_experts_[l], x), s[e] = forward(x);
       for (int e : top_indices(s, o_.top_k)) out.push_back({l + 1, e, s[e]});
     }
     for (int e = 0; e < E_; ++e) {
@@ -151,6 +156,8 @@ class DuoServe final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_duoserve(const PredictorOptions& o) { return std::make_unique<DuoServe>(o); }
+std::unique_ptr<Predictor> make_duoserve(const PredictorOptions& o) {
+  return std::make_unique<DuoServe>(o);
+}
 
 }  // namespace moeflow::predictors

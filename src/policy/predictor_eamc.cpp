@@ -15,7 +15,8 @@ namespace {
 // EAM, so that a single long request can still be matched against its own recent past.
 class Eamc final : public Predictor {
  public:
-  explicit Eamc(const PredictorOptions& o) : o_(o), L_(std::max(1, o.n_layers)), E_(std::max(1, o.n_experts)) {
+  explicit Eamc(const PredictorOptions& o)
+      : o_(o), L_(std::max(1, o.n_layers)), E_(std::max(1, o.n_experts)) {
     cur_.assign((size_t)L_ * E_, 0);
   }
   std::string name() const override { return "eamc"; }
@@ -54,7 +55,8 @@ class Eamc final : public Predictor {
   static constexpr int kWindow = 32;
   double cosine(const std::vector<float>& a, const std::vector<float>& b, int rows) const {
     double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < (size_t)rows * E_; ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+    for (size_t i = 0; i < (size_t)rows * E_; ++i)
+      ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
     return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0;
   }
   void commit() {
@@ -86,6 +88,8 @@ class Eamc final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_eamc(const PredictorOptions& o) { return std::make_unique<Eamc>(o); }
+std::unique_ptr<Predictor> make_eamc(const PredictorOptions& o) {
+  return std::make_unique<Eamc>(o);
+}
 
 }  // namespace moeflow::predictors

@@ -11,9 +11,9 @@ using PredictorMaker = std::unique_ptr<Predictor> (*)(const PredictorOptions&);
 const std::vector<std::pair<std::string, PredictorMaker>>& predictor_table() {
   static const std::vector<std::pair<std::string, PredictorMaker>> t = {
       {"lookahead", predictors::make_lookahead}, {"gate", predictors::make_gate},
-      {"stacked", predictors::make_stacked},
-      {"token", predictors::make_token},       {"promoe", predictors::make_promoe},
-      {"duoserve", predictors::make_duoserve}, {"eamc", predictors::make_eamc},
+      {"stacked", predictors::make_stacked},     {"token", predictors::make_token},
+      {"promoe", predictors::make_promoe},       {"duoserve", predictors::make_duoserve},
+      {"eamc", predictors::make_eamc},
   };
   return t;
 }

@@ -8,11 +8,13 @@ namespace moeflow::predictors {
 namespace {
 
 // Softmax probability of each of the top-k logits.
-void emit_topk(int layer, const std::vector<float>& logits, int k, float scale, std::vector<Prediction>& out) {
+void emit_topk(int layer, const std::vector<float>& logits, int k, float scale,
+               std::vector<Prediction>& out) {
   float mx = *std::max_element(logits.begin(), logits.end());
   double z = 0;
   for (float x : logits) z += std::exp((double)x - mx);
-  for (int e : top_indices(logits, k)) out.push_back({layer, e, scale * (float)(std::exp((double)logits[e] - mx) / z)});
+  for (int e : top_indices(logits, k))
+    out.push_back({layer, e, scale * (float)(std::exp((double)logits[e] - mx) / z)});
 }
 
 // Next-layer gate lookahead: the hidden state entering layer l is close to the one entering
@@ -53,8 +55,8 @@ class Lookahead final : public Predictor {
     MOEFLOW_CHECK(o_.lookahead >= 1, "--lookahead must be >= 1 (got {})", o_.lookahead);
     if (o_.layer_experts.empty()) o_.layer_experts.assign(std::max(0, o_.n_layers), o_.n_experts);
     MOEFLOW_CHECK(static_cast<int>(o_.layer_experts.size()) == o_.n_layers,
-                  "lookahead predictor: {} per-layer expert counts for {} layers", o_.layer_experts.size(),
-                  o_.n_layers);
+                  "lookahead predictor: {} per-layer expert counts for {} layers",
+                  o_.layer_experts.size(), o_.n_layers);
   }
   std::string name() const override { return "lookahead"; }
   void set_router(RouterFn fn) override { router_ = std::move(fn); }
@@ -85,8 +87,9 @@ class Lookahead final : public Predictor {
       for (int e = 0; e < n_exp; ++e) sum += probs_[e] = std::exp(logits_[e] - mx);
       order_.resize(n_exp);
       for (int e = 0; e < n_exp; ++e) order_[e] = e;
-      std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
-                        [&](int a, int b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b); });
+      std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [&](int a, int b) {
+        return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
+      });
       topw_.resize(k);
       uses_.resize(k);
       for (int i = 0; i < k; ++i) topw_[i] = static_cast<float>(probs_[order_[i]] / sum);
@@ -113,7 +116,8 @@ class Lookahead final : public Predictor {
 // only depths whose running accuracy stays >= 0.5 are used (depth 1 always).
 class Stacked final : public Predictor {
  public:
-  explicit Stacked(const PredictorOptions& o) : o_(o), acc_(kMaxDepth + 1, 1.0), pending_(o.n_layers > 0 ? o.n_layers : 1) {}
+  explicit Stacked(const PredictorOptions& o)
+      : o_(o), acc_(kMaxDepth + 1, 1.0), pending_(o.n_layers > 0 ? o.n_layers : 1) {}
   std::string name() const override { return "stacked"; }
   void set_router(RouterFn fn) override { router_ = std::move(fn); }
   void on_sequence_start() override {
@@ -125,7 +129,9 @@ class Stacked final : public Predictor {
       // Score what earlier layers predicted for this one.
       for (auto& [depth, experts] : pending_[l0]) {
         int hit = 0;
-        for (int e : experts) hit += std::find(in.route.experts.begin(), in.route.experts.end(), e) != in.route.experts.end();
+        for (int e : experts)
+          hit += std::find(in.route.experts.begin(), in.route.experts.end(), e) !=
+                 in.route.experts.end();
         double a = experts.empty() ? 0 : (double)hit / (double)experts.size();
         acc_[depth] = 0.9 * acc_[depth] + 0.1 * a;
       }
@@ -162,8 +168,14 @@ class Stacked final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_gate(const PredictorOptions& o) { return std::make_unique<Gate>(o); }
-std::unique_ptr<Predictor> make_lookahead(const PredictorOptions& o) { return std::make_unique<Lookahead>(o); }
-std::unique_ptr<Predictor> make_stacked(const PredictorOptions& o) { return std::make_unique<Stacked>(o); }
+std::unique_ptr<Predictor> make_gate(const PredictorOptions& o) {
+  return std::make_unique<Gate>(o);
+}
+std::unique_ptr<Predictor> make_lookahead(const PredictorOptions& o) {
+  return std::make_unique<Lookahead>(o);
+}
+std::unique_ptr<Predictor> make_stacked(const PredictorOptions& o) {
+  return std::make_unique<Stacked>(o);
+}
 
 }  // namespace moeflow::predictors

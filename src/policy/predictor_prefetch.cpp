@@ -6,12 +6,15 @@
 
 namespace moeflow {
 
-PredictorPrefetch::PredictorPrefetch(ExpertProvider& provider, std::unique_ptr<Predictor> predictor, int n_layers,
-                                     int max_tokens)
-    : provider_(provider), predictor_(std::move(predictor)), n_layers_(n_layers), max_tokens_(max_tokens) {
+PredictorPrefetch::PredictorPrefetch(ExpertProvider& provider, std::unique_ptr<Predictor> predictor,
+                                     int n_layers, int max_tokens)
+    : provider_(provider),
+      predictor_(std::move(predictor)),
+      n_layers_(n_layers),
+      max_tokens_(max_tokens) {
   MOEFLOW_CHECK(predictor_ != nullptr, "predictor prefetch: no predictor");
-  MOEFLOW_CHECK(n_layers_ > 0 && max_tokens_ > 0, "predictor prefetch: {} layers, max_tokens {}", n_layers_,
-                max_tokens_);
+  MOEFLOW_CHECK(n_layers_ > 0 && max_tokens_ > 0, "predictor prefetch: {} layers, max_tokens {}",
+                n_layers_, max_tokens_);
 }
 
 void PredictorPrefetch::on_step_begin(int64_t pos0, int n_tokens) {
@@ -36,8 +39,9 @@ void PredictorPrefetch::on_route(const RouteRecord& r) {
   for (int t = first_shown; t < r.n_tokens; ++t) {
     const size_t k = (size_t)r.top_k, off = (size_t)t * k;
     PredictorInput in;
-    in.route = RouteEvent{r.layer, step0_ + (uint64_t)t, r.prefill, r.experts.subspan(off, k),
-                          r.weights.size() >= off + k ? r.weights.subspan(off, k) : std::span<const float>{}};
+    in.route = RouteEvent{
+        r.layer, step0_ + (uint64_t)t, r.prefill, r.experts.subspan(off, k),
+        r.weights.size() >= off + k ? r.weights.subspan(off, k) : std::span<const float>{}};
     if (r.n_embd > 0 && r.hidden.size() >= (size_t)(t + 1) * r.n_embd)
       in.hidden = r.hidden.subspan((size_t)t * r.n_embd, (size_t)r.n_embd);
     in.token_id = (size_t)t < r.tokens.size() ? r.tokens[t] : -1;
@@ -49,19 +53,23 @@ void PredictorPrefetch::on_route(const RouteRecord& r) {
       auto same = std::find_if(merged_.begin(), merged_.end(), [&](const Prediction& m) {
         return m.layer == p.layer && m.expert == p.expert && m.precision == p.precision;
       });
-      if (same == merged_.end()) merged_.push_back(p);
-      else same->confidence = std::max(same->confidence, p.confidence);
+      if (same == merged_.end())
+        merged_.push_back(p);
+      else
+        same->confidence = std::max(same->confidence, p.confidence);
     }
   }
   // Most confident first, so that the prefetcher's LOW queue starts with the likeliest loads.
-  std::stable_sort(merged_.begin(), merged_.end(),
-                   [](const Prediction& a, const Prediction& b) { return a.confidence > b.confidence; });
+  std::stable_sort(merged_.begin(), merged_.end(), [](const Prediction& a, const Prediction& b) {
+    return a.confidence > b.confidence;
+  });
   for (const Prediction& p : merged_) {
     // HOBBIT serves a cached or coming high copy whatever the score: no low copy needed then.
     if (mode_.mode == ExpertMode::Hobbit && p.precision == Precision::Low &&
         provider_.residency(p.layer, p.expert) != Residency::NotStarted)
       continue;
-    provider_.prefetch(p.layer, std::span<const int>(&p.expert, 1), std::clamp(p.confidence, 0.f, 1.f), p.precision);
+    provider_.prefetch(p.layer, std::span<const int>(&p.expert, 1),
+                       std::clamp(p.confidence, 0.f, 1.f), p.precision);
   }
   predictions_ += merged_.size();
 }

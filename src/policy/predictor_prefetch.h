@@ -44,7 +44,7 @@ class PredictorPrefetch final : public ForwardObserver {
   int max_tokens_;
   ForwardObserver* next_ = nullptr;
   PrecisionModeConfig mode_;
-  uint64_t step0_ = 0;     // global token index of the current step's first token
+  uint64_t step0_ = 0;  // global token index of the current step's first token
   int step_tokens_ = 0;
   std::vector<Prediction> preds_, merged_;
   uint64_t predictions_ = 0;

@@ -11,7 +11,8 @@ namespace {
 // Predictions for all later layers are made when a token's first layer routes.
 class TokenBased final : public Predictor {
  public:
-  explicit TokenBased(const PredictorOptions& o) : o_(o), L_(std::max(1, o.n_layers)), E_(std::max(1, o.n_experts)) {
+  explicit TokenBased(const PredictorOptions& o)
+      : o_(o), L_(std::max(1, o.n_layers)), E_(std::max(1, o.n_experts)) {
     pop_.assign((size_t)L_ * E_, 0);
   }
   std::string name() const override { return "token"; }
@@ -59,6 +60,8 @@ class TokenBased final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_token(const PredictorOptions& o) { return std::make_unique<TokenBased>(o); }
+std::unique_ptr<Predictor> make_token(const PredictorOptions& o) {
+  return std::make_unique<TokenBased>(o);
+}
 
 }  // namespace moeflow::predictors

@@ -21,7 +21,8 @@ inline std::vector<int> top_indices(const std::vector<float>& v, int k) {
   std::vector<int> idx(v.size());
   for (size_t i = 0; i < v.size(); ++i) idx[i] = (int)i;
   k = std::min<int>(k, (int)v.size());
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   idx.resize(k);
   return idx;
 }

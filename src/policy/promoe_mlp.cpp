@@ -11,13 +11,16 @@
 
 namespace moeflow {
 
-void PromoeModel::init(int layers, int experts, int hidden, int width_, int stride_, int top_k_, unsigned seed) {
+void PromoeModel::init(int layers, int experts, int hidden, int width_, int stride_, int top_k_,
+                       unsigned seed) {
   MOEFLOW_CHECK(layers > 0 && experts > 0 && hidden > 0 && width_ > 0 && stride_ > 0 && top_k_ > 0,
-                "promoe: bad model shape (layers {}, experts {}, hidden {}, width {}, stride {})", layers, experts, hidden,
-                width_, stride_);
-  n_layers = layers, n_experts = experts, hidden_dim = hidden, width = width_, stride = stride_, top_k = top_k_;
+                "promoe: bad model shape (layers {}, experts {}, hidden {}, width {}, stride {})",
+                layers, experts, hidden, width_, stride_);
+  n_layers = layers, n_experts = experts, hidden_dim = hidden, width = width_, stride = stride_,
+  top_k = top_k_;
   std::mt19937 rng(seed);
-  std::normal_distribution<float> n1(0.f, 1.f / std::sqrt((float)hidden)), n2(0.f, 1.f / std::sqrt((float)width));
+  std::normal_distribution<float> n1(0.f, 1.f / std::sqrt((float)hidden)),
+      n2(0.f, 1.f / std::sqrt((float)width));
   w1.assign(layers, {}), b1.assign(layers, {}), w2.assign(layers, {}), b2.assign(layers, {});
   for (int l = 0; l < layers; ++l) {
     w1[l].resize((size_t)width * hidden);
@@ -29,7 +32,8 @@ void PromoeModel::init(int layers, int experts, int hidden, int width_, int stri
   }
 }
 
-void PromoeModel::forward(int l, const float* h, std::vector<float>& logits, std::vector<float>* act) const {
+void PromoeModel::forward(int l, const float* h, std::vector<float>& logits,
+                          std::vector<float>* act) const {
   std::vector<float> a(width);
   for (int j = 0; j < width; ++j) {
     float s = b1[l][j];
@@ -49,7 +53,9 @@ void PromoeModel::forward(int l, const float* h, std::vector<float>& logits, std
 
 namespace {
 constexpr char kMagic[8] = {'M', 'F', 'P', 'R', 'O', 'M', 'O', 'E'};
-void put_vec(std::ofstream& f, const std::vector<float>& v) { f.write((const char*)v.data(), (std::streamsize)(v.size() * 4)); }
+void put_vec(std::ofstream& f, const std::vector<float>& v) {
+  f.write((const char*)v.data(), (std::streamsize)(v.size() * 4));
+}
 void get_vec(std::ifstream& f, std::vector<float>& v, size_t n, const std::string& path) {
   v.resize(n);
   f.read((char*)v.data(), (std::streamsize)(n * 4));
@@ -63,7 +69,8 @@ void PromoeModel::save(const std::string& path) const {
   f.write(kMagic, 8);
   int32_t hdr[6] = {n_layers, n_experts, hidden_dim, width, stride, top_k};
   f.write((const char*)hdr, sizeof(hdr));
-  for (int l = 0; l < n_layers; ++l) put_vec(f, w1[l]), put_vec(f, b1[l]), put_vec(f, w2[l]), put_vec(f, b2[l]);
+  for (int l = 0; l < n_layers; ++l)
+    put_vec(f, w1[l]), put_vec(f, b1[l]), put_vec(f, w2[l]), put_vec(f, b2[l]);
   if (!f) fail("promoe model '{}': write failed", path);
 }
 
@@ -74,13 +81,17 @@ PromoeModel PromoeModel::load(const std::string& path) {
   int32_t h[6];
   f.read(m, 8);
   f.read((char*)h, sizeof(h));
-  if (!f || std::memcmp(m, kMagic, 8) != 0) fail("promoe model '{}': not a moeflow ProMoE predictor file", path);
+  if (!f || std::memcmp(m, kMagic, 8) != 0)
+    fail("promoe model '{}': not a moeflow ProMoE predictor file", path);
   for (int v : h) MOEFLOW_CHECK(v > 0 && v < (1 << 20), "promoe model '{}': bad header", path);
   PromoeModel p;
-  p.n_layers = h[0], p.n_experts = h[1], p.hidden_dim = h[2], p.width = h[3], p.stride = h[4], p.top_k = h[5];
-  MOEFLOW_CHECK((double)p.n_layers * ((double)p.width * p.hidden_dim + (double)p.n_experts * p.width) < 4e8,
-                "promoe model '{}': implausibly large", path);
-  p.w1.resize(p.n_layers), p.b1.resize(p.n_layers), p.w2.resize(p.n_layers), p.b2.resize(p.n_layers);
+  p.n_layers = h[0], p.n_experts = h[1], p.hidden_dim = h[2], p.width = h[3], p.stride = h[4],
+  p.top_k = h[5];
+  MOEFLOW_CHECK(
+      (double)p.n_layers * ((double)p.width * p.hidden_dim + (double)p.n_experts * p.width) < 4e8,
+      "promoe model '{}': implausibly large", path);
+  p.w1.resize(p.n_layers), p.b1.resize(p.n_layers), p.w2.resize(p.n_layers),
+      p.b2.resize(p.n_layers);
   for (int l = 0; l < p.n_layers; ++l) {
     get_vec(f, p.w1[l], (size_t)p.width * p.hidden_dim, path);
     get_vec(f, p.b1[l], p.width, path);
@@ -95,7 +106,8 @@ bool promoe_held_out(const std::vector<PromoeSample>& samples, size_t i) {
   return key % 10 == 9;
 }
 
-double promoe_recall(const PromoeModel& m, const std::vector<PromoeSample>& samples, bool held_out_only) {
+double promoe_recall(const PromoeModel& m, const std::vector<PromoeSample>& samples,
+                     bool held_out_only) {
   size_t hit = 0, tot = 0;
   std::vector<float> lg;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -108,18 +120,22 @@ double promoe_recall(const PromoeModel& m, const std::vector<PromoeSample>& samp
   return tot ? (double)hit / (double)tot : 0;
 }
 
-PromoeTrainReport train_promoe(PromoeModel& m, const std::vector<PromoeSample>& samples, int epochs, float lr) {
+PromoeTrainReport train_promoe(PromoeModel& m, const std::vector<PromoeSample>& samples, int epochs,
+                               float lr) {
   PromoeTrainReport rep;
   for (size_t i = 0; i < samples.size(); ++i) {
     const auto& s = samples[i];
     MOEFLOW_CHECK(s.layer >= 0 && s.layer < m.n_layers && (int)s.hidden.size() == m.hidden_dim,
-                  "promoe: sample {} has layer {} / hidden size {} (model: {} layers, hidden {})", i, s.layer, s.hidden.size(),
-                  m.n_layers, m.hidden_dim);
+                  "promoe: sample {} has layer {} / hidden size {} (model: {} layers, hidden {})",
+                  i, s.layer, s.hidden.size(), m.n_layers, m.hidden_dim);
     (promoe_held_out(samples, i) ? rep.test_samples : rep.train_samples)++;
   }
   if (rep.train_samples == 0 || rep.test_samples == 0)
-    fail("promoe: the 9:1 split leaves {} training and {} held-out samples; both must be non-empty (a request "
-         "split needs at least 10 requests)", rep.train_samples, rep.test_samples);
+    fail(
+        "promoe: the 9:1 split leaves {} training and {} held-out samples; both must be non-empty "
+        "(a request "
+        "split needs at least 10 requests)",
+        rep.train_samples, rep.test_samples);
   std::vector<size_t> order;
   for (size_t i = 0; i < samples.size(); ++i)
     if (!promoe_held_out(samples, i)) order.push_back(i);
@@ -162,14 +178,19 @@ namespace {
 class Promoe final : public Predictor {
  public:
   explicit Promoe(const PredictorOptions& o) : o_(o) {
-    MOEFLOW_CHECK(!o.model_path.empty(), "predictor 'promoe': needs trained weights (--predictor-model FILE from `moeflow train-predictor`)");
+    MOEFLOW_CHECK(!o.model_path.empty(),
+                  "predictor 'promoe': needs trained weights (--predictor-model FILE from `moeflow "
+                  "train-predictor`)");
     m_ = PromoeModel::load(o.model_path);
     // A predictor trained on another model's traces would silently predict nothing (or
     // nonsense): say so instead. 0 = the caller does not know that dimension.
     auto check = [&](const char* what, int mine, int want) {
       if (want > 0 && mine != want)
-        fail("predictor 'promoe': '{}' was trained for {} {}, this model has {} (retrain with `moeflow "
-             "train-predictor` on a trace of this model)", o.model_path, mine, what, want);
+        fail(
+            "predictor 'promoe': '{}' was trained for {} {}, this model has {} (retrain with "
+            "`moeflow "
+            "train-predictor` on a trace of this model)",
+            o.model_path, mine, what, want);
     };
     check("layers", m_.n_layers, o.n_layers);
     check("experts", m_.n_experts, o.n_experts);
@@ -178,11 +199,13 @@ class Promoe final : public Predictor {
   std::string name() const override { return "promoe"; }
   void on_layer(const PredictorInput& in, std::vector<Prediction>& out) override {
     int l = in.route.layer;
-    if (in.hidden.empty() || (int)in.hidden.size() != m_.hidden_dim || l < 0 || l >= m_.n_layers) return;
+    if (in.hidden.empty() || (int)in.hidden.size() != m_.hidden_dim || l < 0 || l >= m_.n_layers)
+      return;
     int tgt = l + m_.stride;
     if (tgt >= m_.n_layers) return;
     m_.forward(l, in.hidden.data(), lg_);
-    for (int e : top_indices(lg_, m_.top_k)) out.push_back({tgt, e, 1.f / (1.f + std::exp(-lg_[e]))});
+    for (int e : top_indices(lg_, m_.top_k))
+      out.push_back({tgt, e, 1.f / (1.f + std::exp(-lg_[e]))});
   }
 
  private:
@@ -193,7 +216,9 @@ class Promoe final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_promoe(const PredictorOptions& o) { return std::make_unique<Promoe>(o); }
+std::unique_ptr<Predictor> make_promoe(const PredictorOptions& o) {
+  return std::make_unique<Promoe>(o);
+}
 
 }  // namespace predictors
 }  // namespace moeflow

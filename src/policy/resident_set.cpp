@@ -8,7 +8,8 @@ namespace moeflow {
 
 ResidentSet::ResidentSet(const Config& c, EvictionPolicy& policy) : cfg_(c), policy_(&policy) {
   MOEFLOW_CHECK(cfg_.n_layers > 0 && cfg_.n_experts > 0 && !cfg_.layers.empty(),
-                "cache core: no experts ({} layers, {} experts per layer)", cfg_.n_layers, cfg_.n_experts);
+                "cache core: no experts ({} layers, {} experts per layer)", cfg_.n_layers,
+                cfg_.n_experts);
   MOEFLOW_CHECK(cfg_.capacity >= 0, "cache core: negative capacity {}", cfg_.capacity);
   part_.assign(cfg_.n_layers, -1);
   for (size_t i = 0; i < cfg_.layers.size(); ++i) {
@@ -36,7 +37,8 @@ bool ResidentSet::any_resident(int layer, KeyFilter f) const {
   const int p = part(layer);
   MOEFLOW_CHECK(p >= 0, "cache core: layer {} has no experts", layer);
   for (uint32_t i : members_[p])
-    if (f({static_cast<int>(i / cfg_.n_experts), static_cast<int>(i % cfg_.n_experts)})) return true;
+    if (f({static_cast<int>(i / cfg_.n_experts), static_cast<int>(i % cfg_.n_experts)}))
+      return true;
   return false;
 }
 
@@ -51,8 +53,8 @@ ExpertKey ResidentSet::pick_victim(int layer, uint64_t t, KeyFilter allow) {
   if (cand_.empty()) return {-1, -1};
   const ExpertKey v = policy_->choose_victim(cand_, t);
   MOEFLOW_CHECK(std::find(cand_.begin(), cand_.end(), v) != cand_.end(),
-                "eviction policy '{}' chose expert {} of layer {}, not a candidate", policy_->name(), v.expert,
-                v.layer);
+                "eviction policy '{}' chose expert {} of layer {}, not a candidate",
+                policy_->name(), v.expert, v.layer);
   return v;
 }
 
@@ -68,10 +70,11 @@ bool ResidentSet::make_room(int layer, uint64_t t, KeyFilter allow, ExpertKey& e
 
 void ResidentSet::insert(ExpertKey k, uint64_t t) {
   MOEFLOW_CHECK(valid(k), "cache core: no expert {} in layer {}", k.expert, k.layer);
-  MOEFLOW_CHECK(!contains(k), "cache core: expert {} of layer {} is already resident", k.expert, k.layer);
+  MOEFLOW_CHECK(!contains(k), "cache core: expert {} of layer {} is already resident", k.expert,
+                k.layer);
   auto& m = members_[part(k.layer)];
-  MOEFLOW_CHECK(static_cast<int>(m.size()) < cfg_.capacity, "cache core: no room for expert {} of layer {}",
-                k.expert, k.layer);
+  MOEFLOW_CHECK(static_cast<int>(m.size()) < cfg_.capacity,
+                "cache core: no room for expert {} of layer {}", k.expert, k.layer);
   const auto i = static_cast<uint32_t>(index(k));
   m.insert(std::lower_bound(m.begin(), m.end(), i), i);
   in_[i] = 1;
@@ -80,7 +83,8 @@ void ResidentSet::insert(ExpertKey k, uint64_t t) {
 }
 
 void ResidentSet::evict(ExpertKey k) {
-  MOEFLOW_CHECK(contains(k), "cache core: expert {} of layer {} is not resident", k.expert, k.layer);
+  MOEFLOW_CHECK(contains(k), "cache core: expert {} of layer {} is not resident", k.expert,
+                k.layer);
   auto& m = members_[part(k.layer)];
   const auto i = static_cast<uint32_t>(index(k));
   m.erase(std::lower_bound(m.begin(), m.end(), i));
@@ -89,7 +93,8 @@ void ResidentSet::evict(ExpertKey k) {
   if (log_) log_->push_back({CacheEvent::Evict, k, 0});
 }
 
-ResidentSet::Miss ResidentSet::route_miss(ExpertKey k, uint64_t t, KeyFilter allow, ExpertKey& evicted) {
+ResidentSet::Miss ResidentSet::route_miss(ExpertKey k, uint64_t t, KeyFilter allow,
+                                          ExpertKey& evicted) {
   evicted = {-1, -1};
   if (!policy_->admit(k, t)) return Miss::Stream;
   if (!make_room(k.layer, t, allow, evicted)) return Miss::Defer;
@@ -119,8 +124,8 @@ std::vector<ExpertKey> ResidentSet::preload() {
   return out;
 }
 
-std::vector<std::pair<ExpertKey, ExpertKey>> ResidentSet::place(std::span<const double> counts, uint64_t t,
-                                                                KeyFilter allow) {
+std::vector<std::pair<ExpertKey, ExpertKey>> ResidentSet::place(std::span<const double> counts,
+                                                                uint64_t t, KeyFilter allow) {
   policy_->on_prefill_done(counts);
   std::vector<std::pair<ExpertKey, ExpertKey>> out;
   for (ExpertKey k : policy_->take_placement_requests()) {

@@ -46,8 +46,9 @@ class KeyFilter {
  public:
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, KeyFilter>>>
   KeyFilter(F&& f)  // NOLINT: implicit, so that callers pass lambdas directly
-      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
-        call_([](void* o, ExpertKey k) { return static_cast<bool>((*static_cast<std::remove_reference_t<F>*>(o))(k)); }) {}
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* o, ExpertKey k) {
+          return static_cast<bool>((*static_cast<std::remove_reference_t<F>*>(o))(k));
+        }) {}
   bool operator()(ExpertKey k) const { return call_(obj_, k); }
 
  private:
@@ -104,21 +105,24 @@ class ResidentSet {
   std::vector<ExpertKey> preload();
   // After a prefill: on_prefill_done(counts), then each placement request that is absent and
   // finds room among `allow` is inserted at `t`; returned as (key, evicted) for loading.
-  std::vector<std::pair<ExpertKey, ExpertKey>> place(std::span<const double> counts, uint64_t t, KeyFilter allow);
+  std::vector<std::pair<ExpertKey, ExpertKey>> place(std::span<const double> counts, uint64_t t,
+                                                     KeyFilter allow);
 
   // Every insertion and eviction is appended to `log` (null: none).
   void set_log(std::vector<CacheEvent>* log) { log_ = log; }
 
  private:
-  size_t index(ExpertKey k) const { return static_cast<size_t>(k.layer) * cfg_.n_experts + k.expert; }
+  size_t index(ExpertKey k) const {
+    return static_cast<size_t>(k.layer) * cfg_.n_experts + k.expert;
+  }
   int part(int layer) const { return layer >= 0 && layer < cfg_.n_layers ? part_[layer] : -1; }
 
   Config cfg_;
   EvictionPolicy* policy_;
-  std::vector<int> part_;                      // layer -> partition (-1: no experts)
-  std::vector<uint8_t> in_;                    // [layer * n_experts + expert]
-  std::vector<std::vector<uint32_t>> members_; // per partition, ascending index()
-  std::vector<ExpertKey> cand_;                // scratch
+  std::vector<int> part_;                       // layer -> partition (-1: no experts)
+  std::vector<uint8_t> in_;                     // [layer * n_experts + expert]
+  std::vector<std::vector<uint32_t>> members_;  // per partition, ascending index()
+  std::vector<ExpertKey> cand_;                 // scratch
   std::vector<CacheEvent>* log_ = nullptr;
 };
 

@@ -19,7 +19,7 @@ constexpr int K_SCALE_SIZE = 12;
 
 #pragma pack(push, 1)
 struct BlockQ4_0 {
-  uint16_t d;  // fp16 scale
+  uint16_t d;             // fp16 scale
   uint8_t qs[QK4_0 / 2];  // low nibbles: elements 0..15, high nibbles: 16..31
 };
 struct BlockQ4_1 {
@@ -89,7 +89,7 @@ struct BlockIQ4_XS {
   uint8_t qs[QK_K / 2];
 };
 struct BlockMXFP4 {
-  uint8_t e;  // E8M0 shared exponent
+  uint8_t e;                 // E8M0 shared exponent
   uint8_t qs[QK_MXFP4 / 2];  // E2M1 values, low nibbles first half
 };
 #pragma pack(pop)

@@ -54,8 +54,10 @@ void quantize_mxfp4(const float* src, void* dst, int64_t n);
 inline int round_small(float v) {
   int i = (int)v;
   const float r = v - (float)i;
-  if (r >= 0.5f) ++i;
-  else if (r <= -0.5f) --i;
+  if (r >= 0.5f)
+    ++i;
+  else if (r <= -0.5f)
+    --i;
   return i;
 }
 
@@ -85,8 +87,8 @@ inline float block_amax(const float* x, int n, GgmlType t) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) {
     const float a = std::fabs(x[i]);
-    if (!(a <= 3.4e38f)) fail("quantize {}: non-finite input value {} (element {} of a block)",
-                              type_name(t), x[i], i);
+    if (!(a <= 3.4e38f))
+      fail("quantize {}: non-finite input value {} (element {} of a block)", type_name(t), x[i], i);
     amax = a > amax ? a : amax;
   }
   return amax;

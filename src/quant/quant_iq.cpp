@@ -70,7 +70,8 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t n) {
   for (int64_t ib = 0; ib < n / QK_K; ++ib, ++b, dst += QK_K) {
     const float d = fp16_to_fp32(b->d);
     for (int j = 0; j < QK_K / 32; ++j) {
-      const int ls = ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((b->scales_h >> (2 * j)) & 3) << 4);
+      const int ls =
+          ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((b->scales_h >> (2 * j)) & 3) << 4);
       const float dl = d * (float)(ls - 32);
       const uint8_t* qs = b->qs + 16 * j;
       float* y = dst + 32 * j;
@@ -98,7 +99,8 @@ void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
     for (int j = 0; j < 8; ++j) ls[j] = d != 0 ? clamp_round(s[j] / d, -32, 31) : 0;
     auto requant = [&](float dd, uint8_t* out) {
       double err = 0;
-      for (int j = 0; j < 8; ++j) err += assign_iq4(src + 32 * j, 32, dd * (float)ls[j], out + 32 * j);
+      for (int j = 0; j < 8; ++j)
+        err += assign_iq4(src + 32 * j, 32, dd * (float)ls[j], out + 32 * j);
       return err;
     };
     double err = requant(d, idx);

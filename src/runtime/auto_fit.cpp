@@ -22,9 +22,10 @@ FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string
   d.source = source;
   const uint64_t all = m.fixed_host() + m.expert_bytes;
   if (available == 0) {
-    d.reason = fmt::format("all experts resident (auto: the free memory is unknown here; the model "
-                           "needs {})",
-                           format_bytes(all));
+    d.reason = fmt::format(
+        "all experts resident (auto: the free memory is unknown here; the model "
+        "needs {})",
+        format_bytes(all));
     return d;
   }
   d.margin = fit_margin(available);
@@ -32,32 +33,35 @@ FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string
       m.table_bytes == 0
           ? std::string()
           : fmt::format(" (token embedding {} read from the file)", format_bytes(m.table_bytes));
-  const std::string parts = fmt::format(
-      "non-expert weights {}{} + KV cache {} (-c {}) + activations {}",
-      format_bytes(m.non_expert_bytes - m.table_bytes), table, format_bytes(m.kv_bytes), m.n_ctx,
-      format_bytes(m.scratch_bytes));
+  const std::string parts =
+      fmt::format("non-expert weights {}{} + KV cache {} (-c {}) + activations {}",
+                  format_bytes(m.non_expert_bytes - m.table_bytes), table, format_bytes(m.kv_bytes),
+                  m.n_ctx, format_bytes(m.scratch_bytes));
   if (all + d.margin <= available) {
-    d.reason = fmt::format("all experts resident (auto: the model needs {} ({} + experts {}) + "
-                           "margin {}; {} available, {})",
-                           format_bytes(all), parts, format_bytes(m.expert_bytes),
-                           format_bytes(d.margin), format_bytes(available), source);
+    d.reason = fmt::format(
+        "all experts resident (auto: the model needs {} ({} + experts {}) + "
+        "margin {}; {} available, {})",
+        format_bytes(all), parts, format_bytes(m.expert_bytes), format_bytes(d.margin),
+        format_bytes(available), source);
     return d;
   }
   const uint64_t reserved = m.fixed_host() + d.margin;
   const uint64_t budget = available > reserved ? available - reserved : 0;
   if (budget < m.min_budget)
-    fail("the model does not fit in memory: {} available ({}), but running it with expert "
-         "offloading needs at least {}: {} + the smallest expert budget {} (top-{} experts of a "
-         "layer) + margin {}. Free memory, lower -c, or give --expert-cache SIZE to try anyway",
-         format_bytes(available), source, format_bytes(reserved + m.min_budget), parts,
-         format_bytes(m.min_budget), m.top_k, format_bytes(d.margin));
+    fail(
+        "the model does not fit in memory: {} available ({}), but running it with expert "
+        "offloading needs at least {}: {} + the smallest expert budget {} (top-{} experts of a "
+        "layer) + margin {}. Free memory, lower -c, or give --expert-cache SIZE to try anyway",
+        format_bytes(available), source, format_bytes(reserved + m.min_budget), parts,
+        format_bytes(m.min_budget), m.top_k, format_bytes(d.margin));
   d.offload = true;
   d.budget = budget;
-  d.reason = fmt::format("expert offloading on, budget {} of {} of experts (auto: {} available, {}; "
-                         "all resident would need {} ({} + experts) + margin {}; "
-                         "--expert-cache SIZE or --no-offload override)",
-                         format_bytes(budget), format_bytes(m.expert_bytes), format_bytes(available),
-                         source, format_bytes(all), parts, format_bytes(d.margin));
+  d.reason = fmt::format(
+      "expert offloading on, budget {} of {} of experts (auto: {} available, {}; "
+      "all resident would need {} ({} + experts) + margin {}; "
+      "--expert-cache SIZE or --no-offload override)",
+      format_bytes(budget), format_bytes(m.expert_bytes), format_bytes(available), source,
+      format_bytes(all), parts, format_bytes(d.margin));
   return d;
 }
 

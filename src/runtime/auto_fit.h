@@ -28,10 +28,10 @@ struct ModelMemory {
   // CPU tier leaves it in the file's mapping (a token reads one row), so it takes no RAM of
   // the plan; a GPU keeps it in VRAM like every other weight.
   uint64_t table_bytes = 0;
-  uint64_t expert_bytes = 0;      // all routed experts
-  uint64_t kv_bytes = 0;          // KV cache for n_ctx
-  uint64_t scratch_bytes = 0;     // activations for the batch (estimate)
-  uint64_t min_budget = 0;        // smallest expert budget the cache accepts
+  uint64_t expert_bytes = 0;   // all routed experts
+  uint64_t kv_bytes = 0;       // KV cache for n_ctx
+  uint64_t scratch_bytes = 0;  // activations for the batch (estimate)
+  uint64_t min_budget = 0;     // smallest expert budget the cache accepts
   int64_t n_ctx = 0;
   int top_k = 0;
   uint64_t fixed() const { return non_expert_bytes + kv_bytes + scratch_bytes; }
@@ -42,8 +42,8 @@ struct FitDecision {
   bool offload = false;
   uint64_t budget = 0;  // expert budget when offload
   uint64_t available = 0, margin = 0;
-  std::string source;   // where `available` came from
-  std::string reason;   // one line: what was chosen and why
+  std::string source;  // where `available` came from
+  std::string reason;  // one line: what was chosen and why
 };
 
 // 64 MiB + available / 16.
@@ -58,7 +58,7 @@ struct FitContext {
   int64_t n_ctx = 0;  // resolved context size (see resolve_n_ctx in engine.h)
   int batch = 256;    // prefill chunk
   int threads = 1;
-  int logits_rows = 1;  // rows of logits one forward keeps (batch for perplexity)
+  int logits_rows = 1;     // rows of logits one forward keeps (batch for perplexity)
   bool per_layer = false;  // --cache-per-layer: every MoE layer needs its own top-k slots
 };
 

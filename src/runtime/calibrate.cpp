@@ -36,7 +36,8 @@ CalibrateResult calibrate_hobbit(ForwardContext& ctx, std::span<const int32_t> t
                                  const CalibrateConfig& cfg, const CalibrateHooks& hooks) {
   if (!(cfg.grid_step > 0 && cfg.grid_step <= 1))
     fail("--grid-step must be in (0, 1], got {}", cfg.grid_step);
-  if (!(cfg.max_ppl_increase >= 0)) fail("--max-ppl-increase must be >= 0, got {}", cfg.max_ppl_increase);
+  if (!(cfg.max_ppl_increase >= 0))
+    fail("--max-ppl-increase must be >= 0, got {}", cfg.max_ppl_increase);
   MOEFLOW_CHECK(cfg.high_expert_bytes > 0, "calibrate: the model's expert size is unknown");
   const ChunkPlan plan = plan_chunks(tokens.size(), cfg.ppl);
   const size_t n_rows = (size_t)plan.n_scored();
@@ -51,9 +52,10 @@ CalibrateResult calibrate_hobbit(ForwardContext& ctx, std::span<const int32_t> t
       n_vocab = r.logits.size();
       const double gib = (double)n_vocab * n_rows * sizeof(float) / (1024.0 * 1024 * 1024);
       if (gib > 2.0)
-        fail("calibrate keeps the exact run's logits in memory: {:.1f} GiB for {} scored rows "
-             "of {} tokens; lower --chunks or -c",
-             gib, n_rows, n_vocab);
+        fail(
+            "calibrate keeps the exact run's logits in memory: {:.1f} GiB for {} scored rows "
+            "of {} tokens; lower --chunks or -c",
+            gib, n_rows, n_vocab);
       exact.reserve(n_vocab * n_rows);
     }
     exact.insert(exact.end(), r.logits.begin(), r.logits.end());
@@ -82,11 +84,13 @@ CalibrateResult calibrate_hobbit(ForwardContext& ctx, std::span<const int32_t> t
       p.top1 = kl.top1_agreement();
       const double uses = (double)(p.high + p.low + p.skip);
       p.miss_bytes_ratio =
-          uses > 0 ? ((double)p.high * cfg.high_expert_bytes + (double)p.low * cfg.low_expert_bytes) /
-                         (uses * (double)cfg.high_expert_bytes)
-                   : 1.0;
+          uses > 0
+              ? ((double)p.high * cfg.high_expert_bytes + (double)p.low * cfg.low_expert_bytes) /
+                    (uses * (double)cfg.high_expert_bytes)
+              : 1.0;
       // A tiny tolerance: T1 = 1 is exact, and its perplexity must count as no increase.
-      p.within = p.ppl_increase <= cfg.max_ppl_increase + 1e-12 && (cfg.max_kl < 0 || p.kl <= cfg.max_kl);
+      p.within =
+          p.ppl_increase <= cfg.max_ppl_increase + 1e-12 && (cfg.max_kl < 0 || p.kl <= cfg.max_kl);
       res.points.push_back(p);
       if (hooks.on_point) hooks.on_point(p);
     }

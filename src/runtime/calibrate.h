@@ -28,8 +28,8 @@ struct CalibrateConfig {
 
 struct CalibratePoint {
   double t1 = 0, t2 = 0;
-  double ppl = 0, ppl_increase = 0;  // relative to the exact run
-  double kl = 0, top1 = 0;           // mean KL(exact || this), top-1 agreement
+  double ppl = 0, ppl_increase = 0;      // relative to the exact run
+  double kl = 0, top1 = 0;               // mean KL(exact || this), top-1 agreement
   uint64_t high = 0, low = 0, skip = 0;  // uses over the run
   // Bytes a cache miss costs under the rule, relative to exact (every use high precision):
   // (high * high_bytes + low * low_bytes) / ((high + low + skip) * high_bytes).
@@ -47,7 +47,7 @@ struct CalibrateResult {
 // Runs the decision for one (T1, T2): set the mode on the context, run the text, report the
 // per-run use counts. Supplied by the caller, who owns the engine and its usage counters.
 struct CalibrateHooks {
-  std::function<void(double t1, double t2)> set_thresholds;  // (-1, -1): exact
+  std::function<void(double t1, double t2)> set_thresholds;                      // (-1, -1): exact
   std::function<void(uint64_t& high, uint64_t& low, uint64_t& skip)> take_uses;  // and reset
   std::function<void(const CalibratePoint&)> on_point;  // progress, optional
 };

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/watchdog.h"
 #include "core/timer.h"
+#include "core/watchdog.h"
 #include "experts/device_provider.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
@@ -58,10 +58,11 @@ void Engine::init(const EngineOptions& opt) {
   model_ = std::make_unique<Model>(*file_);
   const bool device = opt.backend != BackendKind::Cpu;
   if (device && provider_ && provider_->memory_space() == MemSpace::Host)
-    fail("--backend {} computes from device memory: a RAM expert cache (--expert-cache, "
-         "--cache-rate) belongs to the CPU backend; give --vram-budget or --vram-free for a VRAM "
-         "expert cache",
-         backend_kind_name(opt.backend));
+    fail(
+        "--backend {} computes from device memory: a RAM expert cache (--expert-cache, "
+        "--cache-rate) belongs to the CPU backend; give --vram-budget or --vram-free for a VRAM "
+        "expert cache",
+        backend_kind_name(opt.backend));
   if (!provider_ && !device) provider_ = std::make_shared<ResidentExpertProvider>(*file_);
   if (opt.n_threads < 0) fail("thread count (-t) must be positive, got {}", opt.n_threads);
   pool_ = std::make_unique<ThreadPool>(opt.n_threads == 0 ? default_thread_count() : opt.n_threads);
@@ -76,12 +77,16 @@ void Engine::init(const EngineOptions& opt) {
   const MemoryFacts mem = read_memory_facts();
   const double avail = (double)mem.available();
   if (avail > 0 && kv_bytes > avail)
-    fail("context size {} (-c) needs {} for its KV cache, more than the {} of memory available ({}); "
-         "pass a smaller -c (the model was trained with {})",
-         n_ctx, human_bytes(kv_bytes), human_bytes(avail), mem.source(), hp.n_ctx_train);
+    fail(
+        "context size {} (-c) needs {} for its KV cache, more than the {} of memory available "
+        "({}); "
+        "pass a smaller -c (the model was trained with {})",
+        n_ctx, human_bytes(kv_bytes), human_bytes(avail), mem.source(), hp.n_ctx_train);
   try {
     if (device) {
-      phase(fmt::format("loading weights and experts into the {} backend's memory", backend_kind_name(opt.backend)).c_str());
+      phase(fmt::format("loading weights and experts into the {} backend's memory",
+                        backend_kind_name(opt.backend))
+                .c_str());
       backend_ = make_backend(opt.backend, pool_.get());
       if (!provider_) provider_ = std::make_shared<DeviceExpertProvider>(*file_, *backend_);
       ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "model/model.h"
 #include "model/moe/expert_provider.h"
 #include "runtime/backend_choice.h"
-#include "model/model.h"
 #include "sampling/sampler.h"
 
 namespace moeflow {
@@ -19,9 +19,9 @@ namespace moeflow {
 class GgufFile;
 
 struct EngineOptions {
-  int n_threads = 0;      // 0: all cores
-  int64_t n_ctx = 0;      // 0: min(4096, context_length)
-  int batch = 256;        // prefill chunk (tokens per forward call)
+  int n_threads = 0;  // 0: all cores
+  int64_t n_ctx = 0;  // 0: min(4096, context_length)
+  int batch = 256;    // prefill chunk (tokens per forward call)
   // Keep the non-expert weights and the KV cache in memory of the process's own: weights copied
   // out of the mmap (their file pages dropped), KV cache touched up front. Set when experts are
   // offloaded: under the memory pressure a budget is chosen for, file pages would be evicted and
@@ -38,9 +38,9 @@ int64_t resolve_n_ctx(int64_t requested, int64_t n_ctx_train);
 struct GenerationStats {
   int n_prompt = 0;
   int n_generated = 0;
-  double prefill_s = 0;   // wall time of the prompt forward passes
-  double ttft_s = 0;      // start -> first generated token sampled
-  double decode_s = 0;    // wall time of the decode forward passes (after the first token)
+  double prefill_s = 0;  // wall time of the prompt forward passes
+  double ttft_s = 0;     // start -> first generated token sampled
+  double decode_s = 0;   // wall time of the decode forward passes (after the first token)
   double tpot_s() const { return n_generated > 1 ? decode_s / (n_generated - 1) : 0; }
   double prefill_tps() const { return prefill_s > 0 ? n_prompt / prefill_s : 0; }
   double decode_tps() const { return decode_s > 0 ? (n_generated - 1) / decode_s : 0; }
@@ -74,7 +74,8 @@ class Engine {
   // Feeds one token; returns its logits row (n_vocab, valid until the next call).
   std::span<const float> decode(int32_t token);
   // Same as prefill, one token at a time (the oracle's --sequential path).
-  void prefill_sequential(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out);
+  void prefill_sequential(std::span<const int32_t> tokens, bool all_logits,
+                          std::vector<float>* out);
 
   // Prefill + sample up to n_predict tokens; on_token is called as each is chosen and may
   // return false to stop. Stops early at a token in `stop`.

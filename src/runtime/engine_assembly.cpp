@@ -16,7 +16,7 @@ namespace {
 // --backend cuda: every expert in VRAM, or a VRAM expert cache (runtime/vram_plan.h: the plan
 // is announced on stderr when it is a cache), with the predictor plugged in as on the CPU.
 LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
-                                       const OffloadOptions& offload, const FitContext& fc) {
+                                const OffloadOptions& offload, const FitContext& fc) {
   LoadedEngine le;
   le.plan.how = "device";
   const ModelMemory mem = model_memory(*file, fc);
@@ -34,14 +34,18 @@ LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, EngineOpti
     target.cpu_threads = opt.n_threads;
     le.offload = make_offload(o, *file, &target);
     if (target.hybrid)
-      std::fprintf(stderr, "moeflow: CPU/GPU hybrid: %s; a miss the CPU finishes first is computed there\n",
+      std::fprintf(stderr,
+                   "moeflow: CPU/GPU hybrid: %s; a miss the CPU finishes first is computed there\n",
                    describe(le.offload.hybrid).c_str());
     if (!le.offload.device_transfer->pin_refusal().empty())
-      std::fprintf(stderr, "moeflow: note: %s; copying experts through pinned staging buffers instead\n",
+      std::fprintf(stderr,
+                   "moeflow: note: %s; copying experts through pinned staging buffers instead\n",
                    le.offload.device_transfer->pin_refusal().c_str());
   } else {
     if (offload.cpu_experts)
-      std::fprintf(stderr, "moeflow: note: --cpu-experts: every expert fits in VRAM, none runs on the CPU\n");
+      std::fprintf(
+          stderr,
+          "moeflow: note: --cpu-experts: every expert fits in VRAM, none runs on the CPU\n");
     le.offload = make_offload(o, *file);
   }
   le.plan.options = le.offload.options;
@@ -52,8 +56,8 @@ LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, EngineOpti
 
 }  // namespace
 
-LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt, const OffloadOptions& offload,
-                         int logits_rows) {
+LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
+                         const OffloadOptions& offload, int logits_rows) {
   validate(offload, opt.backend);
   LoadedEngine le;
   FitContext fc;
@@ -86,10 +90,11 @@ LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt
   return le;
 }
 
-LoadedEngine load_engine(const std::string& path, const EngineOptions& opt, const OffloadOptions& offload,
-                         int logits_rows) {
+LoadedEngine load_engine(const std::string& path, const EngineOptions& opt,
+                         const OffloadOptions& offload, int logits_rows) {
   validate(offload, opt.backend);  // before the file is opened
-  return load_engine(std::shared_ptr<const GgufFile>(GgufFile::open(path)), opt, offload, logits_rows);
+  return load_engine(std::shared_ptr<const GgufFile>(GgufFile::open(path)), opt, offload,
+                     logits_rows);
 }
 
 }  // namespace moeflow

@@ -31,10 +31,10 @@ struct LoadedEngine {
 // (runtime/vram_plan.h, announced on stderr). `logits_rows`: rows of logits a forward keeps
 // (perplexity keeps the whole batch), for the activation estimate. Throws moeflow::Error naming
 // the option at fault (the options are checked before anything is planned).
-LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt, const OffloadOptions& offload,
-                         int logits_rows = 1);
+LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
+                         const OffloadOptions& offload, int logits_rows = 1);
 // The same, opening `path` after the options are checked.
-LoadedEngine load_engine(const std::string& path, const EngineOptions& opt, const OffloadOptions& offload,
-                         int logits_rows = 1);
+LoadedEngine load_engine(const std::string& path, const EngineOptions& opt,
+                         const OffloadOptions& offload, int logits_rows = 1);
 
 }  // namespace moeflow

@@ -16,7 +16,8 @@ namespace moeflow {
 namespace {
 
 // Median seconds of one expert on n tokens, each rep on the next of `experts`.
-double time_experts(CpuBackend& cpu, const std::vector<ExpertView>& experts, int n, FfnScratch& scratch) {
+double time_experts(CpuBackend& cpu, const std::vector<ExpertView>& experts, int n,
+                    FfnScratch& scratch) {
   const int64_t d = experts[0].gate().cols();
   std::vector<float> x((size_t)(d * n)), y((size_t)(d * n));
   std::mt19937 rng(1);
@@ -59,8 +60,9 @@ HybridCosts measure_hybrid_costs(const ExpertViewTable& host, ThreadPool* pool, 
 }
 
 std::string describe(const HybridCosts& c) {
-  return fmt::format("CPU expert {:.2f} ms (+{:.2f} ms per further token), host -> device {:.1f} GB/s",
-                     c.cpu_expert_s * 1e3, c.cpu_token_s * 1e3, c.h2d_bytes_per_s / 1e9);
+  return fmt::format(
+      "CPU expert {:.2f} ms (+{:.2f} ms per further token), host -> device {:.1f} GB/s",
+      c.cpu_expert_s * 1e3, c.cpu_token_s * 1e3, c.h2d_bytes_per_s / 1e9);
 }
 
 }  // namespace moeflow

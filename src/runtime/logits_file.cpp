@@ -60,8 +60,8 @@ uint64_t vocab_fingerprint(const std::vector<std::string>& tokens) {
   return h;
 }
 
-std::string model_shape_string(const std::string& arch, int n_layer, int64_t n_embd,
-                               int n_expert, int64_t n_vocab) {
+std::string model_shape_string(const std::string& arch, int n_layer, int64_t n_embd, int n_expert,
+                               int64_t n_vocab) {
   return fmt::format("{} n_layer={} n_embd={} n_expert={} n_vocab={}", arch, n_layer, n_embd,
                      n_expert, n_vocab);
 }
@@ -90,7 +90,8 @@ LogitsFileWriter::LogitsFileWriter(const std::string& path, const LogitsFileHead
 LogitsFileWriter::~LogitsFileWriter() = default;
 
 void LogitsFileWriter::write_row(std::span<const float> logits) {
-  if (logits.size() != n_vocab_) fail("--save-logits: row of {} logits, expected {}", logits.size(), n_vocab_);
+  if (logits.size() != n_vocab_)
+    fail("--save-logits: row of {} logits, expected {}", logits.size(), n_vocab_);
   if (written_ == expected_) fail("--save-logits: more rows than the {} announced", expected_);
   if (std::fwrite(logits.data(), sizeof(float), logits.size(), f_.get()) != logits.size())
     fail("--save-logits: write to '{}' failed (disk full?)", path_);
@@ -114,7 +115,8 @@ LogitsFileReader::LogitsFileReader(const std::string& path) : path_(path) {
     fail("--kl-divergence: '{}' is not a moeflow logits file (write one with --save-logits)", path);
   const uint32_t version = get<uint32_t>(f_.get(), path);
   if (version != kVersion)
-    fail("--kl-divergence: '{}' has format version {}, this moeflow reads {}", path, version, kVersion);
+    fail("--kl-divergence: '{}' has format version {}, this moeflow reads {}", path, version,
+         kVersion);
   h_.n_vocab = get<uint32_t>(f_.get(), path);
   h_.n_ctx = get<uint32_t>(f_.get(), path);
   h_.n_chunks = get<uint32_t>(f_.get(), path);
@@ -125,20 +127,24 @@ LogitsFileReader::LogitsFileReader(const std::string& path) : path_(path) {
   h_.model_name = get_string(f_.get(), path);
   if (h_.n_vocab == 0 || h_.n_ctx < 3 || h_.first >= h_.n_ctx ||
       h_.n_rows != (uint64_t)h_.n_chunks * (h_.n_ctx - h_.first - 1))
-    fail("--kl-divergence: '{}' has an inconsistent header (n_vocab {}, n_ctx {}, {} chunks, {} rows)",
-         path, h_.n_vocab, h_.n_ctx, h_.n_chunks, h_.n_rows);
+    fail(
+        "--kl-divergence: '{}' has an inconsistent header (n_vocab {}, n_ctx {}, {} chunks, {} "
+        "rows)",
+        path, h_.n_vocab, h_.n_ctx, h_.n_chunks, h_.n_rows);
   const uint64_t n_tok = (uint64_t)h_.n_chunks * h_.n_ctx;
   // Bounds first, so that the size arithmetic below cannot overflow on a corrupt header.
   if (n_tok > size / 4 || h_.n_rows > size / (4ull * h_.n_vocab))
-    fail("--kl-divergence: '{}' is {} bytes, too short for its header ({} rows of {} logits): "
-         "truncated or not a complete --save-logits file",
-         path, size, h_.n_rows, h_.n_vocab);
+    fail(
+        "--kl-divergence: '{}' is {} bytes, too short for its header ({} rows of {} logits): "
+        "truncated or not a complete --save-logits file",
+        path, size, h_.n_rows, h_.n_vocab);
   const uint64_t header = 8 + 4 * 7 + 8 * 2 + h_.shape.size() + h_.model_name.size();
   const uint64_t want = header + n_tok * 4 + h_.n_rows * h_.n_vocab * 4;
   if (size != want)
-    fail("--kl-divergence: '{}' is {} bytes, its header describes {} ({} rows of {} logits): "
-         "truncated or not written to the end",
-         path, size, want, h_.n_rows, h_.n_vocab);
+    fail(
+        "--kl-divergence: '{}' is {} bytes, its header describes {} ({} rows of {} logits): "
+        "truncated or not written to the end",
+        path, size, want, h_.n_rows, h_.n_vocab);
   h_.tokens.resize(n_tok);
   if (std::fread(h_.tokens.data(), 4, n_tok, f_.get()) != n_tok)
     fail("--kl-divergence: '{}' is truncated (tokens)", path);
@@ -150,14 +156,17 @@ LogitsFileReader::~LogitsFileReader() = default;
 void LogitsFileReader::check_matches(const LogitsFileHeader& now) const {
   const std::string p = "--kl-divergence: '" + path_ + "'";
   if (h_.n_vocab != now.n_vocab)
-    fail("{} holds logits over {} tokens, this model's vocabulary has {}", p, h_.n_vocab, now.n_vocab);
+    fail("{} holds logits over {} tokens, this model's vocabulary has {}", p, h_.n_vocab,
+         now.n_vocab);
   if (h_.vocab_hash != now.vocab_hash)
     fail("{} was written with another vocabulary (same size {}, different tokens)", p, now.n_vocab);
   if (h_.shape != now.shape)
     fail("{} comes from a model of another shape ({}), this one is {}", p, h_.shape, now.shape);
   if (h_.n_ctx != now.n_ctx || h_.n_chunks != now.n_chunks)
-    fail("{} scored {} chunks of {} tokens, this run {} chunks of {}: use the same -f, -c and --chunks",
-         p, h_.n_chunks, h_.n_ctx, now.n_chunks, now.n_ctx);
+    fail(
+        "{} scored {} chunks of {} tokens, this run {} chunks of {}: use the same -f, -c and "
+        "--chunks",
+        p, h_.n_chunks, h_.n_ctx, now.n_chunks, now.n_ctx);
   for (size_t i = 0; i < h_.tokens.size(); ++i)
     if (h_.tokens[i] != now.tokens[i])
       fail("{} was computed on another text: token {} (chunk {}, position {}) is {} there, {} here",

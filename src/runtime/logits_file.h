@@ -35,8 +35,8 @@ struct LogitsFileHeader {
 // FNV-1a over the vocabulary strings (each followed by a 0 byte).
 uint64_t vocab_fingerprint(const std::vector<std::string>& tokens);
 // "arch n_layer=.. n_embd=.. n_expert=.. n_vocab=..": what a lossy mode never changes.
-std::string model_shape_string(const std::string& arch, int n_layer, int64_t n_embd,
-                               int n_expert, int64_t n_vocab);
+std::string model_shape_string(const std::string& arch, int n_layer, int64_t n_embd, int n_expert,
+                               int64_t n_vocab);
 
 // Closes on every path, including a constructor that throws half-way.
 struct FileCloser {

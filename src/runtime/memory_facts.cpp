@@ -86,9 +86,11 @@ uint64_t MemoryFacts::available() const {
 
 std::string MemoryFacts::source() const {
   if (cgroup && cgroup->headroom() < mem_available)
-    return fmt::format("cgroup v{} limit {} at {}, {} charged", cgroup->version,
-                       format_bytes(cgroup->limit), cgroup->path,
-                       format_bytes(cgroup->usage > cgroup->reclaimable ? cgroup->usage - cgroup->reclaimable : 0));
+    return fmt::format(
+        "cgroup v{} limit {} at {}, {} charged", cgroup->version, format_bytes(cgroup->limit),
+        cgroup->path,
+        format_bytes(cgroup->usage > cgroup->reclaimable ? cgroup->usage - cgroup->reclaimable
+                                                         : 0));
   return "MemAvailable";
 }
 
@@ -104,7 +106,8 @@ std::optional<uint64_t> meminfo_value(const std::string& meminfo, const std::str
   return std::nullopt;
 }
 
-std::optional<std::string> cgroup_path(const std::string& proc_cgroup, const std::string& controller) {
+std::optional<std::string> cgroup_path(const std::string& proc_cgroup,
+                                       const std::string& controller) {
   std::istringstream is(proc_cgroup);
   for (std::string line; std::getline(is, line);) {
     const size_t a = line.find(':');

@@ -14,10 +14,10 @@
 namespace moeflow {
 
 struct CgroupMemory {
-  int version = 0;       // 1 or 2
-  std::string path;      // directory of the cgroup whose limit binds (the tightest)
-  uint64_t limit = 0;    // bytes
-  uint64_t usage = 0;    // charged now (anonymous + page cache)
+  int version = 0;           // 1 or 2
+  std::string path;          // directory of the cgroup whose limit binds (the tightest)
+  uint64_t limit = 0;        // bytes
+  uint64_t usage = 0;        // charged now (anonymous + page cache)
   uint64_t reclaimable = 0;  // file-backed page cache inside usage (dropped under pressure)
   // Room left under the limit: limit - usage + reclaimable, clamped to [0, limit].
   uint64_t headroom() const;
@@ -42,7 +42,8 @@ MemoryFacts read_memory_facts();
 std::optional<uint64_t> meminfo_value(const std::string& meminfo, const std::string& key);
 // The cgroup path of a controller in /proc/self/cgroup text: v1 lines "N:memory:/a/b", v2 the
 // "0::/a/b" line (controller "" selects it).
-std::optional<std::string> cgroup_path(const std::string& proc_cgroup, const std::string& controller);
+std::optional<std::string> cgroup_path(const std::string& proc_cgroup,
+                                       const std::string& controller);
 // Mount point and mount root of the cgroup filesystem in /proc/self/mountinfo text: v1 the
 // "cgroup" mount whose super options include "memory", v2 the "cgroup2" mount.
 struct CgroupMount {

@@ -10,7 +10,8 @@ AutoPolicy resolve_auto_policy(const std::string& policy, bool per_layer, uint64
                                uint64_t slot_bytes, int top_k, int moe_layers) {
   if (policy != "auto") return {policy, per_layer};
   const uint64_t slots = slot_bytes ? budget_bytes / slot_bytes : 0;
-  const bool split = moe_layers > 0 && slots / static_cast<uint64_t>(moe_layers) >= static_cast<uint64_t>(top_k);
+  const bool split =
+      moe_layers > 0 && slots / static_cast<uint64_t>(moe_layers) >= static_cast<uint64_t>(top_k);
   if (per_layer || split) return {"lfu", true};
   return {"lfu-cycle", false};
 }

@@ -19,16 +19,17 @@ struct OffloadOptions {
   // --expert-cache in bytes; nullopt: auto, decided by auto-fit (runtime/offload_plan.h), which
   // fills in the bytes before make_offload sees the options.
   std::optional<uint64_t> expert_cache;
-  double cache_rate = 0;         // fraction of all expert bytes
+  double cache_rate = 0;        // fraction of all expert bytes
   std::string policy = "auto";  // an eviction policy's name, or auto (runtime/offload_auto.h)
   // Routing trace (moeflow trace, or an imported one) whose per-expert counts calibrate the
   // placement policies (static, daop); they refuse to start without one.
   std::string policy_calib;
   bool per_layer = false;
   int io_threads = 0;  // 0: auto (runtime/offload_auto.h)
-  std::string prefetch = "lookahead";  // none | lookahead | a policy/ predictor (promoe, token, ...)
-  std::string predictor_model;         // trained weights (--prefetch promoe)
-  int lookahead = 1;                   // layers ahead (lookahead and gate predictors)
+  std::string prefetch =
+      "lookahead";              // none | lookahead | a policy/ predictor (promoe, token, ...)
+  std::string predictor_model;  // trained weights (--prefetch promoe)
+  int lookahead = 1;            // layers ahead (lookahead and gate predictors)
   bool no_early_preemption = false;
   bool prefetch_always = false;  // also issue prefetches that cannot arrive in time
   int prefill_slots = 0;         // DuoServe's prefill pipeline: stream slots (0: off)

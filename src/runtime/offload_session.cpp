@@ -44,9 +44,10 @@ PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) 
     for (const ExpertLayerIndex& l : build_expert_index(file, "low").layers)
       has_low |= l.n_expert > 0;
     if (!has_low)
-      fail("--mode {}: {} has no low-precision expert copies; make them with `moeflow pack "
-           "-m {} -o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
-           expert_mode_name(o.mode), file.path(), file.path());
+      fail(
+          "--mode {}: {} has no low-precision expert copies; make them with `moeflow pack "
+          "-m {} -o OUT.gguf --low Q4_0` (or Q2_K, Q3_K, ...)",
+          expert_mode_name(o.mode), file.path(), file.path());
   }
   return m;
 }
@@ -66,10 +67,11 @@ uint64_t resolve_low_budget(const OffloadOptions& o, const PrecisionModeConfig& 
   }
   low = std::max(low, min_low);
   if (low >= budget)
-    fail("the low-precision expert cache ({} bytes, at least one layer's top-k low copies) "
-         "takes the whole expert budget ({} bytes): raise --expert-cache / --cache-rate or "
-         "lower --low-cache / --low-cache-rate / --low-share",
-         low, budget);
+    fail(
+        "the low-precision expert cache ({} bytes, at least one layer's top-k low copies) "
+        "takes the whole expert budget ({} bytes): raise --expert-cache / --cache-rate or "
+        "lower --low-cache / --low-cache-rate / --low-share",
+        low, budget);
   return low;
 }
 
@@ -114,23 +116,26 @@ void OffloadSession::attach(ForwardContext& ctx, const Model& model, ForwardObse
 std::vector<double> calibration_counts(const std::string& trace_path, int n_layers, int n_experts) {
   const trace::Trace t = trace::load_any({trace_path});
   if (t.n_layers != n_layers || t.n_experts != n_experts)
-    fail("--policy-calib {}: the trace routes {} layers x {} experts, the model has {} x {}", trace_path,
-         t.n_layers, t.n_experts, n_layers, n_experts);
+    fail("--policy-calib {}: the trace routes {} layers x {} experts, the model has {} x {}",
+         trace_path, t.n_layers, t.n_experts, n_layers, n_experts);
   return trace::routing_counts(t);
 }
 
-OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const DeviceTarget* device) {
+OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file,
+                            const DeviceTarget* device) {
   OffloadSession s;
   s.options = o;
   s.mode = resolve_mode(o, file);
   if (!s.mode.lossless()) s.usage = std::make_shared<PrecisionUsage>();
   if (!o.enabled()) {
     if (o.precalc)
-      fail("--precalc fills the time a layer waits for expert reads, so it needs offloading: "
-           "give --expert-cache or --cache-rate too");
+      fail(
+          "--precalc fills the time a layer waits for expert reads, so it needs offloading: "
+          "give --expert-cache or --cache-rate too");
     if (o.low_cache || o.low_cache_rate != 0 || o.low_share)
-      fail("--low-cache / --low-cache-rate / --low-share size the low-precision part of the "
-           "expert cache: give --expert-cache or --cache-rate too");
+      fail(
+          "--low-cache / --low-cache-rate / --low-share size the low-precision part of the "
+          "expert cache: give --expert-cache or --cache-rate too");
     return s;
   }
   auto store = ExpertStore::open(file, StoreOptions{!o.buffered_io});
@@ -147,9 +152,9 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     cfg.budget_bytes -= cfg.low_budget_bytes;  // one budget for both precisions
   }
   // The low-precision cache was sized for the partitioning asked for: auto does not split it.
-  const AutoPolicy pol = resolve_auto_policy(o.policy, o.per_layer, cfg.budget_bytes,
-                                             store->slot_bytes(), top_k,
-                                             s.mode.needs_low() ? 0 : moe_layers);
+  const AutoPolicy pol =
+      resolve_auto_policy(o.policy, o.per_layer, cfg.budget_bytes, store->slot_bytes(), top_k,
+                          s.mode.needs_low() ? 0 : moe_layers);
   s.options.policy = pol.policy;
   s.options.per_layer = pol.per_layer;
   cfg.per_layer = pol.per_layer;
@@ -165,13 +170,15 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     DeviceTransferOptions dto;
     dto.source = device->source;
     dto.pin = device->pin;
-    s.device_transfer = std::make_shared<DeviceChunkTransfer>(*device->link, std::move(maps), *store, dto);
+    s.device_transfer =
+        std::make_shared<DeviceChunkTransfer>(*device->link, std::move(maps), *store, dto);
     s.link = device->link;
     cfg.allocator = &device->link->device_allocator();
     cfg.transfer = s.device_transfer;
     if (device->hybrid && device->source != DeviceSource::Ram)
-      fail("--cpu-experts auto computes experts from the model in RAM: it needs --expert-source "
-           "ram (host memory cannot hold the experts here)");
+      fail(
+          "--cpu-experts auto computes experts from the model in RAM: it needs --expert-source "
+          "ram (host memory cannot hold the experts here)");
     // Host views of every expert (the mapped model) for the hybrid and for DAOP's CPU
     // pre-calculation; not when the experts are read from the file (touching them would read).
     if ((device->hybrid || o.precalc) && device->source == DeviceSource::Ram) {
@@ -215,11 +222,13 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file, const
     pr.n_experts = st.max_experts();
     for (int l = 0; l < pr.n_layers; ++l) pr.layer_experts.push_back(st.n_experts(l));
     pr.top_k = top_k;
-    pr.hidden_dim = static_cast<int>(file.get_int(file.get_string("general.architecture") + ".embedding_length"));
+    pr.hidden_dim = static_cast<int>(
+        file.get_int(file.get_string("general.architecture") + ".embedding_length"));
     pr.model_path = o.predictor_model;
     pr.lookahead = o.lookahead;  // --lookahead: how far the lookahead and gate predictors look
     pr.mode = s.mode;
-    s.predictor = std::make_unique<PredictorPrefetch>(*s.provider, make_predictor(o.prefetch, pr), pr.n_layers);
+    s.predictor = std::make_unique<PredictorPrefetch>(*s.provider, make_predictor(o.prefetch, pr),
+                                                      pr.n_layers);
     s.predictor->set_mode(s.mode);
   }
   return s;

@@ -2,8 +2,9 @@
 // The offloading tier wired together for one engine, shared by `moeflow run` / `bench` /
 // `serve` / `chat` / `perplexity` (their flags are registered by cli/offload_flags.h):
 //   make_offload(opts, file)              builds the CachedExpertProvider (+ its predictor)
-//   session.attach(ctx, model)            plugs the predictor (lookahead, gate, promoe, ...) into the forward pass
-//   offload_stats_json(session)           statistics to merge into the command's JSON
+//   session.attach(ctx, model)            plugs the predictor (lookahead, gate, promoe, ...) into
+//   the forward pass offload_stats_json(session)           statistics to merge into the command's
+//   JSON
 // The lossy expert modes (--mode hobbit|skip, docs/lossy-modes.md) are resolved here too, so
 // every command that takes the offload options takes them.
 #include <algorithm>
@@ -15,13 +16,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "backend/device_link.h"
+#include "core/error.h"
 #include "experts/cached_provider.h"
 #include "experts/device_transfer.h"
-#include "model/moe/precision_mode.h"
 #include "gguf/gguf_file.h"
 #include "model/model.h"
+#include "model/moe/precision_mode.h"
 #include "policy/eviction_policy.h"
 #include "policy/predictor_prefetch.h"
 #include "runtime/offload_options.h"
@@ -56,14 +57,15 @@ struct DeviceTarget {
 };
 
 struct OffloadSession {
-  std::shared_ptr<DeviceLink> link;  // a VRAM cache's bus (declared first: it outlives the provider)
+  std::shared_ptr<DeviceLink>
+      link;  // a VRAM cache's bus (declared first: it outlives the provider)
   std::shared_ptr<CachedExpertProvider> provider;
   std::shared_ptr<DeviceChunkTransfer> device_transfer;  // a VRAM cache's transfer
   HybridCosts hybrid;  // --cpu-experts auto: the measured cost model (else zeros)
   std::unique_ptr<PredictorPrefetch> predictor;  // --prefetch: the predictor (lookahead by default)
   OffloadOptions options;
-  PrecisionModeConfig mode;                  // --mode and its thresholds
-  std::shared_ptr<PrecisionUsage> usage;     // high/low/skip counts (lossy modes)
+  PrecisionModeConfig mode;               // --mode and its thresholds
+  std::shared_ptr<PrecisionUsage> usage;  // high/low/skip counts (lossy modes)
 
   // Sets the expert mode on the forward pass and plugs the predictor into it (chaining any
   // observer already set).

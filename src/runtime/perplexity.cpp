@@ -57,12 +57,15 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
 
 ChunkPlan plan_chunks(size_t n_tokens, const PerplexityConfig& cfg) {
   // Below 3 the second half of a chunk scores nothing (first = n_ctx/2 is the last row).
-  if (cfg.n_ctx < 3) fail("perplexity: the context size (-c) must be at least 3, got {}", cfg.n_ctx);
-  if (cfg.n_chunks == 0) fail("perplexity: --chunks 0 scores nothing (use a positive count, or -1 for all)");
+  if (cfg.n_ctx < 3)
+    fail("perplexity: the context size (-c) must be at least 3, got {}", cfg.n_ctx);
+  if (cfg.n_chunks == 0)
+    fail("perplexity: --chunks 0 scores nothing (use a positive count, or -1 for all)");
   if ((int64_t)n_tokens < 2 * cfg.n_ctx)
-    fail("perplexity: the text tokenizes to {} tokens; at least {} (2 x the context size {}) are "
-         "needed, as llama.cpp's perplexity requires (use a longer text or a smaller -c)",
-         n_tokens, 2 * cfg.n_ctx, cfg.n_ctx);
+    fail(
+        "perplexity: the text tokenizes to {} tokens; at least {} (2 x the context size {}) are "
+        "needed, as llama.cpp's perplexity requires (use a longer text or a smaller -c)",
+        n_tokens, 2 * cfg.n_ctx, cfg.n_ctx);
   ChunkPlan p;
   p.n_ctx = cfg.n_ctx;
   p.first = cfg.n_ctx / 2;
@@ -84,7 +87,8 @@ PerplexityResult run_perplexity(ForwardContext& ctx, std::span<const int32_t> to
                                 const ChunkDoneFn& on_chunk) {
   const ChunkPlan plan = plan_chunks(tokens.size(), cfg);
   if (ctx.n_ctx() < plan.n_ctx)
-    fail("perplexity: the engine's context ({}) is smaller than the chunk size {}", ctx.n_ctx(), plan.n_ctx);
+    fail("perplexity: the engine's context ({}) is smaller than the chunk size {}", ctx.n_ctx(),
+         plan.n_ctx);
   const int64_t V = ctx.model().n_vocab();
   const std::vector<int32_t> all = chunk_tokens(tokens, plan, cfg.bos_id);
   const int64_t B = ctx.max_batch();
@@ -130,8 +134,7 @@ void KlDivergence::add(std::span<const float> exact_logits, std::span<const floa
   log_softmax(exact_logits, lp_exact_);
   log_softmax(logits, lp_);
   double kl = 0;
-  for (size_t i = 0; i < lp_.size(); ++i)
-    kl += std::exp(lp_exact_[i]) * (lp_exact_[i] - lp_[i]);
+  for (size_t i = 0; i < lp_.size(); ++i) kl += std::exp(lp_exact_[i]) * (lp_exact_[i] - lp_[i]);
   kl_.push_back(kl);
   kl_sum_ += kl;
   kl2_sum_ += kl * kl;
@@ -157,7 +160,9 @@ double KlDivergence::quantile(double q) const {
   return v[k];
 }
 
-double KlDivergence::max() const { return kl_.empty() ? 0.0 : *std::max_element(kl_.begin(), kl_.end()); }
+double KlDivergence::max() const {
+  return kl_.empty() ? 0.0 : *std::max_element(kl_.begin(), kl_.end());
+}
 
 double KlDivergence::top1_agreement() const {
   return kl_.empty() ? 0.0 : (double)same_top_ / (double)kl_.size();

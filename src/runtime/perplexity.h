@@ -31,7 +31,7 @@ struct PerplexityConfig {
 
 struct ChunkPlan {
   int64_t n_ctx = 0;
-  int64_t first = 0;       // first logits row scored in each chunk (n_ctx / 2)
+  int64_t first = 0;  // first logits row scored in each chunk (n_ctx / 2)
   int n_chunks = 0;
   int64_t scored_per_chunk() const { return n_ctx - first - 1; }
   int64_t n_scored() const { return scored_per_chunk() * n_chunks; }
@@ -47,7 +47,7 @@ struct ScoredRow {
   int64_t index = 0;  // among all scored rows of the run, in order
   int64_t pos = 0;    // position of the logits row inside its chunk
   int32_t target = 0;
-  double nll = 0;     // -log p(target)
+  double nll = 0;  // -log p(target)
   std::span<const float> logits;
 };
 
@@ -59,7 +59,7 @@ struct PerplexityResult {
   double seconds = 0;             // wall time of the forward passes and scoring
   int64_t n_evaluated = 0;        // tokens run through the model
   double ppl() const;
-  double ppl_stderr() const;      // 0 when it cannot be estimated
+  double ppl_stderr() const;  // 0 when it cannot be estimated
 };
 
 // log p(target) under softmax(logits), in double precision.
@@ -89,9 +89,9 @@ class KlDivergence {
   double mean_stderr() const;
   double quantile(double q) const;  // q in [0, 1] over the per-row values
   double max() const;
-  double top1_agreement() const;    // fraction of rows whose argmax is the same
-  double ppl_exact() const;         // perplexity of the exact logits on the same targets
-  double ppl() const;               // perplexity of this run's logits (same as the main one)
+  double top1_agreement() const;  // fraction of rows whose argmax is the same
+  double ppl_exact() const;       // perplexity of the exact logits on the same targets
+  double ppl() const;             // perplexity of this run's logits (same as the main one)
 
  private:
   std::vector<double> kl_;

@@ -14,13 +14,17 @@ size_t PrefixCache::prepare(Engine& eng, std::span<const int32_t> prompt) {
   }
   const size_t limit = std::min(tokens_.size(), prompt.empty() ? 0 : prompt.size() - 1);
   const size_t common =
-      (size_t)(std::mismatch(tokens_.begin(), tokens_.begin() + (std::ptrdiff_t)limit, prompt.begin()).first -
+      (size_t)(std::mismatch(tokens_.begin(), tokens_.begin() + (std::ptrdiff_t)limit,
+                             prompt.begin())
+                   .first -
                tokens_.begin());
   eng.context().truncate((int64_t)common);
   tokens_.resize(common);
   return common;
 }
 
-void PrefixCache::fed(std::span<const int32_t> tokens) { tokens_.insert(tokens_.end(), tokens.begin(), tokens.end()); }
+void PrefixCache::fed(std::span<const int32_t> tokens) {
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+}
 
 }  // namespace moeflow

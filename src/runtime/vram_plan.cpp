@@ -21,12 +21,13 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
   p.free_vram = free_vram;
   p.total_vram = total_vram;
   const uint64_t fixed = m.fixed();
-  const std::string rest = fmt::format("non-expert weights {} + KV cache {} (-c {}) + activations {}",
-                                       format_bytes(m.non_expert_bytes), format_bytes(m.kv_bytes),
-                                       m.n_ctx, format_bytes(m.scratch_bytes));
-  const std::string vram = fmt::format("{} of {} VRAM free{}", format_bytes(free_vram),
-                                       format_bytes(total_vram),
-                                       o.vram_limit ? " (--vram-limit)" : "");
+  const std::string rest =
+      fmt::format("non-expert weights {} + KV cache {} (-c {}) + activations {}",
+                  format_bytes(m.non_expert_bytes), format_bytes(m.kv_bytes), m.n_ctx,
+                  format_bytes(m.scratch_bytes));
+  const std::string vram =
+      fmt::format("{} of {} VRAM free{}", format_bytes(free_vram), format_bytes(total_vram),
+                  o.vram_limit ? " (--vram-limit)" : "");
   if (o.vram_budget) {
     p.cache = true;
     p.budget = *o.vram_budget;
@@ -42,25 +43,27 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
     }
     p.cache = true;
     p.budget = std::min(room, m.expert_bytes);
-    p.reason = fmt::format("VRAM expert cache {} of {} of experts ({}: {} - {} - {} left free{})",
-                           format_bytes(p.budget), format_bytes(m.expert_bytes),
-                           o.vram_free ? "--vram-free" : "auto", vram, rest,
-                           format_bytes(p.reserve),
-                           o.vram_free ? "" : "; --vram-budget or --vram-free override");
+    p.reason =
+        fmt::format("VRAM expert cache {} of {} of experts ({}: {} - {} - {} left free{})",
+                    format_bytes(p.budget), format_bytes(m.expert_bytes),
+                    o.vram_free ? "--vram-free" : "auto", vram, rest, format_bytes(p.reserve),
+                    o.vram_free ? "" : "; --vram-budget or --vram-free override");
   }
   if (p.budget < m.min_budget)
-    fail("the VRAM expert cache would get {}, less than one layer's top-{} experts ({}): {}; {}. "
-         "Free VRAM, lower -c, or give a larger --vram-budget / smaller --vram-free",
-         format_bytes(p.budget), m.top_k, format_bytes(m.min_budget), vram, rest);
+    fail(
+        "the VRAM expert cache would get {}, less than one layer's top-{} experts ({}): {}; {}. "
+        "Free VRAM, lower -c, or give a larger --vram-budget / smaller --vram-free",
+        format_bytes(p.budget), m.top_k, format_bytes(m.min_budget), vram, rest);
   // The mapped file is the better slow tier when host memory can hold (and lock) the experts.
-  const bool host_fits = host_available == 0 ||
-                         m.expert_bytes + fit_margin(host_available) <= host_available;
+  const bool host_fits =
+      host_available == 0 || m.expert_bytes + fit_margin(host_available) <= host_available;
   if (o.expert_source == DeviceSource::File || (!o.expert_source && !host_fits))
     p.source = DeviceSource::File;
-  p.reason += p.source == DeviceSource::Ram
-                  ? "; experts copied from the mapped file in RAM"
-                  : fmt::format("; experts read from the file (O_DIRECT -> pinned staging -> VRAM){}",
-                                o.expert_source ? "" : ": host memory cannot hold them");
+  p.reason +=
+      p.source == DeviceSource::Ram
+          ? "; experts copied from the mapped file in RAM"
+          : fmt::format("; experts read from the file (O_DIRECT -> pinned staging -> VRAM){}",
+                        o.expert_source ? "" : ": host memory cannot hold them");
   return p;
 }
 

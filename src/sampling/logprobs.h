@@ -10,8 +10,8 @@
 namespace moeflow {
 
 struct TokenLogprobs {
-  float logprob = 0;                            // of the chosen token
-  std::vector<std::pair<int32_t, float>> top;   // (token, logprob), most likely first, ties by id
+  float logprob = 0;                           // of the chosen token
+  std::vector<std::pair<int32_t, float>> top;  // (token, logprob), most likely first, ties by id
 };
 
 // top_n may be 0 (no alternatives); it is capped at the vocabulary size.

@@ -27,26 +27,32 @@ std::optional<SamplerParamError> check_sampler_params(const SamplerParams& p) {
   // Written so that NaN fails every test: !(lo <= v && v <= hi).
   auto in = [](double v, double lo, double hi) { return lo <= v && v <= hi; };
   if (!in(p.temperature, 0, 100))
-    return SamplerParamError{"temperature", "--temp", "must be in [0, 100] (0 = greedy)", num(p.temperature)};
-  if (p.top_k < -1) return SamplerParamError{"top_k", "--top-k", "must be >= -1 (0 or -1 = off)", num(p.top_k)};
-  if (!in(p.top_p, 0, 1)) return SamplerParamError{"top_p", "--top-p", "must be in [0, 1] (1 = off)", num(p.top_p)};
-  if (!in(p.min_p, 0, 1)) return SamplerParamError{"min_p", "--min-p", "must be in [0, 1] (0 = off)", num(p.min_p)};
+    return SamplerParamError{"temperature", "--temp", "must be in [0, 100] (0 = greedy)",
+                             num(p.temperature)};
+  if (p.top_k < -1)
+    return SamplerParamError{"top_k", "--top-k", "must be >= -1 (0 or -1 = off)", num(p.top_k)};
+  if (!in(p.top_p, 0, 1))
+    return SamplerParamError{"top_p", "--top-p", "must be in [0, 1] (1 = off)", num(p.top_p)};
+  if (!in(p.min_p, 0, 1))
+    return SamplerParamError{"min_p", "--min-p", "must be in [0, 1] (0 = off)", num(p.min_p)};
   if (!(p.repeat_penalty > 0 && p.repeat_penalty <= 100))
-    return SamplerParamError{"repeat_penalty", "--repeat-penalty", "must be > 0 and <= 100 (1 = off)",
-                             num(p.repeat_penalty)};
+    return SamplerParamError{"repeat_penalty", "--repeat-penalty",
+                             "must be > 0 and <= 100 (1 = off)", num(p.repeat_penalty)};
   if (p.repeat_last_n < -1)
-    return SamplerParamError{"repeat_last_n", "--repeat-last-n", "must be >= -1 (-1 = all, 0 = off)",
-                             num(p.repeat_last_n)};
+    return SamplerParamError{"repeat_last_n", "--repeat-last-n",
+                             "must be >= -1 (-1 = all, 0 = off)", num(p.repeat_last_n)};
   if (!in(p.presence_penalty, -2, 2))
-    return SamplerParamError{"presence_penalty", "--presence-penalty", "must be in [-2, 2] (0 = off)",
-                             num(p.presence_penalty)};
+    return SamplerParamError{"presence_penalty", "--presence-penalty",
+                             "must be in [-2, 2] (0 = off)", num(p.presence_penalty)};
   if (!in(p.frequency_penalty, -2, 2))
-    return SamplerParamError{"frequency_penalty", "--frequency-penalty", "must be in [-2, 2] (0 = off)",
-                             num(p.frequency_penalty)};
+    return SamplerParamError{"frequency_penalty", "--frequency-penalty",
+                             "must be in [-2, 2] (0 = off)", num(p.frequency_penalty)};
   for (const auto& [id, bias] : p.logit_bias) {
-    if (id < 0) return SamplerParamError{"logit_bias", "--logit-bias", "token ids must be >= 0", num(id)};
+    if (id < 0)
+      return SamplerParamError{"logit_bias", "--logit-bias", "token ids must be >= 0", num(id)};
     if (!in(bias, -100, 100))
-      return SamplerParamError{"logit_bias", "--logit-bias", "biases must be in [-100, 100]", num(bias)};
+      return SamplerParamError{"logit_bias", "--logit-bias", "biases must be in [-100, 100]",
+                               num(bias)};
   }
   return std::nullopt;
 }
@@ -64,7 +70,8 @@ void Sampler::apply_bias_and_penalties(std::span<const int32_t> history) {
   const bool repeat = p_.repeat_penalty != 1.0f;
   const bool counted = p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   if ((!repeat && !counted) || p_.repeat_last_n == 0) return;
-  const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), (size_t)p_.repeat_last_n);
+  const size_t n =
+      p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), (size_t)p_.repeat_last_n);
   window_.assign(history.end() - (std::ptrdiff_t)n, history.end());
   std::sort(window_.begin(), window_.end());
   for (size_t i = 0; i < window_.size();) {

@@ -14,12 +14,12 @@
 namespace moeflow {
 
 struct SamplerParams {
-  float temperature = 0.8f;  // <= 0: greedy
-  int top_k = 40;            // <= 0: off
-  float top_p = 0.95f;       // >= 1: off
-  float min_p = 0.05f;       // <= 0: off
+  float temperature = 0.8f;     // <= 0: greedy
+  int top_k = 40;               // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
-  int repeat_last_n = 64;    // window of recent tokens the penalties look at (0: off, -1: all)
+  int repeat_last_n = 64;       // window of recent tokens the penalties look at (0: off, -1: all)
   // OpenAI's penalties, applied as llama.cpp applies them: over the same window as the
   // repetition penalty (prompt included), logit -= count * frequency + (count > 0) * presence.
   float presence_penalty = 0.0f;

@@ -1,5 +1,6 @@
 #include "server/http_guard.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -9,7 +10,6 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 
 #include <atomic>
 #include <cerrno>
@@ -35,13 +35,13 @@ constexpr size_t kKeepCapacity = 64 * 1024;
 struct Conn {
   int fd = -1;
   std::string buf;
-  size_t rpos = 0;         // bytes of buf a worker's stream has consumed
-  double deadline = 0;     // the guard acts when it passes
-  bool reading = false;    // some bytes of a request have arrived
+  size_t rpos = 0;       // bytes of buf a worker's stream has consumed
+  double deadline = 0;   // the guard acts when it passes
+  bool reading = false;  // some bytes of a request have arrived
   bool sent_continue = false;
-  bool closing = false;    // an error was sent: drain input until EOF or the deadline
-  size_t scan_at = 0;      // look at the request again once buf holds this much (0: every chunk)
-  int served = 0;          // requests served on this connection
+  bool closing = false;  // an error was sent: drain input until EOF or the deadline
+  size_t scan_at = 0;    // look at the request again once buf holds this much (0: every chunk)
+  int served = 0;        // requests served on this connection
   double waiting_since = 0;
 };
 using ConnPtr = std::shared_ptr<Conn>;
@@ -63,7 +63,9 @@ class BufferedStream final : public httplib::Stream {
   BufferedStream(Conn& c, double read_timeout_s, double write_timeout_s)
       : c_(c), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s) {}
 
-  bool is_readable() const override { return c_.rpos < c_.buf.size() || wait_fd(c_.fd, POLLIN, read_timeout_s_); }
+  bool is_readable() const override {
+    return c_.rpos < c_.buf.size() || wait_fd(c_.fd, POLLIN, read_timeout_s_);
+  }
   bool is_writable() const override { return wait_fd(c_.fd, POLLOUT, write_timeout_s_); }
 
   ssize_t read(char* ptr, size_t size) override {
@@ -91,15 +93,20 @@ class BufferedStream final : public httplib::Stream {
     }
   }
 
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(true, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { address(false, ip, port); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    address(true, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    address(false, ip, port);
+  }
   socket_t socket() const override { return c_.fd; }
 
  private:
   void address(bool peer, std::string& ip, int& port) const {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    const int r = peer ? getpeername(c_.fd, (sockaddr*)&ss, &len) : getsockname(c_.fd, (sockaddr*)&ss, &len);
+    const int r =
+        peer ? getpeername(c_.fd, (sockaddr*)&ss, &len) : getsockname(c_.fd, (sockaddr*)&ss, &len);
     char host[INET6_ADDRSTRLEN] = "";
     port = 0;
     if (r != 0) return;
@@ -154,7 +161,9 @@ struct GuardedHttpServer::Guard {
   std::unordered_map<int, ConnPtr> held;  // guard thread only
 
   Guard(GuardedHttpServer& o, GuardOptions op)
-      : owner(o), opt(std::move(op)), workers((size_t)std::max(1, opt.worker_threads)),
+      : owner(o),
+        opt(std::move(op)),
+        workers((size_t)std::max(1, opt.worker_threads)),
         control((size_t)std::max(1, opt.control_threads)) {
     ep = epoll_create1(EPOLL_CLOEXEC);
     wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -215,13 +224,18 @@ struct GuardedHttpServer::Guard {
 
   // Sends a small JSON error and lingers: the client may still be sending, and closing with
   // unread input would reset the connection before it reads the answer.
-  void refuse(const ConnPtr& c, int status, const std::string& message, const std::string& path, const char* reason) {
-    const std::string body =
-        nlohmann::ordered_json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr},
-                                  {"code", nullptr}}}}
-            .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  void refuse(const ConnPtr& c, int status, const std::string& message, const std::string& path,
+              const char* reason) {
+    const std::string body = nlohmann::ordered_json{
+        {"error",
+         {{"message", message},
+          {"type", "invalid_request_error"},
+          {"param", nullptr},
+          {"code",
+           nullptr}}}}.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     const std::string resp = fmt::format(
-        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: "
+        "close\r\n\r\n{}",
         status, status_text(status), body.size(), body);
     // Counted before the client can see the answer (tests read the counters right after).
     if (opt.on_answered) opt.on_answered(path.empty() ? "other" : path, status);
@@ -282,7 +296,8 @@ struct GuardedHttpServer::Guard {
       if (n > 0) {
         if (c->closing) continue;  // draining after an error
         c->buf.append(tmp, (size_t)n);
-        if ((c->scan_at == 0 || c->buf.size() >= c->scan_at || c->buf.size() > cap) && !evaluate(c)) return;
+        if ((c->scan_at == 0 || c->buf.size() >= c->scan_at || c->buf.size() > cap) && !evaluate(c))
+          return;
         continue;
       }
       if (n == 0) {
@@ -301,7 +316,8 @@ struct GuardedHttpServer::Guard {
   // refused and lingering, or dropped).
   bool evaluate(const ConnPtr& c) {
     // Blank lines between requests are allowed; httplib would read them as a request line.
-    while (c->buf.size() - c->rpos >= 2 && c->buf[c->rpos] == '\r' && c->buf[c->rpos + 1] == '\n') c->rpos += 2;
+    while (c->buf.size() - c->rpos >= 2 && c->buf[c->rpos] == '\r' && c->buf[c->rpos + 1] == '\n')
+      c->rpos += 2;
     if (c->rpos > 0) {
       c->buf.erase(0, c->rpos);
       c->rpos = 0;
@@ -324,7 +340,8 @@ struct GuardedHttpServer::Guard {
         }
         if (s.expect_continue && !c->sent_continue) {
           static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-          [[maybe_unused]] ssize_t r = send(c->fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          [[maybe_unused]] ssize_t r =
+              send(c->fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
           c->sent_continue = true;
         }
         return true;
@@ -361,8 +378,10 @@ struct GuardedHttpServer::Guard {
     if (c->buf.capacity() > kKeepCapacity) c->buf.shrink_to_fit();
     if (consumed >= opt.trim_after_bytes) malloc_trim(0);
     --active;
-    if (!ok || closed || last || stopping) close_fd(*c);
-    else hand_over(c);
+    if (!ok || closed || last || stopping)
+      close_fd(*c);
+    else
+      hand_over(c);
   }
 
   void expire(double now) {
@@ -370,9 +389,11 @@ struct GuardedHttpServer::Guard {
     for (auto& [fd, c] : held)
       if (now >= c->deadline) due.push_back(c);
     for (const ConnPtr& c : due) {
-      if (c->closing) drop(c, nullptr);
+      if (c->closing)
+        drop(c, nullptr);
       else if (c->reading)
-        refuse(c, 408, fmt::format("the request did not arrive within {} s", opt.header_timeout_s), "", "header_timeout");
+        refuse(c, 408, fmt::format("the request did not arrive within {} s", opt.header_timeout_s),
+               "", "header_timeout");
       else
         drop(c, "idle_timeout");
     }
@@ -420,7 +441,8 @@ struct GuardedHttpServer::Guard {
   }
 };
 
-GuardedHttpServer::GuardedHttpServer(GuardOptions opt) : g_(std::make_unique<Guard>(*this, std::move(opt))) {
+GuardedHttpServer::GuardedHttpServer(GuardOptions opt)
+    : g_(std::make_unique<Guard>(*this, std::move(opt))) {
   new_task_queue = [] { return new InlineTaskQueue; };
 }
 
@@ -433,7 +455,9 @@ void GuardedHttpServer::set_backlog(int n) {
   if (fd >= 0) ::listen(fd, n);  // listen() again on a listening socket only resizes its queue
 }
 
-size_t GuardedHttpServer::open_connections() const { return g_->held_count.load() + g_->active.load(); }
+size_t GuardedHttpServer::open_connections() const {
+  return g_->held_count.load() + g_->active.load();
+}
 
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   const int flags = fcntl(sock, F_GETFL, 0);
@@ -446,7 +470,8 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
-bool GuardedHttpServer::serve_one(httplib::Stream& strm, bool close_connection, bool& connection_closed) {
+bool GuardedHttpServer::serve_one(httplib::Stream& strm, bool close_connection,
+                                  bool& connection_closed) {
   return process_request(strm, close_connection, connection_closed, nullptr);
 }
 

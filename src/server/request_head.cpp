@@ -36,17 +36,22 @@ RequestScan scan_chunked(std::string_view buf, size_t pos, RequestScan r, const 
   for (;;) {
     const size_t eol = buf.find("\r\n", pos);
     if (eol == std::string_view::npos) {
-      if (buf.size() - pos > 1024) return refuse(r, State::Malformed, "a chunk-size line is longer than 1024 bytes");
+      if (buf.size() - pos > 1024)
+        return refuse(r, State::Malformed, "a chunk-size line is longer than 1024 bytes");
       r.body_bytes = data;
       return r;
     }
     std::string_view line = buf.substr(pos, eol - pos);
     line = line.substr(0, line.find(';'));  // chunk extensions are ignored
     line = trim(line);
-    if (line.empty() || line.size() > 15) return refuse(r, State::Malformed, "a chunk size is not a hex number");
+    if (line.empty() || line.size() > 15)
+      return refuse(r, State::Malformed, "a chunk size is not a hex number");
     uint64_t size = 0;
     for (char c : line) {
-      int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int v = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (v < 0) return refuse(r, State::Malformed, "a chunk size is not a hex number");
       size = size * 16 + (uint64_t)v;
     }
@@ -55,19 +60,22 @@ RequestScan scan_chunked(std::string_view buf, size_t pos, RequestScan r, const 
     data += size;
     if (data > lim.max_body_bytes)
       return refuse(r, State::BodyTooLarge,
-                    fmt::format("the request body is more than {} bytes; the limit is {}", data, lim.max_body_bytes));
+                    fmt::format("the request body is more than {} bytes; the limit is {}", data,
+                                lim.max_body_bytes));
     if (buf.size() < pos + size + 2) {
       r.body_bytes = data;
       return r;
     }
-    if (buf.substr(pos + size, 2) != "\r\n") return refuse(r, State::Malformed, "a chunk does not end with CRLF");
+    if (buf.substr(pos + size, 2) != "\r\n")
+      return refuse(r, State::Malformed, "a chunk does not end with CRLF");
     pos += size + 2;
   }
   // Trailer fields, then the blank line.
   for (;;) {
     const size_t eol = buf.find("\r\n", pos);
     if (eol == std::string_view::npos) {
-      if (buf.size() - pos > lim.max_head_bytes) return refuse(r, State::HeadTooLarge, "the trailer fields are too large");
+      if (buf.size() - pos > lim.max_head_bytes)
+        return refuse(r, State::HeadTooLarge, "the trailer fields are too large");
       r.body_bytes = data;
       return r;
     }
@@ -91,14 +99,16 @@ RequestScan scan_request(std::string_view buf, const HeadLimits& lim) {
   const size_t end = buf.find("\r\n\r\n", start);
   if (end == std::string_view::npos) {
     if (buf.size() > lim.max_head_bytes)
-      return refuse(r, State::HeadTooLarge,
-                    fmt::format("the request line and headers are longer than {} bytes", lim.max_head_bytes));
+      return refuse(
+          r, State::HeadTooLarge,
+          fmt::format("the request line and headers are longer than {} bytes", lim.max_head_bytes));
     return r;
   }
   r.head_bytes = end + 4;
   if (r.head_bytes > lim.max_head_bytes)
-    return refuse(r, State::HeadTooLarge,
-                  fmt::format("the request line and headers are longer than {} bytes", lim.max_head_bytes));
+    return refuse(
+        r, State::HeadTooLarge,
+        fmt::format("the request line and headers are longer than {} bytes", lim.max_head_bytes));
   const std::string_view head = buf.substr(start, end - start);
   const size_t line_end = head.find("\r\n");
   const std::string_view line = head.substr(0, line_end);
@@ -118,18 +128,22 @@ RequestScan scan_request(std::string_view buf, const HeadLimits& lim) {
     if (e == std::string_view::npos) e = head.size();
     const std::string_view h = head.substr(pos, e - pos);
     const size_t colon = h.find(':');
-    if (colon == std::string_view::npos || colon == 0) return refuse(r, State::Malformed, "a header line has no name");
+    if (colon == std::string_view::npos || colon == 0)
+      return refuse(r, State::Malformed, "a header line has no name");
     const std::string_view name = h.substr(0, colon), value = trim(h.substr(colon + 1));
     if (iequals(name, "content-length")) {
-      if (value.empty() || value.size() > 19 || value.find_first_not_of("0123456789") != std::string_view::npos)
+      if (value.empty() || value.size() > 19 ||
+          value.find_first_not_of("0123456789") != std::string_view::npos)
         return refuse(r, State::Malformed, "Content-Length is not a number");
       uint64_t v = 0;
       for (char c : value) v = v * 10 + (uint64_t)(c - '0');
-      if (has_length && v != length) return refuse(r, State::Malformed, "two different Content-Length headers");
+      if (has_length && v != length)
+        return refuse(r, State::Malformed, "two different Content-Length headers");
       has_length = true;
       length = v;
     } else if (iequals(name, "transfer-encoding")) {
-      if (!iequals(value, "chunked")) return refuse(r, State::Malformed, "only the chunked transfer encoding is supported");
+      if (!iequals(value, "chunked"))
+        return refuse(r, State::Malformed, "only the chunked transfer encoding is supported");
       chunked = true;
     } else if (iequals(name, "expect") && iequals(value, "100-continue")) {
       r.expect_line = start + pos;
@@ -138,7 +152,8 @@ RequestScan scan_request(std::string_view buf, const HeadLimits& lim) {
     pos = e + 2;
   }
   // Both framings at once is how requests are smuggled past proxies: refused, as RFC 9112 allows.
-  if (has_length && chunked) return refuse(r, State::Malformed, "both Content-Length and Transfer-Encoding given");
+  if (has_length && chunked)
+    return refuse(r, State::Malformed, "both Content-Length and Transfer-Encoding given");
   if (chunked) {
     r.scan_chunked = true;
     r.expect_continue = r.expect_len > 0 && buf.size() == r.head_bytes;
@@ -146,8 +161,9 @@ RequestScan scan_request(std::string_view buf, const HeadLimits& lim) {
   }
   r.body_bytes = length;
   if (length > lim.max_body_bytes)
-    return refuse(r, State::BodyTooLarge,
-                  fmt::format("the request body is {} bytes; the limit is {}", length, lim.max_body_bytes));
+    return refuse(
+        r, State::BodyTooLarge,
+        fmt::format("the request body is {} bytes; the limit is {}", length, lim.max_body_bytes));
   r.expect_continue = r.expect_len > 0 && length > 0 && buf.size() == r.head_bytes;
   if (buf.size() - r.head_bytes >= length) {
     r.state = State::Complete;

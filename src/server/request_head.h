@@ -19,10 +19,10 @@ struct HeadLimits {
 struct RequestScan {
   enum class State { Incomplete, Complete, Malformed, HeadTooLarge, BodyTooLarge };
   State state = State::Incomplete;
-  size_t head_bytes = 0;    // once the head is complete: through the blank line
-  size_t total_bytes = 0;   // Complete: head and body
-  uint64_t body_bytes = 0;  // Content-Length, or the chunk data so far
-  bool scan_chunked = false; // the body is chunked (its end is only found by walking it)
+  size_t head_bytes = 0;      // once the head is complete: through the blank line
+  size_t total_bytes = 0;     // Complete: head and body
+  uint64_t body_bytes = 0;    // Content-Length, or the chunk data so far
+  bool scan_chunked = false;  // the body is chunked (its end is only found by walking it)
   // "Expect: 100-continue": where the header line is (expect_len 0: none), so the guard can answer
   // it and drop it; expect_continue: it is there and no byte of the body has arrived yet.
   size_t expect_line = 0, expect_len = 0;

@@ -48,7 +48,8 @@ class Prescan final : public nlohmann::json_sax<ojson> {
   }
   bool end_object() override { return pop(); }
   bool end_array() override { return pop(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
     // nlohmann's text: "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
     std::string what = ex.what();
     const size_t p = what.find("] ");
@@ -60,21 +61,25 @@ class Prescan final : public nlohmann::json_sax<ojson> {
  private:
   bool value() {
     if (++values_ > lim_.max_values)
-      return fail(bad(fmt::format("the request body has more than {} JSON values", lim_.max_values)));
+      return fail(
+          bad(fmt::format("the request body has more than {} JSON values", lim_.max_values)));
     if (!stack_.empty() && stack_.back() == 'm' && ++messages_ > lim_.max_messages)
-      return fail(bad(fmt::format("'messages' has more than {} entries", lim_.max_messages), "messages"));
+      return fail(
+          bad(fmt::format("'messages' has more than {} entries", lim_.max_messages), "messages"));
     return true;
   }
   bool text(size_t n) {
     string_bytes_ += n;
     if (string_bytes_ > lim_.max_string_bytes)
-      return fail(bad(fmt::format("the request body has more than {} bytes of strings", lim_.max_string_bytes)));
+      return fail(bad(fmt::format("the request body has more than {} bytes of strings",
+                                  lim_.max_string_bytes)));
     return true;
   }
   bool push(char kind) {
     stack_.push_back(kind);
     if (stack_.size() > lim_.max_depth)
-      return fail(bad(fmt::format("the request body nests arrays and objects deeper than {}", lim_.max_depth)));
+      return fail(bad(
+          fmt::format("the request body nests arrays and objects deeper than {}", lim_.max_depth)));
     return true;
   }
   bool pop() {
@@ -111,7 +116,8 @@ std::optional<int64_t> opt_int(const ojson& b, const char* key, int64_t lo, int6
   const ojson* v = field(b, key);
   if (!v) return std::nullopt;
   auto out_of_range = [&] {
-    return bad(fmt::format("'{}' must be an integer in [{}, {}], got {}", key, lo, hi, shown(*v)), key);
+    return bad(fmt::format("'{}' must be an integer in [{}, {}], got {}", key, lo, hi, shown(*v)),
+               key);
   };
   if (v->is_number_unsigned()) {  // nlohmann reads every non-negative integer as unsigned
     const uint64_t u = v->get<uint64_t>();
@@ -138,7 +144,8 @@ std::optional<int64_t> opt_int(const ojson& b, const char* key, int64_t lo, int6
 std::optional<bool> opt_bool(const ojson& b, const char* key) {
   const ojson* v = field(b, key);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw bad(fmt::format("'{}' must be true or false, got {}", key, shown(*v)), key);
+  if (!v->is_boolean())
+    throw bad(fmt::format("'{}' must be true or false, got {}", key, shown(*v)), key);
   return v->get<bool>();
 }
 
@@ -151,7 +158,8 @@ float to_float(double d) {
 
 ojson parse_json(std::string_view body, const RequestLimits& lim) {
   if (body.size() > lim.max_body_bytes)
-    throw RequestError(413, fmt::format("the request body is {} bytes; the limit is {}", body.size(), lim.max_body_bytes));
+    throw RequestError(413, fmt::format("the request body is {} bytes; the limit is {}",
+                                        body.size(), lim.max_body_bytes));
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     throw bad("the request body is empty; send a JSON object");
   Prescan scan(lim);
@@ -175,11 +183,13 @@ std::string message_text(const ojson& content, size_t i) {
       const ojson& part = content[k];
       const ojson* type = part.is_object() ? field(part, "type") : nullptr;
       if (!type || !type->is_string())
-        throw bad(fmt::format("messages[{}].content[{}] must be an object with a 'type'", i, k), "messages");
-      if (type->get<std::string>() != "text")
-        throw bad(fmt::format("messages[{}].content[{}] is of type {}: only text parts are supported", i, k,
-                              shown(*type)),
+        throw bad(fmt::format("messages[{}].content[{}] must be an object with a 'type'", i, k),
                   "messages");
+      if (type->get<std::string>() != "text")
+        throw bad(
+            fmt::format("messages[{}].content[{}] is of type {}: only text parts are supported", i,
+                        k, shown(*type)),
+            "messages");
       const ojson* t = field(part, "text");
       if (!t || !t->is_string())
         throw bad(fmt::format("messages[{}].content[{}].text must be a string", i, k), "messages");
@@ -187,7 +197,8 @@ std::string message_text(const ojson& content, size_t i) {
     }
     return s;
   }
-  throw bad(fmt::format("messages[{}].content must be a string, null or an array of text parts", i), "messages");
+  throw bad(fmt::format("messages[{}].content must be a string, null or an array of text parts", i),
+            "messages");
 }
 
 void read_messages(const ojson& b, GenerationRequest& r) {
@@ -210,17 +221,20 @@ void read_messages(const ojson& b, GenerationRequest& r) {
     if (!type || !type->is_string())
       throw bad("'response_format' must be an object with a string 'type'", "response_format");
     if (type->get<std::string>() != "text")
-      throw bad(fmt::format("'response_format' of type {} is not supported: this server has no constrained "
-                            "decoding (only {{\"type\": \"text\"}})",
-                            shown(*type)),
+      throw bad(fmt::format(
+                    "'response_format' of type {} is not supported: this server has no constrained "
+                    "decoding (only {{\"type\": \"text\"}})",
+                    shown(*type)),
                 "response_format");
   }
   bool tools_off = false;
   if (const ojson* tc = field(b, "tool_choice")) {
     const std::string c = tc->is_string() ? tc->get<std::string>() : "";
-    if (c == "none") tools_off = true;
+    if (c == "none")
+      tools_off = true;
     else if (c != "auto")
-      throw bad(fmt::format("'tool_choice' {} is not supported: tools are passed to the chat template and the model "
+      throw bad(fmt::format("'tool_choice' {} is not supported: tools are passed to the chat "
+                            "template and the model "
                             "decides (\"auto\"), or left out (\"none\")",
                             shown(*tc)),
                 "tool_choice");
@@ -234,13 +248,16 @@ void read_messages(const ojson& b, GenerationRequest& r) {
   if (const ojson* e = field(b, "reasoning_effort")) {
     const std::string v = e->is_string() ? e->get<std::string>() : "";
     if (v != "low" && v != "medium" && v != "high")
-      throw bad(fmt::format("'reasoning_effort' must be \"low\", \"medium\" or \"high\", got {}", shown(*e)),
+      throw bad(fmt::format("'reasoning_effort' must be \"low\", \"medium\" or \"high\", got {}",
+                            shown(*e)),
                 "reasoning_effort");
     r.reasoning_effort = v;
   }
   for (const char* legacy : {"functions", "function_call"})
     if (field(b, legacy))
-      throw bad(fmt::format("'{}' is not supported; pass 'tools' (given to the chat template)", legacy), legacy);
+      throw bad(
+          fmt::format("'{}' is not supported; pass 'tools' (given to the chat template)", legacy),
+          legacy);
 }
 
 void read_prompt(const ojson& b, const RequestContext& ctx, GenerationRequest& r) {
@@ -255,17 +272,23 @@ void read_prompt(const ojson& b, const RequestContext& ctx, GenerationRequest& r
     for (size_t i = 0; i < p->size(); ++i) {
       const ojson& x = (*p)[i];
       if (!x.is_number_integer() && !x.is_number_unsigned())
-        throw bad(fmt::format("prompt[{}] must be a token id (an integer), got {}", i, shown(x)), "prompt");
+        throw bad(fmt::format("prompt[{}] must be a token id (an integer), got {}", i, shown(x)),
+                  "prompt");
       if (x.is_number_unsigned() ? x.get<uint64_t>() >= (uint64_t)ctx.n_vocab
                                  : (x.get<int64_t>() < 0 || x.get<int64_t>() >= ctx.n_vocab))
-        throw bad(fmt::format("prompt[{}]: token id {} is out of range (vocabulary of {})", i, shown(x), ctx.n_vocab),
+        throw bad(fmt::format("prompt[{}]: token id {} is out of range (vocabulary of {})", i,
+                              shown(x), ctx.n_vocab),
                   "prompt");
       r.prompt_ids.push_back((int32_t)x.get<int64_t>());
     }
   } else if (p->is_array() && p->size() > 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
-    throw bad(fmt::format("'prompt' holds {} prompts: only one prompt per request is supported", p->size()), "prompt");
+    throw bad(fmt::format("'prompt' holds {} prompts: only one prompt per request is supported",
+                          p->size()),
+              "prompt");
   } else {
-    throw bad("'prompt' must be a string, an array of one string, or a non-empty array of token ids", "prompt");
+    throw bad(
+        "'prompt' must be a string, an array of one string, or a non-empty array of token ids",
+        "prompt");
   }
   if (const ojson* s = field(b, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
     throw bad("'suffix' is not supported (no fill-in-the-middle)", "suffix");
@@ -277,12 +300,14 @@ void read_stop(const ojson& b, const RequestLimits& lim, TextGenParams& p) {
   if (!s) return;
   const char* rule = "'stop' must be a string or an array of strings";
   std::vector<const ojson*> items;
-  if (s->is_string()) items.push_back(s);
+  if (s->is_string())
+    items.push_back(s);
   else if (s->is_array())
     for (const ojson& x : *s) items.push_back(&x);
   else
     throw bad(rule, "stop");
-  if (items.size() > lim.max_stop) throw bad(fmt::format("'stop' has more than {} strings", lim.max_stop), "stop");
+  if (items.size() > lim.max_stop)
+    throw bad(fmt::format("'stop' has more than {} strings", lim.max_stop), "stop");
   for (const ojson* x : items) {
     if (!x->is_string()) throw bad(rule, "stop");
     std::string t = x->get<std::string>();
@@ -296,24 +321,30 @@ void read_logit_bias(const ojson& b, const RequestContext& ctx, SamplerParams& s
   const ojson* lb = field(b, "logit_bias");
   if (!lb) return;
   if (!lb->is_object())
-    throw bad("'logit_bias' must be an object mapping token ids (as strings) to biases in [-100, 100]", "logit_bias");
+    throw bad(
+        "'logit_bias' must be an object mapping token ids (as strings) to biases in [-100, 100]",
+        "logit_bias");
   if (lb->size() > ctx.limits.max_logit_bias)
-    throw bad(fmt::format("'logit_bias' has more than {} entries", ctx.limits.max_logit_bias), "logit_bias");
+    throw bad(fmt::format("'logit_bias' has more than {} entries", ctx.limits.max_logit_bias),
+              "logit_bias");
   sp.logit_bias.clear();
   for (auto it = lb->begin(); it != lb->end(); ++it) {
     const std::string& k = it.key();
     int64_t id = -1;
-    if (!k.empty() && k.size() <= 10 && k.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(k);
+    if (!k.empty() && k.size() <= 10 && k.find_first_not_of("0123456789") == std::string::npos)
+      id = std::stoll(k);
     if (id < 0 || id >= ctx.n_vocab)
       throw bad(fmt::format("logit_bias key '{}' is not a token id of the vocabulary (0..{})",
                             k.size() > 20 ? k.substr(0, 20) + "..." : k, ctx.n_vocab - 1),
                 "logit_bias");
     if (!it.value().is_number())
-      throw bad(fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", k, shown(it.value())),
+      throw bad(fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", k,
+                            shown(it.value())),
                 "logit_bias");
     const double v = it.value().get<double>();
     if (!(v >= -100 && v <= 100))
-      throw bad(fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", k, shown(it.value())),
+      throw bad(fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", k,
+                            shown(it.value())),
                 "logit_bias");
     sp.logit_bias.emplace_back((int32_t)id, (float)v);
   }
@@ -369,29 +400,35 @@ void read_logprobs(const ojson& b, const RequestLimits& lim, GenerationRequest& 
 
 }  // namespace
 
-GenerationRequest parse_generation_request(std::string_view body, Endpoint endpoint, const RequestContext& ctx) {
+GenerationRequest parse_generation_request(std::string_view body, Endpoint endpoint,
+                                           const RequestContext& ctx) {
   const ojson b = parse_json(body, ctx.limits);
   if (!b.is_object()) throw bad("the request body must be a JSON object");
   if (const ojson* m = field(b, "model")) {
     if (!m->is_string()) throw bad("'model' must be a string", "model");
     const std::string id = m->get<std::string>();
     if (!id.empty() && id != ctx.model_id)
-      throw RequestError(404, fmt::format("The model '{}' does not exist (this server serves '{}')",
-                                          id.size() > 100 ? id.substr(0, 100) + "..." : id, ctx.model_id),
-                         "model", "model_not_found");
+      throw RequestError(
+          404,
+          fmt::format("The model '{}' does not exist (this server serves '{}')",
+                      id.size() > 100 ? id.substr(0, 100) + "..." : id, ctx.model_id),
+          "model", "model_not_found");
   }
   GenerationRequest r;
   r.endpoint = endpoint;
   r.gen.sampling = ctx.sampling;
-  if (endpoint == Endpoint::Chat) read_messages(b, r);
-  else read_prompt(b, ctx, r);
+  if (endpoint == Endpoint::Chat)
+    read_messages(b, r);
+  else
+    read_prompt(b, ctx, r);
   read_sampling(b, ctx, r);
   read_stop(b, ctx.limits, r.gen);
   read_logprobs(b, ctx.limits, r);
   if (auto v = opt_bool(b, "ignore_eos")) r.gen.ignore_eos = *v;
   if (auto v = opt_bool(b, "stream")) r.stream = *v;
   if (const ojson* so = field(b, "stream_options")) {
-    if (!r.stream) throw bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (!r.stream)
+      throw bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     if (!so->is_object()) throw bad("'stream_options' must be an object", "stream_options");
     if (auto v = opt_bool(*so, "include_usage")) r.include_usage = *v;
   }
@@ -400,8 +437,10 @@ GenerationRequest parse_generation_request(std::string_view body, Endpoint endpo
     throw bad("'best_of' is not supported (it may only equal 'n')", "best_of");
   // max_completion_tokens is the newer name of max_tokens; either may be given.
   const char* mt_key = field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto v = opt_int(b, mt_key, 1, INT32_MAX)) r.gen.max_tokens = (int)*v;
-  else r.gen.max_tokens = ctx.default_max_tokens;
+  if (auto v = opt_int(b, mt_key, 1, INT32_MAX))
+    r.gen.max_tokens = (int)*v;
+  else
+    r.gen.max_tokens = ctx.default_max_tokens;
   return r;
 }
 

@@ -40,8 +40,8 @@ struct RequestLimits {
   size_t max_stop = 16, max_stop_bytes = 256;
   int max_n = 8;
   size_t max_logit_bias = 1024;
-  int max_top_logprobs = 20;           // chat top_logprobs (OpenAI's limit)
-  int max_completion_logprobs = 5;     // completions logprobs (OpenAI's limit)
+  int max_top_logprobs = 20;        // chat top_logprobs (OpenAI's limit)
+  int max_completion_logprobs = 5;  // completions logprobs (OpenAI's limit)
 };
 
 enum class Endpoint { Chat, Completion };
@@ -65,15 +65,16 @@ struct GenerationRequest {
   bool prompt_is_text = true;
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
-  TextGenParams gen;          // gen.max_tokens -1: up to the context
-  bool seed_given = false;    // false: the server draws a seed (gen.sampling.seed is the default)
+  TextGenParams gen;        // gen.max_tokens -1: up to the context
+  bool seed_given = false;  // false: the server draws a seed (gen.sampling.seed is the default)
   bool stream = false;
-  bool include_usage = false; // stream_options.include_usage
-  int n = 1;                  // choices
-  bool echo = false;          // completions: the prompt text starts the returned text
+  bool include_usage = false;  // stream_options.include_usage
+  int n = 1;                   // choices
+  bool echo = false;           // completions: the prompt text starts the returned text
 };
 
 // Throws RequestError (400, or 404 for an unknown model, 413 for an oversized body); nothing else.
-GenerationRequest parse_generation_request(std::string_view body, Endpoint endpoint, const RequestContext& ctx);
+GenerationRequest parse_generation_request(std::string_view body, Endpoint endpoint,
+                                           const RequestContext& ctx);
 
 }  // namespace moeflow

@@ -4,11 +4,14 @@
 
 namespace moeflow {
 
-std::string dump_json(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+std::string dump_json(const ojson& j) {
+  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
 
 ojson response_base(const ResponseHead& h, bool chunk) {
   return {{"id", h.id},
-          {"object", h.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+          {"object",
+           h.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
           {"created", h.created},
           {"model", h.model}};
 }
@@ -41,13 +44,16 @@ ojson chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& 
       const std::string p = alt_piece(tok, id);
       top.push_back({{"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
     }
-    content.push_back({{"token", lp.piece}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.piece)}, {"top_logprobs", top}});
+    content.push_back({{"token", lp.piece},
+                       {"logprob", lp.logprob},
+                       {"bytes", bytes_of(lp.piece)},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, size_t offset_base,
-                               bool with_top) {
+ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+                               size_t offset_base, bool with_top) {
   ojson tokens = ojson::array(), lp = ojson::array(), top = ojson::array(), off = ojson::array();
   for (const TokenLogprob& t : lps) {
     tokens.push_back(t.piece);

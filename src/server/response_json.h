@@ -21,7 +21,7 @@ using ojson = nlohmann::ordered_json;
 std::string dump_json(const ojson& j);
 
 struct ResponseHead {
-  std::string id;     // chatcmpl-N / cmpl-N
+  std::string id;  // chatcmpl-N / cmpl-N
   std::string model;
   int64_t created = 0;
   bool chat = true;
@@ -36,8 +36,8 @@ ojson usage_json(int n_prompt, int n_cached, int n_completion);
 
 // logprobs of one choice (or of a stream chunk's tokens); offset_base shifts text_offset (echo).
 ojson chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps);
-ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, size_t offset_base,
-                               bool with_top);
+ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+                               size_t offset_base, bool with_top);
 
 // finish_reason as OpenAI names it ("cancelled" only happens when nobody is listening: "stop").
 std::string finish_reason_json(const std::string& r);

@@ -15,6 +15,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "chat_template/chat_template.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
@@ -22,7 +23,6 @@
 #include "server/response_json.h"
 #include "server/server_metrics.h"
 #include "server/text_generation.h"
-#include "chat_template/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,7 +68,7 @@ struct Job {
   std::deque<StreamEvent> events;  // streaming: not yet written to the client
   bool done = false;
   std::deque<TextGenResult> results;  // one per choice (a deque: events point into it)
-  std::string error;  // generation failed (or the server stopped) with this message
+  std::string error;                  // generation failed (or the server stopped) with this message
 
   void set_cancel() {
     {
@@ -99,8 +99,9 @@ struct Job {
 
 // The path label of a request in /metrics: a fixed set, whatever paths clients invent.
 std::string metric_path(const std::string& path) {
-  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/chat/completions",
-                                "/completions", "/v1/models", "/health", "/metrics"};
+  static const char* known[] = {
+      "/v1/chat/completions", "/v1/completions", "/chat/completions", "/completions",
+      "/v1/models",           "/health",         "/metrics"};
   for (const char* k : known)
     if (path == k) return k;
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
@@ -147,18 +148,27 @@ struct Server::Impl {
     g.limits.max_body_bytes = o.limits.max_body_bytes;
     g.is_control = is_control_path;
     g.on_drop = [&m](const std::string& r) { m.connection_dropped(r); };
-    g.on_answered = [&m](const std::string& path, int status) { m.http_request(metric_path(path), status); };
+    g.on_answered = [&m](const std::string& path, int status) {
+      m.http_request(metric_path(path), status);
+    };
     return g;
   }
 
-  Impl(Engine& e, const Tokenizer& t, ServerOptions o, std::function<std::optional<OffloadStats>()> os)
-      : eng(e), tok(t), opt(std::move(o)), offload_stats(std::move(os)),
-        tmpl(model_chat_template(t, opt.chat_template)), n_ctx(e.context().n_ctx()), cache(opt.prefix_cache),
+  Impl(Engine& e, const Tokenizer& t, ServerOptions o,
+       std::function<std::optional<OffloadStats>()> os)
+      : eng(e),
+        tok(t),
+        opt(std::move(o)),
+        offload_stats(std::move(os)),
+        tmpl(model_chat_template(t, opt.chat_template)),
+        n_ctx(e.context().n_ctx()),
+        cache(opt.prefix_cache),
         http(guard_options(opt, stats)) {
     template_line = tmpl.describe();
     if (opt.model_id.empty()) opt.model_id = "moeflow";
     if (opt.max_queue < 0) fail("--max-queue must be >= 0, got {}", opt.max_queue);
-    if (auto e = check_sampler_params(opt.sampling)) fail("{} {}, got {}", e->flag, e->requirement, e->value);
+    if (auto e = check_sampler_params(opt.sampling))
+      fail("{} {}, got {}", e->flag, e->requirement, e->value);
     rctx.model_id = opt.model_id;
     rctx.sampling = opt.sampling;
     rctx.default_max_tokens = opt.default_max_tokens;
@@ -203,9 +213,12 @@ struct Server::Impl {
         TextGenParams p = job.params;
         p.sampling.seed += (uint64_t)i;  // choices differ; choice 0 is what n = 1 gives
         try {
-          res = generate_text(eng, tok, job.prompt, p, [&](const TextDelta& d) {
-            return !job.stream ? !job.cancel.load() : job.push({i, d, nullptr});
-          }, &job.cancel, &cache);
+          res = generate_text(
+              eng, tok, job.prompt, p,
+              [&](const TextDelta& d) {
+                return !job.stream ? !job.cancel.load() : job.push({i, d, nullptr});
+              },
+              &job.cancel, &cache);
         } catch (const std::exception& e) {
           err = e.what();
         }
@@ -227,8 +240,9 @@ struct Server::Impl {
     if (stopping) throw server_error(503, kShuttingDown, "shutting_down");
     if ((int)queue.size() >= opt.max_queue && (running || !queue.empty())) {
       stats.rejected();
-      throw server_error(503, fmt::format("the server is busy ({} requests queued); retry later", queue.size()),
-                         "queue_full");
+      throw server_error(
+          503, fmt::format("the server is busy ({} requests queued); retry later", queue.size()),
+          "queue_full");
     }
     queue.push_back(job);
     qcv.notify_all();
@@ -268,25 +282,30 @@ struct Server::Impl {
     const int64_t n = (int64_t)job.prompt.size();
     if (n == 0) throw RequestError(400, "the prompt is empty", "prompt");
     if (n >= n_ctx)
-      throw RequestError(400,
-                         fmt::format("This model's context is {} tokens; the prompt has {} tokens, which leaves no "
-                                     "room to generate", n_ctx, n),
-                         chat ? "messages" : "prompt", "context_length_exceeded");
+      throw RequestError(
+          400,
+          fmt::format(
+              "This model's context is {} tokens; the prompt has {} tokens, which leaves no "
+              "room to generate",
+              n_ctx, n),
+          chat ? "messages" : "prompt", "context_length_exceeded");
     const int64_t room = n_ctx - n;
     job.params.max_tokens =
         job.params.max_tokens < 0 ? (int)room : (int)std::min<int64_t>(job.params.max_tokens, room);
   }
 
-  void handle(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
-              Endpoint ep) {
+  void handle(const httplib::Request& req, httplib::Response& res,
+              const httplib::ContentReader& reader, Endpoint ep) {
     const bool chat = ep == Endpoint::Chat;
     std::string body;
     try {
       if (req.is_multipart_form_data())
-        throw RequestError(415, "multipart/form-data is not supported: send the request as a JSON body");
+        throw RequestError(415,
+                           "multipart/form-data is not supported: send the request as a JSON body");
       bool too_large = false;
       const std::string cl = req.get_header_value("Content-Length");
-      if (!cl.empty() && cl.size() < 12) body.reserve(std::min<size_t>(std::stoull(cl), opt.limits.max_body_bytes));
+      if (!cl.empty() && cl.size() < 12)
+        body.reserve(std::min<size_t>(std::stoull(cl), opt.limits.max_body_bytes));
       reader([&](const char* d, size_t n) {
         if (body.size() + n > opt.limits.max_body_bytes) {
           too_large = true;
@@ -296,7 +315,8 @@ struct Server::Impl {
         return true;
       });
       if (too_large)
-        throw RequestError(413, fmt::format("the request body is larger than {} bytes", opt.limits.max_body_bytes));
+        throw RequestError(413, fmt::format("the request body is larger than {} bytes",
+                                            opt.limits.max_body_bytes));
       GenerationRequest r = parse_generation_request(body, ep, rctx);
       auto job = std::make_shared<Job>();
       if (chat) {
@@ -311,7 +331,8 @@ struct Server::Impl {
       job->n = r.n;
       job->stream = r.stream;
       if (!r.seed_given && opt.random_seed)
-        job->params.sampling.seed = std::random_device{}() ^ ((uint64_t)std::random_device{}() << 32);
+        job->params.sampling.seed =
+            std::random_device{}() ^ ((uint64_t)std::random_device{}() << 32);
       fit_context(*job, chat);
       std::string echo;
       if (r.echo) echo = r.prompt_is_text ? r.prompt_text : tok.decode(job->prompt);
@@ -320,14 +341,17 @@ struct Server::Impl {
       const bool include_usage = r.include_usage;
       r = GenerationRequest{};  // the parsed messages are not needed any more
       enqueue(job);
-      if (job->stream) stream_response(res, job, head, std::move(echo), include_usage);
-      else json_response(res, *job, head, echo);
+      if (job->stream)
+        stream_response(res, job, head, std::move(echo), include_usage);
+      else
+        json_response(res, *job, head, echo);
     } catch (const RequestError& e) {
       send_error(res, e);
     }
   }
 
-  ojson choice_json(const TextGenResult& r, int index, bool chat, const std::string& echo, bool logprobs) const {
+  ojson choice_json(const TextGenResult& r, int index, bool chat, const std::string& echo,
+                    bool logprobs) const {
     ojson c = {{"index", index}};
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", r.text}};
@@ -335,9 +359,12 @@ struct Server::Impl {
     } else {
       c["text"] = echo + r.text;
     }
-    if (!logprobs) c["logprobs"] = nullptr;
-    else if (chat) c["logprobs"] = chat_logprobs_json(tok, r.logprobs);
-    else c["logprobs"] = completion_logprobs_json(tok, r.logprobs, echo.size(), true);
+    if (!logprobs)
+      c["logprobs"] = nullptr;
+    else if (chat)
+      c["logprobs"] = chat_logprobs_json(tok, r.logprobs);
+    else
+      c["logprobs"] = completion_logprobs_json(tok, r.logprobs, echo.size(), true);
     c["finish_reason"] = finish_reason_json(r.finish_reason);
     return c;
   }
@@ -348,7 +375,8 @@ struct Server::Impl {
     return usage_json(rs.empty() ? 0 : rs[0].n_prompt, rs.empty() ? 0 : rs[0].n_cached, completion);
   }
 
-  void json_response(httplib::Response& res, Job& job, const ResponseHead& head, const std::string& echo) {
+  void json_response(httplib::Response& res, Job& job, const ResponseHead& head,
+                     const std::string& echo) {
     {
       std::unique_lock lk(job.mu);
       job.cv.wait(lk, [&] { return job.done; });
@@ -357,7 +385,8 @@ struct Server::Impl {
     ojson j = response_base(head, false);
     j["choices"] = ojson::array();
     for (size_t i = 0; i < job.results.size(); ++i)
-      j["choices"].push_back(choice_json(job.results[i], (int)i, head.chat, echo, job.params.logprobs));
+      j["choices"].push_back(
+          choice_json(job.results[i], (int)i, head.chat, echo, job.params.logprobs));
     j["usage"] = total_usage(job.results);
     res.set_content(dump_json(j), "application/json");
   }
@@ -366,8 +395,8 @@ struct Server::Impl {
   // prompt), the text pieces, and a chunk with its finish_reason; with include_usage a last
   // chunk with empty choices and the usage (OpenAI's layout), else the usage rides on the last
   // finish chunk (as llama.cpp's server sends it); then [DONE].
-  void stream_response(httplib::Response& res, const std::shared_ptr<Job>& job, const ResponseHead& head,
-                       std::string echo, bool include_usage) {
+  void stream_response(httplib::Response& res, const std::shared_ptr<Job>& job,
+                       const ResponseHead& head, std::string echo, bool include_usage) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -386,10 +415,14 @@ struct Server::Impl {
             if (chat)
               c["delta"] = text ? ojson{{reasoning ? "reasoning_content" : "content", *text}}
                                 : ojson::object();
-            else c["text"] = text ? *text : std::string();
-            if (!job->params.logprobs || !lps) c["logprobs"] = nullptr;
-            else if (chat) c["logprobs"] = chat_logprobs_json(tok, *lps);
-            else c["logprobs"] = completion_logprobs_json(tok, *lps, echo.size(), true);
+            else
+              c["text"] = text ? *text : std::string();
+            if (!job->params.logprobs || !lps)
+              c["logprobs"] = nullptr;
+            else if (chat)
+              c["logprobs"] = chat_logprobs_json(tok, *lps);
+            else
+              c["logprobs"] = completion_logprobs_json(tok, *lps, echo.size(), true);
             c["finish_reason"] = finish;
             j["choices"] = ojson::array({c});
             if (include_usage) j["usage"] = nullptr;
@@ -421,13 +454,17 @@ struct Server::Impl {
             for (const StreamEvent& ev : batch) {
               if (!start(ev.index)) return false;
               if (ev.finished) {
-                ojson last = chunk(ev.index, nullptr, nullptr, finish_reason_json(ev.finished->finish_reason));
-                if (++finished == job->n && !include_usage) last["usage"] = total_usage(job->results);
+                ojson last = chunk(ev.index, nullptr, nullptr,
+                                   finish_reason_json(ev.finished->finish_reason));
+                if (++finished == job->n && !include_usage)
+                  last["usage"] = total_usage(job->results);
                 if (!send(dump_json(last))) return false;
               } else if (!ev.delta.reasoning.empty()) {  // harmony's other channels
-                if (chat && !send(dump_json(chunk(ev.index, &ev.delta.reasoning, nullptr, nullptr, true))))
+                if (chat &&
+                    !send(dump_json(chunk(ev.index, &ev.delta.reasoning, nullptr, nullptr, true))))
                   return false;
-              } else if (!send(dump_json(chunk(ev.index, &ev.delta.text, &ev.delta.logprobs, nullptr)))) {
+              } else if (!send(dump_json(
+                             chunk(ev.index, &ev.delta.text, &ev.delta.logprobs, nullptr)))) {
                 return false;
               }
             }
@@ -467,20 +504,27 @@ struct Server::Impl {
     using httplib::Request;
     using httplib::Response;
     for (const char* p : {"/v1/chat/completions", "/chat/completions"})
-      http.Post(p, [this](const Request& q, Response& r, const ContentReader& c) { handle(q, r, c, Endpoint::Chat); });
+      http.Post(p, [this](const Request& q, Response& r, const ContentReader& c) {
+        handle(q, r, c, Endpoint::Chat);
+      });
     // Aliases without the /v1 prefix, as llama.cpp's server accepts.
     for (const char* p : {"/v1/completions", "/completions"})
-      http.Post(p, [this](const Request& q, Response& r, const ContentReader& c) { handle(q, r, c, Endpoint::Completion); });
+      http.Post(p, [this](const Request& q, Response& r, const ContentReader& c) {
+        handle(q, r, c, Endpoint::Completion);
+      });
     http.Get("/v1/models", [this](const Request&, Response& r) {
-      r.set_content(dump_json(ojson{{"object", "list"}, {"data", ojson::array({model_json()})}}), "application/json");
+      r.set_content(dump_json(ojson{{"object", "list"}, {"data", ojson::array({model_json()})}}),
+                    "application/json");
     });
     // The openai client's models.retrieve(id).
     http.Get(R"(/v1/models/(.+))", [this](const Request& q, Response& r) {
       const std::string id = q.matches.size() > 1 ? std::string(q.matches[1]) : "";
       if (id == opt.model_id) return r.set_content(dump_json(model_json()), "application/json");
-      send_error(r, RequestError(404, fmt::format("The model '{}' does not exist (this server serves '{}')", id,
-                                                  opt.model_id),
-                                 "model", "model_not_found"));
+      send_error(
+          r, RequestError(404,
+                          fmt::format("The model '{}' does not exist (this server serves '{}')", id,
+                                      opt.model_id),
+                          "model", "model_not_found"));
     });
     http.Get("/health", [this](const Request&, Response& r) {
       size_t q;
@@ -490,10 +534,13 @@ struct Server::Impl {
         q = queue.size();
         busy = running != nullptr;
       }
-      r.set_content(dump_json(ojson{{"status", "ok"}, {"model", opt.model_id}, {"busy", busy}, {"queued", q}}),
+      r.set_content(dump_json(ojson{
+                        {"status", "ok"}, {"model", opt.model_id}, {"busy", busy}, {"queued", q}}),
                     "application/json");
     });
-    http.Get("/metrics", [this](const Request&, Response& r) { r.set_content(metrics(), "text/plain; version=0.0.4"); });
+    http.Get("/metrics", [this](const Request&, Response& r) {
+      r.set_content(metrics(), "text/plain; version=0.0.4");
+    });
     http.set_exception_handler([](const Request&, Response& r, std::exception_ptr ep) {
       std::string msg = "internal error";
       try {
@@ -503,22 +550,27 @@ struct Server::Impl {
         return;
       } catch (const std::exception& e) {
         msg = e.what();
-      } catch (...) {
-      }
+      } catch (...) {}
       send_error(r, server_error(500, msg));
     });
     http.set_error_handler([](const Request& q, Response& r) {
       if (!r.body.empty()) return;
       std::string msg = fmt::format("HTTP {}", r.status);
-      if (r.status == 404) msg = fmt::format("no route for {} {}", q.method, q.path);
-      else if (r.status == 400) msg = "malformed HTTP request";
-      else if (r.status == 413) msg = fmt::format("the request body is too large");
-      else if (r.status == 414) msg = "the request line is too long";
+      if (r.status == 404)
+        msg = fmt::format("no route for {} {}", q.method, q.path);
+      else if (r.status == 400)
+        msg = "malformed HTTP request";
+      else if (r.status == 413)
+        msg = fmt::format("the request body is too large");
+      else if (r.status == 414)
+        msg = "the request line is too long";
       send_error(r, RequestError(r.status, msg, "", r.status == 404 ? "not_found" : ""));
     });
     http.set_logger([this](const Request& q, const Response& r) {
       stats.http_request(metric_path(q.path), r.status);
-      if (opt.log_requests) std::fprintf(stderr, "moeflow serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
+      if (opt.log_requests)
+        std::fprintf(stderr, "moeflow serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(),
+                     r.status);
     });
     http.set_payload_max_length(opt.limits.max_body_bytes);
   }
@@ -570,7 +622,8 @@ int Server::bind() {
     impl_->port = impl_->http.bind_to_any_port(o.host);
     if (impl_->port < 0) fail("cannot bind {}: no free port", o.host);
   } else {
-    if (!impl_->http.bind_to_port(o.host, o.port)) fail("cannot bind {}:{} (in use, or not a local address)", o.host, o.port);
+    if (!impl_->http.bind_to_port(o.host, o.port))
+      fail("cannot bind {}:{} (in use, or not a local address)", o.host, o.port);
     impl_->port = o.port;
   }
   impl_->http.set_backlog(1024);

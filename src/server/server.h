@@ -24,12 +24,12 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;           // 0: any free port (see Server::port())
-  std::string model_id;      // the name /v1/models reports and requests may give as "model"
-  int max_queue = 8;         // requests waiting behind the running one; beyond that: 503
-  int http_threads = 0;      // workers for generation requests; 0: max_queue + 4
-  SamplerParams sampling;    // defaults for the sampling fields a request leaves out
-  bool random_seed = true;   // a request without "seed" gets a random one (else sampling.seed)
+  int port = 8080;              // 0: any free port (see Server::port())
+  std::string model_id;         // the name /v1/models reports and requests may give as "model"
+  int max_queue = 8;            // requests waiting behind the running one; beyond that: 503
+  int http_threads = 0;         // workers for generation requests; 0: max_queue + 4
+  SamplerParams sampling;       // defaults for the sampling fields a request leaves out
+  bool random_seed = true;      // a request without "seed" gets a random one (else sampling.seed)
   int default_max_tokens = -1;  // max_tokens when a request gives none (-1: up to the context)
   std::string chat_template;    // Jinja text overriding the model's ("" = the model's)
   bool log_requests = false;    // one line per request on stderr

@@ -55,26 +55,33 @@ std::string ServerMetrics::render(const Gauges& g, const std::optional<OffloadSt
   };
   {
     std::lock_guard lk(mu_);
-    head("moeflow_http_requests_total", "counter", "HTTP requests answered, by path and status code.");
+    head("moeflow_http_requests_total", "counter",
+         "HTTP requests answered, by path and status code.");
     for (const auto& [k, v] : http_requests_)
-      o += fmt::format("moeflow_http_requests_total{{path=\"{}\",code=\"{}\"}} {}\n", prom_escape(k.first), k.second, v);
+      o += fmt::format("moeflow_http_requests_total{{path=\"{}\",code=\"{}\"}} {}\n",
+                       prom_escape(k.first), k.second, v);
     head("moeflow_http_connections_dropped_total", "counter",
          "Connections closed before a complete request reached a worker, by reason.");
-    for (const char* r : {"header_timeout", "idle_timeout", "evicted", "too_large", "bad_request"}) {
+    for (const char* r :
+         {"header_timeout", "idle_timeout", "evicted", "too_large", "bad_request"}) {
       auto it = dropped_.find(r);
       o += fmt::format("moeflow_http_connections_dropped_total{{reason=\"{}\"}} {}\n", r,
                        it == dropped_.end() ? 0 : it->second);
     }
-    head("moeflow_completions_total", "counter", "Generations finished, by finish reason (cancelled: the client went away).");
+    head("moeflow_completions_total", "counter",
+         "Generations finished, by finish reason (cancelled: the client went away).");
     for (const char* r : {"stop", "length", "cancelled", "error"}) {
       auto it = finished_.find(r);
-      o += fmt::format("moeflow_completions_total{{finish_reason=\"{}\"}} {}\n", r, it == finished_.end() ? 0 : it->second);
+      o += fmt::format("moeflow_completions_total{{finish_reason=\"{}\"}} {}\n", r,
+                       it == finished_.end() ? 0 : it->second);
     }
-    head("moeflow_requests_rejected_total", "counter", "Requests refused with 503 because the queue was full.");
+    head("moeflow_requests_rejected_total", "counter",
+         "Requests refused with 503 because the queue was full.");
     o += fmt::format("moeflow_requests_rejected_total {}\n", rejected_);
     head("moeflow_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
     o += fmt::format("moeflow_prompt_tokens_total {}\n", prompt_tokens_);
-    head("moeflow_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache (not prefilled).");
+    head("moeflow_prompt_tokens_cached_total", "counter",
+         "Prompt tokens served from the prefix cache (not prefilled).");
     o += fmt::format("moeflow_prompt_tokens_cached_total {}\n", cached_tokens_);
     head("moeflow_generated_tokens_total", "counter", "Tokens generated.");
     o += fmt::format("moeflow_generated_tokens_total {}\n", generated_tokens_);
@@ -91,7 +98,8 @@ std::string ServerMetrics::render(const Gauges& g, const std::optional<OffloadSt
   o += fmt::format("moeflow_context_size {}\n", g.n_ctx);
   head("moeflow_http_connections_open", "gauge", "Client connections open.");
   o += fmt::format("moeflow_http_connections_open {}\n", g.open_connections);
-  head("moeflow_offload_enabled", "gauge", "1 when experts are offloaded to a cache with a RAM budget.");
+  head("moeflow_offload_enabled", "gauge",
+       "1 when experts are offloaded to a cache with a RAM budget.");
   o += fmt::format("moeflow_offload_enabled {}\n", st ? 1 : 0);
   if (!st) return o;
   head("moeflow_offload_budget_bytes", "gauge", "Expert cache budget.");
@@ -105,23 +113,38 @@ std::string ServerMetrics::render(const Gauges& g, const std::optional<OffloadSt
     double LayerOffloadStats::*d;
   };
   const Col cols[] = {
-      {"moeflow_expert_acquires_total", "Expert uses by the MoE block.", &LayerOffloadStats::acquires, nullptr},
-      {"moeflow_expert_hits_total", "Experts resident when first requested.", &LayerOffloadStats::hits, nullptr},
-      {"moeflow_expert_misses_total", "Experts neither resident nor in flight when first requested.", &LayerOffloadStats::misses, nullptr},
-      {"moeflow_expert_late_total", "Experts still in flight (prefetch not done) when first requested.", &LayerOffloadStats::late, nullptr},
-      {"moeflow_expert_prefetch_issued_total", "Prefetches issued.", &LayerOffloadStats::prefetch_issued, nullptr},
-      {"moeflow_expert_prefetch_used_total", "Prefetched experts later used.", &LayerOffloadStats::prefetch_used, nullptr},
-      {"moeflow_expert_prefetch_wasted_total", "Prefetched experts evicted or cancelled unused.", &LayerOffloadStats::prefetch_wasted, nullptr},
-      {"moeflow_expert_evictions_total", "Expert evictions.", &LayerOffloadStats::evictions, nullptr},
-      {"moeflow_expert_bytes_read_total", "Bytes read from the model file for experts.", &LayerOffloadStats::bytes_read, nullptr},
-      {"moeflow_expert_stall_seconds_total", "Time the forward pass waited for experts (critical-path stall).", nullptr, &LayerOffloadStats::stall_s},
+      {"moeflow_expert_acquires_total", "Expert uses by the MoE block.",
+       &LayerOffloadStats::acquires, nullptr},
+      {"moeflow_expert_hits_total", "Experts resident when first requested.",
+       &LayerOffloadStats::hits, nullptr},
+      {"moeflow_expert_misses_total",
+       "Experts neither resident nor in flight when first requested.", &LayerOffloadStats::misses,
+       nullptr},
+      {"moeflow_expert_late_total",
+       "Experts still in flight (prefetch not done) when first requested.",
+       &LayerOffloadStats::late, nullptr},
+      {"moeflow_expert_prefetch_issued_total", "Prefetches issued.",
+       &LayerOffloadStats::prefetch_issued, nullptr},
+      {"moeflow_expert_prefetch_used_total", "Prefetched experts later used.",
+       &LayerOffloadStats::prefetch_used, nullptr},
+      {"moeflow_expert_prefetch_wasted_total", "Prefetched experts evicted or cancelled unused.",
+       &LayerOffloadStats::prefetch_wasted, nullptr},
+      {"moeflow_expert_evictions_total", "Expert evictions.", &LayerOffloadStats::evictions,
+       nullptr},
+      {"moeflow_expert_bytes_read_total", "Bytes read from the model file for experts.",
+       &LayerOffloadStats::bytes_read, nullptr},
+      {"moeflow_expert_stall_seconds_total",
+       "Time the forward pass waited for experts (critical-path stall).", nullptr,
+       &LayerOffloadStats::stall_s},
   };
   for (const Col& c : cols) {
     head(c.name, "counter", c.help);
     for (size_t l = 0; l < st->layers.size(); ++l) {
       const LayerOffloadStats& ls = st->layers[l];
-      if (c.u) o += fmt::format("{}{{layer=\"{}\"}} {}\n", c.name, l, ls.*c.u);
-      else o += fmt::format("{}{{layer=\"{}\"}} {:.6f}\n", c.name, l, ls.*c.d);
+      if (c.u)
+        o += fmt::format("{}{{layer=\"{}\"}} {}\n", c.name, l, ls.*c.u);
+      else
+        o += fmt::format("{}{{layer=\"{}\"}} {:.6f}\n", c.name, l, ls.*c.d);
     }
   }
   return o;

@@ -124,8 +124,8 @@ class TextAssembler {
   TextGenResult& res_;
   const std::function<bool(const TextDelta&)>& on_delta_;
   std::vector<std::string> stops_;
-  std::string pending_;          // decoded text not yet handed out
-  size_t decoded_ = 0;           // bytes decoded so far (offsets of held_ refer to it)
+  std::string pending_;  // decoded text not yet handed out
+  size_t decoded_ = 0;   // bytes decoded so far (offsets of held_ refer to it)
   std::deque<TokenLogprob> held_;
   bool stopped_ = false, cancelled_ = false;
 };

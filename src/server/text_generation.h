@@ -26,14 +26,14 @@ struct TextGenParams {
   // Harmony (gpt-oss): the text is the final channel; the other channels go to
   // TextGenResult::reasoning (stop strings apply to the text).
   bool harmony = false;
-  bool logprobs = false;          // per-token log-probabilities (sampling/logprobs.h)
-  int top_logprobs = 0;           // alternatives per token with logprobs
+  bool logprobs = false;  // per-token log-probabilities (sampling/logprobs.h)
+  int top_logprobs = 0;   // alternatives per token with logprobs
 };
 
 // One sampled token with its log-probabilities, delivered with the text it belongs to.
 struct TokenLogprob {
   int32_t id = 0;
-  std::string piece;     // the token's bytes (may be part of a UTF-8 character)
+  std::string piece;       // the token's bytes (may be part of a UTF-8 character)
   size_t text_offset = 0;  // where its text starts in TextGenResult::text
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;
@@ -41,13 +41,13 @@ struct TokenLogprob {
 
 struct TextDelta {
   std::string text;
-  std::string reasoning;  // harmony: analysis / commentary text, handed out at once
+  std::string reasoning;               // harmony: analysis / commentary text, handed out at once
   std::vector<TokenLogprob> logprobs;  // the tokens whose text starts in this piece (or before)
 };
 
 struct TextGenResult {
   std::string text;
-  std::string reasoning;      // harmony: analysis / commentary text
+  std::string reasoning;               // harmony: analysis / commentary text
   std::vector<TokenLogprob> logprobs;  // with params.logprobs: one per token of `text`
   int n_prompt = 0;
   int n_cached = 0;           // prompt tokens served from the prefix cache
@@ -66,7 +66,8 @@ struct TextGenResult {
 TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<const int32_t> prompt,
                             const TextGenParams& params,
                             const std::function<bool(const TextDelta&)>& on_delta = nullptr,
-                            const std::atomic<bool>* cancel = nullptr, PrefixCache* cache = nullptr);
+                            const std::atomic<bool>* cancel = nullptr,
+                            PrefixCache* cache = nullptr);
 
 // Length of the longest suffix of `text` that is a proper prefix of one of `stops`.
 size_t stop_prefix_overlap(const std::string& text, const std::vector<std::string>& stops);

@@ -26,7 +26,8 @@ class BpeTokenizer : public Tokenizer {
       const std::string& m = merges[i];
       const size_t sp = m.find(' ', 1);
       if (sp == std::string::npos || sp + 1 >= m.size())
-        fail("{}: tokenizer.ggml.merges[{}] = '{}' is not two tokens separated by a space", path_, i, m);
+        fail("{}: tokenizer.ggml.merges[{}] = '{}' is not two tokens separated by a space", path_,
+             i, m);
       ranks_.emplace(m, static_cast<int32_t>(i));
     }
   }
@@ -39,8 +40,10 @@ class BpeTokenizer : public Tokenizer {
       const size_t start = pos;
       const uint32_t cp = unicode::decode_one(t, pos);
       const int b = unicode::cp_to_byte(cp);
-      if (b >= 0) out += static_cast<char>(b);
-      else out.append(t, start, pos - start);
+      if (b >= 0)
+        out += static_cast<char>(b);
+      else
+        out.append(t, start, pos - start);
     }
     return out;
   }
@@ -123,8 +126,10 @@ class BpeTokenizer : public Tokenizer {
         const size_t st = pos;
         unicode::decode_one(key, pos);
         auto jt = token_to_id_.find(key.substr(st, pos - st));
-        if (jt != token_to_id_.end()) out.push_back(jt->second);
-        else if (unk_ >= 0) out.push_back(unk_);
+        if (jt != token_to_id_.end())
+          out.push_back(jt->second);
+        else if (unk_ >= 0)
+          out.push_back(unk_);
       }
     }
   }

@@ -8,7 +8,9 @@ namespace {
 // openai-harmony's SystemContent defaults (model identity, knowledge cutoff, channels).
 std::string system_message(const std::string& effort) {
   return "You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\n"
-         "Reasoning: " + effort + "\n\n# Valid channels: analysis, commentary, final. Channel must "
+         "Reasoning: " +
+         effort +
+         "\n\n# Valid channels: analysis, commentary, final. Channel must "
          "be included for every message.";
 }
 

@@ -59,7 +59,7 @@ class HarmonyStream {
   int32_t start_, channel_, message_, end_, constrain_;
   State state_ = State::Header;  // generation starts right after "<|start|>assistant"
   std::string channel_name_;
-  bool answer_ = false;          // the current message is on the final channel
+  bool answer_ = false;  // the current message is on the final channel
   StreamDecoder dec_;
 };
 

@@ -12,11 +12,13 @@ const char* kGpt2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 // Llama-3 / cl100k (DBRX): digits in groups of up to three.
 const char* kLlama3 =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // Qwen2: like Llama-3 but every digit alone.
 const char* kQwen2 =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* kCjk = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+";
 // o200k (GPT-4o, gpt-oss): words split at lower-to-upper case changes, an optional contraction
@@ -35,8 +37,7 @@ std::vector<std::string> PreTokenizer::patterns_for(const std::string& pre) {
   if (pre == "gpt-2" || pre == "default" || pre == "olmo" || pre == "mpt" || pre == "jais" ||
       pre == "phi-2" || pre == "gpt2" || pre == "gptneox" || pre == "gpt-neox" || pre == "")
     return {kGpt2};
-  if (pre == "starcoder" || pre == "refact")
-    return {"\\p{N}", kGpt2};
+  if (pre == "starcoder" || pre == "refact") return {"\\p{N}", kGpt2};
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "dbrx" ||
       pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral" || pre == "megrez" ||
       pre == "minerva-7b" ||
@@ -71,11 +72,11 @@ std::vector<std::string> PreTokenizer::patterns_for(const std::string& pre) {
         kCjk,
         "\\p{N}+",
     };
-  if (pre == "deepseek-coder")
-    return {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"};
+  if (pre == "deepseek-coder") return {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"};
   if (pre == "deepseek-v3" || pre == "deepseek3-llm" || pre == "kimi-k2")
     return {"\\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-            "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+            "[!\"#$%&'()*+,\\-./"
+            ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
             " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
   return {};
 }

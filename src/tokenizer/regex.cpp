@@ -41,7 +41,8 @@ bool category_mask(const std::string& name, uint32_t& mask) {
 class Cont {
  public:
   template <typename F>
-  Cont(const F& f) : obj_(&f), call_([](const void* o, size_t p) { return (*static_cast<const F*>(o))(p); }) {}
+  Cont(const F& f)
+      : obj_(&f), call_([](const void* o, size_t p) { return (*static_cast<const F*>(o))(p); }) {}
   bool operator()(size_t p) const { return call_(obj_, p); }
 
  private:
@@ -53,10 +54,10 @@ class Cont {
 
 struct CharSet {
   bool negated = false;
-  bool any = false;        // '.' (anything but \n)
+  bool any = false;  // '.' (anything but \n)
   bool icase = false;
   std::vector<std::pair<uint32_t, uint32_t>> ranges;
-  uint32_t cat_mask = 0;   // \p{..}
+  uint32_t cat_mask = 0;                // \p{..}
   std::vector<uint32_t> neg_cat_masks;  // \P{..}
   bool space = false, nonspace = false;
 
@@ -76,7 +77,8 @@ struct CharSet {
   }
   bool matches(uint32_t cp) const {
     bool r = contains_raw(cp);
-    if (!r && icase && cp < 128 && ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')) r = contains_raw(cp ^ 0x20);
+    if (!r && icase && cp < 128 && ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z'))
+      r = contains_raw(cp ^ 0x20);
     return r != negated;
   }
 };
@@ -85,8 +87,8 @@ struct Regex::Node {
   enum Type { Set, Seq, Alt, Repeat, Look, Begin, End } type = Seq;
   CharSet set;
   std::vector<std::unique_ptr<Node>> kids;
-  int min = 0, max = 0;  // Repeat; max < 0 = unbounded
-  bool negative = false; // Look
+  int min = 0, max = 0;   // Repeat; max < 0 = unbounded
+  bool negative = false;  // Look
 };
 
 namespace {
@@ -149,10 +151,19 @@ class Parser {
     while (!eof()) {
       int mn, mx;
       const uint32_t c = peek();
-      if (c == '?') { mn = 0; mx = 1; ++i_; }
-      else if (c == '*') { mn = 0; mx = -1; ++i_; }
-      else if (c == '+') { mn = 1; mx = -1; ++i_; }
-      else if (c == '{') {
+      if (c == '?') {
+        mn = 0;
+        mx = 1;
+        ++i_;
+      } else if (c == '*') {
+        mn = 0;
+        mx = -1;
+        ++i_;
+      } else if (c == '+') {
+        mn = 1;
+        mx = -1;
+        ++i_;
+      } else if (c == '{') {
         ++i_;
         mn = number();
         mx = mn;
@@ -166,8 +177,10 @@ class Parser {
       } else {
         return a;
       }
-      if (!eof() && (peek() == '?' || peek() == '+')) error("lazy/possessive quantifiers are not supported");
-      if (a->type == Node::Look || a->type == Node::Begin || a->type == Node::End) error("quantified assertion");
+      if (!eof() && (peek() == '?' || peek() == '+'))
+        error("lazy/possessive quantifiers are not supported");
+      if (a->type == Node::Look || a->type == Node::Begin || a->type == Node::End)
+        error("quantified assertion");
       auto r = std::make_unique<Node>();
       r->type = Node::Repeat;
       r->min = mn;
@@ -184,9 +197,12 @@ class Parser {
       if (eof()) error("truncated hex escape");
       const uint32_t c = peek();
       ++i_;
-      if (c >= '0' && c <= '9') v = v * 16 + (c - '0');
-      else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') v = v * 16 + ((c | 0x20) - 'a' + 10);
-      else error("bad hex digit");
+      if (c >= '0' && c <= '9')
+        v = v * 16 + (c - '0');
+      else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+        v = v * 16 + ((c | 0x20) - 'a' + 10);
+      else
+        error("bad hex digit");
     }
     return v;
   }
@@ -233,8 +249,10 @@ class Parser {
         }
         uint32_t m = 0;
         if (!category_mask(name, m)) error("unknown Unicode category");
-        if (c == 'p') set.cat_mask |= m;
-        else set.neg_cat_masks.push_back(m);
+        if (c == 'p')
+          set.cat_mask |= m;
+        else
+          set.neg_cat_masks.push_back(m);
         return false;
       }
       default:
@@ -358,25 +376,20 @@ class Matcher {
 
   bool m(const Node& nd, size_t pos, Cont k) const {
     switch (nd.type) {
-      case Node::Set:
-        return pos < n_ && nd.set.matches(s_[pos]) && k(pos + 1);
-      case Node::Seq:
-        return seq(nd, 0, pos, k);
+      case Node::Set: return pos < n_ && nd.set.matches(s_[pos]) && k(pos + 1);
+      case Node::Seq: return seq(nd, 0, pos, k);
       case Node::Alt:
         for (auto& kid : nd.kids)
           if (m(*kid, pos, k)) return true;
         return false;
-      case Node::Repeat:
-        return repeat(nd, pos, k);
+      case Node::Repeat: return repeat(nd, pos, k);
       case Node::Look: {
         auto accept = [](size_t) { return true; };
         const bool found = m(*nd.kids[0], pos, Cont(accept));
         return found != nd.negative && k(pos);
       }
-      case Node::Begin:
-        return pos == 0 && k(pos);
-      case Node::End:
-        return pos == n_ && k(pos);
+      case Node::Begin: return pos == 0 && k(pos);
+      case Node::End: return pos == n_ && k(pos);
     }
     return false;
   }

@@ -60,8 +60,10 @@ class SpmTokenizer : public Tokenizer {
     std::string s;
     if (add_space_prefix_ && after_special) s = kSpace;
     for (char c : text) {
-      if (c == ' ') s += kSpace;
-      else s += c;
+      if (c == ' ')
+        s += kSpace;
+      else
+        s += c;
     }
     if (s.empty()) return;
 
@@ -119,8 +121,10 @@ class SpmTokenizer : public Tokenizer {
         continue;
       }
       for (unsigned char c : key) {
-        if (byte_ids_[c] >= 0) out.push_back(byte_ids_[c]);
-        else if (unk_ >= 0) out.push_back(unk_);
+        if (byte_ids_[c] >= 0)
+          out.push_back(byte_ids_[c]);
+        else if (unk_ >= 0)
+          out.push_back(unk_);
       }
     }
   }

@@ -14,7 +14,10 @@ Tokenizer::~Tokenizer() = default;
 
 int byte_token_value(std::string_view t) {
   auto hex = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
   };
   if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
   const int hi = hex(t[3]), lo = hex(t[4]);
@@ -26,9 +29,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     fail("{}: no tokenizer in this file (metadata key tokenizer.ggml.model is missing)", f.path());
   const std::string model = f.get_string("tokenizer.ggml.model");
   std::unique_ptr<Tokenizer> t;
-  if (model == "llama") t = make_spm_tokenizer(f);
-  else if (model == "gpt2") t = make_bpe_tokenizer(f);
-  else fail("{}: tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2)", f.path(), model);
+  if (model == "llama")
+    t = make_spm_tokenizer(f);
+  else if (model == "gpt2")
+    t = make_bpe_tokenizer(f);
+  else
+    fail("{}: tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2)", f.path(),
+         model);
   return t;
 }
 
@@ -47,13 +54,16 @@ void Tokenizer::load_common(const GgufFile& f) {
       fail("{}: tokenizer.ggml.token_type has {} entries but tokenizer.ggml.tokens has {}", path_,
            tt.size(), n);
     for (size_t i = 0; i < n; ++i) {
-      if (tt[i] < 0 || tt[i] > 6) fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type", path_, i, tt[i]);
+      if (tt[i] < 0 || tt[i] > 6)
+        fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type", path_, i, tt[i]);
       types_[i] = static_cast<TokenType>(tt[i]);
       // A byte token must say which byte: "<0x-1>" or "<0xZZ>" would index outside the
       // 256-entry byte table (and std::stoi threw on it).
       if (types_[i] == TokenType::Byte && byte_token_value(tokens_[i]) < 0)
-        fail("{}: tokenizer.ggml.tokens[{}] = '{}' has token type BYTE but is not of the form <0xHH>",
-             path_, i, tokens_[i]);
+        fail(
+            "{}: tokenizer.ggml.tokens[{}] = '{}' has token type BYTE but is not of the form "
+            "<0xHH>",
+            path_, i, tokens_[i]);
     }
   }
   token_to_id_.reserve(n * 2);
@@ -78,18 +88,21 @@ void Tokenizer::load_common(const GgufFile& f) {
   if (f.has("tokenizer.chat_template")) chat_template_ = f.get_string("tokenizer.chat_template");
 
   for (size_t i = 0; i < n; ++i) {
-    if ((types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined) && !tokens_[i].empty())
+    if ((types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined) &&
+        !tokens_[i].empty())
       specials_.push_back(static_cast<int32_t>(i));
   }
-  std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
-    return tokens_[a].size() > tokens_[b].size();
-  });
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
 
   for (int32_t id : {eos_, eot, eom})
     if (id >= 0) eog_.push_back(id);
-  static const char* kEndOfTurn[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>",
-                                     "<end_of_turn>", "<|end_of_text|>", "<|return|>", "<|EOT|>",
-                                     "<|eom_id|>", "<｜end▁of▁sentence｜>", "</s>"};
+  static const char* kEndOfTurn[] = {"<|eot_id|>",    "<|im_end|>",
+                                     "<|end|>",       "<|endoftext|>",
+                                     "<end_of_turn>", "<|end_of_text|>",
+                                     "<|return|>",    "<|EOT|>",
+                                     "<|eom_id|>",    "<｜end▁of▁sentence｜>",
+                                     "</s>"};
   for (const char* s : kEndOfTurn) {
     auto it = token_to_id_.find(s);
     if (it != token_to_id_.end() && types_[it->second] == TokenType::Control)
@@ -114,7 +127,8 @@ bool Tokenizer::is_eog(int32_t id) const {
 }
 
 const std::string& Tokenizer::token_text(int32_t id) const {
-  if (id < 0 || id >= n_vocab()) fail("{}: token id {} is outside the vocabulary (0..{})", path_, id, n_vocab() - 1);
+  if (id < 0 || id >= n_vocab())
+    fail("{}: token id {} is outside the vocabulary (0..{})", path_, id, n_vocab() - 1);
   return tokens_[id];
 }
 
@@ -129,7 +143,8 @@ std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
   return it->second;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
   // Cut the text at special-token occurrences, longest tokens first (llama.cpp's order), so
   // "<|im_start|>" wins over any shorter token inside it.
   struct Frag {
@@ -182,14 +197,11 @@ std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
   const std::string& text = token_text(id);
   switch (types_[id]) {
     case TokenType::Control:
-    case TokenType::Unknown:
-      return special ? text : std::string();
-    case TokenType::UserDefined:
-      return text;
+    case TokenType::Unknown: return special ? text : std::string();
+    case TokenType::UserDefined: return text;
     case TokenType::Byte:
       return std::string(1, static_cast<char>(byte_token_value(text)));  // checked at load
-    default:
-      return normal_piece(id);
+    default: return normal_piece(id);
   }
 }
 
@@ -215,8 +227,10 @@ std::string sanitize_utf8(std::string_view s) {
   for (size_t pos = 0; pos < s.size();) {
     const size_t start = pos;
     const uint32_t cp = unicode::decode_one(s, pos);
-    if (cp == unicode::kReplacement && pos - start == 1) unicode::append_utf8(out, cp);
-    else out.append(s.substr(start, pos - start));
+    if (cp == unicode::kReplacement && pos - start == 1)
+      unicode::append_utf8(out, cp);
+    else
+      out.append(s.substr(start, pos - start));
   }
   return out;
 }

@@ -17,7 +17,8 @@ std::string read_all(const std::string& path) {
 }
 }  // namespace
 
-std::vector<VocabVector> load_vocab_vectors(const std::string& inp_path, const std::string& out_path) {
+std::vector<VocabVector> load_vocab_vectors(const std::string& inp_path,
+                                            const std::string& out_path) {
   const std::string sep = "\n__ggml_vocab_test__\n";
   const std::string inp = read_all(inp_path);
   std::vector<std::string> inputs;
@@ -46,7 +47,8 @@ std::vector<VocabVector> load_vocab_vectors(const std::string& inp_path, const s
   if (inputs.size() != expected.size())
     fail("{}: {} inputs but {} has {} lines", inp_path, inputs.size(), out_path, expected.size());
   std::vector<VocabVector> v;
-  for (size_t i = 0; i < inputs.size(); ++i) v.push_back({std::move(inputs[i]), std::move(expected[i])});
+  for (size_t i = 0; i < inputs.size(); ++i)
+    v.push_back({std::move(inputs[i]), std::move(expected[i])});
   return v;
 }
 
@@ -54,8 +56,10 @@ VocabVectorResult check_vocab_vectors(const Tokenizer& tok, const std::vector<Vo
   VocabVectorResult r;
   r.total = v.size();
   for (size_t i = 0; i < v.size(); ++i) {
-    if (tok.encode(v[i].input, false, false) == v[i].expected) ++r.passed;
-    else r.failed.push_back(i);
+    if (tok.encode(v[i].input, false, false) == v[i].expected)
+      ++r.passed;
+    else
+      r.failed.push_back(i);
   }
   return r;
 }

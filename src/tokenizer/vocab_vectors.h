@@ -16,7 +16,8 @@ struct VocabVector {
 };
 
 // Throws moeflow::Error naming the file if it cannot be read or the counts disagree.
-std::vector<VocabVector> load_vocab_vectors(const std::string& inp_path, const std::string& out_path);
+std::vector<VocabVector> load_vocab_vectors(const std::string& inp_path,
+                                            const std::string& out_path);
 
 struct VocabVectorResult {
   size_t passed = 0, total = 0;

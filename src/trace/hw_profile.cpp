@@ -38,8 +38,8 @@ HwProfile from_json(const nlohmann::json& j, HwProfile base, const std::string& 
   } catch (const nlohmann::json::exception& e) {
     fail("hardware profile '{}': bad field ({})", what, e.what());
   }
-  MOEFLOW_CHECK(base.link_gb_s > 0 && base.expert_bytes > 0 && base.expert_compute_ms >= 0 && base.layer_ms >= 0 &&
-                    base.latency_ms >= 0 && base.cpu_expert_ms >= 0,
+  MOEFLOW_CHECK(base.link_gb_s > 0 && base.expert_bytes > 0 && base.expert_compute_ms >= 0 &&
+                    base.layer_ms >= 0 && base.latency_ms >= 0 && base.cpu_expert_ms >= 0,
                 "hardware profile '{}': link_gb_s and expert_bytes must be > 0, times >= 0", what);
   return base;
 }
@@ -69,8 +69,10 @@ HwProfile hw_profile(const std::string& n) {
 #endif
     if (path.empty() || !std::filesystem::exists(path)) path = "bench/io/local_profile.json";
     if (!std::filesystem::exists(path))
-      fail("hardware profile 'local': no measured profile (set MOEFLOW_LOCAL_PROFILE or write bench/io/local_profile.json "
-           "with {{\"read_gb_s\": ...}})");
+      fail(
+          "hardware profile 'local': no measured profile (set MOEFLOW_LOCAL_PROFILE or write "
+          "bench/io/local_profile.json "
+          "with {{\"read_gb_s\": ...}})");
     HwProfile p = from_json(load_json(path), nvme(), path);
     p.name = "local";
     return p;

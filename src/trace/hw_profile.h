@@ -9,12 +9,12 @@ namespace moeflow::trace {
 
 struct HwProfile {
   std::string name;
-  double link_gb_s = 25.0;        // slow tier -> fast tier, GB/s (1e9 bytes)
-  double latency_ms = 0.01;       // per transfer set-up
-  double expert_bytes = 0;        // bytes of one expert (all its matrices)
-  double expert_compute_ms = 0;   // one expert for one token, weights resident
-  double layer_ms = 0;            // non-MoE work of one layer for one token (attention, norms, router)
-  double cpu_expert_ms = 0;       // computing a non-resident expert where it lives (0 = not possible)
+  double link_gb_s = 25.0;       // slow tier -> fast tier, GB/s (1e9 bytes)
+  double latency_ms = 0.01;      // per transfer set-up
+  double expert_bytes = 0;       // bytes of one expert (all its matrices)
+  double expert_compute_ms = 0;  // one expert for one token, weights resident
+  double layer_ms = 0;       // non-MoE work of one layer for one token (attention, norms, router)
+  double cpu_expert_ms = 0;  // computing a non-resident expert where it lives (0 = not possible)
   double transfer_ms() const { return latency_ms + expert_bytes / (link_gb_s * 1e6); }
 };
 

@@ -24,7 +24,8 @@ Trace import_speculative_moe(const std::string& path, int n_layers, int n_expert
   if (!f) fail("trace '{}': cannot open", path);
   // (problem, phase, pos) -> routes by layer
   std::map<std::tuple<int, int, int>, std::map<int, RoutingRow>> steps;
-  std::map<std::pair<int, int>, int> next_pos, decode_count;  // (problem, layer) counters for token_pos files
+  std::map<std::pair<int, int>, int> next_pos,
+      decode_count;  // (problem, layer) counters for token_pos files
   std::map<std::pair<int, int>, bool> in_decode;
   std::string line;
   size_t lineno = 0;
@@ -45,11 +46,14 @@ Trace import_speculative_moe(const std::string& path, int n_layers, int n_expert
       r.layer = j.at("layer").get<int>();
       r.experts = j.at("experts").get<std::vector<int>>();
       if (j.contains("gating_probs")) r.weights = j.at("gating_probs").get<std::vector<float>>();
-      MOEFLOW_CHECK(r.layer >= 0 && r.layer < 65536, "trace '{}' line {}: bad layer {}", path, lineno, r.layer);
+      MOEFLOW_CHECK(r.layer >= 0 && r.layer < 65536, "trace '{}' line {}: bad layer {}", path,
+                    lineno, r.layer);
       MOEFLOW_CHECK(!r.experts.empty(), "trace '{}' line {}: no experts", path, lineno);
-      for (int e : r.experts) MOEFLOW_CHECK(e >= 0 && e < 65536, "trace '{}' line {}: bad expert id {}", path, lineno, e);
+      for (int e : r.experts)
+        MOEFLOW_CHECK(e >= 0 && e < 65536, "trace '{}' line {}: bad expert id {}", path, lineno, e);
       if (!r.weights.empty() && r.weights.size() != r.experts.size())
-        fail("trace '{}' line {}: {} gating_probs for {} experts", path, lineno, r.weights.size(), r.experts.size());
+        fail("trace '{}' line {}: {} gating_probs for {} experts", path, lineno, r.weights.size(),
+             r.experts.size());
       max_layer = std::max(max_layer, r.layer);
       for (int e : r.experts) max_expert = std::max(max_expert, e);
       k = std::max(k, r.experts.size());
@@ -69,7 +73,9 @@ Trace import_speculative_moe(const std::string& path, int n_layers, int n_expert
       }
       MOEFLOW_CHECK(pos >= 0, "trace '{}' line {}: negative token index", path, lineno);
       auto& slot = steps[{prob, phase, pos}];
-      if (slot.count(r.layer)) fail("trace '{}' line {}: duplicate row for problem {} layer {} token {}", path, lineno, prob, r.layer, pos);
+      if (slot.count(r.layer))
+        fail("trace '{}' line {}: duplicate row for problem {} layer {} token {}", path, lineno,
+             prob, r.layer, pos);
       slot[r.layer] = std::move(r);
     } catch (const nlohmann::json::exception& e) {
       fail("trace '{}' line {}: missing or bad field ({})", path, lineno, e.what());
@@ -90,7 +96,8 @@ Trace import_speculative_moe(const std::string& path, int n_layers, int n_expert
     s.request = req_ids[prob];
     s.phase = phase == 0 ? Phase::prefill : Phase::decode;
     s.pos = (uint32_t)pos;
-    for (auto& [l, r] : routes) s.routes.push_back({l, std::move(r.experts), std::move(r.weights), {}});
+    for (auto& [l, r] : routes)
+      s.routes.push_back({l, std::move(r.experts), std::move(r.weights), {}});
     t.steps.push_back(std::move(s));
   }
   t.validate(path);

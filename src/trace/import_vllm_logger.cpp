@@ -42,18 +42,25 @@ LayerLog read_layer(const std::string& path) {
       }
       if (type != "route") continue;
       int layer = j.at("layer").get<int>();
-      MOEFLOW_CHECK(layer >= 0 && layer < 65536, "trace '{}' line {}: bad layer {}", path, lineno, layer);
+      MOEFLOW_CHECK(layer >= 0 && layer < 65536, "trace '{}' line {}: bad layer {}", path, lineno,
+                    layer);
       if (log.layer < 0) log.layer = layer;
-      MOEFLOW_CHECK(layer == log.layer, "trace '{}' line {}: layer {} in a file of layer {} (one layer per file expected)", path,
-                    lineno, layer, log.layer);
+      MOEFLOW_CHECK(
+          layer == log.layer,
+          "trace '{}' line {}: layer {} in a file of layer {} (one layer per file expected)", path,
+          lineno, layer, log.layer);
       int idx = j.at("token_idx").get<int>();
-      LoggerRow r{j.at("topk_ids").get<std::vector<int>>(), j.value("topk_weights", std::vector<float>{})};
+      LoggerRow r{j.at("topk_ids").get<std::vector<int>>(),
+                  j.value("topk_weights", std::vector<float>{})};
       MOEFLOW_CHECK(!r.ids.empty(), "trace '{}' line {}: empty topk_ids", path, lineno);
-      for (int e : r.ids) MOEFLOW_CHECK(e >= 0 && e < 65536, "trace '{}' line {}: bad expert id {}", path, lineno, e);
-      if (!r.w.empty() && r.w.size() != r.ids.size()) fail("trace '{}' line {}: weights/ids length mismatch", path, lineno);
+      for (int e : r.ids)
+        MOEFLOW_CHECK(e >= 0 && e < 65536, "trace '{}' line {}: bad expert id {}", path, lineno, e);
+      if (!r.w.empty() && r.w.size() != r.ids.size())
+        fail("trace '{}' line {}: weights/ids length mismatch", path, lineno);
       if (idx == 0 || log.batches.empty()) log.batches.emplace_back();
-      MOEFLOW_CHECK(idx == (int)log.batches.back().size(), "trace '{}' line {}: token_idx {} out of sequence (expected {})", path,
-                    lineno, idx, log.batches.back().size());
+      MOEFLOW_CHECK(idx == (int)log.batches.back().size(),
+                    "trace '{}' line {}: token_idx {} out of sequence (expected {})", path, lineno,
+                    idx, log.batches.back().size());
       log.batches.back().push_back(std::move(r));
     } catch (const nlohmann::json::exception& e) {
       fail("trace '{}' line {}: bad JSON or field ({})", path, lineno, e.what());
@@ -79,11 +86,14 @@ Trace import_vllm_logger(const std::vector<std::string>& files, int n_layers, in
   for (auto& f : files) logs.push_back(read_layer(f));
   std::sort(logs.begin(), logs.end(), [](auto& a, auto& b) { return a.layer < b.layer; });
   for (size_t i = 1; i < logs.size(); ++i) {
-    MOEFLOW_CHECK(logs[i].layer != logs[i - 1].layer, "vllm logger import: layer {} given twice", logs[i].layer);
+    MOEFLOW_CHECK(logs[i].layer != logs[i - 1].layer, "vllm logger import: layer {} given twice",
+                  logs[i].layer);
     bool same = logs[i].batches.size() == logs[0].batches.size();
-    for (size_t b = 0; same && b < logs[0].batches.size(); ++b) same = logs[i].batches[b].size() == logs[0].batches[b].size();
-    MOEFLOW_CHECK(same, "vllm logger import: layer {} file has a different batch structure than layer {}", logs[i].layer,
-                  logs[0].layer);
+    for (size_t b = 0; same && b < logs[0].batches.size(); ++b)
+      same = logs[i].batches[b].size() == logs[0].batches[b].size();
+    MOEFLOW_CHECK(same,
+                  "vllm logger import: layer {} file has a different batch structure than layer {}",
+                  logs[i].layer, logs[0].layer);
   }
   const auto& B = logs[0].batches;
   // Decode starts at the first batch followed by one of the same size from which sizes never grow.
@@ -115,14 +125,16 @@ Trace import_vllm_logger(const std::vector<std::string>& files, int n_layers, in
     s.request = req;
     s.phase = ph;
     s.pos = pos;
-    for (auto& lg : logs) s.routes.push_back({lg.layer, lg.batches[b][i].ids, lg.batches[b][i].w, {}});
+    for (auto& lg : logs)
+      s.routes.push_back({lg.layer, lg.batches[b][i].ids, lg.batches[b][i].w, {}});
     t.steps.push_back(std::move(s));
   };
   // Prefill batches mix several prompts whose boundaries the log does not record: each becomes
   // one request of its own. Decode slot i of every batch is taken as request i.
   uint32_t n_dec_req = dstart < B.size() ? (uint32_t)B[dstart].size() : 0;
   for (size_t b = 0; b < dstart; ++b)
-    for (size_t i = 0; i < B[b].size(); ++i) add(b, i, n_dec_req + (uint32_t)b, Phase::prefill, (uint32_t)i);
+    for (size_t i = 0; i < B[b].size(); ++i)
+      add(b, i, n_dec_req + (uint32_t)b, Phase::prefill, (uint32_t)i);
   for (uint32_t slot = 0; slot < n_dec_req; ++slot)
     for (size_t b = dstart; b < B.size(); ++b)
       if (slot < B[b].size()) add(b, slot, slot, Phase::decode, (uint32_t)(b - dstart));
@@ -141,7 +153,8 @@ Trace load_any(const std::vector<std::string>& paths) {
     MOEFLOW_CHECK(paths.size() == 1, "binary trace '{}': give one file", paths[0]);
     return read_trace(paths[0]);
   }
-  if (h.find("\"type\"") != std::string::npos && (h.find("\"meta\"") != std::string::npos || h.find("\"route\"") != std::string::npos))
+  if (h.find("\"type\"") != std::string::npos &&
+      (h.find("\"meta\"") != std::string::npos || h.find("\"route\"") != std::string::npos))
     return import_vllm_logger(paths);
   MOEFLOW_CHECK(paths.size() == 1, "trace '{}': speculative-moe JSONL takes one file", paths[0]);
   return import_speculative_moe(paths[0]);

@@ -18,7 +18,8 @@ Trace import_speculative_moe(const std::string& path, int n_layers = 0, int n_ex
 // "token_idx","layer","topk_ids","topk_weights"} grouped into forward batches (token_idx restarts
 // at 0). Leading warm-up batches (every row the same ids) are dropped; batches before the first
 // run of equal-sized batches are prefill, the rest decode, with batch slot i taken as request i.
-Trace import_vllm_logger(const std::vector<std::string>& layer_files, int n_layers = 0, int n_experts = 0);
+Trace import_vllm_logger(const std::vector<std::string>& layer_files, int n_layers = 0,
+                         int n_experts = 0);
 
 // Picks the importer from the file contents (binary trace, speculative-moe, vLLM logger).
 Trace load_any(const std::vector<std::string>& paths);

@@ -14,7 +14,8 @@ class Belady final : public BeladyPolicy {
   Belady(const Trace& t, bool bypass) : bypass_(bypass), L_(t.n_layers), E_(t.n_experts) {
     for (size_t s = 0; s < t.steps.size(); ++s)
       for (auto& r : t.steps[s].routes)
-        for (int e : r.experts) uses_[pack({r.layer, e})].push_back(logical_time(s, r.layer, t.n_layers));
+        for (int e : r.experts)
+          uses_[pack({r.layer, e})].push_back(logical_time(s, r.layer, t.n_layers));
   }
   std::string name() const override { return bypass_ ? "belady" : "belady-forced"; }
   bool bypass() const override { return bypass_; }
@@ -76,7 +77,9 @@ class Oracle final : public Predictor {
     // The simulator passes step = index into the trace.
     size_t s = (size_t)in.route.step;
     auto it = std::lower_bound(order_.begin(), order_.end(), std::make_pair(s, (size_t)0));
-    while (it != order_.end() && it->first == s && t_.steps[s].routes[it->second].layer != in.route.layer) ++it;
+    while (it != order_.end() && it->first == s &&
+           t_.steps[s].routes[it->second].layer != in.route.layer)
+      ++it;
     if (it == order_.end()) return;
     ++it;
     uint32_t req = t_.steps[s].request;
@@ -96,7 +99,9 @@ class Oracle final : public Predictor {
 
 }  // namespace
 
-std::unique_ptr<BeladyPolicy> make_belady(const Trace& t, bool bypass) { return std::make_unique<Belady>(t, bypass); }
+std::unique_ptr<BeladyPolicy> make_belady(const Trace& t, bool bypass) {
+  return std::make_unique<Belady>(t, bypass);
+}
 std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead) {
   return std::make_unique<Oracle>(t, lookahead);
 }

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "policy/eviction_policy.h"
-#include "policy/resident_set.h"
 #include "policy/predictor.h"
+#include "policy/resident_set.h"
 #include "trace/trace.h"
 
 namespace moeflow::trace {

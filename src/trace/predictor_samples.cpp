@@ -6,13 +6,14 @@
 
 namespace moeflow::trace {
 
-std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode_only, SplitBy split,
-                                          const std::string& what) {
+std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode_only,
+                                         SplitBy split, const std::string& what) {
   if (t.steps.empty()) fail("trace '{}' is empty: no token steps to train on", what);
   if (!t.has_hidden())
     fail("trace '{}' has no hidden states: record it with `moeflow trace --hidden`", what);
   if (stride < 1 || stride >= t.n_layers)
-    fail("--stride must be in 1..{} for a trace of {} layers, got {}", t.n_layers - 1, t.n_layers, stride);
+    fail("--stride must be in 1..{} for a trace of {} layers, got {}", t.n_layers - 1, t.n_layers,
+         stride);
   std::vector<PromoeSample> out;
   std::set<uint32_t> requests;
   for (const TokenStep& s : t.steps) {
@@ -38,8 +39,11 @@ std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode
   bool test = false, train = false;
   for (uint32_t r : requests) (r % 10 == 9 ? test : train) = true;
   if (split == SplitBy::request && !(test && train))
-    fail("trace '{}': the request split needs requests on both sides of the 9:1 split (ids ending in 9 are "
-         "held out; this trace has {} request(s)); use --split sample", what, requests.size());
+    fail(
+        "trace '{}': the request split needs requests on both sides of the 9:1 split (ids ending "
+        "in 9 are "
+        "held out; this trace has {} request(s)); use --split sample",
+        what, requests.size());
   return out;
 }
 

@@ -16,7 +16,7 @@ enum class SplitBy {
 
 // Throws naming the trace if it has no hidden states, stride is out of range, nothing pairs up,
 // or a request split has fewer than 10 requests.
-std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode_only, SplitBy split,
-                                          const std::string& what);
+std::vector<PromoeSample> promoe_samples(const Trace& t, int stride, bool decode_only,
+                                         SplitBy split, const std::string& what);
 
 }  // namespace moeflow::trace

@@ -7,7 +7,9 @@
 
 namespace moeflow::trace {
 
-std::vector<std::string> preset_names() { return {"promoe", "hobbit", "duoserve", "moe-infinity", "daop", "lru", "ondemand", "auto"}; }
+std::vector<std::string> preset_names() {
+  return {"promoe", "hobbit", "duoserve", "moe-infinity", "daop", "lru", "ondemand", "auto"};
+}
 
 Preset resolve_preset(const std::string& n, const Trace& t, const SimConfig& base) {
   bool hidden = t.has_hidden(), router = !t.routers.empty();
@@ -19,7 +21,10 @@ Preset resolve_preset(const std::string& n, const Trace& t, const SimConfig& bas
   if (n == "daop") return {n, "daop", "none"};
   if (n == "lru") return {n, "lru", "none"};
   if (n == "ondemand") return {n, "lru", "none", (double)t.top_k / (double)t.n_experts};
-  fail("unknown preset '{}' (known: promoe, hobbit, duoserve, moe-infinity, daop, lru, ondemand, auto)", n);
+  fail(
+      "unknown preset '{}' (known: promoe, hobbit, duoserve, moe-infinity, daop, lru, ondemand, "
+      "auto)",
+      n);
 }
 
 SimResult auto_select(const Trace& t, const SimConfig& base, std::vector<SimResult>* all) {
@@ -27,7 +32,8 @@ SimResult auto_select(const Trace& t, const SimConfig& base, std::vector<SimResu
   bool have = false;
   auto consider = [&](SimResult r) {
     if (all) all->push_back(r);
-    if (!have || r.tpot_ms < best.tpot_ms - 1e-9 || (std::abs(r.tpot_ms - best.tpot_ms) <= 1e-9 && r.hit_rate > best.hit_rate)) {
+    if (!have || r.tpot_ms < best.tpot_ms - 1e-9 ||
+        (std::abs(r.tpot_ms - best.tpot_ms) <= 1e-9 && r.hit_rate > best.hit_rate)) {
       best = r;
       have = true;
     }

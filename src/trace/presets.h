@@ -17,7 +17,8 @@ std::vector<std::string> preset_names();
 // Resolves a preset for a trace (falls back where the paper's predictor needs hidden states
 // the trace lacks; the fallback is named in `predictor`).
 Preset resolve_preset(const std::string& name, const Trace& t, const SimConfig& base);
-// Simulates every preset and every policy/predictor pair; returns the best by TPOT (ties: hit rate).
+// Simulates every preset and every policy/predictor pair; returns the best by TPOT (ties: hit
+// rate).
 SimResult auto_select(const Trace& t, const SimConfig& base, std::vector<SimResult>* all = nullptr);
 
 }  // namespace moeflow::trace

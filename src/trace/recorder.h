@@ -31,9 +31,9 @@ class TraceRecorder : public ForwardObserver {
   uint32_t request_ = 0;
   bool started_ = false;
   Phase phase_ = Phase::prefill;
-  uint32_t phase_pos_ = 0;   // tokens of the current phase recorded so far
-  uint32_t request_pos_ = 0; // tokens of the current request recorded so far
-  size_t step0_ = 0;         // index in out_.steps of the first token of the current step
+  uint32_t phase_pos_ = 0;    // tokens of the current phase recorded so far
+  uint32_t request_pos_ = 0;  // tokens of the current request recorded so far
+  size_t step0_ = 0;          // index in out_.steps of the first token of the current step
 };
 
 }  // namespace moeflow::trace

@@ -17,9 +17,9 @@ enum class Slot : uint8_t { absent, pending, inflight, resident };
 
 struct Entry {
   Slot slot = Slot::absent;
-  double arrival = 0;      // when the transfer completes (inflight/resident)
-  bool prefetched = false; // brought by a prefetch and not used yet
-  bool speculative = false; // in flight at LOW priority (demand loads overtake it)
+  double arrival = 0;        // when the transfer completes (inflight/resident)
+  bool prefetched = false;   // brought by a prefetch and not used yet
+  bool speculative = false;  // in flight at LOW priority (demand loads overtake it)
 };
 
 struct Pending {
@@ -34,9 +34,10 @@ struct Pending {
 class Sim {
  public:
   Sim(const Trace& t, const SimConfig& c) : t_(t), c_(c), L_(t.n_layers), E_(t.n_experts) {
-    MOEFLOW_CHECK(c.cache_rate > 0 && c.cache_rate <= 1, "sim: --cache-rate must be in (0, 1], got {}", c.cache_rate);
-    MOEFLOW_CHECK(c.hw.expert_bytes > 0 && c.hw.link_gb_s > 0, "sim: hardware profile '{}' lacks bandwidth or expert size",
-                  c.hw.name);
+    MOEFLOW_CHECK(c.cache_rate > 0 && c.cache_rate <= 1,
+                  "sim: --cache-rate must be in (0, 1], got {}", c.cache_rate);
+    MOEFLOW_CHECK(c.hw.expert_bytes > 0 && c.hw.link_gb_s > 0,
+                  "sim: hardware profile '{}' lacks bandwidth or expert size", c.hw.name);
     layers_ = t.recorded_layers();
     MOEFLOW_CHECK(!layers_.empty(), "sim: trace '{}' has no routing", t.source);
     per_layer_cap_ = std::max(1, (int)std::lround(c.cache_rate * E_));
@@ -77,7 +78,9 @@ class Sim {
       double start = clock_;
       if (st.phase == Phase::prefill) {
         size_t e = s;
-        while (e < t_.steps.size() && t_.steps[e].phase == Phase::prefill && t_.steps[e].request == st.request) ++e;
+        while (e < t_.steps.size() && t_.steps[e].phase == Phase::prefill &&
+               t_.steps[e].request == st.request)
+          ++e;
         prefill(s, e);
         ttft_sum += clock_ - start;
         n_prefills++;
@@ -154,7 +157,8 @@ class Sim {
   void settle(double now) {
     // In-flight transfers that completed become plain residents.
     for (auto& e : ent_)
-      if (e.slot == Slot::inflight && e.arrival <= now) e.slot = Slot::resident, e.speculative = false;
+      if (e.slot == Slot::inflight && e.arrival <= now)
+        e.slot = Slot::resident, e.speculative = false;
   }
 
   // Room for a prefetched expert; false if nothing may be evicted. A prefetch never evicts what
@@ -165,7 +169,8 @@ class Sim {
     const ExpertKey v = core_->pick_victim(incoming.layer, t, [&](ExpertKey k) {
       if (at(k).slot != Slot::resident) return false;
       if (std::find(protect.begin(), protect.end(), k) != protect.end()) return false;
-      return belady_ || !(pred_cur_[(size_t)k.layer * E_ + k.expert] || pred_next_[(size_t)k.layer * E_ + k.expert]);
+      return belady_ || !(pred_cur_[(size_t)k.layer * E_ + k.expert] ||
+                          pred_next_[(size_t)k.layer * E_ + k.expert]);
     });
     if (v.layer < 0) return false;
     if (belady_ && belady_->next_use(v, t) <= belady_->next_use(incoming, t)) return false;
@@ -205,13 +210,15 @@ class Sim {
     }
     if (belady_ && belady_->bypass()) belady_route(r, tl, keep);
     auto routed = [&](ExpertKey k) {
-      return k.layer == r.layer && std::find(r.experts.begin(), r.experts.end(), k.expert) != r.experts.end();
+      return k.layer == r.layer &&
+             std::find(r.experts.begin(), r.experts.end(), k.expert) != r.experts.end();
     };
     // Streams a miss the cache does not keep: computed where the weights are (host CPU), in
     // parallel with the fast tier, or copied through a temporary buffer.
     auto stream = [&]() {
       if (c_.hw.cpu_expert_ms > 0) {
-        ready.push_back(clock_ + c_.hw.cpu_expert_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0) - per_expert);
+        ready.push_back(clock_ + c_.hw.cpu_expert_ms * (tokens > 1 ? 1.0 + 0.05 * tokens : 1.0) -
+                        per_expert);
       } else {
         ready.push_back(demand_transfer(clock_));
       }
@@ -243,7 +250,8 @@ class Sim {
         continue;
       }
       if (en.slot == Slot::pending) {  // promoted to a demand load
-        pending_.erase(std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
+        pending_.erase(
+            std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
         en = {};
       }
       if (en.slot != Slot::absent) {  // the route names it twice
@@ -256,8 +264,8 @@ class Sim {
         if (cached) core_->insert(k, tl);
       } else {
         ExpertKey ev;
-        const ResidentSet::Miss m =
-            core_->route_miss(k, tl, [&](ExpertKey c) { return at(c).slot == Slot::resident && !routed(c); }, ev);
+        const ResidentSet::Miss m = core_->route_miss(
+            k, tl, [&](ExpertKey c) { return at(c).slot == Slot::resident && !routed(c); }, ev);
         evicted(ev);
         if (m == ResidentSet::Miss::Defer) {
           deferred.push_back(i);
@@ -274,12 +282,14 @@ class Sim {
       ready.push_back(arr);
     }
     for (size_t i = 0; i < n; ++i)
-      if (std::find(deferred.begin(), deferred.end(), i) == deferred.end()) core_->access({r.layer, r.experts[i]}, tl);
+      if (std::find(deferred.begin(), deferred.end(), i) == deferred.end())
+        core_->access({r.layer, r.experts[i]}, tl);
     // Phase 2: the deferred misses, once the layer's other experts were served (live: at their
     // acquire, after the resident and in-flight ones), so those are candidates too.
     for (size_t i : deferred) {
       ExpertKey k{r.layer, r.experts[i]}, ev;
-      if (core_->serve_deferred(k, tl, [&](ExpertKey c) { return at(c).slot == Slot::resident || routed(c); }, ev)) {
+      if (core_->serve_deferred(
+              k, tl, [&](ExpertKey c) { return at(c).slot == Slot::resident || routed(c); }, ev)) {
         evicted(ev);
         const double arr = demand_transfer(clock_);
         occupy(k, arr);
@@ -310,7 +320,8 @@ class Sim {
       for (int e = 0; e < E_; ++e) {
         ExpertKey k{l, e};
         Slot sl = at(k).slot;
-        bool routed = l == r.layer && std::find(r.experts.begin(), r.experts.end(), e) != r.experts.end();
+        bool routed =
+            l == r.layer && std::find(r.experts.begin(), r.experts.end(), e) != r.experts.end();
         if (sl == Slot::inflight) {
           fixed++;
         } else if (sl == Slot::resident || routed) {
@@ -327,7 +338,8 @@ class Sim {
       if (a.first != b.first) return a.first < b.first;
       bool ra = at(a.second).slot == Slot::resident, rb = at(b.second).slot == Slot::resident;
       if (ra != rb) return ra;  // ties: keep what is already there
-      return a.second.layer != b.second.layer ? a.second.layer < b.second.layer : a.second.expert < b.second.expert;
+      return a.second.layer != b.second.layer ? a.second.layer < b.second.layer
+                                              : a.second.expert < b.second.expert;
     });
     const size_t free = (size_t)std::max(0, cap() - fixed);
     for (size_t i = 0; i < pool.size(); ++i) {
@@ -344,7 +356,8 @@ class Sim {
   }
 
   void issue_prefetches(size_t step, const LayerRoute& r, std::vector<Prediction>& preds) {
-    std::stable_sort(preds.begin(), preds.end(), [](auto& a, auto& b) { return a.confidence > b.confidence; });
+    std::stable_sort(preds.begin(), preds.end(),
+                     [](auto& a, auto& b) { return a.confidence > b.confidence; });
     const uint64_t tl = logical_time(step, r.layer, L_);
     std::vector<ExpertKey> protect;
     for (int e : r.experts) protect.push_back({r.layer, e});
@@ -389,7 +402,8 @@ class Sim {
       double done = run_layer(s, r, 1, true);
       if (pred_) {
         preds.clear();
-        PredictorInput in{RouteEvent{r.layer, s, false, r.experts, r.weights}, r.hidden, st.token_id};
+        PredictorInput in{RouteEvent{r.layer, s, false, r.experts, r.weights}, r.hidden,
+                          st.token_id};
         pred_->on_layer(in, preds);
         issue_prefetches(s, r, preds);
       }
@@ -426,7 +440,8 @@ class Sim {
     // when the layers' own loads have arrived (each layer waited for them).
     settle(clock_);
     const uint64_t t_end = logical_time(e, 0, L_) - 1;
-    for (auto [k, ev] : core_->place(counts, t_end, [&](ExpertKey c) { return at(c).slot == Slot::resident; })) {
+    for (auto [k, ev] :
+         core_->place(counts, t_end, [&](ExpertKey c) { return at(c).slot == Slot::resident; })) {
       evicted(ev);
       occupy(k, demand_transfer(clock_));
       res_.placement_loads++;
@@ -436,8 +451,10 @@ class Sim {
   void finish(double decode_sum, double ttft_sum, int n_prefills) {
     res_.capacity = cap();
     res_.hit_rate = res_.uses ? (double)res_.hits / (double)res_.uses : 0;
-    res_.prefetch_accuracy = res_.prefetches ? (double)res_.prefetch_used / (double)res_.prefetches : 0;
-    res_.in_time_rate = res_.prefetch_used ? (double)res_.prefetch_in_time / (double)res_.prefetch_used : 0;
+    res_.prefetch_accuracy =
+        res_.prefetches ? (double)res_.prefetch_used / (double)res_.prefetches : 0;
+    res_.in_time_rate =
+        res_.prefetch_used ? (double)res_.prefetch_in_time / (double)res_.prefetch_used : 0;
     res_.goodpred = res_.prefetch_accuracy * res_.in_time_rate;
     uint64_t pr = 0, co = 0;
     for (auto& l : res_.layers) pr += l.predicted, co += l.correct;
@@ -503,8 +520,8 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
   t.validate(t.source);
   const Trace& calib = cfg.calibration ? *cfg.calibration : t;
   MOEFLOW_CHECK(calib.n_layers == t.n_layers && calib.n_experts == t.n_experts,
-                "sim: calibration trace '{}' has {}x{} experts, trace '{}' has {}x{}", calib.source, calib.n_layers,
-                calib.n_experts, t.source, t.n_layers, t.n_experts);
+                "sim: calibration trace '{}' has {}x{} experts, trace '{}' has {}x{}", calib.source,
+                calib.n_layers, calib.n_experts, t.source, t.n_layers, t.n_experts);
   std::unique_ptr<EvictionPolicy> pol;
   if (cfg.policy == "belady" || cfg.policy == "belady-forced") {
     pol = make_belady(t, cfg.policy == "belady");
@@ -514,9 +531,11 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
     po.n_experts = t.n_experts;
     po.top_k = t.top_k;
     po.capacity_per_layer = std::max(1, (int)std::lround(cfg.cache_rate * t.n_experts));
-    po.capacity_total = std::max(1, (int)std::lround(cfg.cache_rate * t.n_experts * (double)t.recorded_layers().size()));
+    po.capacity_total = std::max(
+        1, (int)std::lround(cfg.cache_rate * t.n_experts * (double)t.recorded_layers().size()));
     if (eviction_policy_needs_calibration(cfg.policy)) po.calib_counts = routing_counts(calib);
-    if (cfg.policy == "hobbit") po.weights = cfg.hobbit_weights.empty() ? fit_hobbit_weights(calib, cfg) : cfg.hobbit_weights;
+    if (cfg.policy == "hobbit")
+      po.weights = cfg.hobbit_weights.empty() ? fit_hobbit_weights(calib, cfg) : cfg.hobbit_weights;
     pol = make_eviction_policy(cfg.policy, po);
   }
   std::unique_ptr<Predictor> pred;
@@ -538,7 +557,8 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
         const auto& W = tp->routers[layer];
         for (int e = 0; e < tp->n_experts; ++e) {
           double acc = 0;
-          for (size_t i = 0; i < h.size() && i < (size_t)tp->hidden_dim; ++i) acc += W[(size_t)e * tp->hidden_dim + i] * h[i];
+          for (size_t i = 0; i < h.size() && i < (size_t)tp->hidden_dim; ++i)
+            acc += W[(size_t)e * tp->hidden_dim + i] * h[i];
           logits[e] = (float)acc;
         }
       });
@@ -548,11 +568,14 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
     if (cfg.calibration && cfg.calibration != &t) {
       std::vector<Prediction> sink;
       for (size_t s = 0; s < calib.steps.size(); ++s) {
-        if (s == 0 || calib.steps[s].request != calib.steps[s - 1].request) pred->on_sequence_start();
+        if (s == 0 || calib.steps[s].request != calib.steps[s - 1].request)
+          pred->on_sequence_start();
         if (calib.steps[s].phase != Phase::decode) continue;
         for (auto& r : calib.steps[s].routes) {
           sink.clear();
-          pred->on_layer({RouteEvent{r.layer, s, false, r.experts, r.weights}, r.hidden, calib.steps[s].token_id}, sink);
+          pred->on_layer({RouteEvent{r.layer, s, false, r.experts, r.weights}, r.hidden,
+                          calib.steps[s].token_id},
+                         sink);
         }
       }
       pred->on_sequence_start();

@@ -13,13 +13,13 @@ enum class Phase : uint8_t { prefill = 0, decode = 1 };
 
 struct LayerRoute {
   int layer = 0;
-  std::vector<int> experts;     // rank order
-  std::vector<float> weights;   // same length, or empty when unknown
-  std::vector<float> hidden;    // hidden_dim values, or empty
+  std::vector<int> experts;    // rank order
+  std::vector<float> weights;  // same length, or empty when unknown
+  std::vector<float> hidden;   // hidden_dim values, or empty
 };
 
 struct TokenStep {
-  uint32_t request = 0;   // sequence id; steps of one request are contiguous
+  uint32_t request = 0;  // sequence id; steps of one request are contiguous
   Phase phase = Phase::decode;
   uint32_t pos = 0;       // token position inside the request's phase (prompt index / decode step)
   int32_t token_id = -1;  // -1 when unknown
@@ -27,12 +27,12 @@ struct TokenStep {
 };
 
 struct Trace {
-  std::string model;      // free text, e.g. "Mixtral-8x7B-Instruct-v0.1"
-  std::string source;     // where it came from
-  int n_layers = 0;       // layer ids are 0..n_layers-1 (not all need to be recorded)
+  std::string model;   // free text, e.g. "Mixtral-8x7B-Instruct-v0.1"
+  std::string source;  // where it came from
+  int n_layers = 0;    // layer ids are 0..n_layers-1 (not all need to be recorded)
   int n_experts = 0;
   int top_k = 0;
-  int hidden_dim = 0;     // 0 when no hidden states
+  int hidden_dim = 0;  // 0 when no hidden states
   // Optional router matrices for gate lookahead: per layer n_experts x hidden_dim row-major,
   // empty or n_layers entries (an entry may be empty).
   std::vector<std::vector<float>> routers;

@@ -48,7 +48,8 @@ class Reader {
     return s;
   }
   void need(size_t n) {
-    if (n > d_.size() - p_) fail("trace '{}': truncated at byte {} (needs {} more bytes)", path_, p_, n);
+    if (n > d_.size() - p_)
+      fail("trace '{}': truncated at byte {} (needs {} more bytes)", path_, p_, n);
   }
   size_t left() const { return d_.size() - p_; }
 
@@ -75,32 +76,38 @@ size_t Trace::n_routes() const {
 
 void Trace::validate(const std::string& what) const {
   MOEFLOW_CHECK(n_layers > 0 && n_layers < 65536, "trace '{}': bad n_layers {}", what, n_layers);
-  MOEFLOW_CHECK(n_experts > 0 && n_experts < 65536, "trace '{}': bad n_experts {}", what, n_experts);
-  MOEFLOW_CHECK(top_k > 0 && top_k <= n_experts && top_k < 256, "trace '{}': bad top_k {}", what, top_k);
-  MOEFLOW_CHECK(hidden_dim >= 0 && hidden_dim < (1 << 24), "trace '{}': bad hidden_dim {}", what, hidden_dim);
-  MOEFLOW_CHECK(routers.empty() || (int)routers.size() == n_layers, "trace '{}': {} router matrices for {} layers", what,
-                routers.size(), n_layers);
+  MOEFLOW_CHECK(n_experts > 0 && n_experts < 65536, "trace '{}': bad n_experts {}", what,
+                n_experts);
+  MOEFLOW_CHECK(top_k > 0 && top_k <= n_experts && top_k < 256, "trace '{}': bad top_k {}", what,
+                top_k);
+  MOEFLOW_CHECK(hidden_dim >= 0 && hidden_dim < (1 << 24), "trace '{}': bad hidden_dim {}", what,
+                hidden_dim);
+  MOEFLOW_CHECK(routers.empty() || (int)routers.size() == n_layers,
+                "trace '{}': {} router matrices for {} layers", what, routers.size(), n_layers);
   for (size_t l = 0; l < routers.size(); ++l)
     MOEFLOW_CHECK(routers[l].empty() || routers[l].size() == (size_t)n_experts * hidden_dim,
-                  "trace '{}': router of layer {} has {} values, expected {}", what, l, routers[l].size(),
-                  (size_t)n_experts * hidden_dim);
+                  "trace '{}': router of layer {} has {} values, expected {}", what, l,
+                  routers[l].size(), (size_t)n_experts * hidden_dim);
   for (size_t i = 0; i < steps.size(); ++i) {
     int prev = -1;
     for (auto& r : steps[i].routes) {
-      MOEFLOW_CHECK(r.layer > prev && r.layer < n_layers, "trace '{}': step {} has layer {} out of order or >= {}", what, i,
-                    r.layer, n_layers);
+      MOEFLOW_CHECK(r.layer > prev && r.layer < n_layers,
+                    "trace '{}': step {} has layer {} out of order or >= {}", what, i, r.layer,
+                    n_layers);
       prev = r.layer;
-      MOEFLOW_CHECK(!r.experts.empty() && r.experts.size() < 256, "trace '{}': step {} layer {} has {} experts", what, i,
-                    r.layer, r.experts.size());
-      for (int e : r.experts)
-        MOEFLOW_CHECK(e >= 0 && e < n_experts, "trace '{}': step {} layer {} expert {} out of range [0,{})", what, i, r.layer,
-                      e, n_experts);
-      MOEFLOW_CHECK(r.weights.empty() || r.weights.size() == r.experts.size(),
-                    "trace '{}': step {} layer {}: {} weights for {} experts", what, i, r.layer, r.weights.size(),
+      MOEFLOW_CHECK(!r.experts.empty() && r.experts.size() < 256,
+                    "trace '{}': step {} layer {} has {} experts", what, i, r.layer,
                     r.experts.size());
+      for (int e : r.experts)
+        MOEFLOW_CHECK(e >= 0 && e < n_experts,
+                      "trace '{}': step {} layer {} expert {} out of range [0,{})", what, i,
+                      r.layer, e, n_experts);
+      MOEFLOW_CHECK(r.weights.empty() || r.weights.size() == r.experts.size(),
+                    "trace '{}': step {} layer {}: {} weights for {} experts", what, i, r.layer,
+                    r.weights.size(), r.experts.size());
       MOEFLOW_CHECK(r.hidden.empty() || (int)r.hidden.size() == hidden_dim,
-                    "trace '{}': step {} layer {}: hidden has {} values, hidden_dim is {}", what, i, r.layer, r.hidden.size(),
-                    hidden_dim);
+                    "trace '{}': step {} layer {}: hidden has {} values, hidden_dim is {}", what, i,
+                    r.layer, r.hidden.size(), hidden_dim);
     }
   }
 }
@@ -148,7 +155,8 @@ Trace read_trace(const std::string& path) {
   if (!f) fail("trace '{}': cannot open", path);
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (data.size() < 8 || std::memcmp(data.data(), kMagic, 8) != 0)
-    fail("trace '{}': not a moeflow trace (bad magic; import JSONL with `moeflow trace --import`)", path);
+    fail("trace '{}': not a moeflow trace (bad magic; import JSONL with `moeflow trace --import`)",
+         path);
   Reader r(data, path);
   r.need(8);
   for (int i = 0; i < 8; ++i) r.get<char>();
@@ -161,11 +169,13 @@ Trace read_trace(const std::string& path) {
   t.hidden_dim = (int)r.get<uint32_t>();
   t.model = r.str();
   t.source = r.str();
-  MOEFLOW_CHECK(t.n_layers > 0 && t.n_layers < 65536 && t.n_experts > 0 && t.n_experts < 65536 && t.hidden_dim >= 0 &&
-                    t.hidden_dim < (1 << 24),
-                "trace '{}': bad header (layers {}, experts {}, hidden {})", path, t.n_layers, t.n_experts, t.hidden_dim);
+  MOEFLOW_CHECK(t.n_layers > 0 && t.n_layers < 65536 && t.n_experts > 0 && t.n_experts < 65536 &&
+                    t.hidden_dim >= 0 && t.hidden_dim < (1 << 24),
+                "trace '{}': bad header (layers {}, experts {}, hidden {})", path, t.n_layers,
+                t.n_experts, t.hidden_dim);
   uint32_t nr = r.get<uint32_t>();
-  MOEFLOW_CHECK(nr == 0 || nr == (uint32_t)t.n_layers, "trace '{}': {} router matrices for {} layers", path, nr, t.n_layers);
+  MOEFLOW_CHECK(nr == 0 || nr == (uint32_t)t.n_layers,
+                "trace '{}': {} router matrices for {} layers", path, nr, t.n_layers);
   t.routers.resize(nr);
   for (auto& m : t.routers) {
     uint32_t n = r.get<uint32_t>();
@@ -175,7 +185,8 @@ Trace read_trace(const std::string& path) {
   }
   uint64_t ns = r.get<uint64_t>();
   // Each step takes at least 15 bytes: bound the count before reserving memory.
-  MOEFLOW_CHECK(ns <= r.left() / 15, "trace '{}': claims {} steps but only {} bytes follow", path, ns, r.left());
+  MOEFLOW_CHECK(ns <= r.left() / 15, "trace '{}': claims {} steps but only {} bytes follow", path,
+                ns, r.left());
   t.steps.resize(ns);
   for (auto& s : t.steps) {
     s.request = r.get<uint32_t>();

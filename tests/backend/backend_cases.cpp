@@ -23,7 +23,8 @@ std::vector<BackendCase> backend_cases() {
     } catch (const Error&) {
       continue;  // not on this CPU
     }
-    out.push_back({std::string("cpu-") + level, level, [] { return std::make_unique<CpuBackend>(&pool); }});
+    out.push_back(
+        {std::string("cpu-") + level, level, [] { return std::make_unique<CpuBackend>(&pool); }});
   }
   force_simd_level(nullptr);
   // The stand-in device: the CPU's kernels behind a GPU's rules (device memory only, a stream):

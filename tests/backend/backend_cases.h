@@ -3,8 +3,8 @@
 // has, and any device backend built in whose device is present. Inputs travel through the
 // backend's own allocator and copy, so the tests are the same for every backend.
 #include <functional>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -13,8 +13,8 @@
 namespace moeflow::test {
 
 struct BackendCase {
-  std::string name;   // "cpu-avx2", "cuda", ...
-  std::string simd;   // SIMD level to force while the case runs ("" for device backends)
+  std::string name;  // "cpu-avx2", "cuda", ...
+  std::string simd;  // SIMD level to force while the case runs ("" for device backends)
   std::function<std::unique_ptr<Backend>()> make;
   // Worst relative error of the backend's float arithmetic against float64 on one op (the
   // matmul's activation quantization is accounted for separately).

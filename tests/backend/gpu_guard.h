@@ -19,12 +19,12 @@ inline bool gpu_required() {
 
 }  // namespace moeflow::test
 
-#define MOEFLOW_NEED_CUDA_DEVICE()                                                            \
-  do {                                                                                        \
-    if (!::moeflow::cuda_device_available()) {                                                \
-      if (::moeflow::test::gpu_required())                                                    \
-        FAIL() << "no CUDA device: " << ::moeflow::cuda_unavailable_reason()                  \
-               << " (MOEFLOW_REQUIRE_GPU=1: this machine must run the GPU tests)";            \
-      GTEST_SKIP() << "no CUDA device: " << ::moeflow::cuda_unavailable_reason();             \
-    }                                                                                         \
+#define MOEFLOW_NEED_CUDA_DEVICE()                                                 \
+  do {                                                                             \
+    if (!::moeflow::cuda_device_available()) {                                     \
+      if (::moeflow::test::gpu_required())                                         \
+        FAIL() << "no CUDA device: " << ::moeflow::cuda_unavailable_reason()       \
+               << " (MOEFLOW_REQUIRE_GPU=1: this machine must run the GPU tests)"; \
+      GTEST_SKIP() << "no CUDA device: " << ::moeflow::cuda_unavailable_reason();  \
+    }                                                                              \
   } while (0)

@@ -10,7 +10,8 @@
 namespace moeflow::test {
 namespace {
 
-constexpr int kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                            1,    13,   25,  38,  53,  69,  89,  113};
 // E2M1 values: sign, 2-bit exponent, 1-bit mantissa.
 double e2m1(int nib) {
   const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
@@ -45,7 +46,8 @@ RefRow ref_decode(GgmlType t, const void* row, int64_t n) {
       for (int64_t i = 0; i < n; ++i) put(r, i, h(static_cast<const uint16_t*>(row)[i]), 0);
       break;
     case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) put(r, i, bf16_to_fp32(static_cast<const uint16_t*>(row)[i]), 0);
+      for (int64_t i = 0; i < n; ++i)
+        put(r, i, bf16_to_fp32(static_cast<const uint16_t*>(row)[i]), 0);
       break;
     case GgmlType::Q4_0:
       for (int64_t b = 0; b < n / 32; ++b) {
@@ -147,8 +149,8 @@ RefRow ref_decode(GgmlType t, const void* row, int64_t n) {
     case GgmlType::Q5_K:
       for (int64_t b = 0; b < n / 256; ++b) {
         const bool five = t == GgmlType::Q5_K;
-        const uint8_t* p = static_cast<const uint8_t*>(row) +
-                           b * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+        const uint8_t* p =
+            static_cast<const uint8_t*>(row) + b * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
         uint16_t d, dmin;
         std::memcpy(&d, p, 2);
         std::memcpy(&dmin, p + 2, 2);
@@ -190,16 +192,15 @@ RefRow ref_decode(GgmlType t, const void* row, int64_t n) {
         const auto& x = blocks<BlockIQ4_XS>(row)[b];
         for (int j = 0; j < 256; ++j) {
           const int ib = j / 32, k = j % 32;
-          const int ls = ((x.scales_l[ib / 2] >> (4 * (ib % 2))) & 15) |
-                         (((x.scales_h >> (2 * ib)) & 3) << 4);
+          const int ls =
+              ((x.scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((x.scales_h >> (2 * ib)) & 3) << 4);
           const uint8_t byte = x.qs[ib * 16 + k % 16];
           const int q = k < 16 ? (byte & 15) : (byte >> 4);
           put(r, b * 256 + j, h(x.d) * (ls - 32) * kIq4nl[q], 0);
         }
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return r;
 }
@@ -293,10 +294,10 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, std:
 
 const std::vector<GgmlType>& kernel_types() {
   static const std::vector<GgmlType> types = {
-      GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,   GgmlType::Q4_1,
-      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::MXFP4,
-      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,   GgmlType::Q6_K,
-      GgmlType::IQ4_XS};
+      GgmlType::F32,    GgmlType::F16,   GgmlType::BF16, GgmlType::Q4_0,
+      GgmlType::Q4_1,   GgmlType::Q5_0,  GgmlType::Q5_1, GgmlType::Q8_0,
+      GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
+      GgmlType::Q4_K,   GgmlType::Q5_K,  GgmlType::Q6_K, GgmlType::IQ4_XS};
   return types;
 }
 

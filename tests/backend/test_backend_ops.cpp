@@ -51,7 +51,8 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_FALSE(std::isnan(got[i])) << what << " element " << i << " was not written (NaN)";
-    ASSERT_NEAR(got[i], want[i], rel * std::max(scale, std::fabs(want[i])) + abs) << what << " element " << i;
+    ASSERT_NEAR(got[i], want[i], rel * std::max(scale, std::fabs(want[i])) + abs)
+        << what << " element " << i;
   }
 }
 
@@ -64,7 +65,8 @@ double max_abs(const std::vector<double>& v) {
 // ---------------------------------------------------------------- matmul and get_rows
 
 std::vector<int64_t> cols_for(GgmlType t) {
-  const int64_t bs = std::max(type_traits(t).block_size, type_traits(activation_type_for(t)).block_size);
+  const int64_t bs =
+      std::max(type_traits(t).block_size, type_traits(activation_type_for(t)).block_size);
   if (bs == 1) return {7, 64, 97};
   if (bs == 32) return {32, 160};
   return {256, 768};
@@ -88,7 +90,10 @@ TEST_P(BackendOps, MatmulEveryTypeAgainstFloat64) {
           const int64_t ab = type_traits(activation_type_for(t)).block_size;
           const size_t rb = row_bytes(t, cols);
           const int above = GetParam().act16_above_tokens;
-          const double act16 = above > 0 && n > above ? (t == GgmlType::F16 ? 0x1p-11 : t == GgmlType::BF16 ? 0x1p-8 : 0.0) : 0.0;
+          const double act16 = above > 0 && n > above ? (t == GgmlType::F16    ? 0x1p-11
+                                                         : t == GgmlType::BF16 ? 0x1p-8
+                                                                               : 0.0)
+                                                      : 0.0;
           for (int64_t r = 0; r < rows; ++r) {
             const RefRow wr = ref_decode(t, wbytes.data() + r * rb, cols);
             for (int64_t tok = 0; tok < n; ++tok) {
@@ -145,7 +150,8 @@ TEST_P(BackendOps, RmsNormRowsWithAndWithoutWeightInPlace) {
   for (int64_t n : {1, 7, 64, 4097}) {
     const int64_t rows = 3;
     const auto x = rnd((size_t)n * rows, 3.f), w = rnd(n);
-    DeviceTensor X = upload(be(), x, n, rows), Wt = upload(be(), w, n, 1), Y = poisoned(be(), n, rows);
+    DeviceTensor X = upload(be(), x, n, rows), Wt = upload(be(), w, n, 1),
+                 Y = poisoned(be(), n, rows);
     be().rms_norm(X.view, Wt.view.as<float>(), Y.view, 1e-5f);
     be().rms_norm(X.view, nullptr, X.view, 1e-5f);  // in place, no weight
     const auto y = download(be(), Y.view), xi = download(be(), X.view);
@@ -171,8 +177,8 @@ TEST_P(BackendOps, LayerNormWithWeightAndBias) {
     // An offset mean: LayerNorm must subtract it (a mistake RMSNorm would not show).
     std::vector<float> xs = x;
     for (auto& v : xs) v += 5.0f;
-    DeviceTensor X = upload(be(), xs, n, rows), Wt = upload(be(), w, n, 1), B = upload(be(), b, n, 1),
-                 Y = poisoned(be(), n, rows);
+    DeviceTensor X = upload(be(), xs, n, rows), Wt = upload(be(), w, n, 1),
+                 B = upload(be(), b, n, 1), Y = poisoned(be(), n, rows);
     be().layer_norm(X.view, Wt.view.as<float>(), B.view.as<float>(), Y.view, 1e-5f);
     const auto y = download(be(), Y.view);
     std::vector<double> want(y.size());
@@ -258,7 +264,8 @@ TEST_P(BackendOps, RopeNormalNeoxPartialAndScaled) {
       ff = rnd(c.n_rot / 2);
       for (auto& f : ff) f = 1.0f + std::fabs(f) * 4;
     }
-    DeviceTensor F = upload(be(), ff.empty() ? std::vector<float>{0.f} : ff, std::max<int64_t>(1, ff.size()), 1);
+    DeviceTensor F =
+        upload(be(), ff.empty() ? std::vector<float>{0.f} : ff, std::max<int64_t>(1, ff.size()), 1);
     if (c.factors) p.freq_factors = F.view.as<float>();
     const auto x = rnd((size_t)n * n_head * c.head);
     DeviceTensor X = upload(be(), x, n_head * c.head, n);
@@ -298,13 +305,15 @@ TEST_P(BackendOps, RopeAtTheModelsPositionsBasesAndStridedRows) {
     p.n_ctx_orig = 4096;
     const auto x = rnd((size_t)n * c.row);
     DeviceTensor X = upload(be(), x, c.row, n);
-    const TensorView heads = strided_matrix_view(X.view.data + c.offset * sizeof(float), GgmlType::F32,
-                                                 c.n_head * c.head, n, X.view.row_stride(), X.view.space);
+    const TensorView heads =
+        strided_matrix_view(X.view.data + c.offset * sizeof(float), GgmlType::F32,
+                            c.n_head * c.head, n, X.view.row_stride(), X.view.space);
     be().rope(heads, c.n_head, c.head, pos0, p);
     const auto y = download(be(), X.view);
     std::vector<double> want(x.begin(), x.end());
     for (int64_t t = 0; t < n; ++t)
-      for (int h = 0; h < c.n_head; ++h) rope_ref(want, t * c.row + c.offset + h * c.head, pos0 + t, p, {});
+      for (int h = 0; h < c.n_head; ++h)
+        rope_ref(want, t * c.row + c.offset + h * c.head, pos0 + t, p, {});
     // Everything outside the rotated heads is untouched.
     expect_close(y, want, 1e-5, 1e-5, c.name, 2e-5 * std::max(1.0, max_abs(want)));
   }
@@ -321,15 +330,15 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
     int64_t v_in_k = -1;  // >= 0: V is the columns [v_in_k, v_in_k + hdv) of K's rows (MLA)
   };
   const Case cases[] = {
-      {4, 4, 16, 16, 0, false, 0, 5},   // prefill from empty, MHA
-      {6, 2, 32, 24, 0, false, 9, 1},   // decode, GQA, v head differs
-      {4, 1, 8, 8, 0, false, 3, 6},     // MQA, chunked prefill
-      {4, 2, 16, 16, 4, false, 10, 3},  // sliding window
-      {4, 2, 16, 16, 0, true, 7, 2},    // sinks
-      {2, 2, 64, 64, 5, true, 20, 4},   // both
+      {4, 4, 16, 16, 0, false, 0, 5},      // prefill from empty, MHA
+      {6, 2, 32, 24, 0, false, 9, 1},      // decode, GQA, v head differs
+      {4, 1, 8, 8, 0, false, 3, 6},        // MQA, chunked prefill
+      {4, 2, 16, 16, 4, false, 10, 3},     // sliding window
+      {4, 2, 16, 16, 0, true, 7, 2},       // sinks
+      {2, 2, 64, 64, 5, true, 20, 4},      // both
       {12, 1, 40, 32, 0, false, 6, 3, 8},  // multi-head latent attention: 12 heads share one
       {12, 1, 40, 32, 0, true, 9, 1, 8},   // kv row, values its last 32 columns; decode + sinks
-      {4, 2, 64, 64, 0, true, 300, 1},  // decode over several splits of positions
+      {4, 2, 64, 64, 0, true, 300, 1},     // decode over several splits of positions
       {4, 2, 32, 32, 200, false, 400, 2},  // a window spanning several splits
       {8, 2, 128, 96, 0, false, 70, 40},   // prefill over several query and key tiles
       {2, 1, 256, 256, 0, true, 3, 20},    // the largest narrow head
@@ -374,7 +383,8 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
         double mx = c.sinks ? sinks[h] : -INFINITY;
         for (int64_t j = first; j <= last; ++j) {
           double d = 0;
-          for (int64_t i = 0; i < c.hd; ++i) d += (double)q[(t * c.n_head + h) * c.hd + i] * K[j * kd + g * c.hd + i];
+          for (int64_t i = 0; i < c.hd; ++i)
+            d += (double)q[(t * c.n_head + h) * c.hd + i] * K[j * kd + g * c.hd + i];
           s.push_back(d * p.scale);
           mx = std::max(mx, s.back());
         }
@@ -382,7 +392,8 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
         for (double& v : s) sum += v = std::exp(v - mx);
         for (int64_t i = 0; i < c.hdv; ++i) {
           double acc = 0;
-          for (int64_t j = first; j <= last; ++j) acc += s[j - first] / sum * V[j * vd + v0 + g * c.hdv + i];
+          for (int64_t j = first; j <= last; ++j)
+            acc += s[j - first] / sum * V[j * vd + v0 + g * c.hdv + i];
           want[(t * c.n_head + h) * c.hdv + i] = acc;
         }
       }
@@ -395,15 +406,19 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
 
 // ---------------------------------------------------------------- element-wise
 
-double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
 TEST_P(BackendOps, GluKindsOnStridedHalves) {
   const int64_t m = 5, ff = 37;
   const auto gu = rnd((size_t)m * 2 * ff, 3.f);
   DeviceTensor GU = upload(be(), gu, 2 * ff, m);
   // The halves of one fused [m][2ff] matrix: strided views, as the fused gate_up experts use.
-  const TensorView gate = strided_matrix_view(GU.view.data, GgmlType::F32, ff, m, GU.view.row_stride(), GU.view.space);
-  const TensorView up = strided_matrix_view(GU.view.data + ff * 4, GgmlType::F32, ff, m, GU.view.row_stride(), GU.view.space);
+  const TensorView gate =
+      strided_matrix_view(GU.view.data, GgmlType::F32, ff, m, GU.view.row_stride(), GU.view.space);
+  const TensorView up = strided_matrix_view(GU.view.data + ff * 4, GgmlType::F32, ff, m,
+                                            GU.view.row_stride(), GU.view.space);
   for (GluKind kind : {GluKind::SwiGLU, GluKind::GeGLU, GluKind::SwiGLUOai}) {
     GluParams p;
     p.kind = kind;
@@ -428,7 +443,8 @@ TEST_P(BackendOps, GluKindsOnStridedHalves) {
         want[t * ff + i] = v;
       }
     for (size_t i = 0; i < h.size(); ++i)
-      ASSERT_NEAR(h[i], want[i], 4 * tol() * mag[i] + 1e-30) << "glu kind " << (int)kind << " element " << i;
+      ASSERT_NEAR(h[i], want[i], 4 * tol() * mag[i] + 1e-30)
+          << "glu kind " << (int)kind << " element " << i;
   }
 }
 
@@ -437,9 +453,9 @@ TEST_P(BackendOps, AddBroadcastScaleAddAndGatedAdd) {
   const auto x = rnd(n * d), y = rnd(n * d), b = rnd(d), g = rnd(n, 2.f);
   DeviceTensor X = upload(be(), x, d, n), Y = upload(be(), y, d, n), B = upload(be(), b, d, 1),
                G = upload(be(), g, 1, n);
-  be().add(X.view, Y.view);          // x += y
-  be().add(X.view, B.view);          // x += b (every row)
-  be().scale_add(X.view, Y.view, 0.75f);  // x += 0.75 y
+  be().add(X.view, Y.view);                                 // x += y
+  be().add(X.view, B.view);                                 // x += b (every row)
+  be().scale_add(X.view, Y.view, 0.75f);                    // x += 0.75 y
   be().gated_add(X.view, Y.view, G.view, GateFn::Sigmoid);  // x += sigmoid(g_t) y
   be().gated_add(X.view, Y.view, G.view, GateFn::None);     // x += g_t y
   const auto out = download(be(), X.view);
@@ -447,7 +463,8 @@ TEST_P(BackendOps, AddBroadcastScaleAddAndGatedAdd) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < d; ++i) {
       const double yv = y[t * d + i];
-      want[t * d + i] = x[t * d + i] + yv + b[i] + 0.75 * yv + yv / (1 + std::exp(-g[t])) + g[t] * yv;
+      want[t * d + i] =
+          x[t * d + i] + yv + b[i] + 0.75 * yv + yv / (1 + std::exp(-g[t])) + g[t] * yv;
     }
   expect_close(out, want, 4 * tol(), 1e-6, "add/scale_add/gated_add");
 }
@@ -459,7 +476,8 @@ struct RouteRef {
   std::vector<double> weights;
 };
 
-RouteRef route_ref(const std::vector<float>& lg, const RoutingSpec& s, const std::vector<float>& bias, int k) {
+RouteRef route_ref(const std::vector<float>& lg, const RoutingSpec& s,
+                   const std::vector<float>& bias, int k) {
   const int E = (int)lg.size();
   std::vector<double> p(E), sel(E);
   if (s.gating == RoutingSpec::Gating::Sigmoid) {
@@ -536,33 +554,49 @@ TEST_P(BackendOps, RouteEveryRoutingRule) {
     f(s);
     cases.push_back({name, s, bias, E, k});
   };
-  add("softmax", [](RoutingSpec&) {}, false, 8, 2);
-  add("softmax renorm", [](RoutingSpec& s) { s.norm_weights = true; }, false, 60, 4);
-  add("softmax after top-k", [](RoutingSpec& s) { s.softmax_after_topk = true; }, false, 32, 4);
-  add("sparsemixer", [](RoutingSpec& s) { s.gating = RoutingSpec::Gating::SparseMixer; }, false,
-      16, 2);
+  add(
+      "softmax", [](RoutingSpec&) {}, false, 8, 2);
+  add(
+      "softmax renorm", [](RoutingSpec& s) { s.norm_weights = true; }, false, 60, 4);
+  add(
+      "softmax after top-k", [](RoutingSpec& s) { s.softmax_after_topk = true; }, false, 32, 4);
+  add(
+      "sparsemixer", [](RoutingSpec& s) { s.gating = RoutingSpec::Gating::SparseMixer; }, false, 16,
+      2);
   // A wide jitter so that several experts share each rank's softmax.
-  add("sparsemixer wide", [](RoutingSpec& s) {
-    s.gating = RoutingSpec::Gating::SparseMixer;
-    s.jitter_eps = 0.2f;
-  }, false, 16, 3);
-  add("sigmoid bias norm scale", [](RoutingSpec& s) {
-    s.gating = RoutingSpec::Gating::Sigmoid;
-    s.norm_weights = true;
-    s.scale = 2.5f;
-  }, true, 64, 8);
-  add("groups (max)", [](RoutingSpec& s) {
-    s.n_group = 8;
-    s.topk_group = 3;
-    s.group_top = 1;
-  }, false, 64, 6);
-  add("sigmoid groups (top-2 sum) bias", [](RoutingSpec& s) {
-    s.gating = RoutingSpec::Gating::Sigmoid;
-    s.n_group = 4;
-    s.topk_group = 2;
-    s.group_top = 2;
-    s.norm_weights = true;
-  }, true, 32, 4);
+  add(
+      "sparsemixer wide",
+      [](RoutingSpec& s) {
+        s.gating = RoutingSpec::Gating::SparseMixer;
+        s.jitter_eps = 0.2f;
+      },
+      false, 16, 3);
+  add(
+      "sigmoid bias norm scale",
+      [](RoutingSpec& s) {
+        s.gating = RoutingSpec::Gating::Sigmoid;
+        s.norm_weights = true;
+        s.scale = 2.5f;
+      },
+      true, 64, 8);
+  add(
+      "groups (max)",
+      [](RoutingSpec& s) {
+        s.n_group = 8;
+        s.topk_group = 3;
+        s.group_top = 1;
+      },
+      false, 64, 6);
+  add(
+      "sigmoid groups (top-2 sum) bias",
+      [](RoutingSpec& s) {
+        s.gating = RoutingSpec::Gating::Sigmoid;
+        s.n_group = 4;
+        s.topk_group = 2;
+        s.group_top = 2;
+        s.norm_weights = true;
+      },
+      true, 32, 4);
   for (const Case& c : cases) {
     const int n = 5;
     // Well separated logits (a permutation of a spaced grid plus small noise): rounding can
@@ -572,7 +606,8 @@ TEST_P(BackendOps, RouteEveryRoutingRule) {
       std::vector<int> perm(c.E);
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng);
-      for (int e = 0; e < c.E; ++e) lg.push_back(-3.0f + 6.0f * perm[e] / c.E + 0.01f * rnd(1)[0] / c.E);
+      for (int e = 0; e < c.E; ++e)
+        lg.push_back(-3.0f + 6.0f * perm[e] / c.E + 0.01f * rnd(1)[0] / c.E);
     }
     std::vector<float> bias;
     if (c.bias) {
@@ -581,13 +616,15 @@ TEST_P(BackendOps, RouteEveryRoutingRule) {
     DeviceTensor L = upload(be(), lg, c.E, n);
     std::vector<int32_t> ex((size_t)n * c.k, -1);
     std::vector<float> w((size_t)n * c.k), probs((size_t)n * c.E);
-    be().route(L.view, c.spec, bias.empty() ? nullptr : bias.data(), c.k, ex.data(), w.data(), probs.data());
+    be().route(L.view, c.spec, bias.empty() ? nullptr : bias.data(), c.k, ex.data(), w.data(),
+               probs.data());
     for (int t = 0; t < n; ++t) {
       const std::vector<float> row(lg.begin() + t * c.E, lg.begin() + (t + 1) * c.E);
       const RouteRef r = route_ref(row, c.spec, bias, c.k);
       for (int j = 0; j < c.k; ++j) {
         ASSERT_EQ(ex[t * c.k + j], r.experts[j]) << c.name << " token " << t << " rank " << j;
-        ASSERT_NEAR(w[t * c.k + j], r.weights[j], 1e-5 * std::max(1.0, std::fabs(r.weights[j]))) << c.name;
+        ASSERT_NEAR(w[t * c.k + j], r.weights[j], 1e-5 * std::max(1.0, std::fabs(r.weights[j])))
+            << c.name;
       }
     }
   }
@@ -634,13 +671,16 @@ TEST_P(BackendOps, CopyStridedRowsBothWays) {
   const auto x = rnd(rows * wide);
   DeviceTensor Wd = upload(be(), x, wide, rows), Dst = poisoned(be(), cols, rows);
   // Columns 3..12 of each row of a wider matrix, packed, then written back shifted.
-  const TensorView src = strided_matrix_view(Wd.view.data + 3 * 4, GgmlType::F32, cols, rows, Wd.view.row_stride(), Wd.view.space);
+  const TensorView src = strided_matrix_view(Wd.view.data + 3 * 4, GgmlType::F32, cols, rows,
+                                             Wd.view.row_stride(), Wd.view.space);
   be().copy(Dst.view, src);
   const auto d = download(be(), Dst.view);
   std::vector<double> want;
-  for (int64_t r = 0; r < rows; ++r) want.insert(want.end(), x.begin() + r * wide + 3, x.begin() + r * wide + 3 + cols);
+  for (int64_t r = 0; r < rows; ++r)
+    want.insert(want.end(), x.begin() + r * wide + 3, x.begin() + r * wide + 3 + cols);
   expect_close(d, want, 0, 0, "copy strided -> packed");
-  const TensorView back = strided_matrix_view(Wd.view.data + 5 * 4, GgmlType::F32, cols, rows, Wd.view.row_stride(), Wd.view.space);
+  const TensorView back = strided_matrix_view(Wd.view.data + 5 * 4, GgmlType::F32, cols, rows,
+                                              Wd.view.row_stride(), Wd.view.space);
   be().copy(back, Dst.view);
   const auto w2 = download(be(), Wd.view);
   for (int64_t r = 0; r < rows; ++r)

@@ -107,7 +107,8 @@ TEST(BlockDecode, FloatWeightsReadAsStored) {
     const std::vector<uint8_t> w = random_weights(t, 1, cols, rng);
     std::vector<float> want(cols);
     dequantize_row(t, w.data(), want.data(), cols);
-    for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(cuda::float_weight(t, w.data(), i), want[i]) << type_name(t);
+    for (int64_t i = 0; i < cols; ++i)
+      ASSERT_EQ(cuda::float_weight(t, w.data(), i), want[i]) << type_name(t);
   }
 }
 
@@ -127,7 +128,8 @@ TEST(BlockDecode, ActivationQuantizerWithinHalfAStep) {
     for (int i = 0; i < 32; ++i) {
       ASSERT_GE(q[i], -127);
       ASSERT_LE(q[i], 127);
-      ASSERT_LE(std::fabs((double)d * q[i] - x[i]), 0.5 * d * (1 + 1e-6) + 1e-30) << "rep " << rep << " i " << i;
+      ASSERT_LE(std::fabs((double)d * q[i] - x[i]), 0.5 * d * (1 + 1e-6) + 1e-30)
+          << "rep " << rep << " i " << i;
     }
   }
 }

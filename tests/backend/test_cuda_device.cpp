@@ -19,8 +19,9 @@ namespace {
 TEST(CudaDevice, OpSuiteRunsOnTheGpu) {
   MOEFLOW_NEED_CUDA_DEVICE();
   const auto cases = backend_cases();
-  ASSERT_TRUE(std::any_of(cases.begin(), cases.end(), [](const BackendCase& c) { return c.name == "cuda"; }))
-      << "a CUDA device is present but the op suite has no cuda case";
+  ASSERT_TRUE(std::any_of(cases.begin(), cases.end(), [](const BackendCase& c) {
+    return c.name == "cuda";
+  })) << "a CUDA device is present but the op suite has no cuda case";
   std::printf("CUDA device: %s\n", cuda_device_description().c_str());
   // A round trip through device memory in every direction the backend copies.
   auto be = make_cuda_backend();

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "backend/cpu/matmul.h"
 #include "ref_formats.h"
 
 namespace moeflow {
@@ -28,8 +28,7 @@ std::vector<std::string> levels() {
     try {
       force_simd_level(l);
       out.push_back(l);
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
   }
   force_simd_level(nullptr);
   return out;
@@ -56,10 +55,10 @@ std::vector<int64_t> col_sizes(GgmlType t) {
 }
 
 struct Ref {
-  double dot;       // with the activation exactly as the kernel sees it
-  double bound;     // sum |w| * |a| over the scale/min parts
-  double dot_f;     // with the unquantized float activation
-  double bound_f;   // expected size of the activation quantization error
+  double dot;      // with the activation exactly as the kernel sees it
+  double bound;    // sum |w| * |a| over the scale/min parts
+  double dot_f;    // with the unquantized float activation
+  double bound_f;  // expected size of the activation quantization error
 };
 
 Ref reference(GgmlType t, const uint8_t* row, int64_t n, const std::vector<uint8_t>& act,
@@ -186,7 +185,8 @@ TEST_P(KernelTest, Avx512MatchesAvx2BitForBitOn32Blocks) {
       LevelGuard g("avx512");
       matmul(t, W.data(), rows, cols, X.data(), n_tok, y5.data(), nullptr);
     }
-    ASSERT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * 4)) << type_name(t) << " cols=" << cols;
+    ASSERT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * 4))
+        << type_name(t) << " cols=" << cols;
   }
 }
 
@@ -218,8 +218,8 @@ TEST(Kernels, MultiRowMatvecMatchesSingleRowBitForBit) {
             for (int64_t r = 0; r < rows; ++r) {
               const float v = vec_dot(t, cols, W.data() + r * rb, act.data());
               ASSERT_EQ(0, std::memcmp(&v, &y[r], 4))
-                  << type_name(t) << " " << level << " rows=" << rows << " cols=" << cols
-                  << " row " << r << ": matvec " << y[r] << " != single-row " << v;
+                  << type_name(t) << " " << level << " rows=" << rows << " cols=" << cols << " row "
+                  << r << ": matvec " << y[r] << " != single-row " << v;
               if (pool == nullptr) {
                 const Ref ref = reference(t, W.data() + r * rb, cols, act, x.data());
                 EXPECT_NEAR(y[r], ref.dot, 2e-5 * ref.bound + 1e-30)
@@ -309,7 +309,8 @@ TEST(Kernels, ActivationQuantizationIsFaithful) {
         std::memcpy(&f, act.data() + tail + b * 4, 4);
         // fp16 -> float by hand: sign, 5-bit exponent, 10-bit mantissa (subnormals included).
         const int e = (h >> 10) & 31, m = h & 1023;
-        const double v = (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25)) * (h >> 15 ? -1 : 1);
+        const double v =
+            (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25)) * (h >> 15 ? -1 : 1);
         EXPECT_EQ((double)f, v) << "block " << b;
       }
     }
@@ -350,13 +351,13 @@ TEST(Kernels, ActivationBytesIdenticalAtEveryLevel) {
   std::mt19937 rng(11);
   const int64_t n = 256 * 8;
   auto x = random_floats(n, rng);
-  for (int64_t i = 256; i < 512; ++i) x[i] *= 1e-6f;        // tiny values (fp16 subnormal d)
-  for (int64_t i = 512; i < 768; ++i) x[i] = 0.f;           // all-zero block
-  x[800] = 5.f;                                             // +max and -max tie: first wins
+  for (int64_t i = 256; i < 512; ++i) x[i] *= 1e-6f;  // tiny values (fp16 subnormal d)
+  for (int64_t i = 512; i < 768; ++i) x[i] = 0.f;     // all-zero block
+  x[800] = 5.f;                                       // +max and -max tie: first wins
   x[900] = -5.f;
   x[1100] = -7.f;
   x[1200] = 7.f;
-  x[1300] = NAN;                                            // garbage in, same garbage out
+  x[1300] = NAN;  // garbage in, same garbage out
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K}) {
     std::vector<uint8_t> ref;
     {

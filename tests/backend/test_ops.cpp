@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "core/error.h"
 #include "backend/cpu/ops.h"
+#include "core/error.h"
 
 namespace moeflow {
 namespace {
@@ -69,7 +69,8 @@ TEST(Ops, RopeNormalAndNeox) {
         const double rb = orig[a] * std::sin(theta) + orig[b] * std::cos(theta);
         // theta is computed in float like the references, so large positions carry the
         // float rounding of pos * inv_freq (relative 2^-24 of theta).
-        const double tol = 1e-6 + 3e-7 * std::fabs(theta) * (std::fabs(orig[a]) + std::fabs(orig[b]));
+        const double tol =
+            1e-6 + 3e-7 * std::fabs(theta) * (std::fabs(orig[a]) + std::fabs(orig[b]));
         EXPECT_NEAR(x[a], ra, tol) << neox << " pos " << pos << " i " << i;
         EXPECT_NEAR(x[b], rb, tol) << neox << " pos " << pos << " i " << i;
       }

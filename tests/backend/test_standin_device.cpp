@@ -33,13 +33,16 @@ TEST(StandInDevice, RefusesPageableHostViewsAndViewsOutsideLiveMemory) {
   const TensorView dev_b = matrix_view(b.data(), GgmlType::F32, 8, 4, MemSpace::Device);
   std::vector<float> host(32, 1.0f);
   const TensorView host_v = f32_view(host.data(), 8, 4);
-  EXPECT_NE(error_of([&] { be->add(dev_a, host_v); }).find("pageable host memory"), std::string::npos);
+  EXPECT_NE(error_of([&] { be->add(dev_a, host_v); }).find("pageable host memory"),
+            std::string::npos);
   // A view tagged Device that points into host memory, and one past the end of its buffer.
   const TensorView mistagged = f32_view(host.data(), 8, 4, MemSpace::Device);
-  EXPECT_NE(error_of([&] { be->add(dev_a, mistagged); }).find("does not lie inside live device memory"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { be->add(dev_a, mistagged); }).find("does not lie inside live device memory"),
+      std::string::npos);
   const TensorView overrun = matrix_view(a.data(), GgmlType::F32, 8, 5, MemSpace::Device);
-  EXPECT_NE(error_of([&] { be->add(overrun, dev_b); }).find("does not lie inside"), std::string::npos);
+  EXPECT_NE(error_of([&] { be->add(overrun, dev_b); }).find("does not lie inside"),
+            std::string::npos);
   // A freed buffer is not device memory any more.
   b.reset();
   EXPECT_NE(error_of([&] { be->add(dev_a, dev_b); }).find("freed"), std::string::npos);
@@ -47,14 +50,18 @@ TEST(StandInDevice, RefusesPageableHostViewsAndViewsOutsideLiveMemory) {
 
 TEST(StandInDevice, AllocatorFollowsCudaMallocsRulesAndRunsOut) {
   auto be = make_standin_backend(1);
-  EXPECT_NE(error_of([&] { (void)be->allocator().allocate(1024, 4096); }).find("alignment 4096 is not a power of two up to 256"),
+  EXPECT_NE(error_of([&] {
+              (void)be->allocator().allocate(1024, 4096);
+            }).find("alignment 4096 is not a power of two up to 256"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { (void)be->allocator().allocate(1024, 96); }).find("alignment 96"), std::string::npos);
+  EXPECT_NE(error_of([&] { (void)be->allocator().allocate(1024, 96); }).find("alignment 96"),
+            std::string::npos);
   Buffer ok = be->allocator().allocate(1000, 256);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(ok.data()) % 256, 0u);
   const uint64_t total = standin_vram_total();
   set_standin_vram(standin_vram_used() + (1 << 20));
-  EXPECT_NE(error_of([&] { (void)be->allocator().allocate(2 << 20); }).find("out of device memory"), std::string::npos);
+  EXPECT_NE(error_of([&] { (void)be->allocator().allocate(2 << 20); }).find("out of device memory"),
+            std::string::npos);
   Buffer fits = be->allocator().allocate(512 << 10);  // what is free still is
   EXPECT_TRUE(fits);
   set_standin_vram(total);
@@ -92,7 +99,7 @@ TEST(StandInDevice, OpsRunOnAStreamAndResultsReachTheHostThroughSyncs) {
   Buffer z = be->allocator().allocate(32 * sizeof(float));
   const TensorView dz = f32_view(z.as<float>(), 32, 1, MemSpace::Device);
   EXPECT_NO_THROW(be->copy(dz, dx.slice_rows(0, 1)));  // 64 -> 32 columns: refused on the stream...
-  EXPECT_THROW(be->synchronize(), Error);                // ...and reported here
+  EXPECT_THROW(be->synchronize(), Error);              // ...and reported here
   EXPECT_NO_THROW(be->synchronize());
 }
 
@@ -103,7 +110,8 @@ TEST(StandInDevice, LaneCopiesLandLateAndInOrderAndPinningTwiceIsRefused) {
   std::memset(src.data(), 7, 1 << 20);
   auto lane = link->open_lane();
   uint64_t last = 0;
-  for (int i = 0; i < 4; ++i) last = lane->copy_async(dev.data() + i * (256 << 10), src.data(), 256 << 10);
+  for (int i = 0; i < 4; ++i)
+    last = lane->copy_async(dev.data() + i * (256 << 10), src.data(), 256 << 10);
   lane->wait(last);
   for (int i = 0; i < (1 << 20); i += 4096) ASSERT_EQ(dev.data()[i], 7);
   EXPECT_THROW(lane->wait(last + 5), Error);  // never issued

@@ -62,7 +62,8 @@ TEST(WeightCopies, WeightsAreCopiedOnceTablesStayWhereTheyLie) {
   be.get_rows(ce, ids, matrix_view(b.data(), GgmlType::F32, 512, (int64_t)ids.size()));
   EXPECT_EQ(a, b);
   std::vector<float> ref(512);
-  dequantize_row(GgmlType::Q4_K, emb.bytes.data() + row_bytes(GgmlType::Q4_K, 512) * 63, ref.data(), 512);
+  dequantize_row(GgmlType::Q4_K, emb.bytes.data() + row_bytes(GgmlType::Q4_K, 512) * 63, ref.data(),
+                 512);
   EXPECT_EQ(std::vector<float>(a.begin() + 512, a.begin() + 1024), ref);
 }
 

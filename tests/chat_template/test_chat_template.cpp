@@ -1,8 +1,8 @@
-// Chat templates (src/chat_template/): the Jinja subset against the real templates of the supported model families
-// (exact renderings), the language features one by one, errors, and the model-level wrapper
-// (ChatML fallback, BOS handling, special-token parsing).
-#include <cstdio>
+// Chat templates (src/chat_template/): the Jinja subset against the real templates of the supported
+// model families (exact renderings), the language features one by one, errors, and the model-level
+// wrapper (ChatML fallback, BOS handling, special-token parsing).
 #include <gtest/gtest.h>
+#include <cstdio>
 
 #include <unistd.h>
 
@@ -15,13 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_template/chat_template.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/gen/gen_vocab.h"
-#include "chat_template/chat_template.h"
-#include "tokenizer/tokenizer.h"
 #include "support/tokenizer_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace moeflow::test {
 namespace {
@@ -33,7 +33,8 @@ void expect_render_error(const std::string& tmpl, const ojson& ctx, const std::s
     ChatTemplate(tmpl).render(ctx);
     FAIL() << "expected an error containing: " << message;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos)
+        << e.what();
   }
 }
 
@@ -47,222 +48,246 @@ std::string r(const std::string& tmpl, const ojson& ctx = ojson::object()) {
 // The expected renderings below were checked against jinja2 3.1.6 configured as transformers
 // does (trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False)).
 std::string published(const std::string& name) {
-  const std::string path = std::string(MOEFLOW_SOURCE_DIR) + "/tests/chat_template/templates/" + name + ".jinja";
+  const std::string path =
+      std::string(MOEFLOW_SOURCE_DIR) + "/tests/chat_template/templates/" + name + ".jinja";
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-
 TEST(ChatTemplateReal, MixtralV01ThreeTurns) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "How are you?"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "How are you?"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("mixtral_v01")).render(ctx),
-      "<s>[INST] Hello [/INST]Hi there</s>[INST] How are you? [/INST]");
+            "<s>[INST] Hello [/INST]Hi there</s>[INST] How are you? [/INST]");
 }
 
 TEST(ChatTemplateReal, MixtralV01RolesMustAlternate) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  expect_render_error(published("mixtral_v01"), ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  expect_render_error(published("mixtral_v01"), ctx,
+                      "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 TEST(ChatTemplateReal, MixtralV01SystemRejected) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "s"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  expect_render_error(published("mixtral_v01"), ctx, "Conversation roles must alternate user/assistant/user/assistant/...");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "s"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  expect_render_error(published("mixtral_v01"), ctx,
+                      "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 TEST(ChatTemplateReal, MixtralSystemFoldedIntoFirstUser) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Bye"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Bye"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("mixtral_sys")).render(ctx),
-      "<s> [INST] Be brief.\n"
-      "\n"
-      "Hello [/INST] Hi</s> [INST] Bye [/INST]");
+            "<s> [INST] Be brief.\n"
+            "\n"
+            "Hello [/INST] Hi</s> [INST] Bye [/INST]");
 }
 
 TEST(ChatTemplateReal, MixtralNoSystem) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
-  EXPECT_EQ(ChatTemplate(published("mixtral_sys")).render(ctx),
-      "<s> [INST] Hello [/INST]");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  EXPECT_EQ(ChatTemplate(published("mixtral_sys")).render(ctx), "<s> [INST] Hello [/INST]");
 }
 
 TEST(ChatTemplateReal, Qwen2DefaultSystem) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen2")).render(ctx),
-      "<|im_start|>system\n"
-      "You are a helpful assistant.<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Hello<|im_end|>\n"
-      "<|im_start|>assistant\n");
+            "<|im_start|>system\n"
+            "You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Hello<|im_end|>\n"
+            "<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplateReal, Qwen2OwnSystemNoGenerationPrompt) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen2")).render(ctx),
-      "<|im_start|>system\n"
-      "You are terse.<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Hi<|im_end|>\n"
-      "<|im_start|>assistant\n"
-      "Yo<|im_end|>\n");
+            "<|im_start|>system\n"
+            "You are terse.<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Hi<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "Yo<|im_end|>\n");
 }
 
 TEST(ChatTemplateReal, Qwen15MoeLastAssistantOpen) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen15moe")).render(ctx),
-      "<|im_start|>system\n"
-      "You are a helpful assistant<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Hi<|im_end|>\n"
-      "<|im_start|>assistant\n"
-      "Yo");
+            "<|im_start|>system\n"
+            "You are a helpful assistant<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Hi<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "Yo");
 }
 
 TEST(ChatTemplateReal, Qwen15MoeGenerationPrompt) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen15moe")).render(ctx),
-      "<|im_start|>system\n"
-      "S<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Hi<|im_end|>\n"
-      "<|im_start|>assistant\n");
+            "<|im_start|>system\n"
+            "S<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Hi<|im_end|>\n"
+            "<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplateReal, Qwen3ThinkingHistory) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}, {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}, {"role": "user", "content": "Q2"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
-      "<|im_start|>system\n"
-      "Sys<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Q1<|im_end|>\n"
-      "<|im_start|>assistant\n"
-      "A1<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Q2<|im_end|>\n"
-      "<|im_start|>assistant\n");
+            "<|im_start|>system\n"
+            "Sys<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Q1<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "A1<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Q2<|im_end|>\n"
+            "<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplateReal, Qwen3LastAssistantKeepsThink) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nr1\n</think>\n\nA1"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
-      "<|im_start|>user\n"
-      "Q1<|im_end|>\n"
-      "<|im_start|>assistant\n"
-      "<think>\n"
-      "r1\n"
-      "</think>\n"
-      "\n"
-      "A1<|im_end|>\n");
+            "<|im_start|>user\n"
+            "Q1<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "<think>\n"
+            "r1\n"
+            "</think>\n"
+            "\n"
+            "A1<|im_end|>\n");
 }
 
 TEST(ChatTemplateReal, Qwen3NoThinking) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "enable_thinking": false})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "enable_thinking": false})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
-      "<|im_start|>user\n"
-      "Hi<|im_end|>\n"
-      "<|im_start|>assistant\n"
-      "<think>\n"
-      "\n"
-      "</think>\n"
-      "\n");
+            "<|im_start|>user\n"
+            "Hi<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "<think>\n"
+            "\n"
+            "</think>\n"
+            "\n");
 }
 
 TEST(ChatTemplateReal, Qwen3ToolsAndToolCalls) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2, "metric": true}}}]}, {"role": "tool", "content": "{\"temp\": 21}"}, {"role": "tool", "content": "sunny"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2, "metric": true}}}]}, {"role": "tool", "content": "{\"temp\": 21}"}, {"role": "tool", "content": "sunny"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})JSON");
   EXPECT_EQ(ChatTemplate(published("qwen3")).render(ctx),
-      "<|im_start|>system\n"
-      "Sys\n"
-      "\n"
-      "# Tools\n"
-      "\n"
-      "You may call one or more functions to assist with the user query.\n"
-      "\n"
-      "You are provided with function signatures within <tools></tools> XML tags:\n"
-      "<tools>\n"
-      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
-      "</tools>\n"
-      "\n"
-      "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
-      "<tool_call>\n"
-      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-      "</tool_call><|im_end|>\n"
-      "<|im_start|>user\n"
-      "Weather in Paris?<|im_end|>\n"
-      "<|im_start|>assistant\n"
-      "<tool_call>\n"
-      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"metric\": true}}\n"
-      "</tool_call><|im_end|>\n"
-      "<|im_start|>user\n"
-      "<tool_response>\n"
-      "{\"temp\": 21}\n"
-      "</tool_response>\n"
-      "<tool_response>\n"
-      "sunny\n"
-      "</tool_response><|im_end|>\n"
-      "<|im_start|>assistant\n");
+            "<|im_start|>system\n"
+            "Sys\n"
+            "\n"
+            "# Tools\n"
+            "\n"
+            "You may call one or more functions to assist with the user query.\n"
+            "\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n"
+            "<tools>\n"
+            "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+            "\"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": "
+            "{\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+            "</tools>\n"
+            "\n"
+            "For each function call, return a json object with function name and arguments within "
+            "<tool_call></tool_call> XML tags:\n"
+            "<tool_call>\n"
+            "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+            "</tool_call><|im_end|>\n"
+            "<|im_start|>user\n"
+            "Weather in Paris?<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "<tool_call>\n"
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, "
+            "\"metric\": true}}\n"
+            "</tool_call><|im_end|>\n"
+            "<|im_start|>user\n"
+            "<tool_response>\n"
+            "{\"temp\": 21}\n"
+            "</tool_response>\n"
+            "<tool_response>\n"
+            "sunny\n"
+            "</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplateReal, OlmoeTwoTurns) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "More"}], "add_generation_prompt": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "More"}], "add_generation_prompt": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
   EXPECT_EQ(ChatTemplate(published("olmoe")).render(ctx),
-      "<|endoftext|><|system|>\n"
-      "S\n"
-      "<|user|>\n"
-      "Hi\n"
-      "<|assistant|>\n"
-      "Hello!<|endoftext|>\n"
-      "<|user|>\n"
-      "More\n"
-      "<|assistant|>\n");
+            "<|endoftext|><|system|>\n"
+            "S\n"
+            "<|user|>\n"
+            "Hi\n"
+            "<|assistant|>\n"
+            "Hello!<|endoftext|>\n"
+            "<|user|>\n"
+            "More\n"
+            "<|assistant|>\n");
 }
 
 TEST(ChatTemplateReal, OlmoeLastAssistant) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}], "add_generation_prompt": false, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}], "add_generation_prompt": false, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
   EXPECT_EQ(ChatTemplate(published("olmoe")).render(ctx),
-      "<|endoftext|><|user|>\n"
-      "Hi\n"
-      "<|assistant|>\n"
-      "Hello!<|endoftext|>");
+            "<|endoftext|><|user|>\n"
+            "Hi\n"
+            "<|assistant|>\n"
+            "Hello!<|endoftext|>");
 }
 
 TEST(ChatTemplateReal, DeepSeekV2) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}], "add_generation_prompt": true, "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}], "add_generation_prompt": true, "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"})JSON");
   EXPECT_EQ(ChatTemplate(published("deepseek_v2")).render(ctx),
-      "<｜begin▁of▁sentence｜>Sys\n"
-      "\n"
-      "User: Hi\n"
-      "\n"
-      "Assistant: Hello<｜end▁of▁sentence｜>User: Again\n"
-      "\n"
-      "Assistant:");
+            "<｜begin▁of▁sentence｜>Sys\n"
+            "\n"
+            "User: Hi\n"
+            "\n"
+            "Assistant: Hello<｜end▁of▁sentence｜>User: Again\n"
+            "\n"
+            "Assistant:");
 }
 
 TEST(ChatTemplateReal, Phi35MoeEmptySystemSkipped) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}], "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
   EXPECT_EQ(ChatTemplate(published("phi35moe")).render(ctx),
-      "<|user|>\n"
-      "Hi<|end|>\n"
-      "<|assistant|>\n"
-      "Hey<|end|>\n"
-      "<|endoftext|>");
+            "<|user|>\n"
+            "Hi<|end|>\n"
+            "<|assistant|>\n"
+            "Hey<|end|>\n"
+            "<|endoftext|>");
 }
 
 TEST(ChatTemplateReal, Phi35MoeGenerationPrompt) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "<|endoftext|>"})JSON");
   EXPECT_EQ(ChatTemplate(published("phi35moe")).render(ctx),
-      "<|system|>\n"
-      "Sys<|end|>\n"
-      "<|user|>\n"
-      "Hi<|end|>\n"
-      "<|assistant|>\n");
+            "<|system|>\n"
+            "Sys<|end|>\n"
+            "<|user|>\n"
+            "Hi<|end|>\n"
+            "<|assistant|>\n");
 }
 
 TEST(ChatTemplateReal, ChatMlFallback) {
-  const auto ctx = nlohmann::ordered_json::parse(R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
+  const auto ctx = nlohmann::ordered_json::parse(
+      R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})JSON");
   EXPECT_EQ(ChatTemplate(published("chatml")).render(ctx),
-      "<|im_start|>system\n"
-      "S<|im_end|>\n"
-      "<|im_start|>user\n"
-      "Hi<|im_end|>\n"
-      "<|im_start|>assistant\n");
+            "<|im_start|>system\n"
+            "S<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Hi<|im_end|>\n"
+            "<|im_start|>assistant\n");
 }
 // ---- language features --------------------------------------------------------------------
 
@@ -282,57 +307,81 @@ TEST(ChatTemplateJinja, ExpressionsAndOperators) {
   EXPECT_EQ(r("{{ 'a' ~ 1 ~ none ~ true }}|{{ 'ab' * 3 }}|{{ 'x' 'y' }}"), "a1NoneTrue|ababab|xy");
   EXPECT_EQ(r("{{ 'b' in 'abc' }}{{ 3 in [1, 2] }}{{ 'k' in {'k': 1} }}{{ 4 not in [4] }}"),
             "TrueFalseTrueFalse");
-  EXPECT_EQ(r("{{ 'yes' if 1 < 2 else 'no' }}|{{ 'x' if false }}|{{ 0 or 'd' }}|{{ 1 and 2 }}"), "yes||d|2");
-  EXPECT_EQ(r("{{ not 1 == 2 }}{{ not x is defined }}{{ (1, 2)[1] }}{{ [1, [2, 3]][1][0] }}"), "TrueTrue22");
-  EXPECT_EQ(r("{{ {'a': 1, 'b': [true, none]} }}|{{ [1.5, 'q'] }}|{{ 2.0 }}"), "{'a': 1, 'b': [True, None]}|[1.5, 'q']|2.0");
+  EXPECT_EQ(r("{{ 'yes' if 1 < 2 else 'no' }}|{{ 'x' if false }}|{{ 0 or 'd' }}|{{ 1 and 2 }}"),
+            "yes||d|2");
+  EXPECT_EQ(r("{{ not 1 == 2 }}{{ not x is defined }}{{ (1, 2)[1] }}{{ [1, [2, 3]][1][0] }}"),
+            "TrueTrue22");
+  EXPECT_EQ(r("{{ {'a': 1, 'b': [true, none]} }}|{{ [1.5, 'q'] }}|{{ 2.0 }}"),
+            "{'a': 1, 'b': [True, None]}|[1.5, 'q']|2.0");
 }
 
 TEST(ChatTemplateJinja, SlicesAndIndexing) {
   const ojson ctx = {{"xs", {1, 2, 3, 4, 5}}, {"s", "hello"}};
-  EXPECT_EQ(r("{{ xs[1:] }}{{ xs[:2] }}{{ xs[::-1] }}{{ xs[-2:] }}{{ xs[::2] }}{{ xs[-1] }}{{ xs[9] }}", ctx),
-            "[2, 3, 4, 5][1, 2][5, 4, 3, 2, 1][4, 5][1, 3, 5]5");
+  EXPECT_EQ(
+      r("{{ xs[1:] }}{{ xs[:2] }}{{ xs[::-1] }}{{ xs[-2:] }}{{ xs[::2] }}{{ xs[-1] }}{{ xs[9] }}",
+        ctx),
+      "[2, 3, 4, 5][1, 2][5, 4, 3, 2, 1][4, 5][1, 3, 5]5");
   EXPECT_EQ(r("{{ s[1:3] }}|{{ s[::-1] }}|{{ s[0] }}", ctx), "el|olleh|h");
 }
 
 TEST(ChatTemplateJinja, LoopVariablesFilterElseBreak) {
   const ojson ctx = {{"xs", {"a", "b", "c"}}};
   EXPECT_EQ(r("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ x }}"
-              "{{ 'F' if loop.first }}{{ 'L' if loop.last }}{{ loop.length }};{% endfor %}", ctx),
+              "{{ 'F' if loop.first }}{{ 'L' if loop.last }}{{ loop.length }};{% endfor %}",
+              ctx),
             "103aF3;212b3;321cL3;");
   EXPECT_EQ(r("{% for x in xs if x != 'b' %}{{ loop.index }}{{ x }}{% endfor %}", ctx), "1a2c");
   EXPECT_EQ(r("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
-  EXPECT_EQ(r("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", ctx), "a");
-  EXPECT_EQ(r("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% endfor %}", ctx), "ac");
-  EXPECT_EQ(r("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }},{% endfor %}"), "a=1,b=2,");
+  EXPECT_EQ(r("{% for x in xs %}{% if x == 'b' %}{% break %}{% endif %}{{ x }}{% endfor %}", ctx),
+            "a");
+  EXPECT_EQ(
+      r("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% endfor %}", ctx),
+      "ac");
+  EXPECT_EQ(r("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }},{% endfor %}"),
+            "a=1,b=2,");
   EXPECT_EQ(r("{% for i in range(3) %}{{ i }}{% endfor %}"), "012");
 }
 
 TEST(ChatTemplateJinja, ScopingAndNamespace) {
   // A set inside a loop does not leak out; a namespace attribute does.
-  EXPECT_EQ(r("{% set x = 1 %}{% for i in [1, 2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}"), "10201");
-  EXPECT_EQ(r("{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"), "6");
+  EXPECT_EQ(r("{% set x = 1 %}{% for i in [1, 2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}"),
+            "10201");
+  EXPECT_EQ(r("{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% "
+              "endfor %}{{ ns.n }}"),
+            "6");
   EXPECT_EQ(r("{% set s %}a{{ 1 + 1 }}b{% endset %}[{{ s }}]"), "[a2b]");
   EXPECT_EQ(r("{% if false %}a{% elif true %}b{% else %}c{% endif %}"), "b");
 }
 
 TEST(ChatTemplateJinja, FiltersTestsAndMethods) {
-  const ojson ctx = {{"ms", {{{"role", "user"}, {"n", 1}}, {{"role", "tool"}, {"n", 2}}, {{"role", "user"}, {"n", 3}}}}};
-  EXPECT_EQ(r("{{ '  a b \\n' | trim }}|{{ ms | length }}|{{ 'Ab' | upper }}{{ 'Ab' | lower }}|{{ x | default('d') }}", ctx),
+  const ojson ctx = {
+      {"ms",
+       {{{"role", "user"}, {"n", 1}}, {{"role", "tool"}, {"n", 2}}, {{"role", "user"}, {"n", 3}}}}};
+  EXPECT_EQ(r("{{ '  a b \\n' | trim }}|{{ ms | length }}|{{ 'Ab' | upper }}{{ 'Ab' | lower }}|{{ "
+              "x | default('d') }}",
+              ctx),
             "a b|3|ABab|d");
-  EXPECT_EQ(r("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='n') | list }}", ctx), "[1, 3]");
+  EXPECT_EQ(r("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='n') | list }}", ctx),
+            "[1, 3]");
   EXPECT_EQ(r("{{ ms | rejectattr('role', 'equalto', 'user') | list | length }}", ctx), "1");
-  EXPECT_EQ(r("{{ [1, 2, 3] | join(', ') }}|{{ ['x', 'y'] | first }}{{ ['x', 'y'] | last }}|{{ [1, 2] | reverse | list }}"),
+  EXPECT_EQ(r("{{ [1, 2, 3] | join(', ') }}|{{ ['x', 'y'] | first }}{{ ['x', 'y'] | last }}|{{ [1, "
+              "2] | reverse | list }}"),
             "1, 2, 3|xy|[2, 1]");
-  EXPECT_EQ(r("{{ {'b': 1, 'a': [1, 'é', none, true, 1.5]} | tojson }}"), "{\"b\": 1, \"a\": [1, \"é\", null, true, 1.5]}");
+  EXPECT_EQ(r("{{ {'b': 1, 'a': [1, 'é', none, true, 1.5]} | tojson }}"),
+            "{\"b\": 1, \"a\": [1, \"é\", null, true, 1.5]}");
   EXPECT_EQ(r("{{ {'a': [1]} | tojson(indent=2) }}"), "{\n  \"a\": [\n    1\n  ]\n}");
-  EXPECT_EQ(r("{{ x is defined }}{{ none is none }}{{ 's' is string }}{{ 3 is number }}{{ {} is mapping }}"
+  EXPECT_EQ(r("{{ x is defined }}{{ none is none }}{{ 's' is string }}{{ 3 is number }}{{ {} is "
+              "mapping }}"
               "{{ false is false }}{{ 3 is odd }}{{ 4 is divisibleby(2) }}{{ 1 is not string }}"),
             "FalseTrueTrueTrueTrueTrueTrueTrueTrue");
-  EXPECT_EQ(r("{{ ' x\\n'.strip() }}|{{ 'xxay'.lstrip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}"),
+  EXPECT_EQ(r("{{ ' x\\n'.strip() }}|{{ 'xxay'.lstrip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b "
+              "'.split() }}"),
             "x|ay|['a', 'b', '', 'c']|['a', 'b']");
-  EXPECT_EQ(r("{{ 'hello'.startswith('he') }}{{ 'hello'.endswith('lo') }}{{ 'a-b'.replace('-', '+') }}{{ 'ab cd' | title }}"),
+  EXPECT_EQ(r("{{ 'hello'.startswith('he') }}{{ 'hello'.endswith('lo') }}{{ 'a-b'.replace('-', "
+              "'+') }}{{ 'ab cd' | title }}"),
             "TrueTruea+bAb Cd");
-  EXPECT_EQ(r("{{ {'k': 1}.get('k') }}{{ {'k': 1}.get('z', 5) }}{{ {'k': 1}.keys() | list }}"), "15['k']");
+  EXPECT_EQ(r("{{ {'k': 1}.get('k') }}{{ {'k': 1}.get('z', 5) }}{{ {'k': 1}.keys() | list }}"),
+            "15['k']");
 }
 
 TEST(ChatTemplateJinja, UndefinedIsLenientButPrintsNothing) {
@@ -364,14 +413,18 @@ TEST(ChatTemplateJinja, ApplyAddsExtraVariablesAfterTheStandardOnes) {
   const ojson msgs = ojson::parse(R"([{"role":"user","content":"Weather?"}])");
   const ojson tools = ojson::parse(R"([{"type":"function","function":{"name":"get_weather"}}])");
   const ChatTemplate t(published("qwen3"));
-  const ojson ctx = {{"messages", msgs}, {"add_generation_prompt", true}, {"bos_token", "<s>"},
-                     {"eos_token", "</s>"}, {"tools", tools}};
+  const ojson ctx = {{"messages", msgs},
+                     {"add_generation_prompt", true},
+                     {"bos_token", "<s>"},
+                     {"eos_token", "</s>"},
+                     {"tools", tools}};
   const std::string with_tools = t.apply(msgs, true, "<s>", "</s>", {{"tools", tools}});
   EXPECT_EQ(with_tools, t.render(ctx));
   EXPECT_NE(with_tools.find("get_weather"), std::string::npos);
   EXPECT_EQ(t.apply(msgs, true, "<s>", "</s>").find("get_weather"), std::string::npos);
   // A member named like a standard variable replaces it.
-  EXPECT_EQ(ChatTemplate("{{ bos_token }}|{{ add_generation_prompt }}").apply(msgs, true, "<s>", "</s>", {{"bos_token", "B"}}),
+  EXPECT_EQ(ChatTemplate("{{ bos_token }}|{{ add_generation_prompt }}")
+                .apply(msgs, true, "<s>", "</s>", {{"bos_token", "B"}}),
             "B|True");
   EXPECT_THROW(t.apply(msgs, true, "<s>", "</s>", ojson::array()), Error);
 }
@@ -391,7 +444,8 @@ std::unique_ptr<GgufFile> synth_vocab_file(const std::string& tmpl) {
   w.set_u32("tokenizer.ggml.unknown_token_id", (uint32_t)v.unk_id);
   w.set_bool("tokenizer.ggml.add_bos_token", true);
   if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
-  const std::string path = ::testing::TempDir() + "/chat_tmpl_vocab_" + std::to_string(getpid()) + ".gguf";
+  const std::string path =
+      ::testing::TempDir() + "/chat_tmpl_vocab_" + std::to_string(getpid()) + ".gguf";
   w.write(path);
   auto file = GgufFile::open(path);
   std::remove(path.c_str());  // the mapping outlives the name: nothing is left in the temp dir
@@ -429,7 +483,8 @@ TEST(ModelChatTemplate, UsesTheModelsTemplateWithoutDoubleBos) {
   // An override replaces the model's template.
   const ModelChatTemplate o = model_chat_template(*tok, kChatMlTemplate);
   EXPECT_FALSE(o.fallback);
-  EXPECT_EQ(o.format(ojson::parse(R"([{"role":"user","content":"hi"}])"), false), "<|im_start|>user\nhi<|im_end|>\n");
+  EXPECT_EQ(o.format(ojson::parse(R"([{"role":"user","content":"hi"}])"), false),
+            "<|im_start|>user\nhi<|im_end|>\n");
 }
 
 TEST(ModelChatTemplate, SpecialTokensOfARealVocabAreParsed) {
@@ -459,26 +514,35 @@ double seconds(F&& f) {
 TEST(ChatTemplateLimits, IntegerOverflowIsAnErrorNotUndefinedBehaviour) {
   const char* kMin = "(-9223372036854775807 - 1)";
   expect_render_error("{{ 9223372036854775807 + 1 }}", ojson::object(), "integer overflow in '+'");
-  expect_render_error((std::string("{{ ") + kMin + " - 1 }}").c_str(), ojson::object(), "integer overflow in '-'");
+  expect_render_error((std::string("{{ ") + kMin + " - 1 }}").c_str(), ojson::object(),
+                      "integer overflow in '-'");
   expect_render_error("{{ 4294967296 * 4294967296 }}", ojson::object(), "integer overflow in '*'");
-  expect_render_error((std::string("{{ -") + kMin + " }}").c_str(), ojson::object(), "integer overflow in '-'");
-  expect_render_error((std::string("{{ ") + kMin + " // -1 }}").c_str(), ojson::object(), "integer overflow in '//'");
-  expect_render_error((std::string("{{ ") + kMin + " | abs }}").c_str(), ojson::object(), "integer overflow in 'abs'");
+  expect_render_error((std::string("{{ -") + kMin + " }}").c_str(), ojson::object(),
+                      "integer overflow in '-'");
+  expect_render_error((std::string("{{ ") + kMin + " // -1 }}").c_str(), ojson::object(),
+                      "integer overflow in '//'");
+  expect_render_error((std::string("{{ ") + kMin + " | abs }}").c_str(), ojson::object(),
+                      "integer overflow in 'abs'");
   expect_render_error("{{ 2 ** 64 }}", ojson::object(), "integer overflow in '**'");
-  expect_render_error("{{ (10.0 ** 300) | int }}", ojson::object(), "int needs a number in the 64-bit integer range");
+  expect_render_error("{{ (10.0 ** 300) | int }}", ojson::object(),
+                      "int needs a number in the 64-bit integer range");
   // INT64_MIN % -1 and divisibleby(-1) would trap (SIGFPE); Python's answers.
-  EXPECT_EQ(r(std::string("{{ ") + kMin + " % -1 }}{{ " + kMin + " is divisibleby(-1) }}"), "0True");
+  EXPECT_EQ(r(std::string("{{ ") + kMin + " % -1 }}{{ " + kMin + " is divisibleby(-1) }}"),
+            "0True");
   EXPECT_EQ(r("{{ 9223372036854775806 + 1 }} {{ 2 ** 62 }} {{ -7 // 2 }} {{ -7 % 2 }}"),
             "9223372036854775807 4611686018427387904 -4 1");
 }
 
 TEST(ChatTemplateLimits, HugeStepsDoNotOverflow) {
   // i += step overflowed int64 (undefined behaviour) before the loop test.
-  EXPECT_EQ(r("{% for i in range(0, 9223372036854775807, 4611686018427387904) %}{{ i }},{% endfor %}"),
-            "0,4611686018427387904,");
-  EXPECT_EQ(r("{% for i in range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807) %}{{ i }},{% endfor %}"),
+  EXPECT_EQ(
+      r("{% for i in range(0, 9223372036854775807, 4611686018427387904) %}{{ i }},{% endfor %}"),
+      "0,4611686018427387904,");
+  EXPECT_EQ(r("{% for i in range(9223372036854775807, -9223372036854775807 - 1, "
+              "-9223372036854775807) %}{{ i }},{% endfor %}"),
             "9223372036854775807,0,-9223372036854775807,");
-  EXPECT_EQ(r("{{ 'abc'[1::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807 - 1] }}|{{ [1, 2, 3][::-2] }}"),
+  EXPECT_EQ(r("{{ 'abc'[1::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807 - 1] }}|{{ [1, "
+              "2, 3][::-2] }}"),
             "b|c|[3, 1]");
   EXPECT_EQ(r("{{ 'axbxc'.split('x', -9223372036854775807 - 1) }}{{ 'axbxc'.split('x', 1) }}"),
             "['a', 'b', 'c']['a', 'bxc']");
@@ -486,13 +550,19 @@ TEST(ChatTemplateLimits, HugeStepsDoNotOverflow) {
 
 TEST(ChatTemplateLimits, MissingArgumentsAreErrors) {
   // a.at(0) threw std::out_of_range, which escaped render().
-  expect_render_error("{{ 'a'.startswith() }}", ojson::object(), "startswith needs at least 1 argument(s)");
-  expect_render_error("{{ 'a'.endswith() }}", ojson::object(), "endswith needs at least 1 argument(s)");
+  expect_render_error("{{ 'a'.startswith() }}", ojson::object(),
+                      "startswith needs at least 1 argument(s)");
+  expect_render_error("{{ 'a'.endswith() }}", ojson::object(),
+                      "endswith needs at least 1 argument(s)");
   expect_render_error("{{ {}.get() }}", ojson::object(), "get needs at least 1 argument(s)");
-  expect_render_error("{{ 'a' | replace('a') }}", ojson::object(), "replace needs at least 2 argument(s)");
-  expect_render_error("{{ [1] | selectattr }}", ojson::object(), "selectattr needs at least 1 argument(s)");
-  expect_render_error("{{ 4 is divisibleby }}", ojson::object(), "divisibleby needs at least 1 argument(s)");
-  expect_render_error("{{ 4 is equalto }}", ojson::object(), "equalto needs at least 1 argument(s)");
+  expect_render_error("{{ 'a' | replace('a') }}", ojson::object(),
+                      "replace needs at least 2 argument(s)");
+  expect_render_error("{{ [1] | selectattr }}", ojson::object(),
+                      "selectattr needs at least 1 argument(s)");
+  expect_render_error("{{ 4 is divisibleby }}", ojson::object(),
+                      "divisibleby needs at least 1 argument(s)");
+  expect_render_error("{{ 4 is equalto }}", ojson::object(),
+                      "equalto needs at least 1 argument(s)");
 }
 
 void expect_parse_error(const std::string& tmpl, const std::string& message) {
@@ -500,7 +570,8 @@ void expect_parse_error(const std::string& tmpl, const std::string& message) {
     ChatTemplate t(tmpl);
     ADD_FAILURE() << "expected a parse error containing: " << message;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos)
+        << e.what();
   }
 }
 
@@ -509,7 +580,8 @@ TEST(ChatTemplateLimits, NestingIsBoundedWhileParsing) {
   // destruction of the syntax tree).
   expect_parse_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}",
                      "expression nested deeper than 100 levels");
-  expect_parse_error("{{ " + std::string(5000, '-') + "1 }}", "expression nested deeper than 100 levels");
+  expect_parse_error("{{ " + std::string(5000, '-') + "1 }}",
+                     "expression nested deeper than 100 levels");
   expect_parse_error("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}",
                      "expression nested deeper than 100 levels");
   std::string chain = "{{ 1", attrs = "{{ x", blocks;
@@ -525,11 +597,13 @@ TEST(ChatTemplateLimits, NestingIsBoundedWhileParsing) {
 TEST(ChatTemplateLimits, ValuesNestAtMost100Levels) {
   // A namespace holding itself, once per iteration, nested without end (and every later copy,
   // comparison and print recursed through it).
-  expect_render_error("{% set ns = namespace(x=0) %}{% for i in range(1000) %}{% set ns.x = ns %}{% endfor %}",
-                      ojson::object(), "'x' would nest lists/objects deeper than 100 levels");
+  expect_render_error(
+      "{% set ns = namespace(x=0) %}{% for i in range(1000) %}{% set ns.x = ns %}{% endfor %}",
+      ojson::object(), "'x' would nest lists/objects deeper than 100 levels");
   ojson deep = ojson::array();
   for (int i = 0; i < 200; ++i) deep = ojson::array({deep});
-  expect_render_error("{{ x }}", ojson{{"x", deep}}, "the context nests lists/objects deeper than 100 levels");
+  expect_render_error("{{ x }}", ojson{{"x", deep}},
+                      "the context nests lists/objects deeper than 100 levels");
   ojson ok = ojson::array();
   for (int i = 0; i < 20; ++i) ok = ojson::array({ok});
   EXPECT_EQ(r("{{ x | tojson }}", ojson{{"x", ok}}), std::string(21, '[') + std::string(21, ']'));
@@ -539,7 +613,9 @@ TEST(ChatTemplateLimits, WorkIsBoundedAndTheErrorComesQuickly) {
   // Each of these ran for hours or until the machine ran out of memory.
   const char* hogs[][2] = {
       {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"},
-      {"{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}{% endfor %}", "steps"},
+      {"{% for i in range(100000) %}{% for j in range(100000) "
+       "%}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}{% endfor %}",
+       "steps"},
       {"{{ 'abc' * 1000000000000 }}", "MiB of text and values"},
       {"{% set s = 'a' * 10000000 %}{{ s ~ s ~ s }}", "MiB of text and values"},
       {"{% for i in range(100000) %}{{ messages | tojson }}{% endfor %}", "steps"},
@@ -547,11 +623,15 @@ TEST(ChatTemplateLimits, WorkIsBoundedAndTheErrorComesQuickly) {
       {"{{ 'a\nb' | indent(100000000) }}", "indent width 100000000 is too large"},
       {"{{ [1] | tojson(indent=100000) }}", "tojson indent 100000 is too large"},
       {"{{ ','.join(range(100000) | map('string') | list) * 1000 }}", "MiB of text and values"},
-      {"{% for i in range(100000) %}{{ ('x' * 100000).split('x') | length }}{% endfor %}", "MiB of text and values"},
-      {"{% for i in range(100000) %}{{ ('x' * 100000) | list | length }}{% endfor %}", "MiB of text and values"},
-      {"{% set m = 'x' * 1000000 %}{% for i in range(100000) %}{{ m == m }}{% endfor %}", "MiB of text and values"},
+      {"{% for i in range(100000) %}{{ ('x' * 100000).split('x') | length }}{% endfor %}",
+       "MiB of text and values"},
+      {"{% for i in range(100000) %}{{ ('x' * 100000) | list | length }}{% endfor %}",
+       "MiB of text and values"},
+      {"{% set m = 'x' * 1000000 %}{% for i in range(100000) %}{{ m == m }}{% endfor %}",
+       "MiB of text and values"},
   };
-  const ojson msgs = ojson::parse(R"([{"role":"user","content":"hello there, this is a message"}])");
+  const ojson msgs =
+      ojson::parse(R"([{"role":"user","content":"hello there, this is a message"}])");
   for (const auto& h : hogs) {
     const double s = seconds([&] {
       try {
@@ -569,8 +649,10 @@ TEST(ChatTemplateLimits, WorkIsBoundedAndTheErrorComesQuickly) {
 
 TEST(ChatTemplateLimits, SubstringSearchIsLinear) {
   // std::string::find is O(n * m) on "aaa...ab" in "aaa...a": 10^12 steps here.
-  const std::string t = "{% set a = 'a' * 1000000 %}{% set b = a ~ 'b' %}"
-                        "{{ b in a }} {{ a in (a ~ 'c') }} {{ (a ~ 'b').split(b) | length }} {{ a | replace(b, 'x') | length }}";
+  const std::string t =
+      "{% set a = 'a' * 1000000 %}{% set b = a ~ 'b' %}"
+      "{{ b in a }} {{ a in (a ~ 'c') }} {{ (a ~ 'b').split(b) | length }} {{ a | replace(b, 'x') "
+      "| length }}";
   std::string out;
   const double s = seconds([&] { out = r(t); });
   EXPECT_EQ(out, "False True 2 1000000");
@@ -582,10 +664,14 @@ TEST(ChatTemplateLimits, LongConversationsStayWithinTheBudget) {
   // render through the published templates; reading `messages` in a loop does not copy it.
   ojson many = ojson::array(), big = ojson::array();
   for (int i = 0; i < 10000; ++i)
-    many.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(100, 'a' + i % 26)}});
+    many.push_back(
+        {{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(100, 'a' + i % 26)}});
   for (int i = 0; i < 20; ++i)
-    big.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(1000000, 'a' + i % 26)}});
-  for (const std::string& t : {published("qwen3"), published("mixtral_v01"), published("olmoe"), published("deepseek_v2"), published("phi35moe"), published("chatml")}) {
+    big.push_back(
+        {{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(1000000, 'a' + i % 26)}});
+  for (const std::string& t :
+       {published("qwen3"), published("mixtral_v01"), published("olmoe"), published("deepseek_v2"),
+        published("phi35moe"), published("chatml")}) {
     EXPECT_GT(ChatTemplate(t).apply(many, true, "<s>", "</s>").size(), 1000000u);
     EXPECT_GT(ChatTemplate(t).apply(big, true, "<s>", "</s>").size(), 20000000u);
   }

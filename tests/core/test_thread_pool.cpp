@@ -41,7 +41,12 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
 TEST(ThreadPool, RangesAreMultiplesOfTheGrain) {
   ThreadPool pool(3);
   std::vector<std::pair<int64_t, int64_t>> ranges(3, {-1, -1});
-  pool.parallel_for(100, [&](int64_t b, int64_t e, int t) { ranges[(size_t)t] = {b, e}; }, 8);
+  pool.parallel_for(
+      100,
+      [&](int64_t b, int64_t e, int t) {
+        ranges[(size_t)t] = {b, e};
+      },
+      8);
   for (const auto& [b, e] : ranges) {
     if (b < 0) continue;
     EXPECT_EQ(b % 8, 0);
@@ -93,7 +98,8 @@ TEST(ThreadPool, DestroysCleanlyWhileWorkersSpinOrSleep) {
   for (int rep = 0; rep < 20; ++rep) {
     ThreadPool pool(3);
     pool.run_on_all([](int) {});
-    if (rep % 2) std::this_thread::sleep_for(std::chrono::microseconds(3 * ThreadPool::kSpinMicros));
+    if (rep % 2)
+      std::this_thread::sleep_for(std::chrono::microseconds(3 * ThreadPool::kSpinMicros));
   }
   ThreadPool never_used(4);
   SUCCEED();

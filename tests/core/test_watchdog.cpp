@@ -38,7 +38,8 @@ TEST(Watchdog, ReportsTheStalledPhaseAndEveryThreadOncePerStall) {
   EXPECT_NE(err.find("phase 'a test that waits'"), std::string::npos) << err;
   // At least the sleeper's and this thread's stacks (the watchdog's own is not dumped).
   size_t threads = 0;
-  for (size_t p = err.find("--- thread"); p != std::string::npos; p = err.find("--- thread", p + 1)) ++threads;
+  for (size_t p = err.find("--- thread"); p != std::string::npos; p = err.find("--- thread", p + 1))
+    ++threads;
   EXPECT_GE(threads, 2u) << err;
   EXPECT_NE(err.find("end of report"), std::string::npos) << err;
 }

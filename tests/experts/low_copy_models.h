@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/offload_session.h"
-#include "model/moe/precision_mode.h"
 #include "gguf/gguf_file.h"
+#include "model/moe/precision_mode.h"
 #include "runtime/engine.h"
+#include "runtime/offload_session.h"
 
 namespace moeflow::test {
 
@@ -87,8 +87,9 @@ struct GreedyRun {
 // Greedy run: `prompt` prefilled in chunks of `batch`, then n_decode single-token steps.
 // `off` (optional) is applied the way the CLI does; `provider` (optional) serves the experts in
 // place of the session's provider; `observer` (optional) watches the forward pass.
-inline GreedyRun run_greedy(std::shared_ptr<const GgufFile> file, const std::vector<int32_t>& prompt,
-                            int n_decode, int batch, const OffloadOptions* off,
+inline GreedyRun run_greedy(std::shared_ptr<const GgufFile> file,
+                            const std::vector<int32_t>& prompt, int n_decode, int batch,
+                            const OffloadOptions* off,
                             std::shared_ptr<ExpertProvider> provider = nullptr,
                             ForwardObserver* observer = nullptr) {
   EngineOptions opt;
@@ -106,7 +107,8 @@ inline GreedyRun run_greedy(std::shared_ptr<const GgufFile> file, const std::vec
   eng.prefill(prompt, false, &last);
   r.logits = last;
   for (int i = 0; i < n_decode; ++i) {
-    const int32_t tok = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    const int32_t tok =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     auto row = eng.decode(tok);
     last.assign(row.begin(), row.end());
     r.logits.insert(r.logits.end(), row.begin(), row.end());

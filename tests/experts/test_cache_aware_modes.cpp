@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/offload_session.h"
-#include "low_copy_models.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
+#include "low_copy_models.h"
 #include "model/moe/moe_block.h"
 #include "runtime/engine.h"
+#include "runtime/offload_session.h"
 
 namespace moeflow {
 namespace {
@@ -46,8 +46,10 @@ class FixedCache final : public ResidentExpertProvider, public ForwardObserver {
   void on_route(int layer, std::span<const int> experts,
                 std::span<const Precision> precisions) override {
     experts_.assign(experts.begin(), experts.end());
-    if (precisions.empty()) prec_.assign(experts.size(), Precision::High);
-    else prec_.assign(precisions.begin(), precisions.end());
+    if (precisions.empty())
+      prec_.assign(experts.size(), Precision::High);
+    else
+      prec_.assign(precisions.begin(), precisions.end());
   }
   void on_route(const RouteRecord& r) override {
     if (expect_) expect_(r, experts_, prec_);
@@ -111,20 +113,21 @@ TEST_F(CacheAwareModes, HobbitChangesOnlyMisses) {
   EngineOptions probe_opt;
   Engine probe(f, probe_opt);
   uint64_t checked = 0, low = 0, held_high = 0;
-  cache->set_expect([&](const RouteRecord& r, const std::vector<int>& ex, const std::vector<Precision>& pr) {
-    ASSERT_EQ(r.n_tokens, 1);
-    const Routing g = route(probe.model(), r, 0);
-    ASSERT_EQ(ex.size(), g.experts.size());
-    for (size_t i = 0; i < ex.size(); ++i) {
-      const bool h = held(r.layer, g.experts[i]);
-      const Precision want = i == 0 || h ? Precision::High : Precision::Low;
-      EXPECT_EQ(ex[i], g.experts[i]) << "layer " << r.layer << " rank " << i;
-      EXPECT_EQ(pr[i], want) << "layer " << r.layer << " rank " << i;
-      low += want == Precision::Low;
-      held_high += i > 0 && h;
-      ++checked;
-    }
-  });
+  cache->set_expect(
+      [&](const RouteRecord& r, const std::vector<int>& ex, const std::vector<Precision>& pr) {
+        ASSERT_EQ(r.n_tokens, 1);
+        const Routing g = route(probe.model(), r, 0);
+        ASSERT_EQ(ex.size(), g.experts.size());
+        for (size_t i = 0; i < ex.size(); ++i) {
+          const bool h = held(r.layer, g.experts[i]);
+          const Precision want = i == 0 || h ? Precision::High : Precision::Low;
+          EXPECT_EQ(ex[i], g.experts[i]) << "layer " << r.layer << " rank " << i;
+          EXPECT_EQ(pr[i], want) << "layer " << r.layer << " rank " << i;
+          low += want == Precision::Low;
+          held_high += i > 0 && h;
+          ++checked;
+        }
+      });
   const Outcome got = run(f, o, 1, cache);
   EXPECT_EQ(checked, (kPrompt.size() + kDecode) * 4 * 2);
   EXPECT_GT(low, 0u);
@@ -134,7 +137,8 @@ TEST_F(CacheAwareModes, HobbitChangesOnlyMisses) {
   // The same rule with nothing cached is hobbit-all's; with everything cached it is exact.
   OffloadOptions all = o;
   all.mode = ExpertMode::HobbitAll;
-  const Outcome none_cached = run(f, o, 1, std::make_shared<FixedCache>(*f, [](int, int) { return false; }));
+  const Outcome none_cached =
+      run(f, o, 1, std::make_shared<FixedCache>(*f, [](int, int) { return false; }));
   EXPECT_TRUE(same(none_cached, run(f, all, 1)));
   OffloadOptions exact;
   EXPECT_TRUE(same(run(f, o, 1), run(f, exact, 1)));
@@ -150,7 +154,8 @@ TEST_F(CacheAwareModes, DaopReplacesTheSecondMissByTheBestCachedExpert) {
   Engine probe(f, probe_opt);
   const HParams& hp = probe.model().hparams();
   uint64_t substituted = 0, decode_checked = 0;
-  cache->set_expect([&](const RouteRecord& r, const std::vector<int>& ex, const std::vector<Precision>&) {
+  cache->set_expect([&](const RouteRecord& r, const std::vector<int>& ex,
+                        const std::vector<Precision>&) {
     for (int t = 0; t < r.n_tokens; ++t) {
       Routing g = route(probe.model(), r, t);
       std::vector<int> want = g.experts;

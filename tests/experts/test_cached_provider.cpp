@@ -53,7 +53,13 @@ TEST(CachedProvider, RandomAccessReturnsFileBytesUnderTinyBudgets) {
     ExpertStore probe({m.path}, m.index);
     slot = probe.slot_bytes();
   }
-  struct Case { uint64_t slots; bool per_layer; int threads; bool early; bool pf; };
+  struct Case {
+    uint64_t slots;
+    bool per_layer;
+    int threads;
+    bool early;
+    bool pf;
+  };
   const Case cases[] = {{2, false, 1, true, true},   {3, false, 3, true, true},
                         {5, false, 2, false, false}, {9, false, 1, false, true},
                         {6, true, 2, true, true},    {18, false, 4, true, true},
@@ -255,7 +261,6 @@ TEST(CachedProvider, PriorityPromotionAndCancellation) {
   EXPECT_EQ(prov->ready_chunks(2, 5), 7u);
 }
 
-
 // ProMoE's chunked prefetch: a speculative read goes in parts and gives the I/O thread to a
 // demand read queued meanwhile, keeping the part it read; it resumes where it stopped, either
 // as a speculative read again or, once the router picks it, as one demand read of the rest.
@@ -270,9 +275,13 @@ TEST_P(PausedPrefetch, GivesWayToDemandReadsAndResumesWhereItStopped) {
   cfg.top_k = 2;
   cfg.io_threads = 1;
   cfg.low_part_bytes = kDirectAlign;
-  CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
-                            std::make_unique<test::TestLru>(), cfg);
-  struct Read { int layer, expert, proj; uint64_t begin, end; };
+  CachedExpertProvider prov(
+      std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
+      std::make_unique<test::TestLru>(), cfg);
+  struct Read {
+    int layer, expert, proj;
+    uint64_t begin, end;
+  };
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Read> log;
@@ -336,7 +345,8 @@ TEST_P(PausedPrefetch, GivesWayToDemandReadsAndResumesWhereItStopped) {
       EXPECT_LE(r.end - r.begin, kDirectAlign) << "read " << i;
     }
   }
-  for (int p = 0; p < kNumExpertProj; ++p) EXPECT_EQ(next[p], prov.store().chunk(1, 0, p).aligned_len);
+  for (int p = 0; p < kNumExpertProj; ++p)
+    EXPECT_EQ(next[p], prov.store().chunk(1, 0, p).aligned_len);
   if (promote) {
     EXPECT_EQ(got.size(), 7u);  // the rest as three whole demand reads
   }
@@ -379,8 +389,9 @@ TEST(CachedProvider, DemandMissOfAPrefetchVictimCountsAsHarm) {
   cfg.top_k = 1;
   cfg.io_threads = 1;
   cfg.skip_late_prefetch = false;
-  CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
-                            std::make_unique<test::TestLru>(), cfg);
+  CachedExpertProvider prov(
+      std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
+      std::make_unique<test::TestLru>(), cfg);
   auto step = [&](int e) {
     const int chosen[1] = {e};
     prov.on_route(1, chosen);
@@ -457,7 +468,8 @@ TEST(CachedProvider, StreamedAcquireAwaitsEachMatrixAsItArrives) {
   EXPECT_EQ(prov->ready_chunks(1, 2), 3u);
   EXPECT_EQ(prov->residency(1, 2), Residency::InFlight);
   for (int p = 0; p < 2; ++p)
-    ASSERT_EQ(0, std::memcmp(v.proj[p].data, m.slice(1, 2, p), m.index.layers[1].slices[2][p].nbytes));
+    ASSERT_EQ(0,
+              std::memcmp(v.proj[p].data, m.slice(1, 2, p), m.index.layers[1].slices[2][p].nbytes));
   std::atomic<bool> down_ready{false};
   std::thread waiter([&] {
     prov->await_matrix(1, 2, 2);

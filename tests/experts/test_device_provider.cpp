@@ -7,8 +7,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,13 +37,15 @@ std::string gen_model(const std::string& arch, GgmlType t) {
 }
 
 // Every expert view of `dev` is a copy of the same view of `host`, in the backend's buffers.
-void expect_copies(ResidentExpertProvider& host, DeviceExpertProvider& dev, const StandInDevice& be, bool low) {
+void expect_copies(ResidentExpertProvider& host, DeviceExpertProvider& dev, const StandInDevice& be,
+                   bool low) {
   ASSERT_EQ(dev.has_low_precision(), host.has_low_precision());
   uint64_t bytes = 0;
   for (int p = 0; p < (low ? 2 : 1); ++p)
     for (size_t l = 0; l < host.index().layers.size(); ++l)
       for (int e = 0; e < host.index().layers[l].n_expert; ++e) {
-        const ExpertView h = host.acquire((int)l, e, (Precision)p), d = dev.acquire((int)l, e, (Precision)p);
+        const ExpertView h = host.acquire((int)l, e, (Precision)p),
+                         d = dev.acquire((int)l, e, (Precision)p);
         for (int k = 0; k < kNumExpertProj; ++k) {
           const TensorView &hv = h.proj[k], &dv = d.proj[k];
           ASSERT_EQ((bool)hv, (bool)dv);
@@ -71,7 +73,8 @@ void expect_copies(ResidentExpertProvider& host, DeviceExpertProvider& dev, cons
 
 std::vector<float> logits_of(const Model& m, ExpertProvider& prov, Backend* be) {
   std::unique_ptr<ForwardContext> ctx =
-      be ? std::make_unique<ForwardContext>(m, prov, 32, 8, *be) : std::make_unique<ForwardContext>(m, prov, 32, 8, nullptr);
+      be ? std::make_unique<ForwardContext>(m, prov, 32, 8, *be)
+         : std::make_unique<ForwardContext>(m, prov, 32, 8, nullptr);
   const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17};
   std::vector<float> out;
   ctx->forward(std::span<const int32_t>(toks.data(), 5), LogitsMode::All);

@@ -19,12 +19,12 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "runtime/offload_session.h"
+#include "gguf/gguf_file.h"
 #include "low_copy_models.h"
 #include "model/moe/precision_mode.h"
-#include "gguf/gguf_file.h"
 #include "quant/quant.h"
 #include "runtime/engine.h"
+#include "runtime/offload_session.h"
 
 namespace moeflow {
 namespace {
@@ -69,7 +69,8 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
   using Rule = std::function<Serve(const std::vector<float>& weights, int rank)>;
   RuleReference(const GgufFile& f, Rule rule) : f_(f), rule_(std::move(rule)) {}
 
-  using ExpertProvider::on_route;  // the provider's overload stays visible (clang -Woverloaded-virtual)
+  using ExpertProvider::on_route;  // the provider's overload stays visible (clang
+                                   // -Woverloaded-virtual)
   void on_route(const RouteRecord& r) override {
     ASSERT_EQ(r.n_tokens, 1) << "the reference needs one token per step";
     layer_ = r.layer;
@@ -79,11 +80,13 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
   ExpertView acquire(int layer, int expert, Precision p) override {
     EXPECT_EQ(p, Precision::High) << "the reference runs in exact mode";
     EXPECT_EQ(layer, layer_);
-    const int rank = static_cast<int>(std::find(experts_.begin(), experts_.end(), expert) - experts_.begin());
+    const int rank =
+        static_cast<int>(std::find(experts_.begin(), experts_.end(), expert) - experts_.begin());
     EXPECT_LT(rank, (int)experts_.size());
     const Serve s = rule_(weights_, rank);
     counts_[(int)s]++;
-    return s == Serve::Zero ? zero_view(layer, expert) : view(layer, expert, s == Serve::Low ? "low" : "weight");
+    return s == Serve::Zero ? zero_view(layer, expert)
+                            : view(layer, expert, s == Serve::Low ? "low" : "weight");
   }
   uint64_t count(Serve s) const { return counts_[(int)s]; }
 
@@ -92,7 +95,8 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
     static const char* proj[3] = {"gate", "up", "down"};
     ExpertView v;
     for (int p = 0; p < 3; ++p) {
-      const GgufTensorInfo& t = f_.tensor(fmt::format("blk.{}.ffn_{}_exps.{}", layer, proj[p], suffix));
+      const GgufTensorInfo& t =
+          f_.tensor(fmt::format("blk.{}.ffn_{}_exps.{}", layer, proj[p], suffix));
       const uint64_t slice = t.nbytes / static_cast<uint64_t>(t.dims[2]);
       v.proj[p] = matrix_view(f_.data(t) + slice * static_cast<uint64_t>(expert), t.type, t.dims[0],
                               t.dims[1]);
@@ -102,7 +106,8 @@ class RuleReference final : public ExpertProvider, public ForwardObserver {
   ExpertView zero_view(int layer, int expert) {
     ExpertView v = view(layer, expert, "weight");
     size_t n = 0;
-    for (int p = 0; p < 3; ++p) n = std::max<size_t>(n, (size_t)(v.proj[p].rows() * v.proj[p].cols()));
+    for (int p = 0; p < 3; ++p)
+      n = std::max<size_t>(n, (size_t)(v.proj[p].rows() * v.proj[p].cols()));
     zeros_.assign(n, 0.0f);
     for (int p = 0; p < 3; ++p)
       v.proj[p] = matrix_view(zeros_.data(), GgmlType::F32, v.proj[p].cols(), v.proj[p].rows());
@@ -160,7 +165,11 @@ TEST(PackLow, CopiesDequantizeWithinTheTypeErrorOfTheExperts) {
   ASSERT_EQ(0, sh(std::string(MOEFLOW_BINARY) +
                   " gen-model --arch mixtral --preset small --type Q8_0 --seed 5 -q -o " + in));
   // Max relative RMS error of each type on Gaussian/uniform data (tests/quant), +15%.
-  const struct { const char* name; GgmlType type; double bound; } cases[] = {
+  const struct {
+    const char* name;
+    GgmlType type;
+    double bound;
+  } cases[] = {
       {"Q3_K", GgmlType::Q3_K, 0.158 * 1.15},
       {"Q2_K", GgmlType::Q2_K, 0.294 * 1.15},
       {"Q4_0", GgmlType::Q4_0, 0.095 * 1.15},
@@ -169,7 +178,8 @@ TEST(PackLow, CopiesDequantizeWithinTheTypeErrorOfTheExperts) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string out = tmp_path(std::string("rt_") + c.name);
-    ASSERT_EQ(0, sh(std::string(MOEFLOW_BINARY) + " pack -m " + in + " -o " + out + " --low " + c.name));
+    ASSERT_EQ(
+        0, sh(std::string(MOEFLOW_BINARY) + " pack -m " + in + " -o " + out + " --low " + c.name));
     auto f = GgufFile::open(out);
     EXPECT_EQ(f->get_string("moeflow.low.type"), c.name);
     auto store = ExpertStore::open(*f, StoreOptions{false});
@@ -202,7 +212,8 @@ TEST(PackLow, CopiesDequantizeWithinTheTypeErrorOfTheExperts) {
         }
         // The copy is this row's own encoding (no row or expert mixed up).
         quantize_row(lo.type, hi_row.data(), requant.data(), cols);
-        ASSERT_EQ(0, std::memcmp(requant.data(), lo_bytes, requant.size())) << lo.name << " row " << r;
+        ASSERT_EQ(0, std::memcmp(requant.data(), lo_bytes, requant.size()))
+            << lo.name << " row " << r;
       }
       const double rel = std::sqrt(err / ref);
       EXPECT_GT(rel, 0.0) << lo.name;
@@ -221,7 +232,8 @@ TEST(PackLow, CopiesDequantizeWithinTheTypeErrorOfTheExperts) {
           const uint64_t slice = lo.nbytes / 8;
           ASSERT_EQ(c2.nbytes, slice);
           std::vector<uint8_t> buf(c2.aligned_len + 4096);
-          uint8_t* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 4095) / 4096 * 4096);
+          uint8_t* dst = reinterpret_cast<uint8_t*>(
+              (reinterpret_cast<uintptr_t>(buf.data()) + 4095) / 4096 * 4096);
           store->read(l, e, p, dst, Precision::Low);
           EXPECT_EQ(0, std::memcmp(dst + c2.inner_offset, f->data(lo) + slice * e, slice));
         }
@@ -443,7 +455,8 @@ TEST_F(LossyModes, BadOptionsGiveClearErrors) {
   EXPECT_NE(0, sh(bin + " pack -m " + *plain_ + " -o " + out + " --low Q9_Z"));
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_NE(0, sh(bin + " run -m " + *plain_ + " -p ids:1,2 -n 2 --mode hobbit"));
-  EXPECT_NE(0, sh(bin + " run -m " + *packed_ + " -p ids:1,2 -n 2 --mode hobbit --hobbit-t1 0.8 --hobbit-t2 0.2"));
+  EXPECT_NE(0, sh(bin + " run -m " + *packed_ +
+                  " -p ids:1,2 -n 2 --mode hobbit --hobbit-t1 0.8 --hobbit-t2 0.2"));
   EXPECT_EQ(0, sh(bin + " run -m " + *packed_ + " -p ids:1,2 -n 2 --mode hobbit --cache-rate 0.3"));
 }
 

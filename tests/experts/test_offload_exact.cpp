@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/offload_session.h"
 #include "gguf/gguf_file.h"
 #include "policy/eviction_policy.h"
 #include "runtime/engine.h"
+#include "runtime/offload_session.h"
 
 namespace moeflow {
 namespace {
@@ -31,7 +31,7 @@ struct RunResult {
 };
 
 RunResult run_engine(std::shared_ptr<const GgufFile> file, int threads, const OffloadOptions* off,
-               OffloadStats* stats = nullptr) {
+                     OffloadStats* stats = nullptr) {
   EngineOptions opt;
   opt.n_threads = threads;
   opt.n_ctx = 64;
@@ -84,8 +84,8 @@ class OffloadExact : public ::testing::TestWithParam<ArchModel> {
       std::ofstream f(prompts);
       f << "the quick brown fox\nonce upon a time there was\n";
     }
-    const std::string rec = std::string(MOEFLOW_BINARY) + " trace -m " + path_ + " --prompts " + prompts +
-                            " -o " + calib_ + " -n 6 > /dev/null 2>&1";
+    const std::string rec = std::string(MOEFLOW_BINARY) + " trace -m " + path_ + " --prompts " +
+                            prompts + " -o " + calib_ + " -n 6 > /dev/null 2>&1";
     ASSERT_EQ(0, std::system(rec.c_str())) << rec;
     std::filesystem::remove(prompts);
   }
@@ -103,8 +103,16 @@ TEST_P(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
   std::shared_ptr<const GgufFile> file(GgufFile::open(path_));
   std::deque<std::string> policy_names;  // keeps the names the cases point at
   const RunResult ref = run_engine(file, 1, nullptr);
-  struct Case { double rate; const char* cache; const char* policy; int threads; int io;
-                const char* prefetch; bool early; bool per_layer; };
+  struct Case {
+    double rate;
+    const char* cache;
+    const char* policy;
+    int threads;
+    int io;
+    const char* prefetch;
+    bool early;
+    bool per_layer;
+  };
   // "min" budgets hold exactly top-k experts (global) or top-k per layer.
   const Case cases[] = {
       {0.0, "min", "lru", 1, 1, "none", false, false},
@@ -141,13 +149,14 @@ TEST_P(OffloadExact, LogitsBitIdenticalToResidentUnderEveryConfiguration) {
     o.no_early_preemption = !c.early;
     o.per_layer = c.per_layer;
     SCOPED_TRACE(testing::Message() << "rate " << c.rate << " policy " << c.policy << " threads "
-                                    << c.threads << " prefetch " << c.prefetch << " early " << c.early
-                                    << " per_layer " << c.per_layer);
+                                    << c.threads << " prefetch " << c.prefetch << " early "
+                                    << c.early << " per_layer " << c.per_layer);
     OffloadStats st;
     const RunResult got = run_engine(file, c.threads, &o, &st);
     EXPECT_EQ(got.tokens, ref.tokens);
     ASSERT_EQ(got.logits.size(), ref.logits.size());
-    EXPECT_EQ(0, std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * sizeof(float)));
+    EXPECT_EQ(0,
+              std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * sizeof(float)));
     const LayerOffloadStats t = st.total();
     EXPECT_GT(t.acquires, 0u);
     EXPECT_GT(t.bytes_read, 0u);
@@ -198,7 +207,8 @@ TEST_P(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
   EXPECT_THROW(make_offload(o, *file), Error);
   o.policy = "static";
   EXPECT_NO_THROW(make_offload(o, *file));
-  o.policy_calib = MOEFLOW_SHARED_DATA "/traces/mixtral-8x7b-instruct_speculative-moe/analysis/deep_analysis/routing_raw.jsonl";
+  o.policy_calib = MOEFLOW_SHARED_DATA
+      "/traces/mixtral-8x7b-instruct_speculative-moe/analysis/deep_analysis/routing_raw.jsonl";
   if (std::filesystem::exists(o.policy_calib)) {
     try {
       make_offload(o, *file);
@@ -216,8 +226,8 @@ TEST_P(OffloadExact, BudgetSmallerThanTopKFailsAtStart) {
 
 TEST_P(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
   const std::string out = tmp_path(std::string("packed_") + GetParam().name);
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " pack -m " + path_ + " -o " + out +
-                          " > /dev/null 2>&1";
+  const std::string cmd =
+      std::string(MOEFLOW_BINARY) + " pack -m " + path_ + " -o " + out + " > /dev/null 2>&1";
   ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
   std::shared_ptr<const GgufFile> orig(GgufFile::open(path_));
   std::shared_ptr<const GgufFile> packed(GgufFile::open(out));
@@ -257,11 +267,20 @@ TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
   // exactly top-k, a few more, half the MoE layers' experts per layer, everything.
   const int n_moe = (int)probe.index().layers.size() - 1;  // layer 0 is dense
   const int n_exp = (int)file->get_int(std::string(arch) + ".expert_count");
-  struct Case { int slots; bool all; const char* prefetch; int threads; bool per_layer; };
+  struct Case {
+    int slots;
+    bool all;
+    const char* prefetch;
+    int threads;
+    bool per_layer;
+  };
   const Case cases[] = {
-      {top_k, false, "none", 1, false},          {top_k, false, "lookahead", 2, false},
-      {top_k + 2, false, "lookahead", 2, false}, {n_exp / 2 * (n_moe + 1), false, "none", 1, true},
-      {n_exp * n_moe / 2, false, "lookahead", 2, false}, {0, true, "lookahead", 1, false},
+      {top_k, false, "none", 1, false},
+      {top_k, false, "lookahead", 2, false},
+      {top_k + 2, false, "lookahead", 2, false},
+      {n_exp / 2 * (n_moe + 1), false, "none", 1, true},
+      {n_exp * n_moe / 2, false, "lookahead", 2, false},
+      {0, true, "lookahead", 1, false},
   };
   for (const Case& c : cases) {
     OffloadOptions o;
@@ -271,21 +290,23 @@ TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
       o.expert_cache = probe.slot_bytes() * c.slots;
     o.prefetch = c.prefetch;
     o.per_layer = c.per_layer;
-    SCOPED_TRACE(testing::Message() << arch << "/" << preset << " slots " << c.slots << " all " << c.all
-                                    << " prefetch " << c.prefetch << " threads " << c.threads
-                                    << " per_layer " << c.per_layer);
+    SCOPED_TRACE(testing::Message() << arch << "/" << preset << " slots " << c.slots << " all "
+                                    << c.all << " prefetch " << c.prefetch << " threads "
+                                    << c.threads << " per_layer " << c.per_layer);
     OffloadStats st;
     const RunResult got = run_engine(file, c.threads, &o, &st);
     EXPECT_EQ(got.tokens, ref.tokens);
     ASSERT_EQ(got.logits.size(), ref.logits.size());
-    EXPECT_EQ(0, std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * sizeof(float)));
+    EXPECT_EQ(0,
+              std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * sizeof(float)));
     EXPECT_GT(st.total().bytes_read, 0u);
   }
   std::filesystem::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(DeepseekGlm, OffloadExactArch,
-                         ::testing::Values(std::pair{"deepseek2", "tiny"}, std::pair{"deepseek2", "tiny-v3"},
+                         ::testing::Values(std::pair{"deepseek2", "tiny"},
+                                           std::pair{"deepseek2", "tiny-v3"},
                                            std::pair{"glm4moe", "tiny"}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.first) + "_" + info.param.second;

@@ -74,14 +74,15 @@ TEST(OffloadStress, PrefetcherRunsEveryTaskOnceOrDropsIt) {
         for (int i = 0; i < per_producer; ++i) {
           const uint64_t id = uint64_t(p) * per_producer + i;
           const Priority pr = rng() % 3 == 0 ? Priority::High : Priority::Low;
-          pf.push({uint32_t(id % 7), uint8_t(id % 3), id, int(id % 5), 0, float(rng() % 100) / 100,
-                   0},
-                  pr);
+          pf.push(
+              {uint32_t(id % 7), uint8_t(id % 3), id, int(id % 5), 0, float(rng() % 100) / 100, 0},
+              pr);
           if (rng() % 5 == 0) {
             // Cancel a random earlier task of ours: lazily (state) and, if LOW, physically.
             const uint64_t victim = uint64_t(p) * per_producer + rng() % (i + 1);
             if (sink.cancel(victim)) {
-              physically_dropped += pf.drop_low_if([&](const ChunkTask& t) { return t.ticket == victim; });
+              physically_dropped +=
+                  pf.drop_low_if([&](const ChunkTask& t) { return t.ticket == victim; });
             }
           }
         }
@@ -115,8 +116,9 @@ TEST(OffloadStress, ManyThreadsTinyBudgetsExactBytes) {
     cfg.top_k = 2;
     cfg.io_threads = io_threads;
     cfg.low_part_bytes = kDirectAlign;  // speculative reads pause and resume all the time
-    CachedExpertProvider prov(std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
-                              std::make_unique<test::TestLru>(), cfg);
+    CachedExpertProvider prov(
+        std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index),
+        std::make_unique<test::TestLru>(), cfg);
     std::atomic<int> bad{0}, errors{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < n_threads; ++t) {
@@ -129,14 +131,18 @@ TEST(OffloadStress, ManyThreadsTinyBudgetsExactBytes) {
           switch (rng() % 4) {
             case 0: prov.on_route(l, chosen); break;
             case 1: prov.prefetch(1 + rng() % 3, guess, float(rng() % 10) / 10); break;
-            case 2: if (rng() % 8 == 0) prov.end_step(); break;
+            case 2:
+              if (rng() % 8 == 0) prov.end_step();
+              break;
             default: break;
           }
           (void)prov.residency(l, chosen[1]);
           try {
             ExpertView v = prov.acquire(l, chosen[0]);
             for (int p = 0; p < kNumExpertProj; ++p) {
-              if (std::memcmp(v.proj[p].data, m.slice(l, chosen[0], p), m.nbytes(l, chosen[0], p)) != 0) ++bad;
+              if (std::memcmp(v.proj[p].data, m.slice(l, chosen[0], p),
+                              m.nbytes(l, chosen[0], p)) != 0)
+                ++bad;
             }
             prov.release(l, chosen[0]);
           } catch (const Error&) {

@@ -15,21 +15,23 @@
 #include <vector>
 
 #include "core/error.h"
+#include "delayed_link.h"
 #include "experts/cached_provider.h"
 #include "experts/device_transfer.h"
 #include "gguf/gguf_file.h"
-#include "delayed_link.h"
-#include "support/offload_fixture.h"
 #include "policy/eviction_policy.h"
 #include "runtime/engine.h"
 #include "runtime/offload_session.h"
+#include "support/offload_fixture.h"
 
 namespace moeflow {
 namespace {
 
 constexpr int kLayers = 4, kExperts = 6, kTopK = 2;  // layer 0 has no experts
 
-uint64_t slot_bytes(const test::FakeModel& m) { return ExpertStore({m.path}, m.index).slot_bytes(); }
+uint64_t slot_bytes(const test::FakeModel& m) {
+  return ExpertStore({m.path}, m.index).slot_bytes();
+}
 
 // The cache in "device" memory (a VRAM cache without a GPU: stand-in device slots, copies landing
 // late on a lane thread, released slots retiring until the stand-in backend syncs), when given.
@@ -58,10 +60,11 @@ std::unique_ptr<CachedExpertProvider> make(const test::FakeModel& m, const std::
     DeviceTransferOptions o;
     o.source = DeviceSource::File;
     cfg.allocator = &device->link.device_allocator();
-    cfg.transfer = std::make_shared<DeviceChunkTransfer>(device->link, std::vector<std::span<const uint8_t>>{},
-                                                         *store, o);
+    cfg.transfer = std::make_shared<DeviceChunkTransfer>(
+        device->link, std::vector<std::span<const uint8_t>>{}, *store, o);
   }
-  auto p = std::make_unique<CachedExpertProvider>(std::move(store), make_eviction_policy(policy, po), cfg);
+  auto p = std::make_unique<CachedExpertProvider>(std::move(store),
+                                                  make_eviction_policy(policy, po), cfg);
   if (device) p->attach_backend(device->backend);
   return p;
 }
@@ -88,11 +91,13 @@ void run_layer(CachedExpertProvider& p, const test::FakeModel& m, int layer,
     for (const auto& t : tokens)
       if (std::find(uni.begin(), uni.end(), t[r]) == uni.end()) uni.push_back(t[r]);
   p.on_route(layer, uni);
-  std::stable_sort(uni.begin(), uni.end(), [&](int a, int b) { return p.residency(layer, a) < p.residency(layer, b); });
+  std::stable_sort(uni.begin(), uni.end(),
+                   [&](int a, int b) { return p.residency(layer, a) < p.residency(layer, b); });
   for (int e : uni) {
     const ExpertView v = p.acquire(layer, e);
     for (int proj = 0; proj < kNumExpertProj; ++proj)
-      ASSERT_EQ(0, std::memcmp(v.proj[proj].data, m.slice(layer, e, proj), m.nbytes(layer, e, proj)))
+      ASSERT_EQ(0,
+                std::memcmp(v.proj[proj].data, m.slice(layer, e, proj), m.nbytes(layer, e, proj)))
           << "layer " << layer << " expert " << e;
     p.release(layer, e);
   }
@@ -186,7 +191,9 @@ TEST_P(DaopPlacement, ChangesAfterAPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RamAndVram, DaopPlacement, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Vram" : "Ram"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "Vram" : "Ram";
+                         });
 
 TEST(PolicyHooks, DecliningPolicyNeverEvictsAResidentForAMiss) {
   test::FakeModel m;
@@ -194,7 +201,8 @@ TEST(PolicyHooks, DecliningPolicyNeverEvictsAResidentForAMiss) {
   const auto calib = counts({{1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1}, {1, 6, 2, 5, 3, 4}});
   for (bool per_layer : {true, false})
     for (bool early : {true, false}) {
-      SCOPED_TRACE(testing::Message() << (per_layer ? "per layer" : "global") << (early ? "" : ", no early preemption"));
+      SCOPED_TRACE(testing::Message() << (per_layer ? "per layer" : "global")
+                                      << (early ? "" : ", no early preemption"));
       auto p = make(m, "daop", calib, per_layer ? 8 : 7, per_layer, early);
       p->drain();
       const auto placed = resident(*p);
@@ -234,7 +242,9 @@ class Spy final : public EvictionPolicy {
   void on_access(ExpertKey k, uint64_t t) override { inner_->on_access(k, t); }
   void on_insert(ExpertKey k, uint64_t t) override { inner_->on_insert(k, t); }
   void on_evict(ExpertKey k) override { inner_->on_evict(k); }
-  ExpertKey choose_victim(std::span<const ExpertKey> c, uint64_t t) override { return inner_->choose_victim(c, t); }
+  ExpertKey choose_victim(std::span<const ExpertKey> c, uint64_t t) override {
+    return inner_->choose_victim(c, t);
+  }
   void on_route(const RouteEvent& ev) override {
     if (ev.layer == 0) steps.push_back(ev.step);
     inner_->on_route(ev);
@@ -261,7 +271,8 @@ TEST(PolicyHooks, ForwardPassStartsEachSequenceAndCountsItsPrefillTokens) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("moeflow_hooks_model_" + std::to_string(::getpid()) + ".gguf"))
                                .string();
-  const std::string cmd = std::string(MOEFLOW_BINARY) + " gen-model --arch mixtral --preset tiny --type Q4_K --seed 9 -q -o " +
+  const std::string cmd = std::string(MOEFLOW_BINARY) +
+                          " gen-model --arch mixtral --preset tiny --type Q4_K --seed 9 -q -o " +
                           path + " > /dev/null 2>&1";
   ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
   std::shared_ptr<const GgufFile> file(GgufFile::open(path));
@@ -277,7 +288,8 @@ TEST(PolicyHooks, ForwardPassStartsEachSequenceAndCountsItsPrefillTokens) {
   cfg.budget_bytes = store->total_expert_bytes() / 2;
   cfg.top_k = top_k;
   cfg.prefetch = false;
-  auto provider = std::make_shared<CachedExpertProvider>(std::move(store), std::move(spy_owned), cfg);
+  auto provider =
+      std::make_shared<CachedExpertProvider>(std::move(store), std::move(spy_owned), cfg);
   EngineOptions opt;
   opt.n_threads = 1;
   opt.n_ctx = 64;

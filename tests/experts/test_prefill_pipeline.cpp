@@ -9,9 +9,9 @@
 #include <numeric>
 #include <vector>
 
+#include "delayed_link.h"
 #include "experts/cached_provider.h"
 #include "experts/device_transfer.h"
-#include "delayed_link.h"
 #include "support/offload_fixture.h"
 #include "support/stand_in_device.h"
 
@@ -43,9 +43,11 @@ void make(Rig& s, const char* tag, int places, int stream, bool device) {
     o.source = DeviceSource::File;
     cfg.allocator = &s.link.device_allocator();
     cfg.transfer = std::make_shared<DeviceChunkTransfer>(
-        s.link, std::vector<std::span<const uint8_t>>{std::span<const uint8_t>(s.m.bytes)}, *store, o);
+        s.link, std::vector<std::span<const uint8_t>>{std::span<const uint8_t>(s.m.bytes)}, *store,
+        o);
   }
-  s.prov = std::make_unique<CachedExpertProvider>(std::move(store), std::make_unique<TestLru>(), cfg);
+  s.prov =
+      std::make_unique<CachedExpertProvider>(std::move(store), std::make_unique<TestLru>(), cfg);
   if (device) s.prov->attach_backend(s.be);
 }
 
@@ -92,12 +94,15 @@ TEST(PrefillPipeline, APromptLeavesTheDecodeExpertsCached) {
       // The pipeline reads ahead: when expert i is acquired, the next one is already on its
       // way (its slot freed by the release before, or by the settle at this acquire).
       if (i >= 3 && i + 1 < kExperts && !device) {
-        EXPECT_NE(s.prov->residency(kLayer, (int)i + 1), Residency::NotStarted) << "expert " << i + 1;
+        EXPECT_NE(s.prov->residency(kLayer, (int)i + 1), Residency::NotStarted)
+            << "expert " << i + 1;
       }
     });
     s.prov->drain();
-    for (int e : {0, 1, 2}) EXPECT_TRUE(cached(*s.prov, e)) << "decode expert " << e << " was evicted";
-    for (int e = 3; e < kExperts; ++e) EXPECT_FALSE(cached(*s.prov, e)) << "streamed expert " << e << " kept";
+    for (int e : {0, 1, 2})
+      EXPECT_TRUE(cached(*s.prov, e)) << "decode expert " << e << " was evicted";
+    for (int e = 3; e < kExperts; ++e)
+      EXPECT_FALSE(cached(*s.prov, e)) << "streamed expert " << e << " kept";
     EXPECT_EQ(s.prov->stats().layers[kLayer].streamed, 5u);
     // A decode step after the prompt hits.
     const uint64_t misses = s.prov->stats().layers[kLayer].misses;

@@ -18,17 +18,17 @@
 #include <thread>
 
 #include "core/error.h"
+#include "delayed_link.h"
 #include "experts/cached_provider.h"
 #include "experts/device_transfer.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
+#include "low_copy_models.h"
 #include "model/gen/model_generator.h"
 #include "model/model.h"
-#include "delayed_link.h"
-#include "low_copy_models.h"
-#include "support/offload_fixture.h"
 #include "runtime/offload_session.h"
 #include "runtime/vram_plan.h"
+#include "support/offload_fixture.h"
 #include "support/stand_in_device.h"
 
 namespace moeflow::test {
@@ -46,11 +46,13 @@ const SlowTier kSetups[] = {
     {"file", DeviceSource::File, false, "file->staging->device"},
 };
 
-std::vector<std::span<const uint8_t>> maps_of(const FakeModel& m) { return {std::span<const uint8_t>(m.bytes)}; }
+std::vector<std::span<const uint8_t>> maps_of(const FakeModel& m) {
+  return {std::span<const uint8_t>(m.bytes)};
+}
 
 // Copies chunk (l, e, p) in two parts split at a random page and checks the slice's bytes.
-void copy_and_check(const FakeModel& m, const ExpertStore& store, DeviceChunkTransfer& tr, int l, int e, int p,
-                    std::mt19937& rng) {
+void copy_and_check(const FakeModel& m, const ExpertStore& store, DeviceChunkTransfer& tr, int l,
+                    int e, int p, std::mt19937& rng) {
   const ChunkLoc& c = store.chunk(l, e, p);
   Buffer slot = HostAllocator::instance().allocate(c.aligned_len, 4096);
   std::memset(slot.data(), 0xEE, c.aligned_len);
@@ -155,8 +157,9 @@ TEST(DeviceTransfer, RamSourceNeedsTheMapping) {
   EXPECT_THROW(DeviceChunkTransfer(link, maps_of(m), store, bad), Error);
 }
 
-std::unique_ptr<CachedExpertProvider> device_cache(const FakeModel& m, DelayedLink& link, uint64_t slots,
-                                                   bool prefetch, std::shared_ptr<DeviceChunkTransfer>* out = nullptr) {
+std::unique_ptr<CachedExpertProvider> device_cache(
+    const FakeModel& m, DelayedLink& link, uint64_t slots, bool prefetch,
+    std::shared_ptr<DeviceChunkTransfer>* out = nullptr) {
   auto store = std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index);
   DeviceTransferOptions o;
   o.source = DeviceSource::File;
@@ -238,10 +241,12 @@ std::string tiny_model(const std::string& tag, const std::string& arch, uint64_t
 // Logits of a 6-token prompt (every row) and 4 decode steps; `host` computes experts the
 // backend cannot read.
 std::vector<float> forward_logits(const Model& model, ExpertProvider& prov, Backend* be,
-                                  Backend* host = nullptr, const PrecisionModeConfig* mode = nullptr,
+                                  Backend* host = nullptr,
+                                  const PrecisionModeConfig* mode = nullptr,
                                   std::shared_ptr<PrecisionUsage> usage = nullptr) {
-  std::unique_ptr<ForwardContext> ctx = be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
-                                           : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
+  std::unique_ptr<ForwardContext> ctx =
+      be ? std::make_unique<ForwardContext>(model, prov, 32, 8, *be)
+         : std::make_unique<ForwardContext>(model, prov, 32, 8, nullptr);
   if (host) ctx->moe().set_host_backend(host);
   if (mode) ctx->moe().set_mode(*mode, std::move(usage));
   const std::vector<int32_t> toks = {3, 17, 42, 5, 88, 0, 63, 17, 9, 4};
@@ -281,7 +286,8 @@ DeviceTarget target_of(DelayedLink& link, DeviceSource source) {
 
 // The VRAM cache of `o` over `link` from slow tier `s` (the link told to refuse pinning when the
 // tier says so); the session keeps the link, not the target.
-OffloadSession session_over(const TinyRun& run, DelayedLink& link, const SlowTier& s, const OffloadOptions& o) {
+OffloadSession session_over(const TinyRun& run, DelayedLink& link, const SlowTier& s,
+                            const OffloadOptions& o) {
   link.refuse_pin = s.refuse_pin;
   const DeviceTarget target = target_of(link, s.source);
   return make_offload(o, *run.file, &target);
@@ -361,7 +367,8 @@ TEST(VramCache, PrecalcOffersHostViewsOnlyOverRam) {
     PrecisionModeConfig mode;
     mode.precalc = true;
     auto usage = std::make_shared<PrecisionUsage>();
-    const std::vector<float> got = forward_logits(run.model, *session.provider, &be, &host, &mode, usage);
+    const std::vector<float> got =
+        forward_logits(run.model, *session.provider, &be, &host, &mode, usage);
     ASSERT_EQ(got.size(), exact.size());
     EXPECT_GT(usage->total().precalc_computed, 0u);
     EXPECT_NE(got, exact);  // lossy: the next layer's outputs came from the stale input
@@ -421,7 +428,8 @@ TEST(VramPlan, FileSourceWhenRamCannotHoldTheExperts) {
   EXPECT_NE(p.reason.find("host memory cannot hold them"), std::string::npos) << p.reason;
   OffloadOptions ram;
   ram.expert_source = DeviceSource::Ram;
-  EXPECT_EQ(plan_vram(ram, memory(26 * GiB), 20 * GiB, 24 * GiB, 16 * GiB).source, DeviceSource::Ram);
+  EXPECT_EQ(plan_vram(ram, memory(26 * GiB), 20 * GiB, 24 * GiB, 16 * GiB).source,
+            DeviceSource::Ram);
 }
 
 TEST(VramPlan, ExplicitBudgetAndFreeAndTheirErrors) {
@@ -468,23 +476,25 @@ TEST(HybridRule, CpuWhenItFinishesBeforeTheCopy) {
   EXPECT_DOUBLE_EQ(cpu_expert_seconds(c, 5), 3e-3);
   // 100 MB left to copy: 5 ms on the bus.
   EXPECT_TRUE(prefer_cpu(c, 1, 100'000'000));
-  EXPECT_TRUE(prefer_cpu(c, 8, 100'000'000));    // 4.5 ms
-  EXPECT_FALSE(prefer_cpu(c, 9, 100'000'000));   // 5 ms: not sooner
-  EXPECT_FALSE(prefer_cpu(c, 1, 10'000'000));    // 0.5 ms of copy left
+  EXPECT_TRUE(prefer_cpu(c, 8, 100'000'000));               // 4.5 ms
+  EXPECT_FALSE(prefer_cpu(c, 9, 100'000'000));              // 5 ms: not sooner
+  EXPECT_FALSE(prefer_cpu(c, 1, 10'000'000));               // 0.5 ms of copy left
   EXPECT_FALSE(prefer_cpu(HybridCosts{}, 1, 100'000'000));  // not measured: never
 }
 
 // A VRAM cache of three experts over `link` (copies from the mapping), with the hybrid's host
 // views and the given costs.
-std::unique_ptr<CachedExpertProvider> hybrid_cache(const GgufFile& file, DelayedLink& link, HybridCosts costs) {
+std::unique_ptr<CachedExpertProvider> hybrid_cache(const GgufFile& file, DelayedLink& link,
+                                                   HybridCosts costs) {
   auto store = ExpertStore::open(file);
   OffloadConfig cfg;
   cfg.budget_bytes = 3 * store->slot_bytes();
   cfg.top_k = model_top_k(file);
   cfg.io_threads = 2;
   cfg.allocator = &link.device_allocator();
-  cfg.transfer = std::make_shared<DeviceChunkTransfer>(link, std::vector<std::span<const uint8_t>>{file.mapping(0)},
-                                                       *store, DeviceTransferOptions{});
+  cfg.transfer = std::make_shared<DeviceChunkTransfer>(
+      link, std::vector<std::span<const uint8_t>>{file.mapping(0)}, *store,
+      DeviceTransferOptions{});
   auto res = std::make_shared<ResidentExpertProvider>(file);
   cfg.host_views = std::shared_ptr<const ExpertViewTable>(res, &res->table());
   cfg.hybrid = costs;
@@ -513,7 +523,8 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
                         Case{"copy always sooner", 1e9, false, true}}) {
     SCOPED_TRACE(c.what);
     DelayedLink link;
-    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*run.file, link, HybridCosts{c.cpu_expert_s, 0.0, 1e9});
+    std::unique_ptr<CachedExpertProvider> prov =
+        hybrid_cache(*run.file, link, HybridCosts{c.cpu_expert_s, 0.0, 1e9});
     StandInDevice be;
     be.reads_host = false;
     EXPECT_EQ(forward_logits(run.model, *prov, &be, &host), run.want);
@@ -530,7 +541,8 @@ TEST(VramCache, HybridComputesMissesOnTheHostBitIdentical) {
   // Without a host backend, an expert in host memory is refused by name, not read by the device.
   {
     DelayedLink link;
-    std::unique_ptr<CachedExpertProvider> prov = hybrid_cache(*run.file, link, HybridCosts{1e-12, 0.0, 1e9});
+    std::unique_ptr<CachedExpertProvider> prov =
+        hybrid_cache(*run.file, link, HybridCosts{1e-12, 0.0, 1e9});
     StandInDevice be;
     be.reads_host = false;
     try {

@@ -55,7 +55,9 @@ ojson messages_from_bytes(std::string_view s) {
   return arr;
 }
 
-bool is_template_error(const Error& e) { return std::strncmp(e.what(), "chat template: ", 15) == 0; }
+bool is_template_error(const Error& e) {
+  return std::strncmp(e.what(), "chat template: ", 15) == 0;
+}
 
 }  // namespace
 
@@ -80,8 +82,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     const std::string_view rest = in.substr(nul + 1);
     context = ojson::parse(rest.begin(), rest.end(), nullptr, /*allow_exceptions=*/false);
-    if (context.is_object()) whole_context = true;
-    else if (!context.is_array()) context = messages_from_bytes(rest);
+    if (context.is_object())
+      whole_context = true;
+    else if (!context.is_array())
+      context = messages_from_bytes(rest);
   }
 
   auto render = [&](const ChatTemplate& tmpl) -> std::string {

@@ -34,13 +34,27 @@ constexpr int64_t kHeapSlack = 8 << 20;
 void exercise_metadata(const GgufFile& f) {
   for (const GgufKV& kv : f.metadata()) {
     // Each getter either returns or throws Error naming the key; which one depends on the type.
-    try { (void)f.get_string(kv.key); } catch (const Error&) {}
-    try { (void)f.get_int(kv.key); } catch (const Error&) {}
-    try { (void)f.get_float(kv.key); } catch (const Error&) {}
-    try { (void)f.get_bool(kv.key, false); } catch (const Error&) {}
-    try { (void)f.get_string_array(kv.key); } catch (const Error&) {}
-    try { (void)f.get_int_array(kv.key); } catch (const Error&) {}
-    try { (void)f.get_float_array(kv.key); } catch (const Error&) {}
+    try {
+      (void)f.get_string(kv.key);
+    } catch (const Error&) {}
+    try {
+      (void)f.get_int(kv.key);
+    } catch (const Error&) {}
+    try {
+      (void)f.get_float(kv.key);
+    } catch (const Error&) {}
+    try {
+      (void)f.get_bool(kv.key, false);
+    } catch (const Error&) {}
+    try {
+      (void)f.get_string_array(kv.key);
+    } catch (const Error&) {}
+    try {
+      (void)f.get_int_array(kv.key);
+    } catch (const Error&) {}
+    try {
+      (void)f.get_float_array(kv.key);
+    } catch (const Error&) {}
   }
 }
 
@@ -48,8 +62,9 @@ void exercise_tensors(const GgufFile& f) {
   uint64_t sum = 0;
   for (const GgufTensorInfo& t : f.tensors()) {
     FUZZ_CHECK(t.nbytes > 0, t.name);
-    FUZZ_CHECK(t.file_offset <= f.file_size(t.split) && t.nbytes <= f.file_size(t.split) - t.file_offset,
-               t.name + " outside the file");
+    FUZZ_CHECK(
+        t.file_offset <= f.file_size(t.split) && t.nbytes <= f.file_size(t.split) - t.file_offset,
+        t.name + " outside the file");
     const uint8_t* p = f.data(t);
     sum += p[0] + p[t.nbytes - 1];  // ASan checks both ends are inside the image
     FUZZ_CHECK(f.find_tensor(t.name) == &t, t.name);
@@ -73,8 +88,7 @@ void exercise_expert_index(const GgufFile& f, const char* suffix) {
     }
     if (!idx.layers.empty() && idx.layers.back().n_expert > 0)
       (void)idx.expert_bytes(idx.n_layers - 1, 0);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
 }
 
 void exercise_tokenizer(const GgufFile& f) {
@@ -82,7 +96,8 @@ void exercise_tokenizer(const GgufFile& f) {
   try {
     auto tok = Tokenizer::from_gguf(f);
     const auto ids = tok->encode("Hello world, 123 <s> \xE2\x96\x81x \xFF", true, true);
-    for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok->n_vocab(), "encode gave an id outside the vocabulary");
+    for (int32_t id : ids)
+      FUZZ_CHECK(id >= 0 && id < tok->n_vocab(), "encode gave an id outside the vocabulary");
     (void)tok->decode(ids, true);
     const int32_t n = std::min<int32_t>(tok->n_vocab(), 512);
     StreamDecoder sd(*tok, true);
@@ -91,8 +106,7 @@ void exercise_tokenizer(const GgufFile& f) {
       (void)sd.push(id);
     }
     (void)sd.flush();
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
 }
 
 }  // namespace
@@ -109,7 +123,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       f = GgufFile::open_bytes("fuzz.gguf", data, size);
     } catch (const Error& e) {
-      FUZZ_CHECK(std::strstr(e.what(), "fuzz.gguf") != nullptr, std::string("error does not name the file: ") + e.what());
+      FUZZ_CHECK(std::strstr(e.what(), "fuzz.gguf") != nullptr,
+                 std::string("error does not name the file: ") + e.what());
     }
     if (f) {
       exercise_metadata(*f);
@@ -122,6 +137,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t peak = fuzz::HeapMeter::stop();
   const int64_t bound = kHeapPerByte * static_cast<int64_t>(size) + kHeapSlack;
   FUZZ_CHECK(peak <= bound, std::to_string(size) + " input bytes made moeflow allocate " +
-                                std::to_string(peak) + " bytes at once (bound " + std::to_string(bound) + ")");
+                                std::to_string(peak) + " bytes at once (bound " +
+                                std::to_string(bound) + ")");
   return 0;
 }

@@ -46,7 +46,8 @@ void check_request(const GenerationRequest& r, Endpoint ep) {
   check(!r.include_usage || r.stream);
   if (ep == Endpoint::Chat) {
     check(r.messages.is_array() && !r.messages.empty() && r.messages.size() <= lim.max_messages);
-    for (const auto& m : r.messages) check(m.is_object() && m["role"].is_string() && m["content"].is_string());
+    for (const auto& m : r.messages)
+      check(m.is_object() && m["role"].is_string() && m["content"].is_string());
     check(r.tools.is_null() || r.tools.is_array());
   } else {
     check(r.prompt_is_text || !r.prompt_ids.empty());

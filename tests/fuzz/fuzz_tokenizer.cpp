@@ -74,9 +74,10 @@ std::unique_ptr<GgufFile> relabelled(const GgufFile& src, const std::string& pre
   GgufWriter w;
   for (const GgufKV& kv : src.metadata()) w.set(kv.key, kv.value);
   w.set_string("tokenizer.ggml.pre", pre);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("moeflow_fuzz_vocab_" + pre + "_" + std::to_string(::getpid()) + ".gguf"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("moeflow_fuzz_vocab_" + pre + "_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
   w.write(path);
   auto f = GgufFile::open(path);
   std::filesystem::remove(path);  // the mapping keeps the data
@@ -116,9 +117,11 @@ void check_decoders(const Tokenizer& tok, const std::vector<int32_t>& ids, bool 
   // The stream keeps SentencePiece's prefix space, decode() drops it; the stream replaces
   // broken UTF-8 with U+FFFD, decode() passes the bytes through.
   if (valid_utf8(whole)) {
-    const bool spm_space = tok.model() == "llama" && streamed.size() == whole.size() + 1 && streamed[0] == ' ';
-    FUZZ_CHECK(streamed == whole || (spm_space && streamed.compare(1, std::string::npos, whole) == 0),
-               "stream decoder and decode() disagree");
+    const bool spm_space =
+        tok.model() == "llama" && streamed.size() == whole.size() + 1 && streamed[0] == ' ';
+    FUZZ_CHECK(
+        streamed == whole || (spm_space && streamed.compare(1, std::string::npos, whole) == 0),
+        "stream decoder and decode() disagree");
   }
 }
 
@@ -154,7 +157,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 2; i + 1 < size; i += 2) {
       const uint32_t v = data[i] | (uint32_t(data[i + 1]) << 8);
       // Mostly ids of this vocabulary, now and then one just outside either end.
-      ids.push_back(v == 0xFFFF ? -1 : v == 0xFFFE ? tok.n_vocab() : static_cast<int32_t>(v % tok.n_vocab()));
+      ids.push_back(v == 0xFFFF   ? -1
+                    : v == 0xFFFE ? tok.n_vocab()
+                                  : static_cast<int32_t>(v % tok.n_vocab()));
     }
     check_decoders(tok, ids, special);
     return 0;
@@ -162,7 +167,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data) + 2, size - 2);
   const bool add_bos = flags & kAddBosFlag, parse_special = flags & kParseSpecialFlag;
   const std::vector<int32_t> ids = tok.encode(text, add_bos, parse_special);
-  for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok.n_vocab(), "encode gave an id outside the vocabulary");
+  for (int32_t id : ids)
+    FUZZ_CHECK(id >= 0 && id < tok.n_vocab(), "encode gave an id outside the vocabulary");
   check_decoders(tok, ids, special);
 
   if (valid_utf8(text)) {
@@ -173,9 +179,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // A user-defined token (always matched) is followed by a fresh space prefix, as in
       // llama.cpp; the round trip holds for text without one.
       bool user_defined = false;
-      for (int32_t id : plain) user_defined = user_defined || tok.token_type(id) == TokenType::UserDefined;
+      for (int32_t id : plain)
+        user_defined = user_defined || tok.token_type(id) == TokenType::UserDefined;
       if (!user_defined)
-        FUZZ_CHECK(tok.decode(plain, true) == text, "SentencePiece does not round-trip valid UTF-8");
+        FUZZ_CHECK(tok.decode(plain, true) == text,
+                   "SentencePiece does not round-trip valid UTF-8");
     }
   }
   return 0;

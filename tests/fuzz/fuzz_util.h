@@ -24,8 +24,8 @@ inline std::string shared_data_dir() {
   std::abort();
 }
 
-#define FUZZ_CHECK(cond, msg)                                                  \
-  do {                                                                         \
+#define FUZZ_CHECK(cond, msg)                                                   \
+  do {                                                                          \
     if (!(cond)) ::moeflow::fuzz::fuzz_fail(std::string(#cond) + ": " + (msg)); \
   } while (0)
 
@@ -46,16 +46,24 @@ class HeapMeter {
   static void install() { __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free); }
 
  private:
-  static std::atomic<int64_t>& current() { static std::atomic<int64_t> v{0}; return v; }
-  static std::atomic<int64_t>& peak() { static std::atomic<int64_t> v{0}; return v; }
-  static std::atomic<bool>& active() { static std::atomic<bool> v{false}; return v; }
+  static std::atomic<int64_t>& current() {
+    static std::atomic<int64_t> v{0};
+    return v;
+  }
+  static std::atomic<int64_t>& peak() {
+    static std::atomic<int64_t> v{0};
+    return v;
+  }
+  static std::atomic<bool>& active() {
+    static std::atomic<bool> v{false};
+    return v;
+  }
   static void on_malloc(const volatile void*, size_t n) {
     if (!active().load(std::memory_order_relaxed)) return;
     const int64_t now = current().fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) +
                         static_cast<int64_t>(n);
     int64_t p = peak().load(std::memory_order_relaxed);
-    while (now > p && !peak().compare_exchange_weak(p, now, std::memory_order_relaxed)) {
-    }
+    while (now > p && !peak().compare_exchange_weak(p, now, std::memory_order_relaxed)) {}
   }
   static void on_free(const volatile void* ptr) {
     if (!active().load(std::memory_order_relaxed) || !ptr) return;

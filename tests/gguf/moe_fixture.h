@@ -53,8 +53,9 @@ inline void write_moe_fixture(const std::string& path, uint64_t alignment = 32) 
     w.add_tensor(t.name, t.type, t.dims, [tc](uint8_t* dst, uint64_t n) {
       const uint64_t n_slices = tc.layer < 0 ? 1 : static_cast<uint64_t>(tc.dims[2]);
       for (uint64_t k = 0; k < n; ++k)
-        dst[k] = tc.layer < 0 ? static_cast<uint8_t>(k * 7 + 3)
-                              : moe_fill_byte(tc.layer, tc.slot, static_cast<int>(k / (n / n_slices)));
+        dst[k] = tc.layer < 0
+                     ? static_cast<uint8_t>(k * 7 + 3)
+                     : moe_fill_byte(tc.layer, tc.slot, static_cast<int>(k / (n / n_slices)));
     });
   }
   w.write(path);

@@ -26,9 +26,9 @@ TEST(ExpertIndex, SlicesMatchHandComputation) {
   EXPECT_TRUE(idx.layers[0].slices.empty());
 
   // Tensor byte sizes by hand: F32 4 B, F16 2 B, Q8_0 34 B / 32, Q4_0 18 B / 32.
-  const uint64_t sizes[] = {64 * 10 * 4, 64 * 32 * 2, 64 * 32 * 2, 32 * 64 * 2, 64 * 4 * 4,
-                            2 * 34 * 32 * 4, 2 * 34 * 32 * 4, 32 * 64 * 2 * 4, 64 * 2 * 4,
-                            2 * 18 * 64 * 2, 32 * 64 * 4 * 2, 2 * 34 * 10};
+  const uint64_t sizes[] = {64 * 10 * 4, 64 * 32 * 2,     64 * 32 * 2,     32 * 64 * 2,
+                            64 * 4 * 4,  2 * 34 * 32 * 4, 2 * 34 * 32 * 4, 32 * 64 * 2 * 4,
+                            64 * 2 * 4,  2 * 18 * 64 * 2, 32 * 64 * 4 * 2, 2 * 34 * 10};
   uint64_t offs[12];
   uint64_t o = f->data_section_offset();
   for (int k = 0; k < 12; ++k) {
@@ -89,8 +89,9 @@ TEST(ExpertIndex, SlicesMatchHandComputation) {
       }
 }
 
-void expect_index_error(const std::vector<std::tuple<std::string, GgmlType, std::vector<int64_t>>>& ts,
-                        const std::string& needle) {
+void expect_index_error(
+    const std::vector<std::tuple<std::string, GgmlType, std::vector<int64_t>>>& ts,
+    const std::string& needle) {
   TempDir dir;
   const std::string path = dir.file("bad_moe.gguf");
   GgufWriter w;
@@ -113,9 +114,9 @@ TEST(ExpertIndex, RefusesInconsistentExperts) {
                       {"blk.0.ffn_up_exps.weight", F, {8, 4, 3}},
                       {"blk.0.ffn_down_exps.weight", F, {4, 8, 4}}},
                      "has 3 experts");
-  expect_index_error({{"blk.0.ffn_gate_exps.weight", F, {8, 4, 4}},
-                      {"blk.0.ffn_up_exps.weight", F, {8, 4, 4}}},
-                     "ffn_down_exps");
+  expect_index_error(
+      {{"blk.0.ffn_gate_exps.weight", F, {8, 4, 4}}, {"blk.0.ffn_up_exps.weight", F, {8, 4, 4}}},
+      "ffn_down_exps");
   expect_index_error({{"blk.0.ffn_gate_exps.weight", F, {8, 4}},
                       {"blk.0.ffn_up_exps.weight", F, {8, 4, 4}},
                       {"blk.0.ffn_down_exps.weight", F, {4, 8, 4}}},

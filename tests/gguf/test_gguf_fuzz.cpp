@@ -19,7 +19,8 @@ using test::TempDir;
 // images are exact-size heap copies, so ASan flags any read past their end.
 bool load_or_error(const std::string& path, const std::string* image = nullptr) {
   try {
-    auto f = image ? GgufFile::open_bytes(path, image->data(), image->size()) : GgufFile::open(path);
+    auto f =
+        image ? GgufFile::open_bytes(path, image->data(), image->size()) : GgufFile::open(path);
     const ExpertIndex idx = build_expert_index(*f);
     // Every tensor the parser accepted lies inside its split's mapping, at the offset the
     // header gives; its first and last bytes are read (under ASan a wrong bound is a report).

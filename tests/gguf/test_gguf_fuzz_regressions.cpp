@@ -40,7 +40,8 @@ Bytes shared_expert_data(int n_layers, int n_expert) {
   b.kv_str("general.architecture", "llama");
   for (int l = 0; l < n_layers; ++l)
     for (const char* p : {"gate", "up", "down"})
-      b.tensor("blk." + std::to_string(l) + ".ffn_" + p + "_exps.weight", {1, 1, uint64_t(n_expert)}, kF32, 0);
+      b.tensor("blk." + std::to_string(l) + ".ffn_" + p + "_exps.weight",
+               {1, 1, uint64_t(n_expert)}, kF32, 0);
   b.pad(32);
   b.fill(4 * static_cast<uint64_t>(n_expert), 0);
   return b;
@@ -77,12 +78,13 @@ TEST(GgufFuzzRegressions, TensorsSharingBytesAreRefused) {
 // block_count_655363.gguf); 1000000 in a 128-byte file gave 40 MB, and a tensor named
 // blk.999999.x did the same.
 TEST(GgufFuzzRegressions, LayerCountIsBounded) {
-  const std::string found = test::read_bytes(std::string(MOEFLOW_SOURCE_DIR) +
-                                             "/tests/fuzz/regressions/gguf/block_count_655363.gguf");
+  const std::string found = test::read_bytes(
+      std::string(MOEFLOW_SOURCE_DIR) + "/tests/fuzz/regressions/gguf/block_count_655363.gguf");
   ASSERT_EQ(found.size(), 2144u);
   auto fz = GgufFile::open_bytes("block_count_655363.gguf", found.data(), found.size());
   expect_error([&] { build_expert_index(*fz); },
-               "block_count_655363.gguf: metadata key 'llama.block_count' = 655363 is out of range 0..65536");
+               "block_count_655363.gguf: metadata key 'llama.block_count' = 655363 is out of range "
+               "0..65536");
 
   Bytes b;
   b.header(3, 0, 2);
@@ -113,7 +115,8 @@ TEST(GgufFuzzRegressions, LayerCountIsBounded) {
 
 // Every committed reproducer: the same steps as fuzz_gguf, and only moeflow::Error may come out.
 TEST(GgufFuzzRegressions, CommittedReproducersGiveErrorsOnly) {
-  const std::filesystem::path dir = std::filesystem::path(MOEFLOW_SOURCE_DIR) / "tests/fuzz/regressions/gguf";
+  const std::filesystem::path dir =
+      std::filesystem::path(MOEFLOW_SOURCE_DIR) / "tests/fuzz/regressions/gguf";
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string bytes = test::read_bytes(e.path().string());
@@ -123,12 +126,12 @@ TEST(GgufFuzzRegressions, CommittedReproducersGiveErrorsOnly) {
       for (const char* suffix : {"weight", "low"}) {
         try {
           build_expert_index(*f, suffix);
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
       }
       if (f->has("tokenizer.ggml.model")) Tokenizer::from_gguf(*f)->encode("Hello <s>", true, true);
     } catch (const Error& err) {
-      EXPECT_NE(std::string(err.what()).find(e.path().filename().string()), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find(e.path().filename().string()), std::string::npos)
+          << err.what();
     }
   }
   EXPECT_GE(n, 1) << "no reproducers in " << dir;

@@ -114,7 +114,8 @@ TEST(GgufHandmade, RefusesEachMalformation) {
   expect_refused(one_tensor("blk.0.x", {static_cast<uint64_t>(-3)}, kF32, 0), "dimension 0 = -3");
   expect_refused(one_tensor("blk.0.x", {1ull << 32, 1ull << 32}, kF32, 0), "overflows");
   expect_refused(one_tensor("blk.0.x", {1ull << 40, 1ull << 22}, kF32, 0), "overflows");
-  expect_refused(one_tensor("blk.0.x", {4}, 77, 0), "unknown tensor type id 77 in tensor 'blk.0.x'");
+  expect_refused(one_tensor("blk.0.x", {4}, 77, 0),
+                 "unknown tensor type id 77 in tensor 'blk.0.x'");
   expect_refused(one_tensor("blk.0.x", {48}, kQ8_0, 0), "not a multiple of the Q8_0 block size 32");
   expect_refused(one_tensor("blk.0.x", {32}, kF32, 0, 100), "past the end of the file");
   expect_refused(one_tensor("blk.0.x", {4}, kF32, 1ull << 63), "past the end of the file");

@@ -85,15 +85,13 @@ std::vector<std::pair<std::string, GgufValue>> make_metadata() {
   kv.emplace_back("k.f32s", GgufValue::make_f32_array({1.0f, -2.5f, 3e38f}));
   kv.emplace_back("k.i32s", GgufValue::make_i32_array({-1, 0, 7}));
   kv.emplace_back("k.nested",
-                  GgufValue::make_array(GgufType::ARRAY,
-                                        {GgufValue::make_string_array({"a", "b"}),
-                                         GgufValue::make_string_array({}),
-                                         GgufValue::make_string_array({"c"})}));
-  kv.emplace_back(
-      "k.nested2",
-      GgufValue::make_array(
-          GgufType::ARRAY,
-          {GgufValue::make_array(GgufType::ARRAY, {GgufValue::make_i32_array({1, 2})})}));
+                  GgufValue::make_array(GgufType::ARRAY, {GgufValue::make_string_array({"a", "b"}),
+                                                          GgufValue::make_string_array({}),
+                                                          GgufValue::make_string_array({"c"})}));
+  kv.emplace_back("k.nested2",
+                  GgufValue::make_array(
+                      GgufType::ARRAY, {GgufValue::make_array(
+                                           GgufType::ARRAY, {GgufValue::make_i32_array({1, 2})})}));
   kv.emplace_back("k.empty_arr", GgufValue::make_array(GgufType::FLOAT64, {}));
   return kv;
 }
@@ -109,7 +107,9 @@ void expect_same(const GgufValue& a, const GgufValue& b, const std::string& key)
     case GgufType::INT16:
     case GgufType::INT32:
     case GgufType::INT64: EXPECT_EQ(a.i, b.i) << key; break;
-    case GgufType::FLOAT32: EXPECT_EQ(static_cast<float>(a.f), static_cast<float>(b.f)) << key; break;
+    case GgufType::FLOAT32:
+      EXPECT_EQ(static_cast<float>(a.f), static_cast<float>(b.f)) << key;
+      break;
     case GgufType::FLOAT64: EXPECT_EQ(a.f, b.f) << key; break;
     case GgufType::BOOL: EXPECT_EQ(a.b, b.b) << key; break;
     case GgufType::STRING: EXPECT_EQ(a.s, b.s) << key; break;
@@ -220,11 +220,9 @@ TEST(GgufWriter, RejectsBadTensors) {
   EXPECT_THROW(w.add_tensor("a", GgmlType::F32, {4}, x, sizeof(x)), Error);  // duplicate
   EXPECT_THROW(w.add_tensor("b", GgmlType::F32, {4}, x, 8), Error);          // wrong size
   EXPECT_THROW(w.add_tensor("c", GgmlType::Q8_0, {16}, [](uint8_t*, uint64_t) {}), Error);
-  EXPECT_THROW(w.add_tensor("d", GgmlType::F32, {1, 1, 1, 1, 1}, [](uint8_t*, uint64_t) {}),
-               Error);
+  EXPECT_THROW(w.add_tensor("d", GgmlType::F32, {1, 1, 1, 1, 1}, [](uint8_t*, uint64_t) {}), Error);
   EXPECT_THROW(w.add_tensor("e", GgmlType::F32, {0}, [](uint8_t*, uint64_t) {}), Error);
-  EXPECT_THROW(w.add_tensor("f", static_cast<GgmlType>(77), {4}, [](uint8_t*, uint64_t) {}),
-               Error);
+  EXPECT_THROW(w.add_tensor("f", static_cast<GgmlType>(77), {4}, [](uint8_t*, uint64_t) {}), Error);
   EXPECT_THROW(w.set("general.alignment", GgufValue::make_u32(48)), Error);
 }
 

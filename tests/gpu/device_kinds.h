@@ -30,14 +30,14 @@ inline bool gpu_required() {
 }  // namespace moeflow::test
 
 // Skips (or, with MOEFLOW_REQUIRE_GPU=1, fails) a CUDA case on a machine without a device.
-#define MOEFLOW_NEED_DEVICE(kind)                                                              \
-  do {                                                                                         \
-    if ((kind) == ::moeflow::BackendKind::Cuda) {                                              \
-      const std::string why_ = ::moeflow::device_unavailable_reason(kind);                     \
-      if (!why_.empty()) {                                                                     \
-        if (::moeflow::test::gpu_required())                                                   \
-          FAIL() << why_ << " (MOEFLOW_REQUIRE_GPU=1: this machine must run the GPU tests)";   \
-        GTEST_SKIP() << why_;                                                                  \
-      }                                                                                        \
-    }                                                                                          \
+#define MOEFLOW_NEED_DEVICE(kind)                                                            \
+  do {                                                                                       \
+    if ((kind) == ::moeflow::BackendKind::Cuda) {                                            \
+      const std::string why_ = ::moeflow::device_unavailable_reason(kind);                   \
+      if (!why_.empty()) {                                                                   \
+        if (::moeflow::test::gpu_required())                                                 \
+          FAIL() << why_ << " (MOEFLOW_REQUIRE_GPU=1: this machine must run the GPU tests)"; \
+        GTEST_SKIP() << why_;                                                                \
+      }                                                                                      \
+    }                                                                                        \
   } while (0)

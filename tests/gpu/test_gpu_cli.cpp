@@ -21,7 +21,8 @@ namespace {
 const std::string& model() {
   static const std::string path = [] {
     const std::string p = temp_path("standin_cli_" + std::to_string(getpid()) + ".gguf");
-    const Cmd c = run_moeflow("gen-model --arch mixtral --preset small --type Q8_0 --seed 7 -q -o " + p);
+    const Cmd c =
+        run_moeflow("gen-model --arch mixtral --preset small --type Q8_0 --seed 7 -q -o " + p);
     EXPECT_EQ(c.rc, 0) << c.out;
     return p;
   }();
@@ -35,7 +36,8 @@ nlohmann::json last_json_line(const std::string& out) {
 }
 
 TEST(StandInCli, RunGivesTheCpuText) {
-  const std::string args = " -m " + model() + " -p 'Once upon a time' -n 12 --temp 0 -t 2 --stats none";
+  const std::string args =
+      " -m " + model() + " -p 'Once upon a time' -n 12 --temp 0 -t 2 --stats none";
   const Cmd cpu = run_moeflow("run --backend cpu" + args, false);
   const Cmd dev = run_moeflow("run --backend standin" + args, false);
   ASSERT_EQ(cpu.rc, 0) << cpu.out;
@@ -45,7 +47,8 @@ TEST(StandInCli, RunGivesTheCpuText) {
 }
 
 TEST(StandInCli, BenchJsonEveryExpertInVram) {
-  const Cmd c = run_moeflow("bench --backend standin -m " + model() + " -p 16 -n 8 --reps 1 -t 2 --json", false);
+  const Cmd c = run_moeflow(
+      "bench --backend standin -m " + model() + " -p 16 -n 8 --reps 1 -t 2 --json", false);
   ASSERT_EQ(c.rc, 0) << c.out;
   const nlohmann::json j = last_json_line(c.out);
   EXPECT_EQ(j["backend"], "standin");

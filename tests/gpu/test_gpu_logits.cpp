@@ -19,27 +19,27 @@
 // makes that a failure.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
-#include <filesystem>
 #include <span>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"  // CudaGraphCounts (plain C++; defined in CUDA builds)
 #include "backend/standin/standin_device.h"
-#include "support/routing_log.h"
 #include "device_kinds.h"
 #include "model/gen/model_generator.h"
 #include "model/model.h"
 #include "model/observer.h"
 #include "model/routing_override.h"
 #include "runtime/engine.h"
+#include "support/routing_log.h"
 
 namespace moeflow::test {
 namespace {
@@ -157,7 +157,8 @@ Flips routing_flips(const RoutingLog& a, const RoutingLog& b) {
     std::sort(y.begin(), y.end());
     if (x == y) continue;
     if (f.count++ == 0) {
-      f.first = "position " + std::to_string(key.first) + ", layer " + std::to_string(key.second) + ": cpu";
+      f.first = "position " + std::to_string(key.first) + ", layer " + std::to_string(key.second) +
+                ": cpu";
       for (int e : ea) f.first += " " + std::to_string(e);
       f.first += " vs device";
       for (int e : it->second) f.first += " " + std::to_string(e);
@@ -235,7 +236,8 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
 
   double worst = 0;
   for (int t = 0; t < kPrompt; ++t) {
-    const double d = rel_diff(gpu.prompt_logits.data() + t * V, cpu.prompt_logits.data() + t * V, V);
+    const double d =
+        rel_diff(gpu.prompt_logits.data() + t * V, cpu.prompt_logits.data() + t * V, V);
     worst = std::max(worst, d);
     EXPECT_LE(d, tol) << "prompt position " << t;
   }
@@ -255,20 +257,24 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
       ++near_ties;
     }
   }
-  EXPECT_LE(near_ties, 2) << "greedy tokens differ at " << near_ties << " of " << kSteps << " steps";
+  EXPECT_LE(near_ties, 2) << "greedy tokens differ at " << near_ties << " of " << kSteps
+                          << " steps";
   const Flips flips = routing_flips(cpu.routing, gpu.routing);
-  std::printf("%s %s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps, "
-              "%d routing flips%s%s\n",
-              backend_kind_name(c.device), c.arch.c_str(), type_name(c.type), worst, tol, near_ties,
-              flips.count, flips.count ? "; first at " : "", flips.first.c_str());
+  std::printf(
+      "%s %s %s: worst relative logit difference %.3g (tolerance %.3g), %d near-tie steps, "
+      "%d routing flips%s%s\n",
+      backend_kind_name(c.device), c.arch.c_str(), type_name(c.type), worst, tol, near_ties,
+      flips.count, flips.count ? "; first at " : "", flips.first.c_str());
   // Numerics alone: the same run with the CPU's routing forced on the device (exact on the
   // stand-in; within the tolerance on CUDA, with every routing flip taken out).
   const RunResult held = run(path, c.device, &cpu.tokens, &cpu.routing);
   double worst_held = 0;
   for (size_t i = 0; i < held.prompt_logits.size(); i += V)
-    worst_held = std::max(worst_held, rel_diff(held.prompt_logits.data() + i, cpu.prompt_logits.data() + i, V));
+    worst_held = std::max(worst_held,
+                          rel_diff(held.prompt_logits.data() + i, cpu.prompt_logits.data() + i, V));
   for (size_t i = 0; i < held.step_logits.size(); i += V)
-    worst_held = std::max(worst_held, rel_diff(held.step_logits.data() + i, cpu.step_logits.data() + i, V));
+    worst_held =
+        std::max(worst_held, rel_diff(held.step_logits.data() + i, cpu.step_logits.data() + i, V));
   EXPECT_LE(worst_held, tol) << "with the CPU's routing held on the device";
   std::printf("  with the CPU's routing held: worst relative logit difference %.3g\n", worst_held);
   if (c.device == BackendKind::StandIn) {
@@ -277,7 +283,8 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
     // times per token (each MoE layer's routing is one read back; printed for the record).
     EXPECT_GT(gpu.standin.ops, 0u);
     std::printf("stand-in: %.1f ops and %.1f host waits per token\n",
-                double(gpu.standin.ops) / (kPrompt + kSteps), double(gpu.standin.syncs) / (kPrompt + kSteps));
+                double(gpu.standin.ops) / (kPrompt + kSteps),
+                double(gpu.standin.syncs) / (kPrompt + kSteps));
     return;
   }
 
@@ -290,8 +297,10 @@ TEST_P(GpuVsCpu, LogitsGreedyTokensDeterminismAndGraphs) {
   const RunResult plain = run(path, c.device, &cpu.tokens);
   unsetenv("MOEFLOW_CUDA_GRAPHS");
   EXPECT_EQ(plain.graphs.launches, 0u);
-  EXPECT_TRUE(plain.prompt_logits == gpu.prompt_logits) << "prefill logits differ between two GPU runs";
-  EXPECT_TRUE(plain.step_logits == gpu.step_logits) << "decode logits differ with and without CUDA graphs";
+  EXPECT_TRUE(plain.prompt_logits == gpu.prompt_logits)
+      << "prefill logits differ between two GPU runs";
+  EXPECT_TRUE(plain.step_logits == gpu.step_logits)
+      << "decode logits differ with and without CUDA graphs";
 }
 
 std::vector<Case> cases() {
@@ -300,8 +309,8 @@ std::vector<Case> cases() {
   // deepseek2: MLA heads of kv_lora_rank + rope dims (288 in "small", 576 in the released
   // models) take the attention kernels' wide variant.
   for (BackendKind d : device_kinds())
-    for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "gpt-oss", "phimoe",
-                             "deepseek2"})
+    for (const char* arch :
+         {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "gpt-oss", "phimoe", "deepseek2"})
       for (T t : {T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::IQ4_NL,
                   T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS})
         out.push_back({d, arch, t});
@@ -310,8 +319,9 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(EveryArchAndFormat, GpuVsCpu, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
-                           std::string name = std::string(backend_kind_name(info.param.device)) + "_" +
-                                              info.param.arch + "_" + type_name(info.param.type);
+                           std::string name = std::string(backend_kind_name(info.param.device)) +
+                                              "_" + info.param.arch + "_" +
+                                              type_name(info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });

@@ -6,19 +6,19 @@
 // cases are skipped ("no CUDA device: ...").
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "device_kinds.h"
 #include "experts/expert_store.h"
 #include "experts/resident_provider.h"
-#include "policy/eviction_policy.h"
 #include "gguf/gguf_file.h"
 #include "model/gen/model_generator.h"
+#include "policy/eviction_policy.h"
 #include "runtime/backend_choice.h"
 #include "runtime/engine.h"
 #include "runtime/offload_session.h"
@@ -62,7 +62,7 @@ std::string gen(const std::string& arch) {
   gen::GenOptions o;
   o.shape = gen::find_preset(gen::parse_arch(arch), "small");
   o.type = GgmlType::Q8_0;  // quick to generate (the sanitizer builds run this too); the
-  o.seed = 5;                 // cache moves bytes whatever their format
+  o.seed = 5;               // cache moves bytes whatever their format
   gen::generate_model(o, path);
   return path;
 }
@@ -88,9 +88,10 @@ TEST_P(GpuVramCache, LogitsAndTokensMatchEveryExpertInVram) {
     const Outcome want = run(dev, file, nullptr);
     const uint64_t slot = ExpertStore::open(*file)->slot_bytes();
     const int top_k = model_top_k(*file);
-    for (const SlowTier& t : {SlowTier{"pinned RAM", DeviceSource::Ram, true, "pinned ram->device"},
-                          SlowTier{"RAM via staging", DeviceSource::Ram, false, "ram->staging->device"},
-                          SlowTier{"file via staging", DeviceSource::File, true, "file->staging->device"}}) {
+    for (const SlowTier& t :
+         {SlowTier{"pinned RAM", DeviceSource::Ram, true, "pinned ram->device"},
+          SlowTier{"RAM via staging", DeviceSource::Ram, false, "ram->staging->device"},
+          SlowTier{"file via staging", DeviceSource::File, true, "file->staging->device"}}) {
       SCOPED_TRACE(t.what);
       OffloadOptions o;
       o.expert_cache = slot * (top_k + 2);  // a layer's top-k and two more
@@ -106,7 +107,8 @@ TEST_P(GpuVramCache, LogitsAndTokensMatchEveryExpertInVram) {
         worst = std::max(worst, (double)std::fabs(got.logits[i] - want.logits[i]));
         scale = std::max(scale, (double)std::fabs(want.logits[i]));
       }
-      EXPECT_LE(worst / scale, dev == BackendKind::StandIn ? 0.0 : 1e-6) << "largest logit difference " << worst;
+      EXPECT_LE(worst / scale, dev == BackendKind::StandIn ? 0.0 : 1e-6)
+          << "largest logit difference " << worst;
       const OffloadStats st = s.provider->stats();
       EXPECT_EQ(st.io_backend, t.name);
       uint64_t bytes = 0;
@@ -150,7 +152,8 @@ TEST_P(GpuVramCache, HybridCpuExpertsAgreeWithinTheCpuTolerance) {
       po.n_experts = store->max_experts();
       po.top_k = cfg.top_k;
       po.capacity_total = (int)(cfg.budget_bytes / slot);
-      prov = std::make_shared<CachedExpertProvider>(std::move(store), make_eviction_policy("lfu", po), cfg);
+      prov = std::make_shared<CachedExpertProvider>(std::move(store),
+                                                    make_eviction_policy("lfu", po), cfg);
     }
     const Outcome got = run(dev, file, prov);
     uint64_t cpu = 0;
@@ -182,7 +185,9 @@ TEST_P(GpuVramCache, ABudgetBelowOneLayersTopKIsRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EachDevice, GpuVramCache, ::testing::ValuesIn(device_kinds()),
-                         [](const auto& info) { return std::string(backend_kind_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(backend_kind_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace moeflow::test

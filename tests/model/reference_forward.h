@@ -63,7 +63,7 @@ struct RefPrecalc {
 };
 
 struct RefResult {
-  std::vector<dvec> logits;                       // per position
+  std::vector<dvec> logits;                            // per position
   std::vector<std::vector<std::vector<int>>> experts;  // [pos][layer] chosen, rank order
 };
 
@@ -135,8 +135,10 @@ inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
         Q[t] = ref_rmsnorm(Q[t], T(b + "attn_q_norm.weight").v.data(), 0, qd, s.eps);
         K[t] = ref_rmsnorm(K[t], T(b + "attn_k_norm.weight").v.data(), 0, kd, s.eps);
       }
-      for (int h = 0; h < s.n_head; ++h) ref_rope(Q[t].data() + h * hd, n_rot, t, s.rope_base, neox);
-      for (int h = 0; h < s.n_head_kv; ++h) ref_rope(K[t].data() + h * hd, n_rot, t, s.rope_base, neox);
+      for (int h = 0; h < s.n_head; ++h)
+        ref_rope(Q[t].data() + h * hd, n_rot, t, s.rope_base, neox);
+      for (int h = 0; h < s.n_head_kv; ++h)
+        ref_rope(K[t].data() + h * hd, n_rot, t, s.rope_base, neox);
     }
     for (int t = 0; t < n; ++t) {
       dvec att(qd, 0.0);
@@ -181,7 +183,8 @@ inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
         dvec sp;
         for (int e : route(nb, stale, sp)) {
           const bool resident = !pre->in_flight(il + 1, e);
-          if ((waits && resident) || (host_share && !resident)) pending[t][e] = expert(nb, e, stale);
+          if ((waits && resident) || (host_share && !resident))
+            pending[t][e] = expert(nb, e, stale);
         }
       }
       if (arch_has_shexp(a)) {
@@ -189,7 +192,8 @@ inline RefResult reference_forward(const TinySpec& s, const TinyWeights& W,
         dvec u = ref_matvec(T(b + "ffn_up_shexp.weight"), xn);
         for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
         dvec y = ref_matvec(T(b + "ffn_down_shexp.weight"), g);
-        const double gate = 1.0 / (1.0 + std::exp(-ref_matvec(T(b + "ffn_gate_inp_shexp.weight"), xn)[0]));
+        const double gate =
+            1.0 / (1.0 + std::exp(-ref_matvec(T(b + "ffn_gate_inp_shexp.weight"), xn)[0]));
         for (int64_t i = 0; i < d; ++i) out[i] += gate * y[i];
       }
       for (int64_t i = 0; i < d; ++i) x[t][i] += out[i];

@@ -13,14 +13,15 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
-#include "support/run_binary.h"
 #include "runtime/engine.h"
+#include "support/run_binary.h"
 #include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {
 
-std::string gen(const std::string& arch, const std::string& preset, const std::string& type = "F32") {
+std::string gen(const std::string& arch, const std::string& preset,
+                const std::string& type = "F32") {
   const std::string path = temp_path(arch + "_" + preset + "_" + type + ".gguf");
   const Cmd c = run_moeflow("gen-model --arch " + arch + " --preset " + preset + " --type " + type +
                             " --seed 5 -q -o " + path);
@@ -110,8 +111,9 @@ TEST(DeepseekGlm, LayoutFromMetadata) {
 
 TEST(DeepseekGlm, BatchedChunkedAndRewoundRunsAgree) {
   const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7};
-  for (const auto& [arch, preset] : {std::pair{"deepseek2", "tiny"}, std::pair{"deepseek2", "tiny-v3"},
-                                     std::pair{"glm4moe", "tiny"}}) {
+  for (const auto& [arch, preset] :
+       {std::pair{"deepseek2", "tiny"}, std::pair{"deepseek2", "tiny-v3"},
+        std::pair{"glm4moe", "tiny"}}) {
     SCOPED_TRACE(std::string(arch) + "/" + preset);
     const std::string path = gen(arch, preset);
     EngineOptions opt;
@@ -144,8 +146,12 @@ TEST(DeepseekGlm, BatchedChunkedAndRewoundRunsAgree) {
 
 TEST(DeepseekGlm, BadFilesNameWhatIsWrong) {
   const std::string ds = gen("deepseek2", "tiny");
-  auto no_key = [](const std::string& k) { return [k](const std::string& key) { return key != k; }; };
-  auto no_tensor = [](const std::string& n) { return [n](const std::string& t) { return t != n; }; };
+  auto no_key = [](const std::string& k) {
+    return [k](const std::string& key) { return key != k; };
+  };
+  auto no_tensor = [](const std::string& n) {
+    return [n](const std::string& t) { return t != n; };
+  };
   struct Case {
     std::string name, path, needle;
   };
@@ -154,10 +160,12 @@ TEST(DeepseekGlm, BadFilesNameWhatIsWrong) {
        "deepseek2.attention.kv_lora_rank"},
       {"shared", rewrite(ds, "no_shared", no_key("deepseek2.expert_shared_count"), all),
        "deepseek2.expert_shared_count"},
-      {"k_b", rewrite(ds, "no_k_b", all, no_tensor("blk.2.attn_k_b.weight")), "blk.2.attn_k_b.weight"},
+      {"k_b", rewrite(ds, "no_k_b", all, no_tensor("blk.2.attn_k_b.weight")),
+       "blk.2.attn_k_b.weight"},
       {"kv_a", rewrite(ds, "no_kv_a", all, no_tensor("blk.0.attn_kv_a_mqa.weight")),
        "blk.0.attn_kv_a_mqa.weight"},
-      {"dense", rewrite(ds, "no_dense", all, no_tensor("blk.0.ffn_up.weight")), "blk.0.ffn_up.weight"},
+      {"dense", rewrite(ds, "no_dense", all, no_tensor("blk.0.ffn_up.weight")),
+       "blk.0.ffn_up.weight"},
       {"longrope",
        rewrite(ds, "longrope", no_key("deepseek2.rope.scaling.type"), all,
                [](GgufWriter& w) { w.set_string("deepseek2.rope.scaling.type", "longrope"); }),
@@ -174,7 +182,8 @@ TEST(DeepseekGlm, BadFilesNameWhatIsWrong) {
        rewrite(ds, "groups", no_key("deepseek2.expert_group_count"), all,
                [](GgufWriter& w) { w.set_u32("deepseek2.expert_group_count", 3); }),
        "expert_group_count"},
-      {"glm_bias", rewrite(gen("glm4moe", "tiny"), "glm_no_bias", all, no_tensor("blk.2.exp_probs_b.bias")),
+      {"glm_bias",
+       rewrite(gen("glm4moe", "tiny"), "glm_no_bias", all, no_tensor("blk.2.exp_probs_b.bias")),
        "blk.2.exp_probs_b.bias"},
   };
   for (const Case& c : cases) {
@@ -185,8 +194,9 @@ TEST(DeepseekGlm, BadFilesNameWhatIsWrong) {
 
 TEST(DeepseekGlm, CliRefusesUnsupportedArchitectureAndTypeByName) {
   const std::string ds = gen("deepseek2", "tiny");
-  const std::string arch = rewrite(ds, "arch", [](const std::string& k) { return k.rfind("general.architecture", 0) != 0; },
-                                   all, [](GgufWriter& w) { w.set_string("general.architecture", "deepseek4"); });
+  const std::string arch = rewrite(
+      ds, "arch", [](const std::string& k) { return k.rfind("general.architecture", 0) != 0; }, all,
+      [](GgufWriter& w) { w.set_string("general.architecture", "deepseek4"); });
   Cmd c = run_moeflow("eval -m " + arch + " --tokens 1,2,3");
   EXPECT_NE(c.rc, 0);
   EXPECT_NE(c.out.find("unsupported architecture 'deepseek4'"), std::string::npos) << c.out;

@@ -26,8 +26,10 @@ std::string error_of(const std::string& path) {
 }
 
 // Rewrites a tiny model with one tensor dropped, renamed or reshaped, or a key changed.
-std::string variant(const std::string& name, const std::function<void(GgufWriter&, const std::string&, const TinyTensor&)>& per_tensor,
-                    const std::function<void(GgufWriter&)>& extra = nullptr, const std::string& arch = "qwen2moe") {
+std::string variant(
+    const std::string& name,
+    const std::function<void(GgufWriter&, const std::string&, const TinyTensor&)>& per_tensor,
+    const std::function<void(GgufWriter&)>& extra = nullptr, const std::string& arch = "qwen2moe") {
   TinySpec s;
   s.arch = arch;
   const std::string base = temp_path("base_" + name + ".gguf");
@@ -47,35 +49,37 @@ void copy_f32(GgufWriter& w, const std::string& n, const TinyTensor& t) {
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {
-  const std::string p = variant("missing", [](GgufWriter& w, const std::string& n, const TinyTensor& t) {
-    if (n != "blk.1.attn_k.bias") copy_f32(w, n, t);
-  });
+  const std::string p =
+      variant("missing", [](GgufWriter& w, const std::string& n, const TinyTensor& t) {
+        if (n != "blk.1.attn_k.bias") copy_f32(w, n, t);
+      });
   EXPECT_NE(error_of(p).find("blk.1.attn_k.bias"), std::string::npos) << error_of(p);
 }
 
 TEST(ModelErrors, MissingSharedExpertIsNamed) {
-  const std::string p = variant("noshexp", [](GgufWriter& w, const std::string& n, const TinyTensor& t) {
-    if (n != "blk.0.ffn_down_shexp.weight") copy_f32(w, n, t);
-  });
+  const std::string p =
+      variant("noshexp", [](GgufWriter& w, const std::string& n, const TinyTensor& t) {
+        if (n != "blk.0.ffn_down_shexp.weight") copy_f32(w, n, t);
+      });
   EXPECT_NE(error_of(p).find("ffn_down_shexp"), std::string::npos) << error_of(p);
 }
 
 TEST(ModelErrors, WrongShapeIsNamed) {
-  const std::string p = variant("shape", [](GgufWriter& w, const std::string& n, const TinyTensor& t) {
-    if (n == "blk.0.attn_q.weight") {
-      std::vector<float> v(t.v.begin(), t.v.begin() + t.dims[0] * (t.dims[1] - 1));
-      w.add_tensor(n, GgmlType::F32, {t.dims[0], t.dims[1] - 1}, v.data(), v.size() * 4);
-    } else {
-      copy_f32(w, n, t);
-    }
-  });
+  const std::string p =
+      variant("shape", [](GgufWriter& w, const std::string& n, const TinyTensor& t) {
+        if (n == "blk.0.attn_q.weight") {
+          std::vector<float> v(t.v.begin(), t.v.begin() + t.dims[0] * (t.dims[1] - 1));
+          w.add_tensor(n, GgmlType::F32, {t.dims[0], t.dims[1] - 1}, v.data(), v.size() * 4);
+        } else {
+          copy_f32(w, n, t);
+        }
+      });
   EXPECT_NE(error_of(p).find("blk.0.attn_q.weight"), std::string::npos) << error_of(p);
 }
 
 TEST(ModelErrors, UnknownArchitectureIsNamed) {
-  const std::string p = variant("arch", copy_f32, [](GgufWriter& w) {
-    w.set_string("general.architecture", "gpt-j-moe");
-  });
+  const std::string p = variant(
+      "arch", copy_f32, [](GgufWriter& w) { w.set_string("general.architecture", "gpt-j-moe"); });
   EXPECT_NE(error_of(p).find("gpt-j-moe"), std::string::npos) << error_of(p);
 }
 
@@ -95,9 +99,8 @@ TEST(ModelErrors, MissingHyperParameterIsNamed) {
 }
 
 TEST(ModelErrors, BadExpertCountIsRejected) {
-  const std::string p = variant("topk", copy_f32, [](GgufWriter& w) {
-    w.set_u32("qwen2moe.expert_used_count", 99);
-  });
+  const std::string p =
+      variant("topk", copy_f32, [](GgufWriter& w) { w.set_u32("qwen2moe.expert_used_count", 99); });
   EXPECT_NE(error_of(p).find("expert_used_count"), std::string::npos) << error_of(p);
 }
 

@@ -46,8 +46,10 @@ TEST(KvCache, BatchedPrefillMatchesSequential) {
     const size_t V = a.n_vocab();
     for (size_t t = 0; t < toks.size(); ++t) {
       // Batched matmul and single-token matvec may round differently, nothing more.
-      EXPECT_LT(rel_max_diff(la.data() + t * V, lb.data() + t * V, V), 1e-5) << arch << " pos " << t;
-      EXPECT_LT(rel_max_diff(la.data() + t * V, lc.data() + t * V, V), 1e-5) << arch << " pos " << t;
+      EXPECT_LT(rel_max_diff(la.data() + t * V, lb.data() + t * V, V), 1e-5)
+          << arch << " pos " << t;
+      EXPECT_LT(rel_max_diff(la.data() + t * V, lc.data() + t * V, V), 1e-5)
+          << arch << " pos " << t;
     }
     EXPECT_EQ(a.pos(), (int64_t)toks.size());
     EXPECT_EQ(b.pos(), (int64_t)toks.size());

@@ -26,8 +26,7 @@ class ShufflingProvider : public ExpertProvider {
  public:
   ShufflingProvider(const GgufFile& f, uint64_t seed) : inner_(f), rng_(seed) {}
 
-  void on_route(int layer, std::span<const int> experts,
-                std::span<const Precision>) override {
+  void on_route(int layer, std::span<const int> experts, std::span<const Precision>) override {
     EXPECT_TRUE(pinned_.empty()) << "on_route while experts are pinned";
     routed_layer_ = layer;
     routed_.assign(experts.begin(), experts.end());

@@ -12,11 +12,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "experts/resident_provider.h"
-#include "support/stand_in_device.h"
-#include "model/model.h"
 #include "gguf/gguf_file.h"
+#include "model/model.h"
 #include "reference_forward.h"
 #include "runtime/engine.h"
+#include "support/stand_in_device.h"
 #include "support/test_helpers.h"
 #include "support/tiny_model.h"
 
@@ -30,8 +30,7 @@ bool in_flight(int layer, int expert) { return (layer * 5 + expert * 3) % 4 == 0
 class PatternProvider final : public ExpertProvider {
  public:
   explicit PatternProvider(const GgufFile& f) : inner_(f) {}
-  void on_route(int layer, std::span<const int> experts,
-                std::span<const Precision>) override {
+  void on_route(int layer, std::span<const int> experts, std::span<const Precision>) override {
     routed_layer_ = layer;
     routed_.assign(experts.begin(), experts.end());
   }
@@ -75,7 +74,8 @@ struct PrecalcRun {
 };
 
 PrecalcRun run_engine(const std::string& path, std::shared_ptr<ExpertProvider> provider,
-               const std::vector<int32_t>& prompt, const std::vector<int32_t>& fed, bool precalc) {
+                      const std::vector<int32_t>& prompt, const std::vector<int32_t>& fed,
+                      bool precalc) {
   EngineOptions opt;
   opt.n_threads = 2;
   opt.n_ctx = 32;
@@ -142,12 +142,15 @@ TEST(Precalc, DecodeMatchesTheFloat64ReferenceOfTheRule) {
     double worst_vs_rule = 0, worst_vs_plain = 0;
     for (size_t i = 0; i < fed.size(); ++i) {
       const size_t pos = prompt.size() + i;
-      worst_vs_rule = std::max(worst_vs_rule, rel_max_diff(got.logits.data() + i * V, ref.logits[pos], V));
-      worst_vs_plain = std::max(worst_vs_plain, rel_max_diff(got.logits.data() + i * V, plain.logits[pos], V));
+      worst_vs_rule =
+          std::max(worst_vs_rule, rel_max_diff(got.logits.data() + i * V, ref.logits[pos], V));
+      worst_vs_plain =
+          std::max(worst_vs_plain, rel_max_diff(got.logits.data() + i * V, plain.logits[pos], V));
     }
     EXPECT_LT(worst_vs_rule, 2e-4) << arch;
     // The rule must have changed the output, or this test would not see a missing pre-calculation.
-    EXPECT_GT(worst_vs_plain, 50 * 2e-4) << arch << ": the pattern never exercised the pre-calculation";
+    EXPECT_GT(worst_vs_plain, 50 * 2e-4)
+        << arch << ": the pattern never exercised the pre-calculation";
     EXPECT_GT(got.uses.precalc, 0u) << arch;
     EXPECT_GE(got.uses.precalc_computed, got.uses.precalc) << arch;
     EXPECT_EQ((int)got.uses.precalc_computed, provider->precalc_acquires()) << arch;
@@ -163,10 +166,13 @@ TEST(Precalc, NeverChangesARunThatDoesNotWait) {
   const std::vector<int32_t> prompt = {1, 2, 3, 4};
   const std::vector<int32_t> fed = {5, 6, 7, 8, 9};
   auto file = GgufFile::open(path);
-  const PrecalcRun exact = run_engine(path, std::make_shared<ResidentExpertProvider>(*file), prompt, fed, false);
-  const PrecalcRun pre = run_engine(path, std::make_shared<ResidentExpertProvider>(*file), prompt, fed, true);
+  const PrecalcRun exact =
+      run_engine(path, std::make_shared<ResidentExpertProvider>(*file), prompt, fed, false);
+  const PrecalcRun pre =
+      run_engine(path, std::make_shared<ResidentExpertProvider>(*file), prompt, fed, true);
   ASSERT_EQ(exact.logits.size(), pre.logits.size());
-  EXPECT_EQ(0, std::memcmp(exact.logits.data(), pre.logits.data(), exact.logits.size() * sizeof(float)));
+  EXPECT_EQ(
+      0, std::memcmp(exact.logits.data(), pre.logits.data(), exact.logits.size() * sizeof(float)));
   EXPECT_EQ(pre.uses.precalc_computed, 0u);
 }
 
@@ -205,7 +211,8 @@ TEST(Precalc, ADeviceComputesTheNextLayersMissesOnTheHost) {
       ctx.forward(std::span<const int32_t>(&fed[i], 1), LogitsMode::Last);
       const size_t pos = prompt.size() + i;
       worst_vs_rule = std::max(worst_vs_rule, rel_max_diff(ctx.logits(), ref.logits[pos], V));
-      worst_vs_waits_only = std::max(worst_vs_waits_only, rel_max_diff(ctx.logits(), waits_only.logits[pos], V));
+      worst_vs_waits_only =
+          std::max(worst_vs_waits_only, rel_max_diff(ctx.logits(), waits_only.logits[pos], V));
     }
     EXPECT_LT(worst_vs_rule, 2e-4) << arch;
     // The host's share changed the output: without it the test would not see it missing.

@@ -23,7 +23,8 @@ TEST(PolicyModule, IncludesOnlyCoreModelAndItself) {
     for (int n = 1; std::getline(f, line); ++n) {
       std::smatch m;
       if (std::regex_search(line, m, inc)) {
-        EXPECT_TRUE(allowed.count(m[1].str())) << entry.path().filename().string() << ":" << n << ": " << line;
+        EXPECT_TRUE(allowed.count(m[1].str()))
+            << entry.path().filename().string() << ":" << n << ": " << line;
       }
     }
   }

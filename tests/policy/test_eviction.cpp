@@ -32,7 +32,8 @@ TEST(Factory, KnowsEveryPolicyAndRejectsUnknownNames) {
     make_eviction_policy("fifo", opts(1, 4));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("lru"), std::string::npos) << e.what();  // lists known names
+    EXPECT_NE(std::string(e.what()).find("lru"), std::string::npos)
+        << e.what();  // lists known names
   }
   // Placement policies need a calibration, and say so.
   EXPECT_THROW(make_eviction_policy("static", opts(1, 4)), Error);
@@ -170,9 +171,9 @@ TEST(Hobbit, HighWeightUsesAndLayerDistanceScores) {
 
 TEST(Daop, PlacementPerLayerTopKThenGlobalRemainder) {
   auto o = opts(3, 4, /*top_k=*/1);
-  o.calib_counts = {10, 1, 1, 1,     // layer 0 dominated by expert 0
-                    2, 3, 50, 40,    // layer 1: the most popular experts overall
-                    1, 0, 0, 4};     // layer 2
+  o.calib_counts = {10, 1, 1,  1,   // layer 0 dominated by expert 0
+                    2,  3, 50, 40,  // layer 1: the most popular experts overall
+                    1,  0, 0,  4};  // layer 2
   auto p = make_eviction_policy("daop", o);
   // Global budget of 5: each layer's top-1 first (0/0, 1/2, 2/3), then the global remainder
   // (1/3 with 40, then 0/0 is taken -> 1/1 with 3).
@@ -204,7 +205,7 @@ TEST(Daop, PrefillSwapsNeedTheThreshold) {
   auto req = p->take_placement_requests();
   ASSERT_EQ(req.size(), 1u);
   EXPECT_EQ(req[0], (ExpertKey{0, 2}));
-  EXPECT_TRUE(p->admit({0, 2}, 1));                                         // the wanted one is admitted
+  EXPECT_TRUE(p->admit({0, 2}, 1));  // the wanted one is admitted
   EXPECT_EQ(p->choose_victim(layer_keys(0, {0, 1}), 1), (ExpertKey{0, 1}));  // the doomed one goes
   p->on_evict({0, 1});
   p->on_insert({0, 2}, 1);

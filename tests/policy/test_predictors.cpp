@@ -201,8 +201,8 @@ TEST(Eamc, MatchesTheMostSimilarPastRequest) {
     }
     return outs;
   };
-  request({0, 1, 2, 3}, 0);    // pattern A
-  request({4, 5, 6, 7}, 1);    // pattern B
+  request({0, 1, 2, 3}, 0);           // pattern A
+  request({4, 5, 6, 7}, 1);           // pattern B
   auto o = request({4, 0, 0, 0}, 2);  // starts like B
   EXPECT_EQ(experts_for(o[0], 1), (std::vector<int>{5}));
   EXPECT_EQ(experts_for(o[0], 2), (std::vector<int>{6}));
@@ -266,7 +266,9 @@ TEST(Promoe, LearnsASeparableMappingReportsHeldOutRecallAndRoundTrips) {
   EXPECT_GT(rep.test_recall, 0.8) << "before training " << before;
   EXPECT_GT(rep.test_recall, before + 0.3);
 
-  auto path = (std::filesystem::temp_directory_path() / ("promoe_test_" + std::to_string(::getpid()) + ".bin")).string();
+  auto path = (std::filesystem::temp_directory_path() /
+               ("promoe_test_" + std::to_string(::getpid()) + ".bin"))
+                  .string();
   m.save(path);
   PromoeModel r = PromoeModel::load(path);
   std::vector<float> a, b;

@@ -16,8 +16,12 @@ namespace {
 class Probe final : public EvictionPolicy {
  public:
   std::string name() const override { return "probe"; }
-  void on_access(ExpertKey k, uint64_t t) override { log.push_back("access " + str(k) + " " + std::to_string(t)); }
-  void on_insert(ExpertKey k, uint64_t t) override { log.push_back("insert " + str(k) + " " + std::to_string(t)); }
+  void on_access(ExpertKey k, uint64_t t) override {
+    log.push_back("access " + str(k) + " " + std::to_string(t));
+  }
+  void on_insert(ExpertKey k, uint64_t t) override {
+    log.push_back("insert " + str(k) + " " + std::to_string(t));
+  }
   void on_evict(ExpertKey k) override { log.push_back("evict " + str(k)); }
   ExpertKey choose_victim(std::span<const ExpertKey> c, uint64_t) override {
     last_candidates.assign(c.begin(), c.end());
@@ -30,10 +34,14 @@ class Probe final : public EvictionPolicy {
     asked.push_back({layer, capacity});
     return initial;
   }
-  void on_prefill_done(std::span<const double> counts) override { prefill_counts.assign(counts.begin(), counts.end()); }
+  void on_prefill_done(std::span<const double> counts) override {
+    prefill_counts.assign(counts.begin(), counts.end());
+  }
   std::vector<ExpertKey> take_placement_requests() override { return requests; }
 
-  static std::string str(ExpertKey k) { return std::to_string(k.layer) + "/" + std::to_string(k.expert); }
+  static std::string str(ExpertKey k) {
+    return std::to_string(k.layer) + "/" + std::to_string(k.expert);
+  }
   std::vector<std::string> log;
   std::vector<ExpertKey> last_candidates, initial, requests;
   std::vector<std::pair<int, int>> asked;
@@ -91,9 +99,11 @@ TEST(ResidentSet, GlobalBudgetOffersEveryLayerAndTheFilterDecides) {
   r.insert({2, 1}, 3);
   ExpertKey ev;
   // Nothing allowed: the caller must defer.
-  EXPECT_FALSE(r.make_room(2, 4, [](ExpertKey) { return false; }, ev));
+  EXPECT_FALSE(r.make_room(
+      2, 4, [](ExpertKey) { return false; }, ev));
   EXPECT_EQ(r.size(1), 3);
-  ASSERT_TRUE(r.make_room(2, 4, [](ExpertKey k) { return k.layer != 1; }, ev));
+  ASSERT_TRUE(r.make_room(
+      2, 4, [](ExpertKey k) { return k.layer != 1; }, ev));
   EXPECT_EQ(p.last_candidates, (std::vector<ExpertKey>{{2, 1}, {3, 2}}));
   EXPECT_EQ(ev, (ExpertKey{2, 1}));
 }
@@ -117,7 +127,8 @@ TEST(ResidentSet, RouteMissStreamsDeclinedLoadsAdmittedDefersWhenAllProtected) {
   EXPECT_TRUE(r.contains({1, 1}));
   EXPECT_EQ(r.route_miss({1, 3}, 11, any, ev), ResidentSet::Miss::Load);
   EXPECT_EQ(ev, (ExpertKey{1, 1}));
-  const std::vector<std::string> want = {"insert 1/0 0", "evict 1/0", "insert 1/1 10", "evict 1/1", "insert 1/3 11"};
+  const std::vector<std::string> want = {"insert 1/0 0", "evict 1/0", "insert 1/1 10", "evict 1/1",
+                                         "insert 1/3 11"};
   EXPECT_EQ(p.log, want);
 }
 

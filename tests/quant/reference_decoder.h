@@ -34,7 +34,8 @@ inline int bits_of(const uint8_t* p, int byte, int shift, int nbits) {
 
 // Decodes one block of type t at p into out (block_size values).
 inline void decode_block(GgmlType t, const uint8_t* p, std::vector<RefValue>& out) {
-  static const int iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  static const int iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                              1,    13,   25,  38,  53,  69,  89,  113};
   auto scaled = [](double d, double q) { return RefValue{d * q, std::fabs(d * q)}; };
   auto affine = [](double d, double q, double m) {  // d*q - m
     return RefValue{d * q - m, std::fabs(d * q) + std::fabs(m)};
@@ -66,9 +67,12 @@ inline void decode_block(GgmlType t, const uint8_t* p, std::vector<RefValue>& ou
         for (int half = 0; half < 2; ++half) {
           const int q = bits_of(qs, byte, 4 * half, 4);
           RefValue& r = out[byte + 16 * half];
-          if (t == GgmlType::Q4_0) r = scaled(d, q - 8);
-          else if (t == GgmlType::IQ4_NL) r = scaled(d, iq4[q]);
-          else r = affine(d, q, -m);
+          if (t == GgmlType::Q4_0)
+            r = scaled(d, q - 8);
+          else if (t == GgmlType::IQ4_NL)
+            r = scaled(d, iq4[q]);
+          else
+            r = affine(d, q, -m);
         }
       break;
     }
@@ -189,13 +193,15 @@ inline void decode_block(GgmlType t, const uint8_t* p, std::vector<RefValue>& ou
         const int ls = bits_of(p + 4, sb / 2, 4 * (sb % 2), 4) | (int)(((sh >> (2 * sb)) & 3) << 4);
         for (int byte = 0; byte < 16; ++byte) {
           out[32 * sb + byte] = scaled(d * (ls - 32), iq4[bits_of(p + 8, 16 * sb + byte, 0, 4)]);
-          out[32 * sb + byte + 16] = scaled(d * (ls - 32), iq4[bits_of(p + 8, 16 * sb + byte, 4, 4)]);
+          out[32 * sb + byte + 16] =
+              scaled(d * (ls - 32), iq4[bits_of(p + 8, 16 * sb + byte, 4, 4)]);
         }
       }
       break;
     }
     case GgmlType::MXFP4: {
-      // E8M0 scale 2^(e-127); E2M1 element: sign bit 3, exponent bits 1..2 (bias 1), mantissa bit 0.
+      // E8M0 scale 2^(e-127); E2M1 element: sign bit 3, exponent bits 1..2 (bias 1), mantissa bit
+      // 0.
       out.assign(32, {});
       const double scale = std::ldexp(1.0, (int)p[0] - 127);
       for (int byte = 0; byte < 16; ++byte)

@@ -17,9 +17,16 @@ namespace {
 // could be Inf/NaN, which no valid file holds, so they are replaced by random finite halves.
 std::vector<int> half_fields(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: case GgmlType::F16: return {0};
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::Q8_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+    case GgmlType::F16: return {0};
     case GgmlType::Q2_K: return {80, 82};
     case GgmlType::Q3_K: return {108};
     case GgmlType::Q6_K: return {208};
@@ -35,7 +42,8 @@ std::vector<uint8_t> random_blocks(GgmlType t, int nblocks, std::mt19937_64& rng
     uint8_t* blk = buf.data() + ib * tr.type_size;
     for (int off : half_fields(t)) {
       uint16_t h;
-      do h = (uint16_t)rng(); while (((h >> 10) & 31) == 31);
+      do h = (uint16_t)rng();
+      while (((h >> 10) & 31) == 31);
       blk[off] = (uint8_t)h;
       blk[off + 1] = (uint8_t)(h >> 8);
     }

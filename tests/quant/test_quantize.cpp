@@ -110,7 +110,9 @@ TEST_P(QuantizeBounds, ZerosAndConstantRows) {
     // 3e-3 the super-block scales of the 256-formats are fp16 subnormals (steps of 6e-8), so
     // the integer sub-scales alone carry the precision (measured up to 1.6% for IQ4_XS).
     const bool sub = c == 3e-3f && type_traits(t).block_size == 256 && t != GgmlType::Q8_K;
-    const double tol = t == GgmlType::MXFP4 ? 0.17 : sub ? 0.03 : (t == GgmlType::BF16 ? 4e-3 : 1.2e-3);
+    const double tol = t == GgmlType::MXFP4 ? 0.17
+                       : sub                ? 0.03
+                                            : (t == GgmlType::BF16 ? 4e-3 : 1.2e-3);
     for (float v : roundtrip(t, x, 512))
       ASSERT_NEAR(v, c, tol * std::fabs(c)) << type_name(t) << " constant " << c;
   }
@@ -138,8 +140,13 @@ TEST_P(QuantizeBounds, RequantizingIsNearlyIdempotent) {
     const double first = rel_rmse(x, y1), second = rel_rmse(y1, y2);
     EXPECT_LE(second, 0.2 * first) << type_name(b.type) << " first " << first;
     switch (b.type) {
-      case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-      case GgmlType::Q8_0: case GgmlType::MXFP4: case GgmlType::F16:
+      case GgmlType::Q4_0:
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_0:
+      case GgmlType::Q5_1:
+      case GgmlType::Q8_0:
+      case GgmlType::MXFP4:
+      case GgmlType::F16:
       case GgmlType::BF16:
         EXPECT_TRUE(y1 == y2) << type_name(b.type) << " is not reproduced exactly";
         break;
@@ -154,8 +161,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, QuantizeBounds, ::testing::ValuesIn(kBounds),
 TEST(Quantize, RowsAreBlockIndependent) {
   // One call over 3 rows equals three calls: blocks never look at their neighbours, so row
   // splitting (and multithreaded model writing) cannot change a file.
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K,
-                     GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                     GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
     const auto x = gaussian(3 * 768, 11);
     const size_t rb = row_bytes(t, 768);
     std::vector<uint8_t> whole(3 * rb), parts(3 * rb);
@@ -196,7 +203,8 @@ TEST(Quantize, Q8KSumsAndRange) {
 
 // With the block scale fixed, every element must take the nearest grid level.
 TEST(Quantize, GridCodesAreNearest) {
-  static const int iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  static const int iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                              1,    13,   25,  38,  53,  69,  89,  113};
   const auto x = gaussian(64 * 32, 14);
   std::vector<uint8_t> q(row_bytes(GgmlType::IQ4_NL, 64 * 32));
   quantize_row(GgmlType::IQ4_NL, x.data(), q.data(), 64 * 32);
@@ -227,7 +235,8 @@ TEST(QuantizeErrors, BadInputs) {
     }
   }
   // Non-finite input cannot be represented by any block format.
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     x[77] = bad;
     for (const Bound& b : kBounds) {
       if (b.type == GgmlType::F16 || b.type == GgmlType::BF16) continue;

@@ -27,9 +27,11 @@ class MemoryCgroup {
       const auto mount = cgroup_mount(mi, version);
       if (!path || !mount) continue;
       std::string rel = *path;
-      if (mount->root != "/" && rel.rfind(mount->root, 0) == 0) rel = rel.substr(mount->root.size());
+      if (mount->root != "/" && rel.rfind(mount->root, 0) == 0)
+        rel = rel.substr(mount->root.size());
       if (rel == "/") rel.clear();
-      const std::string dir = mount->mount_point + rel + "/" + name + "_" + std::to_string(getpid());
+      const std::string dir =
+          mount->mount_point + rel + "/" + name + "_" + std::to_string(getpid());
       if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
         why += "cannot create memory cgroup " + dir + ": " + std::strerror(errno) + "; ";
         continue;
@@ -55,7 +57,8 @@ class MemoryCgroup {
   }
   // Peak charge of the group (v1 memory.max_usage_in_bytes, v2 memory.peak when present).
   uint64_t peak() const {
-    const std::string v = slurp(dir_ + (version_ == 1 ? "/memory.max_usage_in_bytes" : "/memory.peak"));
+    const std::string v =
+        slurp(dir_ + (version_ == 1 ? "/memory.max_usage_in_bytes" : "/memory.peak"));
     return v.empty() ? 0 : std::stoull(v);
   }
   const std::string& dir() const { return dir_; }

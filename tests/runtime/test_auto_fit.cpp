@@ -73,7 +73,8 @@ TEST(AutoFit, AnEmbeddingReadFromTheFileIsNotPlannedFor) {
   EXPECT_EQ(db.budget - da.budget, 70 * MiB);
   EXPECT_EQ(db.budget + b.fixed_host() + db.margin, 1600 * MiB);
   EXPECT_EQ(da.reason.find("read from the file"), std::string::npos) << da.reason;
-  EXPECT_NE(db.reason.find("token embedding 70.0 MiB read from the file"), std::string::npos) << db.reason;
+  EXPECT_NE(db.reason.find("token embedding 70.0 MiB read from the file"), std::string::npos)
+      << db.reason;
 }
 
 TEST(AutoFit, MoreContextLeavesLessBudget) {
@@ -91,9 +92,9 @@ TEST(AutoFit, BelowOneLayersTopKIsRefusedWithTheWholeAccount) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string s = e.what();
-    for (const char* part : {"does not fit", "non-expert weights", "KV cache", "-c 4096",
-                             "activations", "top-2", "margin", "cgroup v1 limit 600 MiB",
-                             "--expert-cache"})
+    for (const char* part :
+         {"does not fit", "non-expert weights", "KV cache", "-c 4096", "activations", "top-2",
+          "margin", "cgroup v1 limit 600 MiB", "--expert-cache"})
       EXPECT_NE(s.find(part), std::string::npos) << part << " missing in: " << s;
   }
   // Just enough: the smallest budget itself.
@@ -111,8 +112,9 @@ TEST(AutoFit, UnknownMemoryKeepsTheOldBehaviour) {
 }
 
 TEST(MemoryFacts, MeminfoValues) {
-  const std::string mi = "MemTotal:       24684084 kB\nMemFree:        19084800 kB\n"
-                         "MemAvailable:   22480268 kB\nHugePages_Total:       0\n";
+  const std::string mi =
+      "MemTotal:       24684084 kB\nMemFree:        19084800 kB\n"
+      "MemAvailable:   22480268 kB\nHugePages_Total:       0\n";
   EXPECT_EQ(meminfo_value(mi, "MemAvailable"), 22480268ull * 1024);
   EXPECT_EQ(meminfo_value(mi, "MemTotal"), 24684084ull * 1024);
   EXPECT_EQ(meminfo_value(mi, "HugePages_Total"), 0u);
@@ -121,7 +123,8 @@ TEST(MemoryFacts, MeminfoValues) {
 }
 
 TEST(MemoryFacts, CgroupPathOfV1AndV2) {
-  const std::string pc = "9:name=systemd:/\n4:memory:/process_api/99cda\n3:cpu,cpuacct:/x\n0::/user.slice/a\n";
+  const std::string pc =
+      "9:name=systemd:/\n4:memory:/process_api/99cda\n3:cpu,cpuacct:/x\n0::/user.slice/a\n";
   EXPECT_EQ(cgroup_path(pc, "memory"), "/process_api/99cda");
   EXPECT_EQ(cgroup_path(pc, "cpuacct"), "/x");
   EXPECT_EQ(cgroup_path(pc, ""), "/user.slice/a");
@@ -149,7 +152,8 @@ TEST(MemoryFacts, LimitValues) {
   EXPECT_FALSE(cgroup_limit_value("max\n").has_value());
   EXPECT_FALSE(cgroup_limit_value("9223372036854771712\n").has_value());  // v1 "unlimited"
   EXPECT_FALSE(cgroup_limit_value("").has_value());
-  EXPECT_EQ(memory_stat_value("cache 10\ntotal_inactive_file 4096\n", "total_inactive_file"), 4096u);
+  EXPECT_EQ(memory_stat_value("cache 10\ntotal_inactive_file 4096\n", "total_inactive_file"),
+            4096u);
   EXPECT_FALSE(memory_stat_value("cache 10\n", "inactive_file").has_value());
 }
 

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memory_cgroup.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
-#include "memory_cgroup.h"
 
 namespace moeflow::test {
 namespace {
@@ -69,7 +69,9 @@ RunResult run_shell(const std::string& shell) {
   return r;
 }
 
-RunResult run_split(const std::string& args) { return run_shell(std::string(MOEFLOW_BINARY) + " " + args); }
+RunResult run_split(const std::string& args) {
+  return run_shell(std::string(MOEFLOW_BINARY) + " " + args);
+}
 
 const char* kGen = " -p ids:1,2,3,4,5 -n 12 --temp 0 -t 2 --stats json";
 
@@ -93,8 +95,9 @@ TEST(AutoFit, ModelBiggerThanTheAllowanceOffloadsAndSaysWhy) {
   const uint64_t table = mem["table_bytes"];
   EXPECT_GT(table, 0u);
   EXPECT_LT(table, mem["non_expert_bytes"].get<uint64_t>());
-  EXPECT_EQ(budget + mem["non_expert_bytes"].get<uint64_t>() - table + mem["kv_bytes"].get<uint64_t>() +
-                mem["scratch_bytes"].get<uint64_t>() + mem["margin_bytes"].get<uint64_t>(),
+  EXPECT_EQ(budget + mem["non_expert_bytes"].get<uint64_t>() - table +
+                mem["kv_bytes"].get<uint64_t>() + mem["scratch_bytes"].get<uint64_t>() +
+                mem["margin_bytes"].get<uint64_t>(),
             96 * MiB);
   EXPECT_EQ(r.stats["offload"]["budget_bytes"].get<uint64_t>(), budget);
   EXPECT_EQ(r.text, ref.text);  // offloading stays exact
@@ -163,13 +166,14 @@ TEST(AutoFit, ExplicitSettingsOverrideAndContradictionsAreErrors) {
     const char* says;
     int rc;
   };
-  for (const Bad& b : {Bad{" --no-offload --expert-cache 1GiB", "exclusive", 2},
-                       Bad{" --no-offload --cache-rate 0.5", "exclusive", 2},
-                       Bad{" --expert-cache auto --cache-rate 0.5", "--expert-cache excludes --cache-rate", 2},
-                       Bad{" --no-offload --mem-limit 1GiB", "--mem-limit", 2},
-                       Bad{" --mem-limit lots", "--mem-limit", 2},
-                       Bad{" --expert-cache 1KiB", "fewer than one layer's top-k", 1},
-                       Bad{" --mem-limit 20MiB", "does not fit", 1}}) {
+  for (const Bad& b :
+       {Bad{" --no-offload --expert-cache 1GiB", "exclusive", 2},
+        Bad{" --no-offload --cache-rate 0.5", "exclusive", 2},
+        Bad{" --expert-cache auto --cache-rate 0.5", "--expert-cache excludes --cache-rate", 2},
+        Bad{" --no-offload --mem-limit 1GiB", "--mem-limit", 2},
+        Bad{" --mem-limit lots", "--mem-limit", 2},
+        Bad{" --expert-cache 1KiB", "fewer than one layer's top-k", 1},
+        Bad{" --mem-limit 20MiB", "does not fit", 1}}) {
     const Cmd c = run_moeflow("run -m " + m + kGen + b.args);
     EXPECT_EQ(c.rc, b.rc) << b.args << "\n" << c.out;
     EXPECT_NE(c.out.find(b.says), std::string::npos) << b.args << "\n" << c.out;

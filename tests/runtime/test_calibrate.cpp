@@ -27,8 +27,8 @@ class Calibrate : public ::testing::Test {
     std::filesystem::create_directories(*dir_);
     packed_ = new std::string((*dir_ / "demo-low.gguf").string());
     text_ = new std::string((*dir_ / "text.txt").string());
-    const auto r = run_moeflow("pack -m " MOEFLOW_SOURCE_DIR "/models/demo-moe.gguf -o " + *packed_ +
-                               " --low Q4_0");
+    const auto r = run_moeflow("pack -m " MOEFLOW_SOURCE_DIR "/models/demo-moe.gguf -o " +
+                               *packed_ + " --low Q4_0");
     ASSERT_EQ(r.rc, 0) << r.out;
     std::ifstream in(MOEFLOW_SHARED_DATA "/corpus/wikipedia_texts.txt", std::ios::binary);
     ASSERT_TRUE(in) << "the shared corpus is missing";
@@ -98,7 +98,8 @@ TEST_F(Calibrate, GridPointsMatchPerplexityRunsAndThePickMeetsTheTarget) {
   EXPECT_LE(best["ppl_increase"].get<double>(), 0.01);
   for (const auto& p : j["points"]) {
     if (p["ppl_increase"].get<double>() <= 0.01) {
-      EXPECT_GE(p["miss_bytes_ratio"].get<double>(), best["miss_bytes_ratio"].get<double>() - 1e-12);
+      EXPECT_GE(p["miss_bytes_ratio"].get<double>(),
+                best["miss_bytes_ratio"].get<double>() - 1e-12);
     }
   }
 }

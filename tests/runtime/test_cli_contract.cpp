@@ -19,10 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/thread_pool.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
 #include "support/tiny_model.h"
-#include "core/thread_pool.h"
 
 namespace moeflow::test {
 namespace {
@@ -86,10 +86,12 @@ TEST(CliContract, SamplingFlagsOutOfRangeAreUsageErrorsBeforeLoading) {
     EXPECT_EQ(o.rc, 2) << c.args << ": " << o.err;
     EXPECT_EQ(lines(o.err), 1u) << c.args << ": " << o.err;
     EXPECT_NE(o.err.find(c.flag), std::string::npos) << o.err;
-    EXPECT_EQ(o.err.find("nonexistent"), std::string::npos) << "the model was opened first: " << o.err;
+    EXPECT_EQ(o.err.find("nonexistent"), std::string::npos)
+        << "the model was opened first: " << o.err;
   }
   // The edges are fine.
-  const Out ok = moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 --temp 0 --top-p 1 --repeat-penalty 100 "
+  const Out ok = moeflow("run -m " + model() +
+                         " -p ids:1,2,3 -n 2 -t 1 --temp 0 --top-p 1 --repeat-penalty 100 "
                          "--presence-penalty -2 --frequency-penalty 2 --stats none");
   EXPECT_EQ(ok.rc, 0) << ok.err;
 }
@@ -113,17 +115,20 @@ TEST(CliContract, OffloadAndBackendNamesAreUsageErrorsBeforeLoading) {
       {"run -m /nonexistent.gguf -p x --prefill-slots -1", "--prefill-slots"},
       {"run -m /nonexistent.gguf -p x --lookahead 0", "--lookahead"},
       {"run -m /nonexistent.gguf -p x --io-threads -2", "--io-threads"},
-      {"run -m /nonexistent.gguf -p x --cache-policy static --policy-calib /nonexistent.mft", "--policy-calib"},
+      {"run -m /nonexistent.gguf -p x --cache-policy static --policy-calib /nonexistent.mft",
+       "--policy-calib"},
   };
   for (const Case& c : cases) {
     const Out o = moeflow(c.args);
     EXPECT_EQ(o.rc, 2) << c.args << ": " << o.err;
     EXPECT_EQ(lines(o.err), 1u) << c.args << ": " << o.err;
     EXPECT_NE(o.err.find(c.flag), std::string::npos) << o.err;
-    EXPECT_EQ(o.err.find("nonexistent.gguf"), std::string::npos) << "the model was opened first: " << o.err;
+    EXPECT_EQ(o.err.find("nonexistent.gguf"), std::string::npos)
+        << "the model was opened first: " << o.err;
   }
   // Known names on a model that needs no offloading still run.
-  const Out ok = moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 --temp 0 --cache-policy lfu-cycle "
+  const Out ok = moeflow("run -m " + model() +
+                         " -p ids:1,2,3 -n 2 -t 1 --temp 0 --cache-policy lfu-cycle "
                          "--prefetch gate --lookahead 2 --mode exact --stats none");
   EXPECT_EQ(ok.rc, 0) << ok.err;
 }
@@ -157,7 +162,8 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
       {run + "--backend standin --expert-cache 1GiB", "--expert-cache"},
       {run + "--backend standin --vram-budget 1GiB --vram-free 1GiB", "exclusive"},
       {"bench -m /nonexistent.gguf --backend standin --vram-limit lots", "--vram-limit"},
-      {"perplexity -m /nonexistent.gguf -f /nonexistent.txt --mem-limit 1GiB --no-offload", "--mem-limit"},
+      {"perplexity -m /nonexistent.gguf -f /nonexistent.txt --mem-limit 1GiB --no-offload",
+       "--mem-limit"},
       {"serve -m /nonexistent.gguf --cache-policy daop", "--policy-calib"},
   };
   for (const Case& c : cases) {
@@ -168,14 +174,16 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
     EXPECT_EQ(o.err.find("nonexistent"), std::string::npos) << "a file was opened first: " << o.err;
   }
   // On a model that fits (no offloading needed) the same rule holds.
-  const Out fits = moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 --cache-policy static --stats none");
+  const Out fits =
+      moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 --cache-policy static --stats none");
   EXPECT_EQ(fits.rc, 2) << fits.err;
   EXPECT_NE(fits.err.find("--policy-calib"), std::string::npos) << fits.err;
 }
 
 TEST(CliContract, ParseErrorsExitTwoWithOneLine) {
-  for (const char* args : {"run -p x", "run -m x -p y -n abc", "run -m x -p y --no-such-flag", "", "no-such-command",
-                           "serve -m x --port 70000", "run -m x -p y -t -3", "run -m x -p y -n -5"}) {
+  for (const char* args :
+       {"run -p x", "run -m x -p y -n abc", "run -m x -p y --no-such-flag", "", "no-such-command",
+        "serve -m x --port 70000", "run -m x -p y -t -3", "run -m x -p y -n -5"}) {
     const Out o = moeflow(args);
     EXPECT_EQ(o.rc, 2) << args << ": " << o.err;
     EXPECT_EQ(lines(o.err), 1u) << args << ": " << o.err;
@@ -210,7 +218,8 @@ TEST(CliContract, AContextTooLargeForMemorySaysHowMuch) {
   EXPECT_NE(o.err.find("-c 100000000000"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("GiB"), std::string::npos) << o.err;
   // With an explicit budget the plan is skipped, and the engine names the context itself.
-  const Out e = moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 -c 100000000000 --no-offload");
+  const Out e =
+      moeflow("run -m " + model() + " -p ids:1,2,3 -n 2 -t 1 -c 100000000000 --no-offload");
   EXPECT_EQ(e.rc, 1);
   EXPECT_EQ(lines(e.err), 1u) << e.err;
   EXPECT_NE(e.err.find("context size 100000000000 (-c) needs"), std::string::npos) << e.err;
@@ -219,11 +228,14 @@ TEST(CliContract, AContextTooLargeForMemorySaysHowMuch) {
 // gen-model reports progress only when a tensor is written; the bar estimates in between, so
 // on a terminal it shows values inside the first tensor before that tensor is done.
 TEST(CliContract, GenModelProgressMovesWithinATensor) {
-  const std::string gen = "gen-model --arch mixtral --preset 8x7b --layers 1 --experts 1 --expert-used 1 --type F16 -t 1";
+  const std::string gen =
+      "gen-model --arch mixtral --preset 8x7b --layers 1 --experts 1 --expert-used 1 --type F16 -t "
+      "1";
   const Out plan = moeflow(gen + " -o /dev/null --dry-run");
   ASSERT_EQ(plan.rc, 0) << plan.err;
   const nlohmann::json j = nlohmann::json::parse(plan.out);
-  const double first = 100.0 * 4096 * 32000 * 2 / j["tensor_bytes"].get<double>();  // token_embd, F16
+  const double first =
+      100.0 * 4096 * 32000 * 2 / j["tensor_bytes"].get<double>();  // token_embd, F16
   ASSERT_EQ(j["tensors"][0]["name"], "token_embd.weight");
   const std::string path = temp_path("progress.gguf");
   std::vector<std::string> args = {MOEFLOW_BINARY};
@@ -261,7 +273,8 @@ TEST(CliContract, GenModelProgressMovesWithinATensor) {
   close(master);
   std::remove(path.c_str());
   std::remove((path + ".tmp").c_str());
-  EXPECT_TRUE(inside) << "no frame inside the first tensor (0% .. " << first << "%): " << out.substr(0, 600);
+  EXPECT_TRUE(inside) << "no frame inside the first tensor (0% .. " << first
+                      << "%): " << out.substr(0, 600);
 }
 
 }  // namespace

@@ -2,22 +2,22 @@
 // generation, and error handling of bad input.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <cstring>
-#include <sys/wait.h>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "support/test_helpers.h"
-#include "support/run_binary.h"
-#include "support/tiny_model.h"
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"
 #include "sampling/sampler.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {
@@ -43,9 +43,11 @@ std::string tiny(const std::string& arch) {
 TEST(EvalCli, BatchedAndSequentialAgreeWithEngine) {
   const std::string m = tiny("qwen2moe");
   const std::string f1 = temp_path("l1.bin"), f2 = temp_path("l2.bin");
-  const Cmd a = run_cmd("eval -m " + m + " --tokens 5,7,11,13,17 --greedy 4 -t 2 --logits-out " + f1);
+  const Cmd a =
+      run_cmd("eval -m " + m + " --tokens 5,7,11,13,17 --greedy 4 -t 2 --logits-out " + f1);
   ASSERT_EQ(a.rc, 0) << a.out;
-  const Cmd b = run_cmd("eval -m " + m + " --tokens 5,7,11,13,17 --greedy 4 --sequential --logits-out " + f2);
+  const Cmd b =
+      run_cmd("eval -m " + m + " --tokens 5,7,11,13,17 --greedy 4 --sequential --logits-out " + f2);
   ASSERT_EQ(b.rc, 0) << b.out;
   const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
   EXPECT_EQ(ja["rows"], 9);
@@ -100,8 +102,10 @@ TEST(Engine, GreedyGenerateMatchesArgmaxChain) {
 
 TEST(Engine, SeededSamplingIsReproducible) {
   const std::string m = tiny("llama");
-  const Cmd a = run_cmd("run -m " + m + " -p ids:1,2,3 -n 12 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --seed 7 -t 1");
-  const Cmd b = run_cmd("run -m " + m + " -p ids:1,2,3 -n 12 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --seed 7 -t 2");
+  const Cmd a = run_cmd(
+      "run -m " + m + " -p ids:1,2,3 -n 12 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --seed 7 -t 1");
+  const Cmd b = run_cmd(
+      "run -m " + m + " -p ids:1,2,3 -n 12 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --seed 7 -t 2");
   ASSERT_EQ(a.rc, 0) << a.out;
   ASSERT_EQ(b.rc, 0) << b.out;
   auto first_line = [](const std::string& s) { return s.substr(0, s.find('\n')); };

@@ -4,8 +4,8 @@
 // same for every candidate and the two are within a point of each other; auto keeps LFU there.)
 #include <gtest/gtest.h>
 
-#include "support/require_data.h"
 #include "runtime/offload_auto.h"
+#include "support/require_data.h"
 #include "trace/importers.h"
 #include "trace/simulator.h"
 
@@ -28,12 +28,13 @@ TEST(AutoPolicy, PerLayerLfuWhenEveryLayerGetsItsTopKElseLfuCycleOverOneBudget) 
       {"auto", false, 12, 4, "lfu", true},
       {"auto", false, 8, 4, "lfu", true},
       {"auto", false, 7, 4, "lfu-cycle", false},
-      {"auto", true, 7, 4, "lfu", true},           // --cache-per-layer asked for keeps LFU
+      {"auto", true, 7, 4, "lfu", true},            // --cache-per-layer asked for keeps LFU
       {"auto", false, 100, 0, "lfu-cycle", false},  // no partitioning (low-precision modes)
       {"lru", false, 7, 4, "lru", false},           // an explicit policy is used as given
   };
   for (const Case& c : cases) {
-    const AutoPolicy p = resolve_auto_policy(c.policy, c.per_layer, c.slots * kSlot, kSlot, 2, c.moe_layers);
+    const AutoPolicy p =
+        resolve_auto_policy(c.policy, c.per_layer, c.slots * kSlot, kSlot, 2, c.moe_layers);
     EXPECT_EQ(p.policy, c.want) << c.policy << " with " << c.slots << " slots";
     EXPECT_EQ(p.per_layer, c.want_per_layer) << c.policy << " with " << c.slots << " slots";
   }
@@ -58,12 +59,14 @@ void check_rule(const trace::Trace& decode, const char* what) {
   }
   // Where places are scarce the difference is not noise (measured: 16.3% -> 17.4% of the
   // Mixtral trace's uses at 1/8, 15.5% -> 18.1% of Qwen1.5's).
-  EXPECT_GT(hit_rate(decode, "lfu-cycle", 0.125, true), hit_rate(decode, "lfu", 0.125, true) + 0.01) << what;
+  EXPECT_GT(hit_rate(decode, "lfu-cycle", 0.125, true), hit_rate(decode, "lfu", 0.125, true) + 0.01)
+      << what;
 }
 
 TEST(AutoPolicy, LfuCycleBeatsLfuAtGlobalBudgetsOnRealMixtralRouting) {
   const std::string path = MOEFLOW_SHARED_DATA
-      "/traces/mixtral-8x7b-instruct_speculative-moe/routing_data_collected/humaneval_2_routing.jsonl";
+      "/traces/mixtral-8x7b-instruct_speculative-moe/routing_data_collected/"
+      "humaneval_2_routing.jsonl";
   MOEFLOW_REQUIRE_PATH(path);
   check_rule(trace::filter_steps(trace::load_any({path}), false, true), "Mixtral-8x7B");
 }

@@ -16,12 +16,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "support/run_binary.h"
-#include "support/test_helpers.h"
-#include "support/tiny_model.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow::test {
@@ -31,9 +31,9 @@ namespace {
 std::string gen_model(const std::string& name, int vocab = 320, uint64_t seed = 42) {
   const std::string p = temp_path(name);
   if (std::filesystem::exists(p)) return p;
-  const Cmd c = run_moeflow("gen-model --arch mixtral --preset tiny --layers 2 --vocab " +
-                            std::to_string(vocab) + " --seed " + std::to_string(seed) +
-                            " -t 1 -q -o " + p);
+  const Cmd c =
+      run_moeflow("gen-model --arch mixtral --preset tiny --layers 2 --vocab " +
+                  std::to_string(vocab) + " --seed " + std::to_string(seed) + " -t 1 -q -o " + p);
   EXPECT_EQ(c.rc, 0) << c.out;
   return p;
 }
@@ -46,9 +46,10 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 // ~400 words of English-like text: a few thousand tokens with the synthetic vocabulary.
 std::string sample_text(uint32_t seed = 1, int n_words = 400) {
-  static const char* words[] = {"the", "of", "and", "to", "in", "is", "was", "for", "on",
-                                "that", "with", "as", "by", "at", "from", "river", "city",
-                                "north", "stone", "year", "1987", "bridge", "music", "(see)"};
+  static const char* words[] = {"the",   "of",   "and",  "to",     "in",    "is",
+                                "was",   "for",  "on",   "that",   "with",  "as",
+                                "by",    "at",   "from", "river",  "city",  "north",
+                                "stone", "year", "1987", "bridge", "music", "(see)"};
   std::mt19937 rng(seed);
   std::string t;
   for (int i = 0; i < n_words; ++i) {
@@ -83,7 +84,8 @@ struct Scored {
   std::vector<int32_t> targets;
 };
 
-Scored reference_rows(const std::string& model, const std::string& text, int64_t ctx, int max_chunks = -1) {
+Scored reference_rows(const std::string& model, const std::string& text, int64_t ctx,
+                      int max_chunks = -1) {
   auto file = std::shared_ptr<const GgufFile>(GgufFile::open(model));
   auto tok = Tokenizer::from_gguf(*file);
   const std::vector<int32_t> toks = tok->encode(text, true, false);
@@ -147,7 +149,8 @@ TEST(Perplexity, EqualsExpMeanNllOfTheEvalPathLogits) {
   const auto j = ppl_json("-m " + m + " -f " + tf + " -c 32 --chunks 5 -b 5 -t 1");
   EXPECT_EQ(j["n_chunks"], 5);
   EXPECT_EQ(j["n_tokens_scored"], 5 * 15);
-  EXPECT_NEAR(j["perplexity"].get<double>() / reference_ppl(reference_rows(m, text, 32, 5)), 1.0, 1e-5);
+  EXPECT_NEAR(j["perplexity"].get<double>() / reference_ppl(reference_rows(m, text, 32, 5)), 1.0,
+              1e-5);
 }
 
 TEST(Perplexity, TextReportEndsWithLlamaCppFinalEstimate) {
@@ -158,7 +161,8 @@ TEST(Perplexity, TextReportEndsWithLlamaCppFinalEstimate) {
   EXPECT_EQ(c.out.rfind("[1]", 0), 0u) << c.out;
   EXPECT_NE(c.out.find(",[3]"), std::string::npos) << c.out;
   const double ppl = ppl_json("-m " + m + " -f " + tf + " -c 32 --chunks 3")["perplexity"];
-  EXPECT_NE(c.out.find(fmt::format("Final estimate: PPL = {:.4f} +/- ", ppl)), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find(fmt::format("Final estimate: PPL = {:.4f} +/- ", ppl)), std::string::npos)
+      << c.out;
 }
 
 TEST(Perplexity, KlAgainstOwnSavedLogitsIsExactlyZero) {
@@ -172,7 +176,8 @@ TEST(Perplexity, KlAgainstOwnSavedLogitsIsExactlyZero) {
   // Same run with another thread count, and with expert offloading (an exact mode): the
   // logits are bit-identical, so every KL term is exactly 0.
   for (const std::string extra : {"-t 1", "-t 2 --cache-rate 0.3 --buffered-io --io-threads 1"}) {
-    const auto j = ppl_json("-m " + m + " -f " + tf + " -c 32 " + extra + " --kl-divergence " + saved);
+    const auto j =
+        ppl_json("-m " + m + " -f " + tf + " -c 32 " + extra + " --kl-divergence " + saved);
     EXPECT_EQ(j["kl_divergence"].get<double>(), 0.0) << extra;
     EXPECT_EQ(j["kl_divergence_max"].get<double>(), 0.0) << extra;
     EXPECT_EQ(j["top1_agreement"].get<double>(), 1.0) << extra;
@@ -229,16 +234,19 @@ TEST(Perplexity, MismatchedSavedLogitsAreRefused) {
   const std::string saved = temp_path("ppl_mm.logits");
   ppl_json("-m " + m + " -f " + tf + " -c 32 --chunks 6 --save-logits " + saved);
   const std::string run = "perplexity -m " + m + " -f " + tf + " --kl-divergence " + saved;
-  EXPECT_NE(error_of(run + " -c 16 --chunks 6").find("use the same -f, -c and --chunks"), std::string::npos);
+  EXPECT_NE(error_of(run + " -c 16 --chunks 6").find("use the same -f, -c and --chunks"),
+            std::string::npos);
   EXPECT_NE(error_of(run + " -c 32 --chunks 5").find("6 chunks of 32"), std::string::npos);
   const std::string other = write_file("ppl_other.txt", sample_text(2));
-  EXPECT_NE(error_of("perplexity -m " + m + " -f " + other + " -c 32 --chunks 6 --kl-divergence " + saved)
-                .find("another text"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("perplexity -m " + m + " -f " + other + " -c 32 --chunks 6 --kl-divergence " + saved)
+          .find("another text"),
+      std::string::npos);
   const std::string m2 = gen_model("ppl_v384.gguf", 384);
-  EXPECT_NE(error_of("perplexity -m " + m2 + " -f " + tf + " -c 32 --chunks 6 --kl-divergence " + saved)
-                .find("vocabulary has 384"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("perplexity -m " + m2 + " -f " + tf + " -c 32 --chunks 6 --kl-divergence " + saved)
+          .find("vocabulary has 384"),
+      std::string::npos);
   // Truncated, and not a logits file at all.
   const std::string cut = temp_path("ppl_cut.logits");
   std::filesystem::copy_file(saved, cut, std::filesystem::copy_options::overwrite_existing);
@@ -249,7 +257,8 @@ TEST(Perplexity, MismatchedSavedLogitsAreRefused) {
   EXPECT_NE(error_of(run.substr(0, run.find("--kl")) + "-c 32 --kl-divergence " + tf)
                 .find("not a moeflow logits file"),
             std::string::npos);
-  EXPECT_NE(error_of(run.substr(0, run.find("--kl")) + "-c 32 --kl-divergence " + temp_path("none.logits"))
+  EXPECT_NE(error_of(run.substr(0, run.find("--kl")) + "-c 32 --kl-divergence " +
+                     temp_path("none.logits"))
                 .find("cannot read"),
             std::string::npos);
 }
@@ -260,17 +269,22 @@ TEST(Perplexity, BadArgumentsAreClearErrors) {
   const std::string base = "perplexity -m " + m;
   EXPECT_NE(error_of(base + " -f " + temp_path("missing.txt")).find("-f"), std::string::npos);
   EXPECT_NE(error_of(base + " -f " + tf + " -c 2").find("at least 3"), std::string::npos);
-  EXPECT_NE(error_of(base + " -f " + write_file("empty.txt", "")).find("contains no text"), std::string::npos);
-  EXPECT_NE(error_of(base + " -f " + write_file("blank.txt", " \n\n ")).find("contains no text"), std::string::npos);
-  EXPECT_NE(error_of(base + " -f " + write_file("short.txt", "the river")).find("at least"), std::string::npos);
+  EXPECT_NE(error_of(base + " -f " + write_file("empty.txt", "")).find("contains no text"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + " -f " + write_file("blank.txt", " \n\n ")).find("contains no text"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + " -f " + write_file("short.txt", "the river")).find("at least"),
+            std::string::npos);
   EXPECT_NE(error_of(base + " -f " + tf + " --chunks 0").find("--chunks"), std::string::npos);
-  EXPECT_NE(error_of(base + " -f " + tf + " -c 32 --save-logits /nonexistent-dir/x.logits").find("--save-logits"),
+  EXPECT_NE(error_of(base + " -f " + tf + " -c 32 --save-logits /nonexistent-dir/x.logits")
+                .find("--save-logits"),
             std::string::npos);
   // A model without a vocabulary cannot read text.
   TinySpec s;
   const std::string novocab = temp_path("ppl_novocab.gguf");
   write_tiny_model(s, novocab);
-  EXPECT_NE(error_of("perplexity -m " + novocab + " -f " + tf).find("tokenizer"), std::string::npos);
+  EXPECT_NE(error_of("perplexity -m " + novocab + " -f " + tf).find("tokenizer"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "support/test_helpers.h"
-#include "support/tiny_model.h"
-#include "runtime/offload_session.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
+#include "runtime/offload_session.h"
 #include "runtime/prefix_cache.h"
 #include "server/text_generation.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow::test {
@@ -36,7 +36,8 @@ std::vector<int32_t> seq(int n, int salt) {
 }
 
 // Last-row logits of `prompt` after `cache` was primed with `before`.
-std::vector<float> logits_after(Engine& eng, PrefixCache& cache, const std::vector<int32_t>& prompt, size_t* reused) {
+std::vector<float> logits_after(Engine& eng, PrefixCache& cache, const std::vector<int32_t>& prompt,
+                                size_t* reused) {
   *reused = cache.prepare(eng, prompt);
   std::vector<float> out;
   eng.prefill(std::span<const int32_t>(prompt).subspan(*reused), false, &out);
@@ -44,7 +45,8 @@ std::vector<float> logits_after(Engine& eng, PrefixCache& cache, const std::vect
   return out;
 }
 
-std::vector<float> cold_logits(const std::string& path, const EngineOptions& eo, const std::vector<int32_t>& prompt) {
+std::vector<float> cold_logits(const std::string& path, const EngineOptions& eo,
+                               const std::vector<int32_t>& prompt) {
   Engine cold(path, eo);
   std::vector<float> out;
   cold.prefill(prompt, false, &out);
@@ -72,7 +74,8 @@ TEST(PrefixCache, LogitsAfterAHitAreBitIdenticalToAColdRun) {
       EXPECT_EQ(reused, 29u) << arch;
       const std::vector<float> cold = cold_logits(path, eo, second);
       ASSERT_EQ(warm.size(), cold.size());
-      EXPECT_EQ(std::memcmp(warm.data(), cold.data(), cold.size() * sizeof(float)), 0) << arch << " batch " << batch;
+      EXPECT_EQ(std::memcmp(warm.data(), cold.data(), cold.size() * sizeof(float)), 0)
+          << arch << " batch " << batch;
       // The same prompt again: everything but its last token is reused.
       const std::vector<float> again = logits_after(eng, cache, second, &reused);
       EXPECT_EQ(reused, second.size() - 1);
@@ -110,7 +113,8 @@ TEST(PrefixCache, FallsBackToColdWhenDisabledOrWhenTheEngineWasMovedElsewhere) {
   eng.decode(5);
   const std::vector<float> warm = logits_after(eng, on, p, &reused);
   EXPECT_EQ(reused, 0u);
-  EXPECT_EQ(std::memcmp(warm.data(), cold_logits(path, eo, p).data(), warm.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(warm.data(), cold_logits(path, eo, p).data(), warm.size() * sizeof(float)),
+            0);
   on.clear();
   logits_after(eng, on, p, &reused);
   EXPECT_EQ(reused, 0u);
@@ -122,7 +126,8 @@ class PrefixCacheGeneration : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     path_ = new std::string(temp_path("prefix_gen.gguf"));
-    const std::string cmd = std::string(MOEFLOW_BINARY) + " gen-model --arch mixtral --preset tiny --type Q4_K --seed 3 -q -o " +
+    const std::string cmd = std::string(MOEFLOW_BINARY) +
+                            " gen-model --arch mixtral --preset tiny --type Q4_K --seed 3 -q -o " +
                             *path_ + " > /dev/null 2>&1";
     ASSERT_EQ(0, std::system(cmd.c_str())) << cmd;
   }
@@ -160,7 +165,8 @@ class PrefixCacheGeneration : public ::testing::Test {
       // The next turn: this prompt, the reply, and a new user line.
       const std::vector<int32_t> reply = tok.encode(w.text, false, false);
       prompt.insert(prompt.end(), reply.begin(), reply.end());
-      const std::vector<int32_t> more = tok.encode(" and then turn " + std::to_string(turn + 2), false, true);
+      const std::vector<int32_t> more =
+          tok.encode(" and then turn " + std::to_string(turn + 2), false, true);
       prompt.insert(prompt.end(), more.begin(), more.end());
     }
   }

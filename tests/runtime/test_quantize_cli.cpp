@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "support/test_helpers.h"
-#include "support/run_binary.h"
-#include "support/tiny_model.h"
 #include "gguf/gguf_file.h"
 #include "quant/quant.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {
@@ -46,7 +46,9 @@ TEST(QuantizeCli, ReencodesMatricesAndKeepsTheRest) {
   const std::string in = temp_path("qz_in.gguf"), out = temp_path("qz_out.gguf");
   write_tiny_model(s, in);
   std::string log;
-  ASSERT_EQ(run_quiet("quantize -q -m " + in + " -o " + out + " --type Q8_0 --expert-type Q4_K", &log), 0) << log;
+  ASSERT_EQ(
+      run_quiet("quantize -q -m " + in + " -o " + out + " --type Q8_0 --expert-type Q4_K", &log), 0)
+      << log;
 
   auto a = GgufFile::open(in), b = GgufFile::open(out);
   ASSERT_EQ(a->tensors().size(), b->tensors().size());
@@ -81,7 +83,8 @@ TEST(QuantizeCli, ReencodesMatricesAndKeepsTheRest) {
   EXPECT_GT(n_expert_q4k, 0);
   EXPECT_GT(n_q8, 0);
   // The rewritten model runs.
-  ASSERT_EQ(run_quiet("run -m " + out + " -p ids:1,2,3 -n 4 --temp 0 --stats none", &log), 0) << log;
+  ASSERT_EQ(run_quiet("run -m " + out + " -p ids:1,2,3 -n 4 --temp 0 --stats none", &log), 0)
+      << log;
 }
 
 TEST(QuantizeCli, BadRequestsFailWithAMessage) {
@@ -89,11 +92,14 @@ TEST(QuantizeCli, BadRequestsFailWithAMessage) {
   const std::string in = temp_path("qz_bad.gguf");
   write_tiny_model(s, in);
   std::string log;
-  EXPECT_NE(run_quiet("quantize -m " + in + " -o " + temp_path("x.gguf") + " --type Q9_9", &log), 0);
+  EXPECT_NE(run_quiet("quantize -m " + in + " -o " + temp_path("x.gguf") + " --type Q9_9", &log),
+            0);
   EXPECT_NE(log.find("unknown type 'Q9_9'"), std::string::npos) << log;
   EXPECT_NE(run_quiet("quantize -m " + in + " -o " + in + " --type Q8_0", &log), 0);
   EXPECT_NE(log.find("overwrite the input"), std::string::npos) << log;
-  EXPECT_NE(run_quiet("quantize -m /nonexistent.gguf -o " + temp_path("y.gguf") + " --type Q8_0", &log), 0);
+  EXPECT_NE(
+      run_quiet("quantize -m /nonexistent.gguf -o " + temp_path("y.gguf") + " --type Q8_0", &log),
+      0);
   EXPECT_NE(log.find("/nonexistent.gguf"), std::string::npos) << log;
 }
 

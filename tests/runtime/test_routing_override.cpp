@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "support/routing_log.h"
-#include "support/test_helpers.h"
-#include "support/tiny_model.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "model/routing_override.h"
 #include "runtime/engine.h"
+#include "support/routing_log.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 
 namespace moeflow::test {
 namespace {
@@ -90,7 +90,8 @@ TEST(RoutingOverride, OwnRoutingIsBitIdenticalOtherRoutingIsExecuted) {
     logits_of(eng, prompt);
     FAIL() << "a routing the override cannot give must fail";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no routing for position 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no routing for position 4"), std::string::npos)
+        << e.what();
   }
   eng.context().moe().set_routing_override(nullptr);
 }

@@ -163,7 +163,8 @@ void expect_probs_of(const Sampler& s, const std::vector<double>& logits) {
   std::map<int, double> got;
   for (auto [t, p] : s.candidates()) got[t] = p;
   ASSERT_EQ(got.size(), logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) EXPECT_NEAR(got[(int)i], std::exp(logits[i]) / sum, 1e-6) << i;
+  for (size_t i = 0; i < logits.size(); ++i)
+    EXPECT_NEAR(got[(int)i], std::exp(logits[i]) / sum, 1e-6) << i;
 }
 
 SamplerParams plain(float rp, float freq, float presence, int last_n) {
@@ -231,7 +232,8 @@ TEST(Sampler, ParameterRangesNameTheFieldAndTheFlag) {
     const char* field;
     const char* flag;
   };
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
   const Case bad[] = {
       {[](SamplerParams& p) { p.temperature = -1; }, "temperature", "--temp"},
       {[&](SamplerParams& p) { p.temperature = inf; }, "temperature", "--temp"},
@@ -245,10 +247,18 @@ TEST(Sampler, ParameterRangesNameTheFieldAndTheFlag) {
       {[](SamplerParams& p) { p.repeat_penalty = -1; }, "repeat_penalty", "--repeat-penalty"},
       {[&](SamplerParams& p) { p.repeat_penalty = nan; }, "repeat_penalty", "--repeat-penalty"},
       {[](SamplerParams& p) { p.repeat_last_n = -2; }, "repeat_last_n", "--repeat-last-n"},
-      {[](SamplerParams& p) { p.presence_penalty = 2.5f; }, "presence_penalty", "--presence-penalty"},
-      {[](SamplerParams& p) { p.frequency_penalty = -3; }, "frequency_penalty", "--frequency-penalty"},
-      {[](SamplerParams& p) { p.logit_bias = {{3, 101.0f}}; }, "logit_bias", "--logit-bias"},
-      {[](SamplerParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias", "--logit-bias"},
+      {[](SamplerParams& p) { p.presence_penalty = 2.5f; }, "presence_penalty",
+       "--presence-penalty"},
+      {[](SamplerParams& p) { p.frequency_penalty = -3; }, "frequency_penalty",
+       "--frequency-penalty"},
+      {[](SamplerParams& p) {
+         p.logit_bias = {{3, 101.0f}};
+       },
+       "logit_bias", "--logit-bias"},
+      {[](SamplerParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       },
+       "logit_bias", "--logit-bias"},
   };
   for (const Case& c : bad) {
     const auto e = problem(c.set);

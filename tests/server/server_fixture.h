@@ -24,11 +24,11 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "support/run_binary.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "server/server.h"
+#include "support/run_binary.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" char** environ;
@@ -50,7 +50,8 @@ struct TinyModelFile {
   TinyModelFile() {
     // Per process: ctest runs each test as its own process, possibly in parallel.
     path = ::testing::TempDir() + "/server_tiny_mixtral_" + std::to_string(getpid()) + ".gguf";
-    const Cmd c = run_cmd("gen-model --arch mixtral --preset tiny -q -o " + shell_quote(path), true);
+    const Cmd c =
+        run_cmd("gen-model --arch mixtral --preset tiny -q -o " + shell_quote(path), true);
     if (c.rc != 0) throw std::runtime_error("gen-model failed: " + c.out);
   }
   ~TinyModelFile() { std::remove(path.c_str()); }
@@ -131,7 +132,6 @@ struct Instance {
   }
 };
 
-
 // SSE body -> the JSON objects of its "data:" lines; *done says whether "[DONE]" ended it.
 // POSTs a JSON body; post_ok throws unless the answer is 200 and returns its JSON.
 inline httplib::Result post(const Instance& inst, const std::string& path, const std::string& body,
@@ -142,7 +142,8 @@ inline httplib::Result post(const Instance& inst, const std::string& path, const
 inline json post_ok(const Instance& inst, const std::string& path, const json& body) {
   auto r = post(inst, path, body.dump());
   if (!r) throw std::runtime_error("no response: " + httplib::to_string(r.error()));
-  if (r->status != 200) throw std::runtime_error("HTTP " + std::to_string(r->status) + ": " + r->body);
+  if (r->status != 200)
+    throw std::runtime_error("HTTP " + std::to_string(r->status) + ": " + r->body);
   return json::parse(r->body);
 }
 
@@ -192,7 +193,9 @@ inline void expect_error(const httplib::Result& r, int status, const std::string
   }
 }
 
-inline bool utf8_boundary(const std::string& s, size_t i) { return i >= s.size() || ((unsigned char)s[i] & 0xC0) != 0x80; }
+inline bool utf8_boundary(const std::string& s, size_t i) {
+  return i >= s.size() || ((unsigned char)s[i] & 0xC0) != 0x80;
+}
 
 inline uint64_t metric(const std::string& page, const std::string& name) {
   std::istringstream in(page);
@@ -218,10 +221,12 @@ struct ServeProcess {
   std::string log, startup;
 
   explicit ServeProcess(const std::vector<std::string>& extra_args) {
-    log = ::testing::TempDir() + "/serve_" + std::to_string(getpid()) + "_" + std::to_string(counter()++) + ".log";
+    log = ::testing::TempDir() + "/serve_" + std::to_string(getpid()) + "_" +
+          std::to_string(counter()++) + ".log";
     std::remove(log.c_str());
     const std::string bin = MOEFLOW_BINARY;
-    std::vector<std::string> args = {bin, "serve", "-m", tiny_model(), "--host", "127.0.0.1", "--port", "0", "-t", "1"};
+    std::vector<std::string> args = {bin,         "serve",  "-m", tiny_model(), "--host",
+                                     "127.0.0.1", "--port", "0",  "-t",         "1"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "chat_template/chat_template.h"
 #include "server/text_generation.h"
 #include "server_fixture.h"
-#include "chat_template/chat_template.h"
 
 namespace moeflow::test {
 namespace {
@@ -26,7 +26,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Reads from fd into `out` until `marker` appears after position `from` (or timeout_s passes).
-bool read_until(int fd, std::string& out, const std::string& marker, size_t from, double timeout_s) {
+bool read_until(int fd, std::string& out, const std::string& marker, size_t from,
+                double timeout_s) {
   const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
   while (out.find(marker, from) == std::string::npos) {
     if (Clock::now() >= end) return false;
@@ -82,16 +83,18 @@ std::vector<std::string> replies(const std::vector<std::string>& users, int n_pr
 
 // What a reply looks like through a terminal (the pty turns "\n" into "\r\n").
 std::string on_tty(std::string s) {
-  for (size_t p = s.find('\n'); p != std::string::npos; p = s.find('\n', p + 2)) s.replace(p, 1, "\r\n");
+  for (size_t p = s.find('\n'); p != std::string::npos; p = s.find('\n', p + 2))
+    s.replace(p, 1, "\r\n");
   return s;
 }
 
 TEST(ChatCli, LineEditingAndHistoryOnATerminal) {
   const std::vector<std::string> want = replies({"Hello", "HelXYlo"}, 6);
-  ASSERT_NE(want[1], replies({"Hello", "Hello"}, 6)[1]) << "the edit would not be visible in the reply";
+  ASSERT_NE(want[1], replies({"Hello", "Hello"}, 6)[1])
+      << "the edit would not be visible in the reply";
   int master = -1;
-  std::vector<std::string> args = {MOEFLOW_BINARY, "chat", "-m", tiny_model(), "--temp", "0", "-n", "6", "-t", "1",
-                                   "-c", "512"};
+  std::vector<std::string> args = {MOEFLOW_BINARY, "chat", "-m", tiny_model(), "--temp", "0",
+                                   "-n",           "6",    "-t", "1",          "-c",     "512"};
   auto argv = argv_of(args);
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
   ASSERT_GE(pid, 0);
@@ -130,9 +133,11 @@ TEST(ChatCli, CtrlCStopsTheReplyAndTheConversationGoesOn) {
   int in[2], out[2];
   ASSERT_EQ(pipe(in), 0);
   ASSERT_EQ(pipe(out), 0);
-  const std::string err_path = ::testing::TempDir() + "/chat_sigint_" + std::to_string(getpid()) + ".log";
-  std::vector<std::string> args = {MOEFLOW_BINARY, "chat", "-m", tiny_model(), "--temp", "0", "-n", "60000",
-                                   "-c", "65536", "-t", "1", "--ignore-eos", "-v"};
+  const std::string err_path =
+      ::testing::TempDir() + "/chat_sigint_" + std::to_string(getpid()) + ".log";
+  std::vector<std::string> args = {MOEFLOW_BINARY, "chat",  "-m", tiny_model(), "--temp", "0",
+                                   "-n",           "60000", "-c", "65536",      "-t",     "1",
+                                   "--ignore-eos", "-v"};
   auto argv = argv_of(args);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);

@@ -48,7 +48,8 @@ std::string read_all(int fd, double timeout_s, const std::string& until = "") {
   char buf[4096];
   while (Clock::now() < end) {
     pollfd p{fd, POLLIN, 0};
-    const int ms = (int)std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    const int ms =
+        (int)std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
     if (poll(&p, 1, std::max(ms, 1)) <= 0) break;
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n <= 0) break;
@@ -130,7 +131,9 @@ TEST(HttpGuard, SlowlorisAndHalfOpenSocketsDoNotBlockHealth) {
     EXPECT_TRUE(closed_within(fd, 3.0));
     close(fd);
   }
-  EXPECT_GE(metric(inst.server->metrics(), "moeflow_http_connections_dropped_total{reason=\"header_timeout\"}"), 112u);
+  EXPECT_GE(metric(inst.server->metrics(),
+                   "moeflow_http_connections_dropped_total{reason=\"header_timeout\"}"),
+            112u);
   EXPECT_GE(health_seconds(port), 0);
 }
 
@@ -151,7 +154,8 @@ TEST(HttpGuard, TwoHundredIdleConnectionsDoNotBlockAnything) {
   std::atomic<int> ok{0};
   for (int i = 0; i < 4; ++i)
     ts.emplace_back([&, i] {
-      auto r = post(inst, "/v1/completions", json{{"prompt", "p" + std::to_string(i)}, {"max_tokens", 4}}.dump());
+      auto r = post(inst, "/v1/completions",
+                    json{{"prompt", "p" + std::to_string(i)}, {"max_tokens", 4}}.dump());
       if (r && r->status == 200) ++ok;
     });
   for (auto& t : ts) t.join();
@@ -176,7 +180,9 @@ TEST(HttpGuard, BeyondMaxConnectionsTheLongestWaitingIsDropped) {
   for (int i = 45; i < 50; ++i) newest_closed += closed_within(fds[(size_t)i], 0.2);
   EXPECT_EQ(oldest_closed, 10);
   EXPECT_EQ(newest_closed, 0);
-  EXPECT_GE(metric(inst.server->metrics(), "moeflow_http_connections_dropped_total{reason=\"evicted\"}"), 10u);
+  EXPECT_GE(
+      metric(inst.server->metrics(), "moeflow_http_connections_dropped_total{reason=\"evicted\"}"),
+      10u);
   for (int fd : fds) close(fd);
 }
 
@@ -190,7 +196,8 @@ TEST(HttpGuard, MalformedAndOversizedRequestsAre4xxWithJsonBodies) {
   const Case cases[] = {
       {"GARBAGE\r\n\r\n", "400"},
       {"POST /v1/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", "400"},
-      {"POST /v1/completions HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", "400"},
+      {"POST /v1/completions HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+       "400"},
       {"GET /health HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", "431"},
       // Refused from the head: the 9 MiB body is never sent.
       {"POST /v1/completions HTTP/1.1\r\nContent-Length: 9437184\r\n\r\n", "413"},
@@ -214,8 +221,11 @@ TEST(HttpGuard, ExpectContinueChunkedAndPipelinedRequests) {
   const std::string body = json{{"prompt", "hello"}, {"max_tokens", 2}}.dump();
   {
     const int fd = connect_to(port);
-    ASSERT_TRUE(send_str(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
-                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+    ASSERT_TRUE(send_str(
+        fd,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+        "Content-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n"));
     const std::string interim = read_all(fd, 2.0, "\r\n\r\n");
     EXPECT_EQ(interim, "HTTP/1.1 100 Continue\r\n\r\n");
     ASSERT_TRUE(send_str(fd, body));
@@ -229,7 +239,9 @@ TEST(HttpGuard, ExpectContinueChunkedAndPipelinedRequests) {
     const std::string half = body.substr(0, 5), rest = body.substr(5);
     char hex[16];
     std::snprintf(hex, sizeof hex, "%zx", half.size());
-    std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    std::string chunked =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: "
+        "close\r\n\r\n";
     chunked += std::string(hex) + "\r\n" + half + "\r\n";
     std::snprintf(hex, sizeof hex, "%zx", rest.size());
     chunked += std::string(hex) + "\r\n" + rest + "\r\n0\r\n\r\n";
@@ -240,10 +252,14 @@ TEST(HttpGuard, ExpectContinueChunkedAndPipelinedRequests) {
   }
   {
     const int fd = connect_to(port);
-    ASSERT_TRUE(send_str(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    ASSERT_TRUE(send_str(fd,
+                         "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: "
+                         "x\r\nConnection: close\r\n\r\n"));
     const std::string got = read_all(fd, 5.0);
     size_t n = 0;
-    for (size_t p = got.find("HTTP/1.1 200"); p != std::string::npos; p = got.find("HTTP/1.1 200", p + 1)) ++n;
+    for (size_t p = got.find("HTTP/1.1 200"); p != std::string::npos;
+         p = got.find("HTTP/1.1 200", p + 1))
+      ++n;
     EXPECT_EQ(n, 2u) << got;
     close(fd);
   }

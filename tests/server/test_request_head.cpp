@@ -36,25 +36,28 @@ TEST(RequestHead, IncompleteHeadsWaitAndOversizedOnesAreRefused) {
   HeadLimits lim;
   lim.max_head_bytes = 64;
   EXPECT_EQ(scan("GET / HTTP/1.1\r\nX: " + std::string(100, 'a'), lim).state, State::HeadTooLarge);
-  EXPECT_EQ(scan("GET / HTTP/1.1\r\nX: " + std::string(100, 'a') + "\r\n\r\n", lim).state, State::HeadTooLarge);
+  EXPECT_EQ(scan("GET / HTTP/1.1\r\nX: " + std::string(100, 'a') + "\r\n\r\n", lim).state,
+            State::HeadTooLarge);
   const RequestScan big = scan("POST / HTTP/1.1\r\nContent-Length: 9999999999\r\n\r\n");
   EXPECT_EQ(big.state, State::BodyTooLarge);
   EXPECT_NE(big.error.find("limit"), std::string::npos);
 }
 
 TEST(RequestHead, MalformedHeads) {
-  for (const char* bad : {"GARBAGE\r\n\r\n", "GET\r\n\r\n", " / HTTP/1.1\r\n\r\n", "GET / FTP/1.0\r\n\r\n",
-                          "GET / HTTP/1.1\r\nno colon here\r\n\r\n", "POST / HTTP/1.1\r\nContent-Length: 12a\r\n\r\n",
-                          "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-                          "POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                          "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-                          "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"}) {
+  for (const char* bad :
+       {"GARBAGE\r\n\r\n", "GET\r\n\r\n", " / HTTP/1.1\r\n\r\n", "GET / FTP/1.0\r\n\r\n",
+        "GET / HTTP/1.1\r\nno colon here\r\n\r\n", "POST / HTTP/1.1\r\nContent-Length: 12a\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"}) {
     const RequestScan r = scan(bad);
     EXPECT_EQ(r.state, State::Malformed) << bad;
     EXPECT_FALSE(r.error.empty()) << bad;
   }
   // The same Content-Length twice is allowed.
-  EXPECT_EQ(scan("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx").state, State::Complete);
+  EXPECT_EQ(scan("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx").state,
+            State::Complete);
 }
 
 TEST(RequestHead, ChunkedBodies) {
@@ -63,7 +66,8 @@ TEST(RequestHead, ChunkedBodies) {
   EXPECT_EQ(scan(head + "5\r\nab").state, State::Incomplete);
   EXPECT_EQ(scan(head + "5\r\nabcde\r\n").state, State::Incomplete);
   EXPECT_EQ(scan(head + "5\r\nabcde\r\n0\r\n").state, State::Incomplete);
-  const std::string whole = head + "5;ext=1\r\nabcde\r\nA\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n";
+  const std::string whole =
+      head + "5;ext=1\r\nabcde\r\nA\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n";
   const RequestScan r = scan(whole + "GET / HTTP/1.1\r\n\r\n");
   EXPECT_EQ(r.state, State::Complete);
   EXPECT_EQ(r.total_bytes, whole.size());
@@ -76,7 +80,8 @@ TEST(RequestHead, ChunkedBodies) {
 }
 
 TEST(RequestHead, ExpectContinueIsLocatedSoItCanBeAnsweredAndDropped) {
-  const std::string head = "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+  const std::string head =
+      "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
   const RequestScan r = scan(head);
   EXPECT_EQ(r.state, State::Incomplete);
   EXPECT_TRUE(r.expect_continue);

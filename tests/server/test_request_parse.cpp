@@ -37,7 +37,8 @@ GenerationRequest completion(const json& extra) {
 }
 
 // The error of a request expected to fail.
-RequestError error_of(const std::string& body, Endpoint ep = Endpoint::Chat, RequestContext ctx = context()) {
+RequestError error_of(const std::string& body, Endpoint ep = Endpoint::Chat,
+                      RequestContext ctx = context()) {
   try {
     parse_generation_request(body, ep, ctx);
   } catch (const RequestError& e) {
@@ -87,7 +88,8 @@ TEST(RequestParse, EveryMalformedFieldIsA400NamingIt) {
       {with_messages({{"stream", "yes"}}), C, "stream"},
       {with_messages({{"stream_options", {{"include_usage", true}}}}), C, "stream_options"},
       {with_messages({{"stream", true}, {"stream_options", 5}}), C, "stream_options"},
-      {with_messages({{"stream", true}, {"stream_options", {{"include_usage", 1}}}}), C, "include_usage"},
+      {with_messages({{"stream", true}, {"stream_options", {{"include_usage", 1}}}}), C,
+       "include_usage"},
       {with_messages({{"ignore_eos", 1}}), C, "ignore_eos"},
       {with_messages({{"stop", 5}}), C, "stop"},
       {with_messages({{"stop", {"a", 5}}}), C, "stop"},
@@ -103,12 +105,15 @@ TEST(RequestParse, EveryMalformedFieldIsA400NamingIt) {
       {with_messages({{"top_logprobs", 2}}), C, "top_logprobs"},
       {with_messages({{"logprobs", true}, {"top_logprobs", 21}}), C, "top_logprobs"},
       {with_messages({{"response_format", {{"type", "json_object"}}}}), C, "response_format"},
-      {with_messages({{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}), C, "response_format"},
+      {with_messages(
+           {{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
+       C, "response_format"},
       {with_messages({{"response_format", "text"}}), C, "response_format"},
       {with_messages({{"tools", {{"type", "function"}}}}), C, "tools"},
       {with_messages({{"tools", {1}}}), C, "tools"},
       {with_messages({{"tool_choice", "required"}}), C, "tool_choice"},
-      {with_messages({{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}), C, "tool_choice"},
+      {with_messages({{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}), C,
+       "tool_choice"},
       {with_messages({{"functions", json::array()}}), C, "functions"},
       {with_messages({{"function_call", "auto"}}), C, "function_call"},
       {with_messages({{"model", 5}}), C, "model"},
@@ -118,7 +123,8 @@ TEST(RequestParse, EveryMalformedFieldIsA400NamingIt) {
       {R"({"messages": [{"content": "no role"}]})", C, "messages"},
       {R"({"messages": [{"role": 1, "content": "x"}]})", C, "messages"},
       {R"({"messages": [{"role": "user", "content": 5}]})", C, "messages"},
-      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})", C, "messages"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+       C, "messages"},
       {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", C, "messages"},
       {R"({"messages": [{"role": "user", "content": [5]}]})", C, "messages"},
       {R"({"prompt": 5})", P, "prompt"},
@@ -154,7 +160,8 @@ TEST(RequestParse, MessagesSayWhatIsExpected) {
             "'temperature' must be in [0, 100] (0 = greedy), got 1e+308");
   const std::string mt = error_of(with_messages({{"max_tokens", 1e12}})).message;
   EXPECT_NE(mt.find("'max_tokens' must be an integer in [1, 2147483647]"), std::string::npos) << mt;
-  EXPECT_NE(error_of(with_messages({{"response_format", {{"type", "json_object"}}}})).message.find("constrained"),
+  EXPECT_NE(error_of(with_messages({{"response_format", {{"type", "json_object"}}}}))
+                .message.find("constrained"),
             std::string::npos);
 }
 
@@ -165,7 +172,8 @@ TEST(RequestParse, BodyLevelErrors) {
   EXPECT_EQ(nj.status, 400);
   EXPECT_NE(nj.message.find("not valid JSON"), std::string::npos) << nj.message;
   EXPECT_NE(error_of("[1, 2]").message.find("JSON object"), std::string::npos);
-  EXPECT_NE(error_of("{\"messages\": [1]} trailing").message.find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of("{\"messages\": [1]} trailing").message.find("not valid JSON"),
+            std::string::npos);
   const RequestError m = error_of(with_messages({{"model", "gpt-4"}}));
   EXPECT_EQ(m.status, 404);
   EXPECT_EQ(m.code, "model_not_found");
@@ -182,7 +190,8 @@ TEST(RequestParse, OversizedBodiesAreRefusedBeforeBuildingObjects) {
   RequestContext ctx = context();
   // 490k tiny messages (the 16.6 MB body that used to peak at 1.56 GB): over the body limit.
   std::string huge = "{\"messages\": [";
-  for (int i = 0; i < 490000; ++i) huge += std::string(i ? "," : "") + "{\"role\":\"user\",\"content\":\"a\"}";
+  for (int i = 0; i < 490000; ++i)
+    huge += std::string(i ? "," : "") + "{\"role\":\"user\",\"content\":\"a\"}";
   huge += "]}";
   const RequestError big = error_of(huge, Endpoint::Chat, ctx);
   EXPECT_EQ(big.status, 413);
@@ -199,9 +208,11 @@ TEST(RequestParse, OversizedBodiesAreRefusedBeforeBuildingObjects) {
   values += ", \"x\": [";
   for (int i = 0; i < 300000; ++i) values += i ? ",1" : "1";
   values += "]}";
-  EXPECT_NE(error_of(values, Endpoint::Chat, ctx).message.find("more than 262144 JSON values"), std::string::npos);
+  EXPECT_NE(error_of(values, Endpoint::Chat, ctx).message.find("more than 262144 JSON values"),
+            std::string::npos);
   const std::string text = with_messages({{"x", std::string(5u << 20, 'a')}});
-  EXPECT_NE(error_of(text, Endpoint::Chat, ctx).message.find("bytes of strings"), std::string::npos);
+  EXPECT_NE(error_of(text, Endpoint::Chat, ctx).message.find("bytes of strings"),
+            std::string::npos);
   // Exactly at the message limit is fine.
   json ok = {{"messages", json::array()}};
   for (int i = 0; i < 4096; ++i) ok["messages"].push_back({{"role", "user"}, {"content", "a"}});
@@ -217,15 +228,30 @@ TEST(RequestParse, AcceptedFieldsReachTheGenerationParameters) {
   EXPECT_FALSE(d.stream);
   EXPECT_TRUE(d.tools.is_null());
 
-  const GenerationRequest r = chat({{"temperature", 0}, {"top_p", 0.9}, {"top_k", 7}, {"min_p", 0.1},
-                                    {"repeat_penalty", 1.1}, {"repeat_last_n", 32}, {"presence_penalty", 0.5},
-                                    {"frequency_penalty", -0.25}, {"logit_bias", {{"5", -100}, {"17", 2.5}}},
-                                    {"seed", 42}, {"stop", {"\n", "END"}}, {"ignore_eos", true}, {"n", 3},
-                                    {"max_tokens", 9}, {"max_completion_tokens", 11}, {"logprobs", true},
-                                    {"top_logprobs", 4}, {"stream", true},
-                                    {"stream_options", {{"include_usage", true}}}, {"user", "someone"},
-                                    {"response_format", {{"type", "text"}}}, {"tool_choice", "auto"},
-                                    {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}});
+  const GenerationRequest r =
+      chat({{"temperature", 0},
+            {"top_p", 0.9},
+            {"top_k", 7},
+            {"min_p", 0.1},
+            {"repeat_penalty", 1.1},
+            {"repeat_last_n", 32},
+            {"presence_penalty", 0.5},
+            {"frequency_penalty", -0.25},
+            {"logit_bias", {{"5", -100}, {"17", 2.5}}},
+            {"seed", 42},
+            {"stop", {"\n", "END"}},
+            {"ignore_eos", true},
+            {"n", 3},
+            {"max_tokens", 9},
+            {"max_completion_tokens", 11},
+            {"logprobs", true},
+            {"top_logprobs", 4},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}},
+            {"user", "someone"},
+            {"response_format", {{"type", "text"}}},
+            {"tool_choice", "auto"},
+            {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}});
   const SamplerParams& s = r.gen.sampling;
   EXPECT_EQ(s.temperature, 0.0f);
   EXPECT_FLOAT_EQ(s.top_p, 0.9f);
@@ -284,7 +310,8 @@ TEST(RequestParse, CompletionPrompts) {
   EXPECT_TRUE(t.gen.logprobs);
   EXPECT_EQ(t.gen.top_logprobs, 3);
   EXPECT_EQ(completion({{"prompt", {"one"}}}).prompt_text, "one");
-  const GenerationRequest ids = completion({{"prompt", {1, 50, 511}}, {"logprobs", 0}, {"suffix", ""}});
+  const GenerationRequest ids =
+      completion({{"prompt", {1, 50, 511}}, {"logprobs", 0}, {"suffix", ""}});
   EXPECT_FALSE(ids.prompt_is_text);
   EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 50, 511}));
   EXPECT_TRUE(ids.gen.logprobs);

@@ -27,16 +27,16 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "support/run_binary.h"
+#include "chat_template/chat_template.h"
 #include "core/error.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "server/server.h"
 #include "server/text_generation.h"
-#include "chat_template/chat_template.h"
-#include "tokenizer/tokenizer.h"
 #include "server_fixture.h"
+#include "support/run_binary.h"
+#include "tokenizer/tokenizer.h"
 
 extern char** environ;
 
@@ -59,7 +59,8 @@ class ServerTest : public ::testing::Test {
   static json post_ok(const std::string& path, const json& body) {
     auto r = post(path, body.dump());
     if (!r) throw std::runtime_error("no response: " + httplib::to_string(r.error()));
-    if (r->status != 200) throw std::runtime_error("HTTP " + std::to_string(r->status) + ": " + r->body);
+    if (r->status != 200)
+      throw std::runtime_error("HTTP " + std::to_string(r->status) + ": " + r->body);
     return json::parse(r->body);
   }
   // Reference generation: a second engine on the same file, the same code path as `run`.
@@ -72,7 +73,6 @@ class ServerTest : public ::testing::Test {
   }
 };
 Instance* ServerTest::inst_ = nullptr;
-
 
 TEST_F(ServerTest, HealthAndModels) {
   auto c = inst_->client();
@@ -92,12 +92,16 @@ TEST_F(ServerTest, HealthAndModels) {
 }
 
 TEST_F(ServerTest, CompletionGreedyEqualsMoeflowRun) {
-  const Cmd run = run_cmd("run -m " + shell_quote(tiny_model()) + " -p 'Hello world' -n 16 --temp 0 -t 1");
+  const Cmd run =
+      run_cmd("run -m " + shell_quote(tiny_model()) + " -p 'Hello world' -n 16 --temp 0 -t 1");
   ASSERT_EQ(run.rc, 0);
   ASSERT_FALSE(run.out.empty());
   const std::string expected = run.out.substr(0, run.out.size() - 1);  // run ends with "\n"
-  const json j = post_ok("/v1/completions", {{"model", "tiny"}, {"prompt", "Hello world"}, {"max_tokens", 16},
-                                              {"temperature", 0}, {"seed", 7}});
+  const json j = post_ok("/v1/completions", {{"model", "tiny"},
+                                             {"prompt", "Hello world"},
+                                             {"max_tokens", 16},
+                                             {"temperature", 0},
+                                             {"seed", 7}});
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["model"], "tiny");
   EXPECT_EQ(j["choices"][0]["text"], expected);
@@ -112,9 +116,11 @@ TEST_F(ServerTest, CompletionGreedyEqualsMoeflowRun) {
 }
 
 TEST_F(ServerTest, ChatGreedyEqualsEngineAndStreamsTheSameText) {
-  const json msgs = json::parse(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi there"}])");
-  const json j = post_ok("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 20}, {"temperature", 0},
-                                                   {"ignore_eos", true}});
+  const json msgs = json::parse(
+      R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi there"}])");
+  const json j =
+      post_ok("/v1/chat/completions",
+              {{"messages", msgs}, {"max_tokens", 20}, {"temperature", 0}, {"ignore_eos", true}});
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
   const std::string text = j["choices"][0]["message"]["content"];
@@ -131,8 +137,12 @@ TEST_F(ServerTest, ChatGreedyEqualsEngineAndStreamsTheSameText) {
   EXPECT_EQ(text, ref.text);
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
 
-  auto r = post("/v1/chat/completions", json{{"messages", msgs}, {"max_tokens", 20}, {"temperature", 0},
-                                             {"ignore_eos", true}, {"stream", true}}.dump());
+  auto r = post("/v1/chat/completions", json{{"messages", msgs},
+                                             {"max_tokens", 20},
+                                             {"temperature", 0},
+                                             {"ignore_eos", true},
+                                             {"stream", true}}
+                                            .dump());
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200);
   EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
@@ -146,11 +156,15 @@ TEST_F(ServerTest, ChatGreedyEqualsEngineAndStreamsTheSameText) {
   EXPECT_EQ(reassemble(chunks, true, &last), text);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(last["usage"]["completion_tokens"], 20);
-  for (size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_TRUE(chunks[i]["choices"][0]["finish_reason"].is_null());
+  for (size_t i = 0; i + 1 < chunks.size(); ++i)
+    EXPECT_TRUE(chunks[i]["choices"][0]["finish_reason"].is_null());
 }
 
 TEST_F(ServerTest, CompletionStreamingReassembles) {
-  const json req = {{"prompt", "The quick brown fox"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+  const json req = {{"prompt", "The quick brown fox"},
+                    {"max_tokens", 24},
+                    {"temperature", 0},
+                    {"ignore_eos", true}};
   const json plain = post_ok("/v1/completions", req);
   json sreq = req;
   sreq["stream"] = true;
@@ -164,13 +178,20 @@ TEST_F(ServerTest, CompletionStreamingReassembles) {
   EXPECT_EQ(reassemble(chunks, false, &last), plain["choices"][0]["text"]);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
   // The same usage; the second request found its prompt in the prefix cache.
-  for (const char* k : {"prompt_tokens", "completion_tokens", "total_tokens"}) EXPECT_EQ(last["usage"][k], plain["usage"][k]);
-  EXPECT_EQ(last["usage"]["prompt_tokens_details"]["cached_tokens"], plain["usage"]["prompt_tokens"].get<int>() - 1);
+  for (const char* k : {"prompt_tokens", "completion_tokens", "total_tokens"})
+    EXPECT_EQ(last["usage"][k], plain["usage"][k]);
+  EXPECT_EQ(last["usage"]["prompt_tokens_details"]["cached_tokens"],
+            plain["usage"]["prompt_tokens"].get<int>() - 1);
 }
 
 TEST_F(ServerTest, SeededSamplingIsReproducibleAndTokenIdPromptsWork) {
-  const json req = {{"prompt", json::array({1, 50, 60, 70})}, {"max_tokens", 12}, {"temperature", 0.9},
-                    {"top_k", 50}, {"top_p", 0.95}, {"seed", 1234}, {"ignore_eos", true}};
+  const json req = {{"prompt", json::array({1, 50, 60, 70})},
+                    {"max_tokens", 12},
+                    {"temperature", 0.9},
+                    {"top_k", 50},
+                    {"top_p", 0.95},
+                    {"seed", 1234},
+                    {"ignore_eos", true}};
   const json a = post_ok("/v1/completions", req), b = post_ok("/v1/completions", req);
   EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
   EXPECT_EQ(a["usage"]["prompt_tokens"], 4);
@@ -185,7 +206,8 @@ TEST_F(ServerTest, SeededSamplingIsReproducibleAndTokenIdPromptsWork) {
 }
 
 TEST_F(ServerTest, StopStringsCutTheText) {
-  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+  const json base = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
   const std::string full = post_ok("/v1/completions", base)["choices"][0]["text"];
   // A stop string taken from the middle of the text, on character boundaries.
   size_t i = full.size() / 3;
@@ -213,29 +235,38 @@ TEST_F(ServerTest, StopStringsCutTheText) {
 TEST_F(ServerTest, ErrorsAreOpenAiStyleAndLeaveTheServerHealthy) {
   expect_error(post("/v1/chat/completions", "{not json"), 400, "");
   expect_error(post("/v1/chat/completions", "[1, 2]"), 400, "");
-  expect_error(post("/v1/chat/completions", R"({"model":"gpt-4","messages":[{"role":"user","content":"hi"}]})"), 404,
-               "model_not_found");
+  expect_error(post("/v1/chat/completions",
+                    R"({"model":"gpt-4","messages":[{"role":"user","content":"hi"}]})"),
+               404, "model_not_found");
   expect_error(post("/v1/chat/completions", R"({"max_tokens":4})"), 400, "");
   expect_error(post("/v1/chat/completions", R"({"messages":[]})"), 400, "");
   expect_error(post("/v1/chat/completions", R"({"messages":[{"content":"no role"}]})"), 400, "");
-  expect_error(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"temperature":"hot"})"),
+  expect_error(post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"hi"}],"temperature":"hot"})"),
                400, "");
-  expect_error(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":0})"), 400, "");
+  expect_error(post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":0})"),
+               400, "");
   expect_error(post("/v1/completions", R"({"max_tokens":4})"), 400, "");
   expect_error(post("/v1/completions", R"({"prompt":[1, 99999]})"), 400, "");
   // Longer than the context (256): as text and as token ids.
   std::string long_text;
   for (int i = 0; i < 300; ++i) long_text += "word ";
-  expect_error(post("/v1/completions", json{{"prompt", long_text}}.dump()), 400, "context_length_exceeded");
-  expect_error(post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", long_text}}}}}.dump()),
+  expect_error(post("/v1/completions", json{{"prompt", long_text}}.dump()), 400,
+               "context_length_exceeded");
+  expect_error(post("/v1/chat/completions",
+                    json{{"messages", {{{"role", "user"}, {"content", long_text}}}}}.dump()),
                400, "context_length_exceeded");
-  expect_error(post("/v1/completions", json{{"prompt", std::vector<int>(256, 5)}}.dump()), 400, "context_length_exceeded");
+  expect_error(post("/v1/completions", json{{"prompt", std::vector<int>(256, 5)}}.dump()), 400,
+               "context_length_exceeded");
   auto c = inst_->client();
   auto nf = c.Get("/v1/nothing");
   expect_error(nf, 404, "not_found");
   // max_tokens beyond the context is clamped to what is left of it.
-  const json j = post_ok("/v1/completions", {{"prompt", std::vector<int>(250, 5)}, {"max_tokens", 100},
-                                              {"temperature", 0}, {"ignore_eos", true}});
+  const json j = post_ok("/v1/completions", {{"prompt", std::vector<int>(250, 5)},
+                                             {"max_tokens", 100},
+                                             {"temperature", 0},
+                                             {"ignore_eos", true}});
   EXPECT_EQ(j["usage"]["completion_tokens"], 6);
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   auto h = c.Get("/health");
@@ -256,8 +287,10 @@ void stream_then_disconnect(int port, const std::string& body) {
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ASSERT_EQ(connect(fd, (sockaddr*)&addr, sizeof addr), 0);
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), (ssize_t)req.size());
   std::string got;
   char buf[512];
@@ -275,11 +308,16 @@ TEST_F(ServerTest, ClientDisconnectStopsGeneration) {
   auto c = inst_->client();
   const std::string before = c.Get("/metrics")->body;
   const uint64_t gen0 = metric(before, "moeflow_generated_tokens_total");
-  const uint64_t cancelled0 = metric(before, "moeflow_completions_total{finish_reason=\"cancelled\"}");
+  const uint64_t cancelled0 =
+      metric(before, "moeflow_completions_total{finish_reason=\"cancelled\"}");
   ASSERT_NE(gen0, UINT64_MAX);
   const int max_tokens = 240;
-  stream_then_disconnect(inst_->server->port(), json{{"prompt", "Tell me a long story"}, {"max_tokens", max_tokens},
-                                                     {"temperature", 0}, {"ignore_eos", true}, {"stream", true}}.dump());
+  stream_then_disconnect(inst_->server->port(), json{{"prompt", "Tell me a long story"},
+                                                     {"max_tokens", max_tokens},
+                                                     {"temperature", 0},
+                                                     {"ignore_eos", true},
+                                                     {"stream", true}}
+                                                    .dump());
   // Bounded wait for the engine to notice and go idle.
   uint64_t cancelled = cancelled0;
   std::string page;
@@ -298,7 +336,8 @@ TEST_F(ServerTest, ClientDisconnectStopsGeneration) {
 }
 
 TEST_F(ServerTest, MetricsArePrometheusText) {
-  post_ok("/v1/completions", {{"prompt", "count me"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}});
+  post_ok("/v1/completions",
+          {{"prompt", "count me"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}});
   auto c = inst_->client();
   auto r = c.Get("/metrics");
   ASSERT_TRUE(r);
@@ -334,17 +373,27 @@ TEST_F(ServerTest, ConcurrentClientsBoundedLoadNoErrorsNoGrowth) {
         auto cli = inst_->client();
         for (int i = 0; i < kRequests; ++i) {
           const bool chat = (c + i) % 2 == 0;
-          json body = {{"max_tokens", 8}, {"temperature", 0.7}, {"seed", r * 100 + c * 10 + i}, {"stream", i % 3 == 0}};
-          if (chat) body["messages"] = {{{"role", "user"}, {"content", "client " + std::to_string(c)}}};
-          else body["prompt"] = "request " + std::to_string(i);
-          auto res = cli.Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(), "application/json");
+          json body = {{"max_tokens", 8},
+                       {"temperature", 0.7},
+                       {"seed", r * 100 + c * 10 + i},
+                       {"stream", i % 3 == 0}};
+          if (chat)
+            body["messages"] = {{{"role", "user"}, {"content", "client " + std::to_string(c)}}};
+          else
+            body["prompt"] = "request " + std::to_string(i);
+          auto res = cli.Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
+                              "application/json");
           bool ok = res && res->status == 200;
-          if (ok && !body["stream"].get<bool>()) ok = json::parse(res->body)["usage"]["completion_tokens"].get<int>() >= 1;
-          if (ok && body["stream"].get<bool>()) ok = res->body.find("data: [DONE]") != std::string::npos;
+          if (ok && !body["stream"].get<bool>())
+            ok = json::parse(res->body)["usage"]["completion_tokens"].get<int>() >= 1;
+          if (ok && body["stream"].get<bool>())
+            ok = res->body.find("data: [DONE]") != std::string::npos;
           if (!ok) {
             ++errors;
             std::lock_guard lk(emu);
-            if (first_error.empty()) first_error = res ? std::to_string(res->status) + " " + res->body : httplib::to_string(res.error());
+            if (first_error.empty())
+              first_error = res ? std::to_string(res->status) + " " + res->body
+                                : httplib::to_string(res.error());
           }
         }
       });
@@ -365,7 +414,8 @@ TEST_F(ServerTest, ConcurrentClientsBoundedLoadNoErrorsNoGrowth) {
   (void)rss_last;  // shadow memory and quarantine make RSS meaningless under sanitizers
 #else
   // Slack: 8 MiB between the first and the last round (allocator caches, thread stacks touched).
-  EXPECT_LT(rss_last - rss_first, 8 * 1024) << "VmRSS " << rss_first << " -> " << rss_last << " KiB";
+  EXPECT_LT(rss_last - rss_first, 8 * 1024)
+      << "VmRSS " << rss_first << " -> " << rss_last << " KiB";
 #endif
 }
 
@@ -436,11 +486,14 @@ TEST(ServerQueue, StopWhileBusyFinishesWaitingClients) {
 // ---- the binaries ---------------------------------------------------------------------------
 
 TEST(ServeBinary, OffloadingServesAndReportsExpertStatisticsThenStopsOnSigterm) {
-  const std::string log = ::testing::TempDir() + "/serve_offload_" + std::to_string(getpid()) + ".log";
+  const std::string log =
+      ::testing::TempDir() + "/serve_offload_" + std::to_string(getpid()) + ".log";
   std::remove(log.c_str());
   const std::string bin = MOEFLOW_BINARY, model = tiny_model();
-  std::vector<std::string> args = {bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1",
-                                   "-c", "128", "--cache-rate", "0.5", "--buffered-io", "--alias", "tiny-offload"};
+  std::vector<std::string> args = {
+      bin,           "serve", "-m", model, "--host",       "127.0.0.1", "--port",        "0",
+      "-t",          "1",     "-c", "128", "--cache-rate", "0.5",       "--buffered-io", "--alias",
+      "tiny-offload"};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -472,8 +525,12 @@ TEST(ServeBinary, OffloadingServesAndReportsExpertStatisticsThenStopsOnSigterm) 
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
   auto r = c.Post("/v1/chat/completions",
-                  json{{"model", "tiny-offload"}, {"messages", {{{"role", "user"}, {"content", "hello"}}}},
-                       {"max_tokens", 8}, {"temperature", 0}}.dump(), "application/json");
+                  json{{"model", "tiny-offload"},
+                       {"messages", {{{"role", "user"}, {"content", "hello"}}}},
+                       {"max_tokens", 8},
+                       {"temperature", 0}}
+                      .dump(),
+                  "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   auto m = c.Get("/metrics");
@@ -486,8 +543,10 @@ TEST(ServeBinary, OffloadingServesAndReportsExpertStatisticsThenStopsOnSigterm) 
   int st = 0;
   bool exited = false;
   for (int i = 0; i < 1000 && !exited; ++i) {  // bounded: 10 s
-    if (waitpid(pid, &st, WNOHANG) == pid) exited = true;
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      exited = true;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!exited) {
     kill(pid, SIGKILL);

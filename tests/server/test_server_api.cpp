@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "chat_template/chat_template.h"
 #include "runtime/prefix_cache.h"
 #include "server/text_generation.h"
 #include "server_fixture.h"
-#include "chat_template/chat_template.h"
 
 namespace moeflow::test {
 namespace {
@@ -29,7 +29,9 @@ class ServerApi : public ::testing::Test {
                               const std::string& ct = "application/json") {
     return test::post(*inst_, path, body, ct);
   }
-  static json post_ok(const std::string& path, const json& body) { return test::post_ok(*inst_, path, body); }
+  static json post_ok(const std::string& path, const json& body) {
+    return test::post_ok(*inst_, path, body);
+  }
   static TextGenResult reference(const std::vector<int32_t>& prompt, const TextGenParams& p) {
     EngineOptions eo;
     eo.n_threads = 1;
@@ -37,7 +39,9 @@ class ServerApi : public ::testing::Test {
     Engine eng(inst_->file, eo);
     return generate_text(eng, *inst_->tok, prompt, p);
   }
-  static std::vector<int32_t> encode(const std::string& s) { return inst_->tok->encode(s, true, true); }
+  static std::vector<int32_t> encode(const std::string& s) {
+    return inst_->tok->encode(s, true, true);
+  }
 };
 Instance* ServerApi::inst_ = nullptr;
 
@@ -63,7 +67,9 @@ TEST_F(ServerApi, InvalidFieldsAre400sNamingTheField) {
     EXPECT_NE(e["message"].get<std::string>().find(c.says), std::string::npos) << r->body;
     EXPECT_EQ(e["type"], "invalid_request_error");
   }
-  auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})");
+  auto r = post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})");
   expect_error(r, 400, "");
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "response_format");
   auto h = inst_->client().Get("/health");
@@ -81,7 +87,8 @@ TEST_F(ServerApi, ModelsRetrieveAndTheChatTemplateText) {
   EXPECT_EQ(j["object"], "model");
   EXPECT_EQ(j["meta"]["chat_template"], std::string(kChatMlTemplate));
   EXPECT_NE(j["meta"]["chat_template_origin"].get<std::string>().find("ChatML"), std::string::npos);
-  EXPECT_EQ(json::parse(c.Get("/v1/models")->body)["data"][0]["meta"]["chat_template"], std::string(kChatMlTemplate));
+  EXPECT_EQ(json::parse(c.Get("/v1/models")->body)["data"][0]["meta"]["chat_template"],
+            std::string(kChatMlTemplate));
   expect_error(c.Get("/v1/models/gpt-4"), 404, "model_not_found");
 }
 
@@ -101,7 +108,8 @@ TEST_F(ServerApi, OversizedBodiesGetAJson413NamingTheLimit) {
   const std::string big(9u << 20, ' ');
   auto r = post("/v1/chat/completions", big);
   expect_error(r, 413, "");
-  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("limit is 8388608"), std::string::npos)
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("limit is 8388608"),
+            std::string::npos)
       << r->body;
 }
 
@@ -123,8 +131,12 @@ std::vector<double> reference_logprobs(const Instance& inst, const std::vector<i
 
 TEST_F(ServerApi, ChatLogprobsAreLogSoftmaxOfTheModel) {
   const json msgs = {{{"role", "user"}, {"content", "Tell me"}}};
-  const json j = post_ok("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 6}, {"temperature", 0},
-                                                   {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 3}});
+  const json j = post_ok("/v1/chat/completions", {{"messages", msgs},
+                                                  {"max_tokens", 6},
+                                                  {"temperature", 0},
+                                                  {"ignore_eos", true},
+                                                  {"logprobs", true},
+                                                  {"top_logprobs", 3}});
   const json& lp = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(lp.size(), 6u) << j.dump();
   for (const json& t : lp) {
@@ -132,7 +144,8 @@ TEST_F(ServerApi, ChatLogprobsAreLogSoftmaxOfTheModel) {
     // Greedy: the chosen token is the most likely one.
     EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);
     EXPECT_FLOAT_EQ(t["top_logprobs"][0]["logprob"].get<float>(), t["logprob"].get<float>());
-    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(), t["top_logprobs"][1]["logprob"].get<double>());
+    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(),
+              t["top_logprobs"][1]["logprob"].get<double>());
     EXPECT_LE(t["logprob"].get<double>(), 0.0);
   }
   // The first token's logprob against the model's logits.
@@ -143,18 +156,25 @@ TEST_F(ServerApi, ChatLogprobsAreLogSoftmaxOfTheModel) {
   EXPECT_NEAR(lp[0]["logprob"].get<double>(), ref[(size_t)first], 1e-5);
   std::vector<double> sorted = ref;
   std::sort(sorted.rbegin(), sorted.rend());
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(lp[0]["top_logprobs"][k]["logprob"].get<double>(), sorted[(size_t)k], 1e-5);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_NEAR(lp[0]["top_logprobs"][k]["logprob"].get<double>(), sorted[(size_t)k], 1e-5);
   // Logprobs are the model's, before the logit bias: forcing a token with +100 reports its raw
   // logprob, and the alternatives stay the model's.
   int32_t forced = -1;
   for (int32_t id = 256; id < inst_->tok->n_vocab() && forced < 0; ++id) {
     const std::string p = inst_->tok->token_to_piece(id);
-    if (p.size() >= 2 && std::all_of(p.begin(), p.end(), [](char c) { return c >= 'a' && c <= 'z'; })) forced = id;
+    if (p.size() >= 2 &&
+        std::all_of(p.begin(), p.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+      forced = id;
   }
   ASSERT_GE(forced, 0);
-  const json b = post_ok("/v1/chat/completions",
-                         {{"messages", msgs}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true},
-                          {"logprobs", true}, {"top_logprobs", 1}, {"logit_bias", {{std::to_string(forced), 100}}}});
+  const json b = post_ok("/v1/chat/completions", {{"messages", msgs},
+                                                  {"max_tokens", 3},
+                                                  {"temperature", 0},
+                                                  {"ignore_eos", true},
+                                                  {"logprobs", true},
+                                                  {"top_logprobs", 1},
+                                                  {"logit_bias", {{std::to_string(forced), 100}}}});
   const json& blp = b["choices"][0]["logprobs"]["content"];
   const std::string piece = inst_->tok->token_to_piece(forced);
   EXPECT_EQ(b["choices"][0]["message"]["content"], piece + piece + piece);
@@ -168,11 +188,17 @@ TEST_F(ServerApi, ChatLogprobsAreLogSoftmaxOfTheModel) {
   EXPECT_NEAR(blp[0]["logprob"].get<double>(), ref[(size_t)forced], 1e-5);
   EXPECT_NEAR(blp[0]["top_logprobs"][0]["logprob"].get<double>(), sorted[0], 1e-5);
   // No logprobs unless asked.
-  EXPECT_TRUE(post_ok("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 2}})["choices"][0]["logprobs"].is_null());
+  EXPECT_TRUE(post_ok("/v1/chat/completions",
+                      {{"messages", msgs}, {"max_tokens", 2}})["choices"][0]["logprobs"]
+                  .is_null());
 }
 
 TEST_F(ServerApi, CompletionLogprobsLegacyLayoutAndStreaming) {
-  const json req = {{"prompt", "Once upon"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 2}};
+  const json req = {{"prompt", "Once upon"},
+                    {"max_tokens", 8},
+                    {"temperature", 0},
+                    {"ignore_eos", true},
+                    {"logprobs", 2}};
   const json j = post_ok("/v1/completions", req);
   const json& lp = j["choices"][0]["logprobs"];
   const std::string text = j["choices"][0]["text"];
@@ -210,7 +236,10 @@ TEST_F(ServerApi, CompletionLogprobsLegacyLayoutAndStreaming) {
 
 // Logprob entries follow the text: a stop string keeps the entries of the tokens before it.
 TEST_F(ServerApi, LogprobsStopWhereTheTextStops) {
-  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true},
+  const json base = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 30},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
                      {"logprobs", 1}};
   const json full = post_ok("/v1/completions", base)["choices"][0];
   const std::string text = full["text"];
@@ -235,13 +264,14 @@ TEST_F(ServerApi, LogprobsStopWhereTheTextStops) {
   }
   // Every token whose text starts before the stop string is there.
   size_t expected = 0;
-  while (expected < a["tokens"].size() && a["text_offset"][expected].get<size_t>() < got.size()) ++expected;
+  while (expected < a["tokens"].size() && a["text_offset"][expected].get<size_t>() < got.size())
+    ++expected;
   EXPECT_EQ(b["tokens"].size(), expected);
 }
 
 TEST_F(ServerApi, SeveralChoicesEachEqualASingleRequestWithTheNextSeed) {
-  const json base = {{"prompt", "Count"}, {"max_tokens", 10}, {"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0},
-                     {"min_p", 0}, {"ignore_eos", true}, {"seed", 500}};
+  const json base = {{"prompt", "Count"}, {"max_tokens", 10}, {"temperature", 1.0}, {"top_k", 0},
+                     {"top_p", 1.0},      {"min_p", 0},       {"ignore_eos", true}, {"seed", 500}};
   json req = base;
   req["n"] = 3;
   const json j = post_ok("/v1/completions", req);
@@ -277,7 +307,8 @@ TEST_F(ServerApi, SeveralChoicesEachEqualASingleRequestWithTheNextSeed) {
 }
 
 TEST_F(ServerApi, EchoPutsThePromptFirst) {
-  const json req = {{"prompt", "The quick brown"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}};
+  const json req = {
+      {"prompt", "The quick brown"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}};
   const std::string plain = post_ok("/v1/completions", req)["choices"][0]["text"];
   json e = req;
   e["echo"] = true;
@@ -291,8 +322,12 @@ TEST_F(ServerApi, EchoPutsThePromptFirst) {
 }
 
 TEST_F(ServerApi, IncludeUsageAddsAFinalUsageChunk) {
-  const json req = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 5}, {"temperature", 0},
-                    {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  const json req = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                    {"max_tokens", 5},
+                    {"temperature", 0},
+                    {"ignore_eos", true},
+                    {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}};
   auto r = post("/v1/chat/completions", req.dump());
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -303,7 +338,8 @@ TEST_F(ServerApi, IncludeUsageAddsAFinalUsageChunk) {
   const json& last = chunks.back();
   EXPECT_TRUE(last["choices"].empty());
   EXPECT_EQ(last["usage"]["completion_tokens"], 5);
-  for (size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_TRUE(chunks[i]["usage"].is_null()) << chunks[i].dump();
+  for (size_t i = 0; i + 1 < chunks.size(); ++i)
+    EXPECT_TRUE(chunks[i]["usage"].is_null()) << chunks[i].dump();
   EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
 }
 
@@ -315,8 +351,8 @@ TEST_F(ServerApi, PenaltiesAndLogitBiasMatchTheEngineReference) {
   p.ignore_eos = true;
   p.sampling.frequency_penalty = 1.5f;
   p.sampling.presence_penalty = 0.5f;
-  const json req = {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true},
-                    {"frequency_penalty", 1.5}, {"presence_penalty", 0.5}};
+  const json req = {{"prompt", prompt},   {"max_tokens", 16},         {"temperature", 0},
+                    {"ignore_eos", true}, {"frequency_penalty", 1.5}, {"presence_penalty", 0.5}};
   const json j = post_ok("/v1/completions", req);
   EXPECT_EQ(j["choices"][0]["text"], reference(prompt, p).text);
   // Penalties change greedy text here (else the test above proves nothing).
@@ -325,17 +361,26 @@ TEST_F(ServerApi, PenaltiesAndLogitBiasMatchTheEngineReference) {
   EXPECT_NE(reference(prompt, plain).text, j["choices"][0]["text"]);
   // A +100 bias makes a token the only greedy choice; -100 bans the greedy one.
   const int32_t forced = 300;
-  const json f = post_ok("/v1/completions", {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0},
-                                             {"ignore_eos", true}, {"logit_bias", {{"300", 100}}}, {"logprobs", 0}});
+  const json f = post_ok("/v1/completions", {{"prompt", prompt},
+                                             {"max_tokens", 4},
+                                             {"temperature", 0},
+                                             {"ignore_eos", true},
+                                             {"logit_bias", {{"300", 100}}},
+                                             {"logprobs", 0}});
   for (const json& t : f["choices"][0]["logprobs"]["tokens"])
     EXPECT_EQ(t, inst_->tok->token_to_piece(forced)) << f.dump();
-  const json g = post_ok("/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 0}});
+  const json g =
+      post_ok("/v1/completions",
+              {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 0}});
   const std::string greedy_first = g["choices"][0]["logprobs"]["tokens"][0];
   int32_t greedy_id = -1;
   for (int32_t id = 0; id < inst_->tok->n_vocab() && greedy_id < 0; ++id)
     if (inst_->tok->token_to_piece(id) == greedy_first) greedy_id = id;
   ASSERT_GE(greedy_id, 0);
-  const json b = post_ok("/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 0},
+  const json b = post_ok("/v1/completions", {{"prompt", prompt},
+                                             {"max_tokens", 1},
+                                             {"temperature", 0},
+                                             {"logprobs", 0},
                                              {"logit_bias", {{std::to_string(greedy_id), -100}}}});
   EXPECT_NE(b["choices"][0]["logprobs"]["tokens"][0], greedy_first);
 }
@@ -348,18 +393,26 @@ TEST(ServerTemplate, ToolsArePassedToTheChatTemplate) {
       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
   Instance inst(so);
   const json msgs = {{{"role", "user"}, {"content", "weather?"}}};
-  const json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}};
-  const json with = post_ok(inst, "/v1/chat/completions", {{"messages", msgs}, {"tools", tools}, {"max_tokens", 1}});
-  const json without = post_ok(inst, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 1}});
-  const json none = post_ok(inst, "/v1/chat/completions",
-                            {{"messages", msgs}, {"tools", tools}, {"tool_choice", "none"}, {"max_tokens", 1}});
+  const json tools = {{{"type", "function"},
+                       {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}}};
+  const json with = post_ok(inst, "/v1/chat/completions",
+                            {{"messages", msgs}, {"tools", tools}, {"max_tokens", 1}});
+  const json without =
+      post_ok(inst, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 1}});
+  const json none =
+      post_ok(inst, "/v1/chat/completions",
+              {{"messages", msgs}, {"tools", tools}, {"tool_choice", "none"}, {"max_tokens", 1}});
   const ModelChatTemplate t = model_chat_template(*inst.tok, so.chat_template);
-  json ctx = {{"messages", msgs}, {"add_generation_prompt", true}, {"bos_token", t.bos_token},
-              {"eos_token", t.eos_token}, {"tools", tools}};
+  json ctx = {{"messages", msgs},
+              {"add_generation_prompt", true},
+              {"bos_token", t.bos_token},
+              {"eos_token", t.eos_token},
+              {"tools", tools}};
   const std::string rendered = t.tmpl.render(ctx);
   ASSERT_NE(rendered.find("get_weather"), std::string::npos);
   EXPECT_EQ(with["usage"]["prompt_tokens"], t.tokenize(*inst.tok, rendered).size());
-  EXPECT_GT(with["usage"]["prompt_tokens"].get<int>(), without["usage"]["prompt_tokens"].get<int>());
+  EXPECT_GT(with["usage"]["prompt_tokens"].get<int>(),
+            without["usage"]["prompt_tokens"].get<int>());
   EXPECT_EQ(none["usage"]["prompt_tokens"], without["usage"]["prompt_tokens"]);
 }
 
@@ -373,15 +426,16 @@ TEST(ServerPrefixCache, TurnsAfterAHitEqualColdTurns) {
   int previous_prompt = 0;
   for (int turn = 0; turn < 4; ++turn) {
     msgs.push_back({{"role", "user"}, {"content", "question number " + std::to_string(turn)}});
-    const json req = {{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
-                      {"logprobs", true}, {"top_logprobs", 2}};
+    const json req = {{"messages", msgs},   {"max_tokens", 8},  {"temperature", 0},
+                      {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 2}};
     const json w = post_ok(warm, "/v1/chat/completions", req);
     const json c = post_ok(cold, "/v1/chat/completions", req);
     EXPECT_EQ(w["choices"][0]["message"], c["choices"][0]["message"]) << turn;
     EXPECT_EQ(w["choices"][0]["logprobs"], c["choices"][0]["logprobs"]) << turn;
     EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     if (turn > 0) {
-      EXPECT_GE(w["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), previous_prompt) << turn;
+      EXPECT_GE(w["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), previous_prompt)
+          << turn;
     }
     previous_prompt = w["usage"]["prompt_tokens"];
     msgs.push_back({{"role", "assistant"}, {"content", w["choices"][0]["message"]["content"]}});

@@ -17,7 +17,8 @@ namespace {
 // As Python's json.dumps writes them (34 bytes each): 490k make the 16.6 MB body of the report.
 std::string tiny_messages(size_t n) {
   std::string b = "{\"messages\": [";
-  for (size_t i = 0; i < n; ++i) b += std::string(i ? ", " : "") + "{\"role\": \"user\", \"content\": \"a\"}";
+  for (size_t i = 0; i < n; ++i)
+    b += std::string(i ? ", " : "") + "{\"role\": \"user\", \"content\": \"a\"}";
   return b + "]}";
 }
 
@@ -38,14 +39,17 @@ std::vector<int> three_at_once(const ServeProcess& s, const std::string& body) {
 TEST(ServerMemory, ManyTinyMessagesAreRefusedWithBoundedMemory) {
   ServeProcess s({"-c", "256"});
   ASSERT_GT(s.port, 0) << s.startup;
-  const std::string huge = tiny_messages(490000);     // 16.6 MB: over the 8 MiB body limit
-  const std::string under = tiny_messages(240000);    // 8.1 MB: under it, but 240k messages
+  const std::string huge = tiny_messages(490000);   // 16.6 MB: over the 8 MiB body limit
+  const std::string under = tiny_messages(240000);  // 8.1 MB: under it, but 240k messages
   ASSERT_GT(huge.size(), 16500000u);
   ASSERT_LT(under.size(), 8u << 20);
   auto c = s.client();
   for (int i = 0; i < 3; ++i)  // threads, arenas and caches of a normal request, before measuring
-    ASSERT_EQ(c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})",
-                     "application/json")->status, 200);
+    ASSERT_EQ(c.Post("/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})",
+                     "application/json")
+                  ->status,
+              200);
   const long base = s.status_kib("VmRSS");
   s.reset_peak();
   for (int round = 0; round < 2; ++round) {

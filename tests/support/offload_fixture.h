@@ -12,8 +12,8 @@
 #include <random>
 #include <span>
 #include <stdexcept>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gguf/expert_index.h"
@@ -98,7 +98,9 @@ class TestLru : public EvictionPolicy {
   }
 
  private:
-  static uint64_t key(ExpertKey k) { return (uint64_t(uint32_t(k.layer)) << 32) | uint32_t(k.expert); }
+  static uint64_t key(ExpertKey k) {
+    return (uint64_t(uint32_t(k.layer)) << 32) | uint32_t(k.expert);
+  }
   std::unordered_map<uint64_t, uint64_t> last_;
 };
 

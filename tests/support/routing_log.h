@@ -15,8 +15,10 @@ class RoutingLog final : public ForwardObserver {
  public:
   void on_route(const RouteRecord& r) override {
     for (int t = 0; t < r.n_tokens; ++t) {
-      routes[{r.pos0 + t, r.layer}].assign(r.experts.begin() + t * r.top_k, r.experts.begin() + (t + 1) * r.top_k);
-      weights[{r.pos0 + t, r.layer}].assign(r.weights.begin() + t * r.top_k, r.weights.begin() + (t + 1) * r.top_k);
+      routes[{r.pos0 + t, r.layer}].assign(r.experts.begin() + t * r.top_k,
+                                           r.experts.begin() + (t + 1) * r.top_k);
+      weights[{r.pos0 + t, r.layer}].assign(r.weights.begin() + t * r.top_k,
+                                            r.weights.begin() + (t + 1) * r.top_k);
     }
   }
   std::map<std::pair<int64_t, int>, std::vector<int>> routes;

@@ -48,7 +48,9 @@ class StandInDevice final : public Backend {
   MemSpace space() const override { return MemSpace::PinnedHost; }
   // reads_host = false: like a GPU, it cannot read pageable host memory (experts served from
   // the mapped file must then run on a host backend).
-  bool can_read(MemSpace s) const override { return (reads_host || s != MemSpace::Host) && cpu_.can_read(s); }
+  bool can_read(MemSpace s) const override {
+    return (reads_host || s != MemSpace::Host) && cpu_.can_read(s);
+  }
   bool reads_host = true;
   Allocator& allocator() override { return alloc_; }
   TensorView adopt_weight(const TensorView& w) override { return cpu_.adopt_weight(w); }
@@ -56,29 +58,48 @@ class StandInDevice final : public Backend {
     ++copies;
     cpu_.copy(dst, src);
   }
-  const float* read_f32(const TensorView& v, std::vector<float>& s) override { return cpu_.read_f32(v, s); }
+  const float* read_f32(const TensorView& v, std::vector<float>& s) override {
+    return cpu_.read_f32(v, s);
+  }
   void synchronize() override { ++syncs; }
-  void matmul(const TensorView& w, const TensorView& x, TensorView y) override { cpu_.matmul(w, x, y); }
-  void get_rows(const TensorView& t, std::span<const int32_t> ids, TensorView out) override { cpu_.get_rows(t, ids, out); }
-  void rms_norm(const TensorView& x, const float* w, TensorView out, float eps) override { cpu_.rms_norm(x, w, out, eps); }
-  void layer_norm(const TensorView& x, const float* w, const float* b, TensorView out, float eps) override {
+  void matmul(const TensorView& w, const TensorView& x, TensorView y) override {
+    cpu_.matmul(w, x, y);
+  }
+  void get_rows(const TensorView& t, std::span<const int32_t> ids, TensorView out) override {
+    cpu_.get_rows(t, ids, out);
+  }
+  void rms_norm(const TensorView& x, const float* w, TensorView out, float eps) override {
+    cpu_.rms_norm(x, w, out, eps);
+  }
+  void layer_norm(const TensorView& x, const float* w, const float* b, TensorView out,
+                  float eps) override {
     cpu_.layer_norm(x, w, b, out, eps);
   }
-  void rope(TensorView x, int nh, int64_t hd, int64_t pos0, const RopeParams& p) override { cpu_.rope(x, nh, hd, pos0, p); }
-  void attention(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, int64_t pos0,
-                 const AttentionParams& p) override {
+  void rope(TensorView x, int nh, int64_t hd, int64_t pos0, const RopeParams& p) override {
+    cpu_.rope(x, nh, hd, pos0, p);
+  }
+  void attention(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
+                 int64_t pos0, const AttentionParams& p) override {
     cpu_.attention(q, k, v, out, pos0, p);
   }
-  void glu(const TensorView& g, const TensorView& u, TensorView out, const GluParams& p) override { cpu_.glu(g, u, out, p); }
+  void glu(const TensorView& g, const TensorView& u, TensorView out, const GluParams& p) override {
+    cpu_.glu(g, u, out, p);
+  }
   void add(TensorView x, const TensorView& y) override { cpu_.add(x, y); }
-  void scale_add(TensorView acc, const TensorView& x, float s) override { cpu_.scale_add(acc, x, s); }
-  void gated_add(TensorView acc, const TensorView& x, const TensorView& g, GateFn f) override { cpu_.gated_add(acc, x, g, f); }
-  void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) override { cpu_.gather_rows(src, idx, dst); }
+  void scale_add(TensorView acc, const TensorView& x, float s) override {
+    cpu_.scale_add(acc, x, s);
+  }
+  void gated_add(TensorView acc, const TensorView& x, const TensorView& g, GateFn f) override {
+    cpu_.gated_add(acc, x, g, f);
+  }
+  void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) override {
+    cpu_.gather_rows(src, idx, dst);
+  }
   void scatter_rows(TensorView dst, std::span<const int32_t> idx, const TensorView& src) override {
     cpu_.scatter_rows(dst, idx, src);
   }
-  void moe_combine(TensorView out, const TensorView& slots, std::span<const float> w, std::span<const uint8_t> keep,
-                   int k) override {
+  void moe_combine(TensorView out, const TensorView& slots, std::span<const float> w,
+                   std::span<const uint8_t> keep, int k) override {
     cpu_.moe_combine(out, slots, w, keep, k);
   }
   TaggedAllocator alloc_;

@@ -3,10 +3,10 @@
 // the relative max difference of two rows.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 namespace moeflow::test {
 
@@ -14,8 +14,8 @@ namespace moeflow::test {
 // readable after the unlink).
 inline std::string temp_path(const std::string& name) {
   struct ProcessTempDir {
-    std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                 ("moeflow_model_test_" + std::to_string(getpid()));
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("moeflow_model_test_" + std::to_string(getpid()));
     ~ProcessTempDir() {
       std::error_code ec;
       std::filesystem::remove_all(path, ec);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "gguf/gguf_writer.h"
 #include "core/ggml_type.h"
+#include "gguf/gguf_writer.h"
 #include "quant/quant.h"
 
 namespace moeflow::test {
@@ -25,7 +25,7 @@ struct TinySpec {
   float rope_base = 10000.0f, eps = 1e-5f;
   bool tie_output = false;
   bool fused_gate_up = false;
-  int weights_norm = -1;  // -1: key absent
+  int weights_norm = -1;                 // -1: key absent
   GgmlType weight_type = GgmlType::F32;  // attention + expert matrices
   GgmlType embd_type = GgmlType::F32;
   uint32_t seed = 1;
@@ -66,7 +66,8 @@ inline TinyWeights write_tiny_model(const TinySpec& s, const std::string& path) 
   w.set_u32(a + ".expert_count", (uint32_t)s.n_expert);
   w.set_u32(a + ".expert_used_count", (uint32_t)s.top_k);
   if (a != "llama") w.set_u32(a + ".expert_feed_forward_length", (uint32_t)s.n_ff_exp);
-  if (arch_has_shexp(a)) w.set_u32(a + ".expert_shared_feed_forward_length", (uint32_t)s.n_ff_shexp);
+  if (arch_has_shexp(a))
+    w.set_u32(a + ".expert_shared_feed_forward_length", (uint32_t)s.n_ff_shexp);
   if (s.weights_norm >= 0) w.set_bool(a + ".expert_weights_norm", s.weights_norm == 1);
 
   auto add = [&](const std::string& name, std::vector<int64_t> dims, GgmlType type, float scale,

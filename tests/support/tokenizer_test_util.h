@@ -10,9 +10,13 @@
 
 namespace moeflow::test {
 
-inline std::string vocab_dir() { return std::string(MOEFLOW_SHARED_DATA) + "/tokenizers/llamacpp_vocab"; }
+inline std::string vocab_dir() {
+  return std::string(MOEFLOW_SHARED_DATA) + "/tokenizers/llamacpp_vocab";
+}
 
-inline std::string vocab_path(const std::string& name) { return vocab_dir() + "/ggml-vocab-" + name + ".gguf"; }
+inline std::string vocab_path(const std::string& name) {
+  return vocab_dir() + "/ggml-vocab-" + name + ".gguf";
+}
 
 struct LoadedVocab {
   std::unique_ptr<GgufFile> file;

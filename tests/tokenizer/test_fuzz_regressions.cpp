@@ -10,10 +10,10 @@
 #include <sstream>
 #include <string>
 
+#include "chat_template/chat_template.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
-#include "chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeflow {
@@ -43,10 +43,12 @@ void expect_error(F&& f, const std::string& part) {
 std::unique_ptr<GgufFile> spm_vocab_with_byte_token(const std::string& byte_token) {
   GgufWriter w;
   w.set_string("tokenizer.ggml.model", "llama");
-  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array({"<unk>", "<s>", "</s>", byte_token, "a"}));
+  w.set("tokenizer.ggml.tokens",
+        GgufValue::make_string_array({"<unk>", "<s>", "</s>", byte_token, "a"}));
   w.set("tokenizer.ggml.scores", GgufValue::make_f32_array({0, 0, 0, 0, -1}));
   w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array({2, 3, 3, 6, 1}));
-  const std::string path = ::testing::TempDir() + "/byte_token_" + std::to_string(::getpid()) + ".gguf";
+  const std::string path =
+      ::testing::TempDir() + "/byte_token_" + std::to_string(::getpid()) + ".gguf";
   w.write(path);
   auto f = GgufFile::open(path);
   std::remove(path.c_str());
@@ -91,7 +93,9 @@ TEST(ChatTemplateFuzzRegressions, IntegerLiteralOutOfRangeIsAnError) {
   EXPECT_EQ(ChatTemplate("{{ 9223372036854775807 }}").render(nlohmann::ordered_json::object()),
             "9223372036854775807");
   // A float literal too large for a double is inf, as in Python, not an exception.
-  EXPECT_EQ(ChatTemplate("{{ " + std::string(400, '9') + ".5 }}").render(nlohmann::ordered_json::object()), "inf");
+  EXPECT_EQ(ChatTemplate("{{ " + std::string(400, '9') + ".5 }}")
+                .render(nlohmann::ordered_json::object()),
+            "inf");
 }
 
 }  // namespace

@@ -4,20 +4,20 @@
 // vocabulary with the harmony control tokens, so multi-byte characters arrive byte by byte.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <unistd.h>
+#include <filesystem>
 
-#include "gguf/gguf_writer.h"
 #include "chat_template/chat_template.h"
+#include "gguf/gguf_writer.h"
+#include "support/tokenizer_test_util.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/unicode.h"
-#include "support/tokenizer_test_util.h"
 
 namespace moeflow {
 namespace {
 
-const char* kSpecials[] = {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
-                           "<|return|>", "<|call|>", "<|endoftext|>"};
+const char* kSpecials[] = {"<|start|>",     "<|end|>",    "<|message|>", "<|channel|>",
+                           "<|constrain|>", "<|return|>", "<|call|>",    "<|endoftext|>"};
 
 // 256 byte tokens (no merges: one token per byte) + the harmony control tokens.
 std::string write_byte_vocab(bool harmony) {
@@ -42,9 +42,10 @@ std::string write_byte_vocab(bool harmony) {
   w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
   w.set("tokenizer.ggml.merges", GgufValue::make_string_array({}));
   w.set_bool("tokenizer.ggml.add_bos_token", false);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("moeflow_harmony_" + std::to_string(harmony) + "_" +
-                             std::to_string(::getpid()) + ".gguf")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("moeflow_harmony_" + std::to_string(harmony) + "_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
   w.write(path);
   return path;
 }
@@ -90,14 +91,15 @@ TEST(Harmony, DetectedAndTheTurnEndsAtReturnOrCallNotAtEnd) {
 
 TEST(Harmony, AnswerIsTheFinalChannelAndReasoningTheRest) {
   Vocab v(true);
-  const auto d = run(*v.tok,
-                     "<|channel|>analysis<|message|>Think: é→ü 🎉.<|end|><|start|>assistant<|channel|>"
-                     "final<|message|>Answer: 4 ✓<|return|>");
+  const auto d =
+      run(*v.tok,
+          "<|channel|>analysis<|message|>Think: é→ü 🎉.<|end|><|start|>assistant<|channel|>"
+          "final<|message|>Answer: 4 ✓<|return|>");
   EXPECT_EQ(d.answer, "Answer: 4 ✓");
   EXPECT_EQ(d.reasoning, "Think: é→ü 🎉.");
   // A tool call on the commentary channel with a constrained format is not the answer.
-  const auto c = run(*v.tok,
-                     "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":1}<|call|>");
+  const auto c = run(
+      *v.tok, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":1}<|call|>");
   EXPECT_EQ(c.answer, "");
   EXPECT_EQ(c.reasoning, "{\"x\":1}");
   // No channel at all: taken as the answer; header text (role, recipient) never leaks.
@@ -116,13 +118,14 @@ TEST(Harmony, RendersSystemAsDeveloperInstructionsAndAnswersOnTheFinalChannel) {
       "Knowledge cutoff: 2024-06\n\nReasoning: low\n\n# Valid channels: analysis, commentary, "
       "final. Channel must be included for every message.<|end|>";
   EXPECT_EQ(render_harmony(msgs, true, {"low"}),
-            sys + "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
-                  "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>"
-                  "Hello!<|end|><|start|>user<|message|>More<|end|><|start|>assistant");
+            sys +
+                "<|start|>developer<|message|># Instructions\n\nBe brief.<|end|>"
+                "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>"
+                "Hello!<|end|><|start|>user<|message|>More<|end|><|start|>assistant");
   EXPECT_THROW(render_harmony(msgs, true, {"extreme"}), Error);
-  EXPECT_THROW(render_harmony(nlohmann::ordered_json::parse(R"([{"role": "tool", "content": "x"}])"),
-                              true),
-               Error);
+  EXPECT_THROW(
+      render_harmony(nlohmann::ordered_json::parse(R"([{"role": "tool", "content": "x"}])"), true),
+      Error);
 }
 
 }  // namespace

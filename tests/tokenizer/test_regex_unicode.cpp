@@ -15,13 +15,13 @@ using unicode::GeneralCategory;
 
 TEST(Unicode, Categories) {
   EXPECT_EQ(unicode::category('A'), GeneralCategory::Lu);
-  EXPECT_EQ(unicode::category(0x0439), GeneralCategory::Ll);  // й
-  EXPECT_EQ(unicode::category(0x4E16), GeneralCategory::Lo);  // 世
-  EXPECT_EQ(unicode::category(0x00BD), GeneralCategory::No);  // ½
-  EXPECT_EQ(unicode::category(0x0663), GeneralCategory::Nd);  // Arabic-Indic 3
-  EXPECT_EQ(unicode::category(0x3002), GeneralCategory::Po);  // 。
-  EXPECT_EQ(unicode::category(0x1F999), GeneralCategory::So); // 🦙
-  EXPECT_EQ(unicode::category(0x200D), GeneralCategory::Cf);  // ZWJ
+  EXPECT_EQ(unicode::category(0x0439), GeneralCategory::Ll);   // й
+  EXPECT_EQ(unicode::category(0x4E16), GeneralCategory::Lo);   // 世
+  EXPECT_EQ(unicode::category(0x00BD), GeneralCategory::No);   // ½
+  EXPECT_EQ(unicode::category(0x0663), GeneralCategory::Nd);   // Arabic-Indic 3
+  EXPECT_EQ(unicode::category(0x3002), GeneralCategory::Po);   // 。
+  EXPECT_EQ(unicode::category(0x1F999), GeneralCategory::So);  // 🦙
+  EXPECT_EQ(unicode::category(0x200D), GeneralCategory::Cf);   // ZWJ
   EXPECT_EQ(unicode::category(0x0301), GeneralCategory::Mn);
   EXPECT_EQ(unicode::category(0x110000), GeneralCategory::Cn);
   EXPECT_TRUE(unicode::is_whitespace(0x3000));
@@ -32,11 +32,16 @@ TEST(Unicode, Categories) {
 
 TEST(Unicode, Utf8DecodeRejectsMalformed) {
   // overlong '/', surrogate, truncated 3-byte, stray continuation
-  const auto cps = unicode::decode("\xC0\xAF" "\xED\xA0\x80" "a\xE2\x82" "b");
+  const auto cps = unicode::decode(
+      "\xC0\xAF"
+      "\xED\xA0\x80"
+      "a\xE2\x82"
+      "b");
   ASSERT_EQ(cps.size(), 9u);
   for (size_t i : {0u, 1u, 2u, 3u, 4u, 6u, 7u}) EXPECT_EQ(cps[i], unicode::kReplacement) << i;
   EXPECT_EQ(cps[5], uint32_t('a'));
-  EXPECT_EQ(unicode::encode(unicode::decode("h\xC3\xA9 \xF0\x9F\xA6\x99")), "h\xC3\xA9 \xF0\x9F\xA6\x99");
+  EXPECT_EQ(unicode::encode(unicode::decode("h\xC3\xA9 \xF0\x9F\xA6\x99")),
+            "h\xC3\xA9 \xF0\x9F\xA6\x99");
   EXPECT_EQ(unicode::complete_prefix_len("ab\xF0\x9F\xA6"), 2u);
   EXPECT_EQ(unicode::complete_prefix_len("ab\xF0\x9F\xA6\x99"), 6u);
   EXPECT_EQ(unicode::complete_prefix_len("ab\xC3"), 2u);
@@ -49,8 +54,8 @@ TEST(Unicode, ByteLevelAlphabetIsABijection) {
     EXPECT_TRUE(seen.insert(cp).second);
     EXPECT_EQ(unicode::cp_to_byte(cp), b);
   }
-  EXPECT_EQ(unicode::byte_to_cp(' '), 0x120u);  // 'Ġ'
-  EXPECT_EQ(unicode::byte_to_cp('\n'), 0x10Au); // 'Ċ'
+  EXPECT_EQ(unicode::byte_to_cp(' '), 0x120u);   // 'Ġ'
+  EXPECT_EQ(unicode::byte_to_cp('\n'), 0x10Au);  // 'Ċ'
   EXPECT_EQ(unicode::byte_to_cp('a'), uint32_t('a'));
 }
 
@@ -59,7 +64,8 @@ std::vector<std::string> split(const Regex& re, const std::string& s) {
   std::vector<std::pair<size_t, size_t>> parts;
   re.split(cps.data(), 0, cps.size(), parts);
   std::vector<std::string> out;
-  for (auto [b, e] : parts) out.push_back(unicode::encode(std::vector<uint32_t>(cps.begin() + b, cps.begin() + e)));
+  for (auto [b, e] : parts)
+    out.push_back(unicode::encode(std::vector<uint32_t>(cps.begin() + b, cps.begin() + e)));
   return out;
 }
 

@@ -28,12 +28,17 @@ TEST(TokenizeCli, VectorsPassAndMismatchesFail) {
   MOEFLOW_REQUIRE_PATH(test::vocab_path("phi-3"));
   MOEFLOW_REQUIRE_PATH(test::vocab_path("gpt-2"));
   std::string out;
-  EXPECT_EQ(run("tokenize -m " + d + "/ggml-vocab-phi-3.gguf --vectors " + d + "/ggml-vocab-phi-3.gguf.inp " + d +
-                    "/ggml-vocab-phi-3.gguf.out", &out), 0) << out;
+  EXPECT_EQ(run("tokenize -m " + d + "/ggml-vocab-phi-3.gguf --vectors " + d +
+                    "/ggml-vocab-phi-3.gguf.inp " + d + "/ggml-vocab-phi-3.gguf.out",
+                &out),
+            0)
+      << out;
   EXPECT_NE(out.find("46/46"), std::string::npos) << out;
   // Right inputs, wrong vocabulary: must report mismatches and fail.
-  EXPECT_NE(run("tokenize -m " + d + "/ggml-vocab-gpt-2.gguf --vectors " + d + "/ggml-vocab-phi-3.gguf.inp " + d +
-                    "/ggml-vocab-phi-3.gguf.out", &out), 0);
+  EXPECT_NE(run("tokenize -m " + d + "/ggml-vocab-gpt-2.gguf --vectors " + d +
+                    "/ggml-vocab-phi-3.gguf.inp " + d + "/ggml-vocab-phi-3.gguf.out",
+                &out),
+            0);
   EXPECT_NE(out.find("MISMATCH"), std::string::npos) << out;
 }
 

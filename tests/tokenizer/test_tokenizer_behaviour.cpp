@@ -6,18 +6,21 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/tokenizer_test_util.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab_vectors.h"
-#include "support/tokenizer_test_util.h"
 
 namespace moeflow {
 namespace {
 
-const char* const kCorpusFiles[] = {"wikipedia_texts.txt", "github_oss_with_stack_texts.txt", "arxiv_texts.txt"};
+const char* const kCorpusFiles[] = {"wikipedia_texts.txt", "github_oss_with_stack_texts.txt",
+                                    "arxiv_texts.txt"};
 
-std::string corpus_path(const char* name) { return std::string(MOEFLOW_SHARED_DATA) + "/corpus/" + name; }
+std::string corpus_path(const char* name) {
+  return std::string(MOEFLOW_SHARED_DATA) + "/corpus/" + name;
+}
 
 // The callers check with MOEFLOW_REQUIRE_PATH that every corpus file is there.
 std::vector<std::string> corpus_samples() {
@@ -69,7 +72,8 @@ TEST_P(RoundTrip, DecodeOfEncodeIsIdentityAndStreamsValidUtf8) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabs, RoundTrip, ::testing::Values("gpt-2", "llama-spm", "deepseek-llm", "dbrx"));
+INSTANTIATE_TEST_SUITE_P(Vocabs, RoundTrip,
+                         ::testing::Values("gpt-2", "llama-spm", "deepseek-llm", "dbrx"));
 
 TEST(StreamDecoder, HoldsBackSplitCharacters) {
   MOEFLOW_REQUIRE_PATH(test::vocab_path("llama-spm"));
@@ -90,7 +94,9 @@ TEST(StreamDecoder, HoldsBackSplitCharacters) {
   EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");
   // A new character arriving before the old one finished flushes the broken bytes.
   sd.push(bytes[0]);
-  EXPECT_EQ(sd.push(*v.tok->find_token("A")), "\xEF\xBF\xBD" "A");
+  EXPECT_EQ(sd.push(*v.tok->find_token("A")),
+            "\xEF\xBF\xBD"
+            "A");
 }
 
 TEST(Specials, ParsedOnlyWhenAsked) {
@@ -124,7 +130,8 @@ TEST(Specials, BosFollowsTheVocabulary) {
   EXPECT_TRUE(spm.tok->add_bos_token());
   EXPECT_EQ(spm.tok->encode("Hi", true).front(), spm.tok->bos_id());
   const auto with_bos = spm.tok->encode("Hi", true);
-  EXPECT_EQ(spm.tok->encode("Hi", false), std::vector<int32_t>(with_bos.begin() + 1, with_bos.end()));
+  EXPECT_EQ(spm.tok->encode("Hi", false),
+            std::vector<int32_t>(with_bos.begin() + 1, with_bos.end()));
   // GPT-2 does not ask for a BOS token.
   EXPECT_FALSE(gpt2.tok->add_bos_token());
   EXPECT_EQ(gpt2.tok->encode("Hi", true), gpt2.tok->encode("Hi", false));
@@ -165,7 +172,8 @@ TEST(PreTokenizerGlm, SplitsAsLlamaCppsChatGlm4Pattern) {
   std::vector<std::string> inputs = corpus_samples();
   const std::string inp = test::vocab_dir() + "/ggml-vocab-llama-bpe.gguf.inp";
   if (std::filesystem::exists(inp))
-    for (const auto& v : load_vocab_vectors(inp, test::vocab_dir() + "/ggml-vocab-llama-bpe.gguf.out"))
+    for (const auto& v :
+         load_vocab_vectors(inp, test::vocab_dir() + "/ggml-vocab-llama-bpe.gguf.out"))
       inputs.push_back(v.input);
   inputs.push_back("IT'S ALL CAPS'LL 'RE 12345 don'T");
   ASSERT_GT(inputs.size(), 10u);
@@ -174,7 +182,8 @@ TEST(PreTokenizerGlm, SplitsAsLlamaCppsChatGlm4Pattern) {
     std::vector<std::pair<size_t, size_t>> pieces;
     chatglm4.split(cps.data(), 0, cps.size(), pieces);
     std::vector<std::string> want;
-    for (auto [b, e] : pieces) want.push_back(unicode::encode(std::vector<uint32_t>(cps.begin() + b, cps.begin() + e)));
+    for (auto [b, e] : pieces)
+      want.push_back(unicode::encode(std::vector<uint32_t>(cps.begin() + b, cps.begin() + e)));
     EXPECT_EQ(glm.split(text), want) << text;
   }
 }

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "tokenizer/vocab_vectors.h"
 #include "support/tokenizer_test_util.h"
+#include "tokenizer/vocab_vectors.h"
 
 namespace moeflow {
 namespace {
@@ -29,8 +29,9 @@ TEST(VocabVectors, EveryVocabWithVectorsPasses) {
     EXPECT_GT(r.total, 10u) << p;
     EXPECT_EQ(r.passed, r.total) << p;
     for (size_t i : r.failed) {
-      ADD_FAILURE() << p << " #" << i << " '" << vecs[i].input << "'\n expected " << format_ids(vecs[i].expected)
-                    << "\n got      " << format_ids(tok->encode(vecs[i].input, false, false));
+      ADD_FAILURE() << p << " #" << i << " '" << vecs[i].input << "'\n expected "
+                    << format_ids(vecs[i].expected) << "\n got      "
+                    << format_ids(tok->encode(vecs[i].input, false, false));
     }
     ++files;
   }
@@ -57,12 +58,13 @@ TEST_P(DeepseekVocab, LlamaCppVectorsPass) {
   EXPECT_GT(r.total, 40u);
   EXPECT_EQ(r.passed, r.total);
   for (size_t i : r.failed)
-    ADD_FAILURE() << "#" << i << " '" << vecs[i].input << "'\n expected " << format_ids(vecs[i].expected)
-                  << "\n got      " << format_ids(tok->encode(vecs[i].input, false, false));
+    ADD_FAILURE() << "#" << i << " '" << vecs[i].input << "'\n expected "
+                  << format_ids(vecs[i].expected) << "\n got      "
+                  << format_ids(tok->encode(vecs[i].input, false, false));
 }
 
-INSTANTIATE_TEST_SUITE_P(Vectors, DeepseekVocab, ::testing::Values("deepseek-llm", "deepseek-coder"),
-                         [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Vectors, DeepseekVocab,
+                         ::testing::Values("deepseek-llm", "deepseek-coder"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
                              if (c == '-') c = '_';
@@ -73,7 +75,9 @@ TEST(VocabVectors, LoaderRejectsCountMismatch) {
   const std::string dir = test::vocab_dir();
   MOEFLOW_REQUIRE_PATH(dir);
   // dbrx has 43 inputs, gpt-2 46 lines of ids.
-  EXPECT_THROW(load_vocab_vectors(dir + "/ggml-vocab-dbrx.gguf.inp", dir + "/ggml-vocab-gpt-2.gguf.out"), Error);
+  EXPECT_THROW(
+      load_vocab_vectors(dir + "/ggml-vocab-dbrx.gguf.inp", dir + "/ggml-vocab-gpt-2.gguf.out"),
+      Error);
   EXPECT_THROW(load_vocab_vectors(dir + "/missing.inp", dir + "/missing.out"), Error);
 }
 

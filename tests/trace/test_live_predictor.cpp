@@ -12,12 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "support/run_binary.h"
-#include "support/test_helpers.h"
 #include "core/error.h"
 #include "policy/predictor_prefetch.h"
 #include "policy/predictors.h"
 #include "policy/promoe_mlp.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {
@@ -39,7 +39,13 @@ struct RecordingProvider : ExpertProvider {
 // Records what it is fed and predicts expert (token id % 4) of layer + 1 with confidence
 // 0.1 * (layer + 1).
 struct ProbePredictor : Predictor {
-  struct Seen { int layer; uint64_t step; int token; size_t hidden; std::vector<int> experts; };
+  struct Seen {
+    int layer;
+    uint64_t step;
+    int token;
+    size_t hidden;
+    std::vector<int> experts;
+  };
   std::vector<Seen>* seen;
   int* sequences;
   ProbePredictor(std::vector<Seen>* s, int* q) : seen(s), sequences(q) {}
@@ -69,7 +75,8 @@ struct Step {
   std::vector<int32_t> tokens;
   Step(int n_tokens, int32_t first_token) : n(n_tokens) {
     for (int t = 0; t < n; ++t) {
-      for (int i = 0; i < n_embd; ++i) hidden.push_back(std::sin(0.7f * (float)(t * n_embd + i + first_token)));
+      for (int i = 0; i < n_embd; ++i)
+        hidden.push_back(std::sin(0.7f * (float)(t * n_embd + i + first_token)));
       experts.push_back(t % 6), experts.push_back((t + 1) % 6);
       weights.push_back(0.7f), weights.push_back(0.3f);
       tokens.push_back(first_token + t);
@@ -88,7 +95,8 @@ TEST(PredictorPrefetch, FeedsEveryTokenQueuesTheLastTokensPredictionsAndChains) 
   int sequences = 0;
   RecordingProvider prov;
   CountingObserver next;
-  PredictorPrefetch pp(prov, std::make_unique<ProbePredictor>(&seen, &sequences), /*n_layers=*/3, /*max_tokens=*/2);
+  PredictorPrefetch pp(prov, std::make_unique<ProbePredictor>(&seen, &sequences), /*n_layers=*/3,
+                       /*max_tokens=*/2);
   pp.set_next(&next);
 
   // A 5-token prefill at position 0 (new sequence), layers 0..2.
@@ -110,7 +118,8 @@ TEST(PredictorPrefetch, FeedsEveryTokenQueuesTheLastTokensPredictionsAndChains) 
   // layer 3, outside the model, and are dropped. One on_route call queues its own predictions.
   std::vector<std::tuple<int, int, float>> got;
   for (auto& c : prov.calls) got.emplace_back(c.layer, c.expert, c.confidence);
-  const std::vector<std::tuple<int, int, float>> want = {{1, 1, 0.1f}, {1, 2, 0.1f}, {2, 1, 0.2f}, {2, 2, 0.2f}};
+  const std::vector<std::tuple<int, int, float>> want = {
+      {1, 1, 0.1f}, {1, 2, 0.1f}, {2, 1, 0.2f}, {2, 2, 0.2f}};
   EXPECT_EQ(got, want);  // per on_route call: layer 0's first, then layer 1's
   EXPECT_EQ(pp.predictions(), 4u);
 
@@ -135,7 +144,8 @@ TEST(PredictorPrefetch, FeedsEveryTokenQueuesTheLastTokensPredictionsAndChains) 
 
 TEST(PredictorPrefetch, QueuesWhatTheTrainedPromoeNetworkPredicts) {
   PromoeModel m;
-  m.init(/*layers=*/3, /*experts=*/6, /*hidden=*/4, /*width=*/8, /*stride=*/1, /*top_k=*/2, /*seed=*/11);
+  m.init(/*layers=*/3, /*experts=*/6, /*hidden=*/4, /*width=*/8, /*stride=*/1, /*top_k=*/2,
+         /*seed=*/11);
   for (auto& b : m.b2) b = {0.5f, -0.2f, 0.1f, 0.3f, -0.4f, 0.0f};  // distinct logits
   const std::string path = temp_path("live_promoe.bin");
   m.save(path);
@@ -178,12 +188,15 @@ class LivePredictorCli : public ::testing::Test {
     Cmd c = run_moeflow("gen-model --arch mixtral --preset tiny -q -o '" + model + "'");
     ASSERT_EQ(c.rc, 0) << c.out;
     const std::string prompts = temp_path("live_prompts.txt");
-    std::ofstream(prompts) << "the cat sat\nhello world again\nsome more text here\na b c d e f\nzebra\n";
+    std::ofstream(prompts)
+        << "the cat sat\nhello world again\nsome more text here\na b c d e f\nzebra\n";
     const std::string tr = temp_path("live.mft");
-    c = run_moeflow("trace -m '" + model + "' --prompts '" + prompts + "' -o '" + tr + "' -n 24 --hidden -t 2");
+    c = run_moeflow("trace -m '" + model + "' --prompts '" + prompts + "' -o '" + tr +
+                    "' -n 24 --hidden -t 2");
     ASSERT_EQ(c.rc, 0) << c.out;
     const std::string weights = temp_path("live_promoe.bin");
-    c = run_moeflow("train-predictor -t '" + tr + "' -o '" + weights + "' --split sample --with-prefill --epochs 5");
+    c = run_moeflow("train-predictor -t '" + tr + "' -o '" + weights +
+                    "' --split sample --with-prefill --epochs 5");
     ASSERT_EQ(c.rc, 0) << c.out;
     model_ = model, weights_ = weights;  // set only once everything exists
   }
@@ -209,9 +222,13 @@ TEST_F(LivePredictorCli, EveryPredictorPrefetchesAndKeepsTheOutputExact) {
   const std::string reference = run("").first;
   ASSERT_GT(reference.size(), 1u);
   std::map<std::string, std::string> runs = {
-      {"promoe", "--prefetch promoe --predictor-model '" + weights_ + "'"}, {"token", "--prefetch token"},
-      {"gate", "--prefetch gate"}, {"stacked", "--prefetch stacked"}, {"duoserve", "--prefetch duoserve"},
-      {"eamc", "--prefetch eamc"}, {"lookahead", "--prefetch lookahead"}};
+      {"promoe", "--prefetch promoe --predictor-model '" + weights_ + "'"},
+      {"token", "--prefetch token"},
+      {"gate", "--prefetch gate"},
+      {"stacked", "--prefetch stacked"},
+      {"duoserve", "--prefetch duoserve"},
+      {"eamc", "--prefetch eamc"},
+      {"lookahead", "--prefetch lookahead"}};
   for (const auto& [name, flags] : runs) {
     // --prefetch-always: on a model this small the arrival estimate may hold back every
     // prefetch, and this test is about the predictors' prefetches.
@@ -220,7 +237,8 @@ TEST_F(LivePredictorCli, EveryPredictorPrefetchesAndKeepsTheOutputExact) {
     ASSERT_TRUE(j.contains("offload")) << name;
     EXPECT_EQ(j["offload"]["prefetch"], name) << name;
     EXPECT_GT(j["offload"]["predictions"].get<uint64_t>(), 0u) << name;
-    EXPECT_GT(j["offload"]["total"]["prefetch_issued"].get<uint64_t>(), 0u) << name << ": " << j["offload"].dump();
+    EXPECT_GT(j["offload"]["total"]["prefetch_issued"].get<uint64_t>(), 0u)
+        << name << ": " << j["offload"].dump();
   }
 }
 
@@ -230,12 +248,15 @@ TEST_F(LivePredictorCli, EveryPredictorPrefetchesAndKeepsTheOutputExact) {
 // the lookahead prefetcher only; gate ran at distance 1 whatever was asked.)
 TEST_F(LivePredictorCli, LookaheadSetsTheGatePredictorsDistance) {
   const std::string reference = run("").first;
-  const auto [near_text, near] = run("--cache-rate 0.4 --prefetch-always --prefetch gate --lookahead 1");
-  const auto [far_text, far] = run("--cache-rate 0.4 --prefetch-always --prefetch gate --lookahead 2");
+  const auto [near_text, near] =
+      run("--cache-rate 0.4 --prefetch-always --prefetch gate --lookahead 1");
+  const auto [far_text, far] =
+      run("--cache-rate 0.4 --prefetch-always --prefetch gate --lookahead 2");
   EXPECT_EQ(near_text, reference);
   EXPECT_EQ(far_text, reference);
   ASSERT_TRUE(near.contains("offload") && far.contains("offload"));
-  EXPECT_GT(far["offload"]["predictions"].get<uint64_t>(), near["offload"]["predictions"].get<uint64_t>())
+  EXPECT_GT(far["offload"]["predictions"].get<uint64_t>(),
+            near["offload"]["predictions"].get<uint64_t>())
       << "near: " << near["offload"].dump() << "\nfar: " << far["offload"].dump();
 }
 
@@ -244,12 +265,16 @@ TEST_F(LivePredictorCli, BadPredictorOptionsAreClearErrors) {
   PromoeModel m;
   m.init(2, 8, 16, 4, 1, 2, 1);
   m.save(other);
-  struct Case { std::string args, expect; };
-  for (const Case& k : {Case{"--prefetch psychic", "psychic not in {none,lookahead,gate"},
-                        Case{"--prefetch promoe", "needs trained weights"},
-                        Case{"--prefetch promoe --predictor-model /nonexistent.bin", "cannot open"},
-                        Case{"--prefetch promoe --predictor-model '" + other + "'", "was trained for"},
-                        Case{"--prefetch lookahead --predictor-model '" + weights_ + "'", "--prefetch promoe only"}}) {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& k :
+       {Case{"--prefetch psychic", "psychic not in {none,lookahead,gate"},
+        Case{"--prefetch promoe", "needs trained weights"},
+        Case{"--prefetch promoe --predictor-model /nonexistent.bin", "cannot open"},
+        Case{"--prefetch promoe --predictor-model '" + other + "'", "was trained for"},
+        Case{"--prefetch lookahead --predictor-model '" + weights_ + "'",
+             "--prefetch promoe only"}}) {
     const Cmd c = run_moeflow("run -m '" + model_ + "' -p 'x' -n 2 --cache-rate 0.5 " + k.args);
     EXPECT_NE(c.rc, 0) << k.args;
     EXPECT_NE(c.out.find(k.expect), std::string::npos) << k.args << ": " << c.out;

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "support/offload_fixture.h"
-#include "support/require_data.h"
 #include "experts/cached_provider.h"
 #include "policy/eviction_policy.h"
 #include "policy/policies.h"
+#include "support/offload_fixture.h"
+#include "support/require_data.h"
 #include "trace/importers.h"
 #include "trace/simulator.h"
 
@@ -58,8 +58,8 @@ struct Replay {
 // (its union of experts per layer, in the MoE planner's rank order), a decode token one step;
 // per layer on_tokens_routed, on_route, then acquire/release resident first, in flight next,
 // not started last.
-Replay replay_live(const Trace& t, const test::FakeModel& m, const std::string& policy, int capacity,
-                   bool per_layer, bool early) {
+Replay replay_live(const Trace& t, const test::FakeModel& m, const std::string& policy,
+                   int capacity, bool per_layer, bool early) {
   Replay out;
   out.hits.assign(t.n_layers, 0);
   out.uses.assign(t.n_layers, 0);
@@ -67,7 +67,8 @@ Replay replay_live(const Trace& t, const test::FakeModel& m, const std::string& 
   auto pol = make_eviction_policy(policy, policy_options(t, policy));
   const int parts = per_layer ? static_cast<int>(layers.size()) : 1;
   const int transient = pol->admits_everything() ? 0 : t.top_k;
-  auto store = std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index, StoreOptions{false});
+  auto store =
+      std::make_unique<ExpertStore>(std::vector<std::string>{m.path}, m.index, StoreOptions{false});
   OffloadConfig cfg;
   cfg.budget_bytes = static_cast<uint64_t>(capacity * parts + transient) * store->slot_bytes();
   cfg.per_layer = per_layer;
@@ -87,7 +88,9 @@ Replay replay_live(const Trace& t, const test::FakeModel& m, const std::string& 
     if (s == 0 || st.request != t.steps[s - 1].request) prov.begin_sequence();
     size_t e = s + 1;
     if (st.phase == Phase::prefill)
-      while (e < t.steps.size() && t.steps[e].phase == Phase::prefill && t.steps[e].request == st.request) ++e;
+      while (e < t.steps.size() && t.steps[e].phase == Phase::prefill &&
+             t.steps[e].request == st.request)
+        ++e;
     for (int l : layers) {
       experts.clear();
       weights.clear();
@@ -152,8 +155,9 @@ Replay replay_sim(const Trace& t, const std::string& policy, double rate, bool p
 }
 
 std::string describe(const CacheEvent& e) {
-  return std::string(e.kind == CacheEvent::Insert ? "insert" : "evict") + " (" + std::to_string(e.key.layer) + "," +
-         std::to_string(e.key.expert) + ")" + (e.kind == CacheEvent::Insert ? " t=" + std::to_string(e.t) : "");
+  return std::string(e.kind == CacheEvent::Insert ? "insert" : "evict") + " (" +
+         std::to_string(e.key.layer) + "," + std::to_string(e.key.expert) + ")" +
+         (e.kind == CacheEvent::Insert ? " t=" + std::to_string(e.t) : "");
 }
 
 void expect_same(const Replay& live, const Replay& sim) {
@@ -164,8 +168,9 @@ void expect_same(const Replay& live, const Replay& sim) {
   size_t i = 0;
   while (i < n && live.events[i] == sim.events[i]) ++i;
   EXPECT_EQ(i, std::max(live.events.size(), sim.events.size()))
-      << "first difference at event " << i << " of " << live.events.size() << " live / " << sim.events.size()
-      << " simulated: live " << (i < live.events.size() ? describe(live.events[i]) : "(end)") << ", simulator "
+      << "first difference at event " << i << " of " << live.events.size() << " live / "
+      << sim.events.size() << " simulated: live "
+      << (i < live.events.size() ? describe(live.events[i]) : "(end)") << ", simulator "
       << (i < sim.events.size() ? describe(sim.events[i]) : "(end)");
 }
 
@@ -181,8 +186,9 @@ void check_trace(const std::string& path) {
         const Replay sim = replay_sim(t, policy, rate, per_layer);
         ASSERT_GT(sim.events.size(), 0u);
         for (bool early : {true, false}) {
-          SCOPED_TRACE(testing::Message() << policy << " rate " << rate << (per_layer ? " per layer" : " global")
-                                          << (early ? "" : " no early preemption"));
+          SCOPED_TRACE(testing::Message()
+                       << policy << " rate " << rate << (per_layer ? " per layer" : " global")
+                       << (early ? "" : " no early preemption"));
           const Replay live = replay_live(t, m, policy, sim.capacity, per_layer, early);
           expect_same(live, sim);
           compared += live.events.size();

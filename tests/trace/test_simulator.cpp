@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <random>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "policy/eviction_policy.h"
@@ -36,7 +36,8 @@ HwProfile unit_hw() {
   return h;
 }
 
-SimResult sim(const Trace& t, const std::string& pol, double rate, const std::string& pred = "none") {
+SimResult sim(const Trace& t, const std::string& pol, double rate,
+              const std::string& pred = "none") {
   SimConfig c;
   c.hw = unit_hw();
   c.policy = pol;
@@ -87,7 +88,8 @@ TEST(Simulator, TimingOfMissesAndBytes) {
 TEST(Simulator, PlacementLoadsAfterAPrefillAreCountedApartFromMisses) {
   Trace calib = letters("AAAA");  // DAOP's calibration: A is the layer's one resident
   Trace t = letters("BBBBB");
-  for (int s = 0; s < 3; ++s) t.steps[s].phase = Phase::prefill;  // a 3-token prompt, then 2 decode steps
+  for (int s = 0; s < 3; ++s)
+    t.steps[s].phase = Phase::prefill;  // a 3-token prompt, then 2 decode steps
   SimConfig c;
   c.hw = unit_hw();
   c.policy = "daop";
@@ -168,7 +170,8 @@ TEST(Simulator, NoDemandOnlyPolicyBeatsBeladyOnRandomTraces) {
   int checked = 0;
   for (int trial = 0; trial < 12; ++trial) {
     int L = 1 + (int)(rng() % 3), E = 4 + (int)(rng() % 5), K = 1 + (int)(rng() % 2);
-    Trace t = testing::random_trace(rng, L, E, K, 40 + (int)(rng() % 40), 1 + (int)(rng() % 3), 0.3 + 0.1 * (rng() % 6));
+    Trace t = testing::random_trace(rng, L, E, K, 40 + (int)(rng() % 40), 1 + (int)(rng() % 3),
+                                    0.3 + 0.1 * (rng() % 6));
     for (bool global : {false, true})
       for (double rate : {0.25, 0.5, 0.75}) {
         SimConfig c;
@@ -182,8 +185,9 @@ TEST(Simulator, NoDemandOnlyPolicyBeatsBeladyOnRandomTraces) {
           if (p == "belady") continue;
           c.policy = p;
           auto r = simulate(t, c);
-          EXPECT_LE(r.hits, best.hits) << p << " beats Belady: trial " << trial << " L=" << L << " E=" << E << " K=" << K
-                                       << " rate " << rate << (global ? " global" : "");
+          EXPECT_LE(r.hits, best.hits)
+              << p << " beats Belady: trial " << trial << " L=" << L << " E=" << E << " K=" << K
+              << " rate " << rate << (global ? " global" : "");
           ++checked;
         }
       }
@@ -218,7 +222,8 @@ TEST(Presets, ResolveAndAutoIsNeverWorseThanAnyPreset) {
   auto p = resolve_preset("moe-infinity", t, base);
   EXPECT_EQ(p.policy, "moe-infinity");
   EXPECT_EQ(p.predictor, "eamc");
-  EXPECT_EQ(resolve_preset("promoe", t, base).predictor, "token");  // no hidden states: the baseline
+  EXPECT_EQ(resolve_preset("promoe", t, base).predictor,
+            "token");  // no hidden states: the baseline
   EXPECT_EQ(resolve_preset("hobbit", t, base).policy, "hobbit");
   EXPECT_EQ(resolve_preset("daop", t, base).policy, "daop");
   EXPECT_THROW(resolve_preset("nonsense", t, base), Error);
@@ -241,7 +246,8 @@ TEST(HwProfiles, BuiltInsAndJson) {
   EXPECT_GT(p.expert_bytes, 9e7);
   EXPECT_NEAR(p.transfer_ms(), 0.01 + p.expert_bytes / 25e6, 1e-9);
   EXPECT_GT(hw_profile("nvme-gen4").transfer_ms(), p.transfer_ms());
-  auto f = (std::filesystem::temp_directory_path() / ("hw_" + std::to_string(::getpid()) + ".json")).string();
+  auto f = (std::filesystem::temp_directory_path() / ("hw_" + std::to_string(::getpid()) + ".json"))
+               .string();
   {
     std::FILE* o = std::fopen(f.c_str(), "w");
     std::fputs("{\"name\": \"mine\", \"read_gb_s\": 2.0, \"expert_bytes\": 2e6}", o);
@@ -272,9 +278,12 @@ TEST(Report, CsvAndSvg) {
 TEST(SimCli, JsonContract) {
   std::mt19937 rng(5);
   Trace t = testing::random_trace(rng, 2, 8, 2, 40, 2, 0.5);
-  auto path = (std::filesystem::temp_directory_path() / ("sim_cli_" + std::to_string(::getpid()) + ".mft")).string();
+  auto path =
+      (std::filesystem::temp_directory_path() / ("sim_cli_" + std::to_string(::getpid()) + ".mft"))
+          .string();
   write_trace(t, path);
-  std::string cmd = std::string(MOEFLOW_BINARY) + " sim --trace " + path + " --policy all --predictor all --cache-rate 25,50 --hw nvme-gen4 --json 2>&1";
+  std::string cmd = std::string(MOEFLOW_BINARY) + " sim --trace " + path +
+                    " --policy all --predictor all --cache-rate 25,50 --hw nvme-gen4 --json 2>&1";
   std::FILE* f = ::popen(cmd.c_str(), "r");
   ASSERT_NE(f, nullptr);
   std::string out;
@@ -289,11 +298,12 @@ TEST(SimCli, JsonContract) {
   bool belady = false;
   double belady_hit[2] = {-1, -1};
   for (auto& row : j["results"]) {
-    for (const char* k : {"policy", "predictor", "cache_rate", "hit_rate", "bytes_moved", "tpot_ms", "prefetch_accuracy",
-                          "fetch_in_time_rate", "goodpred", "stall_ms"})
+    for (const char* k : {"policy", "predictor", "cache_rate", "hit_rate", "bytes_moved", "tpot_ms",
+                          "prefetch_accuracy", "fetch_in_time_rate", "goodpred", "stall_ms"})
       EXPECT_TRUE(row.contains(k)) << k;
     int ri = row["cache_rate"].get<double>() < 0.3 ? 0 : 1;
-    if (row["policy"] == "belady" && row["predictor"] == "none") belady = true, belady_hit[ri] = row["hit_rate"];
+    if (row["policy"] == "belady" && row["predictor"] == "none")
+      belady = true, belady_hit[ri] = row["hit_rate"];
     if (row["predictor"] == "none") {
       EXPECT_EQ(row["prefetches"].get<int>(), 0) << row.dump();
     }

@@ -17,7 +17,8 @@ namespace moeflow::trace {
 namespace {
 
 std::string tmp(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
+  return (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid())))
+      .string();
 }
 
 std::string slurp(const std::string& p) {
@@ -166,7 +167,9 @@ TEST(Importers, MixtralPrefillPlusDecode) {
 
 TEST(Importers, QwenVllmLoggerLayers) {
   std::vector<std::string> files;
-  for (int l : {0, 8, 12, 18, 23}) files.push_back(kData + "qwen1.5-moe_vllm-logger_weiran0129/moe_layer" + std::to_string(l) + ".jsonl");
+  for (int l : {0, 8, 12, 18, 23})
+    files.push_back(kData + "qwen1.5-moe_vllm-logger_weiran0129/moe_layer" + std::to_string(l) +
+                    ".jsonl");
   for (const auto& f : files) MOEFLOW_REQUIRE_PATH(f);
   Trace t = load_any(files);
   EXPECT_EQ(t.n_experts, 60);

@@ -9,12 +9,12 @@
 #include <fstream>
 #include <numeric>
 
-#include "support/run_binary.h"
-#include "support/test_helpers.h"
-#include "support/tiny_model.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+#include "support/tiny_model.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/hw_profile.h"
 #include "trace/recorder.h"
@@ -73,17 +73,20 @@ TEST(TraceRecorder, RecordsWhatTheRouterChoosesForEveryTokenAndLayer) {
     EXPECT_EQ(s.request, i / (prompt.size() + 3));
     EXPECT_EQ(s.phase, in_req < prompt.size() ? Phase::prefill : Phase::decode);
     EXPECT_EQ(s.pos, in_req < prompt.size() ? in_req : in_req - prompt.size());
-    EXPECT_EQ(s.token_id, in_req < prompt.size() ? prompt[in_req] : 40 + (int)(in_req - prompt.size()));
+    EXPECT_EQ(s.token_id,
+              in_req < prompt.size() ? prompt[in_req] : 40 + (int)(in_req - prompt.size()));
     ASSERT_EQ(s.routes.size(), (size_t)spec.n_layer);
     for (const trace::LayerRoute& r : s.routes) {
       ASSERT_EQ(r.hidden.size(), (size_t)spec.n_embd);
       eng.model().router_logits(r.layer, r.hidden, logits);
       std::vector<int> order(spec.n_expert);
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return logits[a] > logits[b]; });
       ASSERT_EQ(r.experts.size(), (size_t)spec.top_k);
       double z = 0;
-      for (int k = 0; k < spec.top_k; ++k) z += std::exp((double)logits[order[k]] - logits[order[0]]);
+      for (int k = 0; k < spec.top_k; ++k)
+        z += std::exp((double)logits[order[k]] - logits[order[0]]);
       for (int k = 0; k < spec.top_k; ++k) {
         EXPECT_EQ(r.experts[k], order[k]) << "step " << i << " layer " << r.layer << " rank " << k;
         EXPECT_NEAR(r.weights[k], std::exp((double)logits[order[k]] - logits[order[0]]) / z, 1e-5);
@@ -127,12 +130,13 @@ class TraceCli : public ::testing::Test {
 TEST_F(TraceCli, RecordsRequestsPhasesAndHiddenStatesThatTheSimulatorReplays) {
   // JSON lines ("prompt" or "text"); the plain-text form is checked in PlainTextPrompts...
   const std::vector<std::string> texts = {"hello world", "the cat", "some more text here"};
-  const std::string prompts = write("prompts.jsonl", "{\"prompt\": \"hello world\"}\n\n{\"text\": \"the cat\"}\n"
-                                                     "{\"prompt\": \"some more text here\", \"id\": 3}\n");
+  const std::string prompts = write("prompts.jsonl",
+                                    "{\"prompt\": \"hello world\"}\n\n{\"text\": \"the cat\"}\n"
+                                    "{\"prompt\": \"some more text here\", \"id\": 3}\n");
   const std::string out = temp_path("cli.trace");
   const int n = 5;
-  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out + "' -n " +
-                            std::to_string(n) + " --hidden --routers --ignore-eos -t 2");
+  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out +
+                            "' -n " + std::to_string(n) + " --hidden --routers --ignore-eos -t 2");
   ASSERT_EQ(c.rc, 0) << c.out;
   const trace::Trace t = trace::read_trace(out);
   EXPECT_GT(t.hidden_dim, 0);
@@ -164,9 +168,11 @@ TEST_F(TraceCli, RecordsRequestsPhasesAndHiddenStatesThatTheSimulatorReplays) {
 
 TEST_F(TraceCli, PlainTextPromptsAreOnePerLineVerbatimEvenWhenTheyStartWithABrace) {
   const std::vector<std::string> texts = {"hello world", "{not json: \\frac{a}{b}", "x"};
-  const std::string prompts = write("plain.txt", texts[0] + "\n\n" + texts[1] + "\r\n" + texts[2] + "\n");
+  const std::string prompts =
+      write("plain.txt", texts[0] + "\n\n" + texts[1] + "\r\n" + texts[2] + "\n");
   const std::string out = temp_path("plain.trace");
-  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out + "' -n 1 -t 2");
+  const Cmd c = run_moeflow("trace -m '" + model_ + "' --prompts '" + prompts + "' -o '" + out +
+                            "' -n 1 -t 2");
   ASSERT_EQ(c.rc, 0) << c.out;
   const trace::Trace t = trace::read_trace(out);
   EXPECT_EQ(t.hidden_dim, 0);
@@ -179,7 +185,8 @@ TEST_F(TraceCli, PlainTextPromptsAreOnePerLineVerbatimEvenWhenTheyStartWithABrac
     for (const auto& r : s.routes) EXPECT_TRUE(r.hidden.empty());
     prefill_steps[s.request]++;
   }
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(prefill_steps[r], (int)tok->encode(texts[r], true).size()) << texts[r];
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(prefill_steps[r], (int)tok->encode(texts[r], true).size()) << texts[r];
 }
 
 TEST_F(TraceCli, BadInputsAreClearErrors) {
@@ -189,7 +196,9 @@ TEST_F(TraceCli, BadInputsAreClearErrors) {
   const std::string nokey = write("nokey.jsonl", "{\"q\": \"x\"}\n");
   const std::string mixed = write("mixed.txt", "{\"prompt\": \"a\"}\nplain text\n");
   const std::string good = write("good.txt", "hello\n");
-  struct Case { std::string args, expect; };
+  struct Case {
+    std::string args, expect;
+  };
   for (const Case& k : {Case{"--prompts /nonexistent/p.txt", "cannot open"},
                         Case{"--prompts '" + empty + "'", "no prompts"},
                         Case{"--prompts '" + badjson + "'", "line 1"},

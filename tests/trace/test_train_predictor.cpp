@@ -20,10 +20,12 @@ constexpr int kRequests = 60, kSteps = 25, kLayers = 3, kExperts = 8, kHidden = 
 // kRequests requests of kSteps decode tokens, 3 layers, top-2 of 8 experts, hidden 16. Every
 // layer's hidden state is drawn independently; `learnable`: the experts of layer l > 0 are the
 // two largest entries of W_l h_{l-1} for a fixed random W_l (8 x 16), otherwise random.
-trace::Trace synthetic(bool learnable, bool with_hidden, trace::Phase phase = trace::Phase::decode) {
+trace::Trace synthetic(bool learnable, bool with_hidden,
+                       trace::Phase phase = trace::Phase::decode) {
   trace::Trace t;
   t.source = "synthetic";
-  t.n_layers = kLayers, t.n_experts = kExperts, t.top_k = 2, t.hidden_dim = with_hidden ? kHidden : 0;
+  t.n_layers = kLayers, t.n_experts = kExperts, t.top_k = 2,
+  t.hidden_dim = with_hidden ? kHidden : 0;
   std::mt19937 rng(learnable ? 5 : 6);
   std::normal_distribution<float> nd;
   std::vector<std::vector<float>> W(kLayers, std::vector<float>(kExperts * kHidden));
@@ -65,7 +67,8 @@ trace::Trace synthetic(bool learnable, bool with_hidden, trace::Phase phase = tr
 // Trains on `trace_path` into `trace_path`.bin; returns train-predictor's JSON report.
 nlohmann::json train(const std::string& trace_path, const std::string& extra = "") {
   const Cmd c = run_moeflow("train-predictor -t '" + trace_path + "' -o '" + trace_path + ".bin" +
-                                "' --epochs 20 " + extra, false);
+                                "' --epochs 20 " + extra,
+                            false);
   EXPECT_EQ(c.rc, 0) << c.out;
   return nlohmann::json::parse(c.out);
 }
@@ -82,13 +85,16 @@ TEST(TrainPredictor, LearnsAFunctionOfTheHiddenStateAndNothingFromNoise) {
   EXPECT_GT(g["test_recall"].get<double>(), 0.9) << g.dump();
   EXPECT_GT(g["test_recall"].get<double>(), g["test_recall_untrained"].get<double>() + 0.3);
   EXPECT_NEAR(n["test_recall"].get<double>(), 0.25, 0.06) << n.dump();  // chance: 2 of 8
-  EXPECT_GT(n["train_recall"].get<double>(), n["test_recall"].get<double>());  // it did fit the noise
+  EXPECT_GT(n["train_recall"].get<double>(),
+            n["test_recall"].get<double>());  // it did fit the noise
 
   // The saved weights load into the simulator's ProMoE predictor, which predicts layers 1 and 2
   // of every token about as well as train-predictor measured (layer 0 is nobody's stride-1
   // target, so at most 2/3 of all uses can be predicted).
-  const Cmd sim = run_moeflow("sim --trace '" + good + "' --policy lru --predictor promoe --predictor-model '" +
-                              good + ".bin' --cache-rate 0.5 --hw pcie4x16 --json", false);
+  const Cmd sim =
+      run_moeflow("sim --trace '" + good + "' --policy lru --predictor promoe --predictor-model '" +
+                      good + ".bin' --cache-rate 0.5 --hw pcie4x16 --json",
+                  false);
   ASSERT_EQ(sim.rc, 0) << sim.out;
   const nlohmann::json r = nlohmann::json::parse(sim.out);
   ASSERT_FALSE(r["results"].empty());
@@ -120,15 +126,17 @@ TEST(TrainPredictor, BadInputsAreClearErrors) {
   for (auto& s : one.steps) s.request = 0;
   const std::string one_request = temp_path("one_request.mft");
   trace::write_trace(one, one_request);
-  struct Case { std::string args, expect; };
-  for (const Case& k : {Case{"-t '" + nohidden + "'", "no hidden states"},
-                        Case{"-t '" + empty + "'", "empty"},
-                        Case{"-t '" + prefill + "'", "--with-prefill"},
-                        Case{"-t '" + one_request + "'", "--split sample"},
-                        Case{"-t '" + good + "' --split token", "--split"},
-                        Case{"-t '" + good + "' --stride 3", "--stride"},
-                        Case{"-t '" + good + "' --epochs 0", "--epochs"},
-                        Case{"-t /nonexistent.mft", "nonexistent"}}) {
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& k :
+       {Case{"-t '" + nohidden + "'", "no hidden states"}, Case{"-t '" + empty + "'", "empty"},
+        Case{"-t '" + prefill + "'", "--with-prefill"},
+        Case{"-t '" + one_request + "'", "--split sample"},
+        Case{"-t '" + good + "' --split token", "--split"},
+        Case{"-t '" + good + "' --stride 3", "--stride"},
+        Case{"-t '" + good + "' --epochs 0", "--epochs"},
+        Case{"-t /nonexistent.mft", "nonexistent"}}) {
     const Cmd c = run_moeflow("train-predictor -o '" + temp_path("x.bin") + "' " + k.args);
     EXPECT_NE(c.rc, 0) << k.args;
     EXPECT_NE(c.out.find(k.expect), std::string::npos) << k.args << ": " << c.out;

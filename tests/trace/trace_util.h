@@ -9,7 +9,8 @@
 namespace moeflow::trace::testing {
 
 // One decode request; routes[s][l] = experts of step s at layer l (weights uniform).
-inline Trace make_trace(int n_layers, int n_experts, int top_k, const std::vector<std::vector<std::vector<int>>>& routes,
+inline Trace make_trace(int n_layers, int n_experts, int top_k,
+                        const std::vector<std::vector<std::vector<int>>>& routes,
                         uint32_t request = 0) {
   Trace t;
   t.model = "hand-made";
@@ -23,7 +24,10 @@ inline Trace make_trace(int n_layers, int n_experts, int top_k, const std::vecto
     st.phase = Phase::decode;
     st.pos = (uint32_t)s;
     for (int l = 0; l < (int)routes[s].size(); ++l)
-      st.routes.push_back({l, routes[s][l], std::vector<float>(routes[s][l].size(), 1.f / routes[s][l].size()), {}});
+      st.routes.push_back({l,
+                           routes[s][l],
+                           std::vector<float>(routes[s][l].size(), 1.f / routes[s][l].size()),
+                           {}});
     t.steps.push_back(std::move(st));
   }
   return t;
@@ -38,7 +42,8 @@ inline Trace letters(const std::string& seq, int n_experts = 4) {
 
 // Random routing with some temporal locality (an expert of the previous step is kept with
 // probability `stay`), several requests.
-inline Trace random_trace(std::mt19937& rng, int L, int E, int K, int steps, int requests, double stay) {
+inline Trace random_trace(std::mt19937& rng, int L, int E, int K, int steps, int requests,
+                          double stay) {
   Trace t;
   t.model = "random";
   t.source = "random";
@@ -54,7 +59,8 @@ inline Trace random_trace(std::mt19937& rng, int L, int E, int K, int steps, int
       for (int k = 0; k < K; ++k) {
         int e;
         do {
-          e = !prev[l].empty() && u(rng) < stay ? prev[l][rng() % prev[l].size()] : (int)(rng() % E);
+          e = !prev[l].empty() && u(rng) < stay ? prev[l][rng() % prev[l].size()]
+                                                : (int)(rng() % E);
         } while (std::find(ex.begin(), ex.end(), e) != ex.end());
         ex.push_back(e);
       }

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "../bench_common.h"
-#include "core/aligned_buffer.h"
 #include "backend/cpu/matmul.h"
+#include "core/aligned_buffer.h"
 
 using namespace moeflow;
 
@@ -27,7 +27,8 @@ static double now() {
 static int prefill() {
   const int64_t cols = 4096, rows = 1024, n_tok = 64;
   std::printf("%-7s %14s %14s %8s\n", "type", "moeflow GFLOP/s", "ggml GFLOP/s", "ratio");
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0, GgmlType::Q4_0}) {
+  for (GgmlType t :
+       {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0, GgmlType::Q4_0}) {
     const auto* tr = ggml_get_type_traits_cpu((ggml_type)t);
     const auto* atr = ggml_get_type_traits_cpu(tr->vec_dot_type);
     const size_t rb = row_bytes(t, cols);
@@ -45,19 +46,22 @@ static int prefill() {
       matmul(t, W.data(), rows, cols, X.data(), n_tok, Y.data(), nullptr);
       tm.push_back(now() - t0);
       t0 = now();
-      for (int64_t k = 0; k < n_tok; ++k) atr->from_float(X.data() + k * cols, A.data() + k * arb, cols);
+      for (int64_t k = 0; k < n_tok; ++k)
+        atr->from_float(X.data() + k * cols, A.data() + k * arb, cols);
       // ggml's blocking: 16 rows x 16 tokens tiles.
       for (int64_t r0 = 0; r0 < rows; r0 += 16)
         for (int64_t c0 = 0; c0 < n_tok; c0 += 16)
           for (int64_t c = c0; c < c0 + 16; ++c)
             for (int64_t r = r0; r < r0 + 16; ++r)
-              tr->vec_dot((int)cols, &Y[c * rows + r], 0, W.data() + r * rb, 0, A.data() + c * arb, 0, 1);
+              tr->vec_dot((int)cols, &Y[c * rows + r], 0, W.data() + r * rb, 0, A.data() + c * arb,
+                          0, 1);
       tg.push_back(now() - t0);
     }
     std::sort(tm.begin(), tm.end());
     std::sort(tg.begin(), tg.end());
     const double flop = 2.0 * rows * cols * n_tok * 1e-9;
-    std::printf("%-7s %14.1f %14.1f %8.2f\n", type_name(t), flop / tm[3], flop / tg[3], tg[3] / tm[3]);
+    std::printf("%-7s %14.1f %14.1f %8.2f\n", type_name(t), flop / tm[3], flop / tg[3],
+                tg[3] / tm[3]);
   }
   return 0;
 }
@@ -66,9 +70,9 @@ int main(int argc, char** argv) {
   ggml_cpu_init();
   const bool cold = argc > 1 && std::strcmp(argv[1], "cold") == 0;
   if (argc > 1 && std::strcmp(argv[1], "prefill") == 0) return prefill();
-  const GgmlType types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
-                            GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
-                            GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16};
+  const GgmlType types[] = {GgmlType::Q4_K,  GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
+                            GgmlType::Q5_K,  GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
+                            GgmlType::MXFP4, GgmlType::F16,  GgmlType::BF16};
   const int64_t cols = 4096, rows = cold ? 14336 : 256;
   std::printf("%-7s %-6s %12s %12s %8s %10s\n", "type", "mode", "moeflow GB/s", "ggml GB/s",
               "ratio", "max rel diff");

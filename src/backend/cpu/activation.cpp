@@ -3,8 +3,8 @@
 // 16-element sums, which let K-quant kernels apply per-group minimums without touching qs).
 #include <cmath>
 
-#include "core/fp16.h"
 #include "backend/cpu/kernel_table.h"
+#include "core/fp16.h"
 #include "quant/blocks.h"
 
 namespace moeflow::kernels {

@@ -90,7 +90,8 @@ void quantize_q8_k_avx2(const float* x, int64_t n, void* out) {
     for (int k = 0; k < 8; ++k) {
       __m256i q[4];
       for (int m = 0; m < 4; ++m) {
-        const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 32 * k + 8 * m), s));
+        const __m256i r =
+            _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 32 * k + 8 * m), s));
         q[m] = _mm256_max_epi32(_mm256_min_epi32(r, lim), nlim);
       }
       _mm256_storeu_si256((__m256i*)(b.qs + 32 * k), pack32(q[0], q[1], q[2], q[3]));

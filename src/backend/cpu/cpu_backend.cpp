@@ -14,13 +14,13 @@ namespace moeflow {
 namespace {
 
 void check_host(const TensorView& v, const char* op, const char* what) {
-  if (v.space == MemSpace::Device)
-    fail("cpu backend: {} got its {} in device memory", op, what);
+  if (v.space == MemSpace::Device) fail("cpu backend: {} got its {} in device memory", op, what);
 }
 
 void check_f32(const TensorView& v, const char* op, const char* what) {
   check_host(v, op, what);
-  if (v.type != GgmlType::F32) fail("cpu backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
+  if (v.type != GgmlType::F32)
+    fail("cpu backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
 }
 
 float* frow(const TensorView& v, int64_t r) { return reinterpret_cast<float*>(v.row(r)); }
@@ -90,7 +90,8 @@ void CpuBackend::matmul(const TensorView& w, const TensorView& x, TensorView y) 
   const float* xp = x.as<const float>();
   if (!x.rows_contiguous()) {
     x_pack_.resize((size_t)n * x.cols());
-    for (int64_t t = 0; t < n; ++t) std::memcpy(&x_pack_[(size_t)t * x.cols()], x.row(t), x.cols() * sizeof(float));
+    for (int64_t t = 0; t < n; ++t)
+      std::memcpy(&x_pack_[(size_t)t * x.cols()], x.row(t), x.cols() * sizeof(float));
     xp = x_pack_.data();
   }
   float* yp = y.as<float>();
@@ -103,7 +104,8 @@ void CpuBackend::matmul(const TensorView& w, const TensorView& x, TensorView y) 
   else
     moeflow::matmul(w.type, w.data, w.rows(), w.cols(), xp, n, yp, pool_);
   if (yp != y.as<float>())
-    for (int64_t t = 0; t < n; ++t) std::memcpy(y.row(t), &y_pack_[(size_t)t * y.cols()], y.cols() * sizeof(float));
+    for (int64_t t = 0; t < n; ++t)
+      std::memcpy(y.row(t), &y_pack_[(size_t)t * y.cols()], y.cols() * sizeof(float));
 }
 
 void CpuBackend::get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) {
@@ -120,7 +122,8 @@ void CpuBackend::rms_norm(const TensorView& x, const float* weight, TensorView o
   check_f32(x, "rms_norm", "input");
   check_f32(out, "rms_norm", "output");
   // The kernel reads each row whole before writing it, so out may be x.
-  for (int64_t r = 0; r < x.rows(); ++r) moeflow::rms_norm(frow(x, r), weight, frow(out, r), x.cols(), eps);
+  for (int64_t r = 0; r < x.rows(); ++r)
+    moeflow::rms_norm(frow(x, r), weight, frow(out, r), x.cols(), eps);
 }
 
 void CpuBackend::layer_norm(const TensorView& x, const float* weight, const float* bias,
@@ -131,7 +134,8 @@ void CpuBackend::layer_norm(const TensorView& x, const float* weight, const floa
     moeflow::layer_norm(frow(x, r), weight, bias, frow(out, r), x.cols(), eps);
 }
 
-void CpuBackend::rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0, const RopeParams& p) {
+void CpuBackend::rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0,
+                      const RopeParams& p) {
   check_f32(x, "rope", "input");
   const bool neox = p.mode == RopeMode::NeoX;
   for (int64_t t = 0; t < x.rows(); ++t) {
@@ -176,7 +180,8 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
     const float* qr[kHeadBlock];
     float* o[kHeadBlock];
     for (int64_t i = b; i < e; ++i) {
-      const int64_t t = i / ((int64_t)p.n_head_kv * blocks), r = i % ((int64_t)p.n_head_kv * blocks);
+      const int64_t t = i / ((int64_t)p.n_head_kv * blocks),
+                    r = i % ((int64_t)p.n_head_kv * blocks);
       const int64_t g = r / blocks, h0 = g * group + (r % blocks) * hb;
       const int nh = (int)std::min<int64_t>(hb, (g + 1) * group - h0);
       const int64_t n_pos = pos0 + t + 1;  // causal: this token and everything before it
@@ -219,7 +224,8 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
     body(0, items, 0);
 }
 
-void CpuBackend::glu(const TensorView& gate, const TensorView& up, TensorView out, const GluParams& p) {
+void CpuBackend::glu(const TensorView& gate, const TensorView& up, TensorView out,
+                     const GluParams& p) {
   check_f32(gate, "glu", "gate");
   check_f32(up, "glu", "up");
   check_f32(out, "glu", "output");
@@ -228,7 +234,9 @@ void CpuBackend::glu(const TensorView& gate, const TensorView& up, TensorView ou
     switch (p.kind) {
       case GluKind::SwiGLU: swiglu(frow(gate, t), frow(up, t), frow(out, t), ff); break;
       case GluKind::GeGLU: geglu(frow(gate, t), frow(up, t), frow(out, t), ff); break;
-      case GluKind::SwiGLUOai: swiglu_oai(frow(gate, t), frow(up, t), frow(out, t), ff, p.alpha, p.limit); break;
+      case GluKind::SwiGLUOai:
+        swiglu_oai(frow(gate, t), frow(up, t), frow(out, t), ff, p.alpha, p.limit);
+        break;
     }
   }
 }
@@ -241,14 +249,16 @@ void CpuBackend::add(TensorView x, const TensorView& y) {
     add_inplace(x.as<float>(), y.as<const float>(), d * x.rows());
     return;
   }
-  MOEFLOW_CHECK(y.rows() == 1 || y.rows() == x.rows(), "add: {} rows added to {}", y.rows(), x.rows());
+  MOEFLOW_CHECK(y.rows() == 1 || y.rows() == x.rows(), "add: {} rows added to {}", y.rows(),
+                x.rows());
   for (int64_t t = 0; t < x.rows(); ++t) add_inplace(frow(x, t), frow(y, y.rows() == 1 ? 0 : t), d);
 }
 
 void CpuBackend::scale_add(TensorView acc, const TensorView& x, float s) {
   check_f32(acc, "scale_add", "accumulator");
   check_f32(x, "scale_add", "addend");
-  for (int64_t t = 0; t < acc.rows(); ++t) scale_add_inplace(frow(acc, t), frow(x, t), s, acc.cols());
+  for (int64_t t = 0; t < acc.rows(); ++t)
+    scale_add_inplace(frow(acc, t), frow(x, t), s, acc.cols());
 }
 
 void CpuBackend::gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) {
@@ -273,8 +283,8 @@ void CpuBackend::scatter_rows(TensorView dst, std::span<const int32_t> idx, cons
   for (size_t j = 0; j < idx.size(); ++j) std::memcpy(dst.row(idx[j]), src.row((int64_t)j), rb);
 }
 
-void CpuBackend::moe_combine(TensorView out, const TensorView& slots, std::span<const float> weights,
-                             std::span<const uint8_t> keep, int k) {
+void CpuBackend::moe_combine(TensorView out, const TensorView& slots,
+                             std::span<const float> weights, std::span<const uint8_t> keep, int k) {
   check_f32(out, "moe_combine", "output");
   check_f32(slots, "moe_combine", "expert outputs");
   const int64_t d = out.cols();

@@ -54,7 +54,8 @@ class CpuBackend final : public Backend {
   void rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0, const RopeParams& p) override;
   void attention(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
                  int64_t pos0, const AttentionParams& p) override;
-  void glu(const TensorView& gate, const TensorView& up, TensorView out, const GluParams& p) override;
+  void glu(const TensorView& gate, const TensorView& up, TensorView out,
+           const GluParams& p) override;
   void add(TensorView x, const TensorView& y) override;
   void scale_add(TensorView acc, const TensorView& x, float s) override;
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override;

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/matmul.h"
+#include "core/error.h"
 
 namespace moeflow {
 namespace kernels {
@@ -26,11 +26,11 @@ Simd detect() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-      has_f16c() && __builtin_cpu_supports("bmi2"))
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && has_f16c() &&
+      __builtin_cpu_supports("bmi2"))
     return Simd::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      has_f16c() && __builtin_cpu_supports("bmi2"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+      __builtin_cpu_supports("bmi2"))
     return Simd::Avx2;
   return Simd::Scalar;
 }

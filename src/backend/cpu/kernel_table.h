@@ -17,7 +17,9 @@ constexpr int kMaxTokens = 8;
 // weight rows, and converting the fp16 scale for every one of them was a third of the 32-block
 // kernels' work. Rows are a multiple of 4 bytes, so every row's floats are aligned.
 inline size_t q8_0_scales_offset(int64_t n) { return ((size_t)(n / 32) * 34 + 3) & ~(size_t)3; }
-inline size_t q8_0_activation_row_bytes(int64_t n) { return q8_0_scales_offset(n) + (size_t)(n / 32) * 4; }
+inline size_t q8_0_activation_row_bytes(int64_t n) {
+  return q8_0_scales_offset(n) + (size_t)(n / 32) * 4;
+}
 inline const float* q8_0_row_scales(const void* row, int64_t n) {
   return reinterpret_cast<const float*>(static_cast<const uint8_t*>(row) + q8_0_scales_offset(n));
 }

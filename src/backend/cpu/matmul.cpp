@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/dispatch.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
-#include "backend/cpu/dispatch.h"
 
 namespace moeflow {
 namespace {
@@ -39,14 +39,13 @@ void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
   }
 }
 
-
 void check_shape(GgmlType w, int64_t rows, int64_t cols, const char* what) {
   if (rows < 0 || cols < 0) fail("{}: negative shape {}x{}", what, rows, cols);
   const TypeTraits& tr = type_traits(w);
   const int64_t bs = type_traits(activation_type_for(w)).block_size;
   if (cols % bs != 0 || cols % tr.block_size != 0)
-    fail("{}: {} weight rows of {} columns are not a multiple of the block size {}", what,
-         tr.name, cols, std::max<int64_t>(bs, tr.block_size));
+    fail("{}: {} weight rows of {} columns are not a multiple of the block size {}", what, tr.name,
+         cols, std::max<int64_t>(bs, tr.block_size));
 }
 
 // Scratch reused across calls on the same thread: decode calls matvec per token per expert and
@@ -145,7 +144,8 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   const size_t astride = activation_row_bytes(w, cols);
   std::vector<uint8_t> act(astride * (size_t)n_tok);
   auto quant = [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) quantize_into(w, X + t * cols, cols, act.data() + t * astride);
+    for (int64_t t = t0; t < t1; ++t)
+      quantize_into(w, X + t * cols, cols, act.data() + t * astride);
   };
   if (pool && pool->size() > 1)
     pool->parallel_for(n_tok, quant, 1);
@@ -157,8 +157,8 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // Tokens per pass: keep that many activation rows in L2 while the weight rows stream once
   // per pass; each weight row is then reused from L1 across the pass.
   const int64_t tok_chunk =
-      std::max<int64_t>(kernels::kMaxTokens, (int64_t)((512u << 10) / astride) / kernels::kMaxTokens *
-                                                 kernels::kMaxTokens);
+      std::max<int64_t>(kernels::kMaxTokens, (int64_t)((512u << 10) / astride) /
+                                                 kernels::kMaxTokens * kernels::kMaxTokens);
   auto body = [&](int64_t r0, int64_t r1, int) {
     float out[kernels::kMaxTokens];
     for (int64_t c0 = 0; c0 < n_tok; c0 += tok_chunk) {

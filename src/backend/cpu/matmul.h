@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "core/ggml_type.h"
+#include "core/thread_pool.h"
 
 namespace moeflow {
 

@@ -5,33 +5,33 @@
 
 // Kernels instantiated up to NT = 4 (the AVX2 and scalar levels: 16 ymm registers hold four
 // tokens' accumulators, not eight) serve nt = 5..8 as two calls.
-#define MOEFLOW_DOT_FN(name)                                                                  \
-  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) {                   \
-    for (int t0 = 0; t0 < nt; t0 += 4) {                                                      \
-      const void* at = static_cast<const uint8_t*>(a) + (size_t)t0 * s;                       \
-      switch (nt - t0) {                                                                      \
-        case 1: name<1>(n, w, at, s, o + t0); break;                                          \
-        case 2: name<2>(n, w, at, s, o + t0); break;                                          \
-        case 3: name<3>(n, w, at, s, o + t0); break;                                          \
-        default: name<4>(n, w, at, s, o + t0); break;                                         \
-      }                                                                                       \
-    }                                                                                         \
+#define MOEFLOW_DOT_FN(name)                                                \
+  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) { \
+    for (int t0 = 0; t0 < nt; t0 += 4) {                                    \
+      const void* at = static_cast<const uint8_t*>(a) + (size_t)t0 * s;     \
+      switch (nt - t0) {                                                    \
+        case 1: name<1>(n, w, at, s, o + t0); break;                        \
+        case 2: name<2>(n, w, at, s, o + t0); break;                        \
+        case 3: name<3>(n, w, at, s, o + t0); break;                        \
+        default: name<4>(n, w, at, s, o + t0); break;                       \
+      }                                                                     \
+    }                                                                       \
   }
 
 // Eight tokens per weight block where the level has the registers for it (AVX-512: 32 zmm):
 // the block is unpacked once for twice as many tokens, which is most of prefill's gain.
-#define MOEFLOW_DOT_FN8(name)                                                                 \
-  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) {                   \
-    switch (nt) {                                                                             \
-      case 1: name<1>(n, w, a, s, o); break;                                                  \
-      case 2: name<2>(n, w, a, s, o); break;                                                  \
-      case 3: name<3>(n, w, a, s, o); break;                                                  \
-      case 4: name<4>(n, w, a, s, o); break;                                                  \
-      case 5: name<5>(n, w, a, s, o); break;                                                  \
-      case 6: name<6>(n, w, a, s, o); break;                                                  \
-      case 7: name<7>(n, w, a, s, o); break;                                                  \
-      default: name<8>(n, w, a, s, o); break;                                                 \
-    }                                                                                         \
+#define MOEFLOW_DOT_FN8(name)                                               \
+  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) { \
+    switch (nt) {                                                           \
+      case 1: name<1>(n, w, a, s, o); break;                                \
+      case 2: name<2>(n, w, a, s, o); break;                                \
+      case 3: name<3>(n, w, a, s, o); break;                                \
+      case 4: name<4>(n, w, a, s, o); break;                                \
+      case 5: name<5>(n, w, a, s, o); break;                                \
+      case 6: name<6>(n, w, a, s, o); break;                                \
+      case 7: name<7>(n, w, a, s, o); break;                                \
+      default: name<8>(n, w, a, s, o); break;                               \
+    }                                                                       \
   }
 
 namespace moeflow::kernels {
@@ -56,7 +56,8 @@ inline float e8m0_half(uint8_t e) {
 
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
-inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
 
 }  // namespace
 }  // namespace moeflow::kernels

@@ -14,7 +14,8 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; ++k) part[k] += x[i + k] * x[i + k];
-  float ss = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+  float ss =
+      ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
   for (; i < n; ++i) ss += x[i] * x[i];
   const float scale = 1.0f / std::sqrt(ss / (float)n + eps);
   if (weight)
@@ -69,7 +70,8 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
-void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha,
+                float limit) {
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i], u = up[i];
     if (limit > 0) {
@@ -120,8 +122,10 @@ void rope_ext_inplace(float* x, int64_t head_dim, int64_t pos, bool neox, const 
     fail("rope: n_rot {} must be even and within head_dim {}", n_rot, head_dim);
   float corr0 = 0, corr1 = 0;
   if (p.ext_factor != 0) {
-    corr0 = std::fmax(0.0f, std::floor(yarn_corr_dim(n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
-    corr1 = std::fmin((float)(n_rot - 1), std::ceil(yarn_corr_dim(n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+    corr0 =
+        std::fmax(0.0f, std::floor(yarn_corr_dim(n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    corr1 = std::fmin((float)(n_rot - 1),
+                      std::ceil(yarn_corr_dim(n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base)));
   }
   const int64_t half = n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {

@@ -17,7 +17,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit) (limit 0: no clamp),
 // out = g * sigmoid(alpha * g) * (u + 1)
-void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha,
+                float limit);
 // RoPE on one head vector of length head_dim (rotating the first n_rot dims).
 // neox = true rotates pairs (i, i + n_rot/2); false rotates (2i, 2i+1).
 void rope_inplace(float* x, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,

@@ -36,6 +36,5 @@ inline float scale(const BlockQ5_0& b) { return fp16(b.d); }
 inline float scale(const BlockIQ4_NL& b) { return fp16(b.d); }
 inline float scale(const BlockMXFP4& b) { return e8m0_half(b.e); }
 
-
 }  // namespace
 }  // namespace moeflow::kernels::avx2

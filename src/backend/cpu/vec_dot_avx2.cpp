@@ -1,9 +1,9 @@
 // AVX2 + FMA kernels. Integer products use maddubs (unsigned weight bytes x signed activation
 // bytes); per-block integer sums are scaled into float accumulators with one FMA per token.
+#include "backend/cpu/kquant_avx2.h"
 #include "backend/cpu/nt_dispatch.h"
 #include "backend/cpu/simd_avx2_util.h"
 #include "backend/cpu/unpack32_avx2.h"
-#include "backend/cpu/kquant_avx2.h"
 #include "quant/blocks.h"
 
 namespace moeflow::kernels {
@@ -23,7 +23,8 @@ inline void block32(const B& w, const BlockQ8_0* const* a, const float* const* d
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) {
     const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), _mm256_set1_epi16(1));
+    const __m256i p =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), _mm256_set1_epi16(1));
     acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t][i]), _mm256_cvtepi32_ps(p), acc[t]);
   }
 }
@@ -54,11 +55,26 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
 }
 
-template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ5_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ8_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockIQ4_NL, NT>(n, w, a, s, o); }
-template <int NT> void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockMXFP4, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ4_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ5_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ8_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockIQ4_NL, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockMXFP4, NT>(n, w, a, s, o);
+}
 
 // ---- K-quants x Q8_K --------------------------------------------------------------------------
 
@@ -176,7 +192,8 @@ void dot_q4_k_rows(int64_t n, const void* w, size_t stride, const void* act, flo
         const __m256i lo = _mm256_and_si256(q, m4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         const __m256i p_lo = _mm256_madd_epi16(mul_us(lo, y[2 * j]), scale_bcast(sc, 2 * j));
-        const __m256i p_hi = _mm256_madd_epi16(mul_us(hi, y[2 * j + 1]), scale_bcast(sc, 2 * j + 1));
+        const __m256i p_hi =
+            _mm256_madd_epi16(mul_us(hi, y[2 * j + 1]), scale_bcast(sc, 2 * j + 1));
         sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
       }
       const __m256i msum = _mm256_madd_epi16(mins16(mn8), bs);
@@ -208,8 +225,8 @@ void dot_q5_k(int64_t n, const void* w, const void* act, size_t stride, float* o
 #pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
-                                         _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+      const __m256i lo =
+          _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                                          _mm256_slli_epi16(_mm256_and_si256(hb, two), 3));
       hb = _mm256_srli_epi16(hb, 2);
@@ -257,9 +274,12 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
       const __m256i l1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h + 32));
       const __m256i qh = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * h));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+      q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                             _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_and_si256(qh, m30));
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
 #pragma GCC unroll 8
@@ -267,7 +287,8 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
         const __m256i s = scale_pair(sc + 8 * h + 2 * v);
 #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) {
-          const __m256i p = _mm256_madd_epi16(mul_us(q[v], load_act(k.a[t][i], 128 * h + 32 * v)), s);
+          const __m256i p =
+              _mm256_madd_epi16(mul_us(q[v], load_act(k.a[t][i], 128 * h + 32 * v)), s);
           sumi[t] = _mm256_add_epi32(sumi[t], p);
         }
       }
@@ -338,7 +359,8 @@ void dot_q2_k(int64_t n, const void* w, const void* act, size_t stride, float* o
     prefetch_block<sizeof(BlockQ2_K)>(wb + i);
     const __m128i raw = _mm_loadu_si128((const __m128i*)b.scales);
     const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
-    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+    const __m256i mn16 =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
     alignas(32) int16_t sc[16];
     _mm256_store_si256((__m256i*)sc, sc16);
     const float d = fp16(b.d), dmin = fp16(b.dmin);
@@ -383,7 +405,8 @@ void dot_iq4_xs(int64_t n, const void* w, const void* act, size_t stride, float*
     for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int ib = 0; ib < 8; ++ib) {
-      const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+      const int ls =
+          ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
       const __m256i s = _mm256_set1_epi16((int16_t)(ls - 32));
       const __m256i q = lookup16(kIq4nlValues, b.qs + 16 * ib);
       const __m256i aq = _mm256_sign_epi8(q, q);
@@ -395,7 +418,8 @@ void dot_iq4_xs(int64_t n, const void* w, const void* act, size_t stride, float*
     }
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
-      k.acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * k.a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), k.acc[t]);
+      k.acc[t] =
+          _mm256_fmadd_ps(_mm256_set1_ps(d * k.a[t][i].d), _mm256_cvtepi32_ps(sumi[t]), k.acc[t]);
   }
   k.finish(out);
 }
@@ -413,16 +437,20 @@ enum class FKind { F32, F16, BF16 };
 
 template <FKind K>
 inline __m256 wload(const void* w, int64_t i) {
-  if constexpr (K == FKind::F32) return load8(static_cast<const float*>(w) + i);
-  else return load8(static_cast<const uint16_t*>(w) + i, K == FKind::BF16);
+  if constexpr (K == FKind::F32)
+    return load8(static_cast<const float*>(w) + i);
+  else
+    return load8(static_cast<const uint16_t*>(w) + i, K == FKind::BF16);
 }
 template <FKind K>
 inline float wscalar(const void* w, int64_t i) {
-  if constexpr (K == FKind::F32) return static_cast<const float*>(w)[i];
-  else if constexpr (K == FKind::F16) return fp16(static_cast<const uint16_t*>(w)[i]);
+  if constexpr (K == FKind::F32)
+    return static_cast<const float*>(w)[i];
+  else if constexpr (K == FKind::F16)
+    return fp16(static_cast<const uint16_t*>(w)[i]);
   else {
     // Not core/fp16.h: its inline functions must not be instantiated with AVX flags (ODR).
-    const uint32_t bits = (uint32_t)static_cast<const uint16_t*>(w)[i] << 16;
+    const uint32_t bits = (uint32_t) static_cast<const uint16_t*>(w)[i] << 16;
     float f;
     std::memcpy(&f, &bits, 4);
     return f;
@@ -460,9 +488,18 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   }
 }
 
-template <int NT> void dot_f32(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::F32, NT>(n, w, a, s, o); }
-template <int NT> void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::F16, NT>(n, w, a, s, o); }
-template <int NT> void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::BF16, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_f32(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<FKind::F32, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<FKind::F16, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<FKind::BF16, NT>(n, w, a, s, o);
+}
 
 constexpr int kQ4kRows = 8;
 

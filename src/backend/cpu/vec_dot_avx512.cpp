@@ -50,21 +50,22 @@ inline void block_pair(const B* w, const BlockQ8_0* const* a, const float* const
   const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    const __m512i y = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a[t][i].qs)),
-        _mm256_loadu_si256((const __m256i*)a[t][i + 1].qs), 1);
+    const __m512i y =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a[t][i].qs)),
+                           _mm256_loadu_si256((const __m256i*)a[t][i + 1].qs), 1);
     const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
     const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, ys);
     const __m512 d2 = _mm512_permutexvar_ps(
-        halves, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(da[t] + i)))));
+        halves,
+        _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(da[t] + i)))));
     acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, d2), _mm512_cvtepi32_ps(p), acc[t]);
   }
 }
 
 // The last block of an odd count: into the low (even) half only, as the AVX2 kernel does.
 template <typename B, int NT>
-inline void block_single(const B& w, const BlockQ8_0* const* a, const float* const* da,
-                         int64_t i, __m512* acc) {
+inline void block_single(const B& w, const BlockQ8_0* const* a, const float* const* da, int64_t i,
+                         __m512* acc) {
   const __m256i q = unpack(w);
   const float dw = scale(w);
   const __m256i aq = _mm256_sign_epi8(q, q);
@@ -102,11 +103,26 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
 }
 
-template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ5_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ8_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockIQ4_NL, NT>(n, w, a, s, o); }
-template <int NT> void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockMXFP4, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ4_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ5_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ8_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockIQ4_NL, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockMXFP4, NT>(n, w, a, s, o);
+}
 
 // ---- K-quants x Q8_K --------------------------------------------------------------------------
 
@@ -121,14 +137,11 @@ inline __m512i idx_pair(int lo, int hi) {
 }
 // int16 lanes 8k..8k+7 = v[first + k], k = 0..3 (four 16-element groups per zmm).
 inline __m512i idx_quad(int first) {
-  return _mm512_set_epi64((int64_t)(first + 3) * 0x0001000100010001LL,
-                          (int64_t)(first + 3) * 0x0001000100010001LL,
-                          (int64_t)(first + 2) * 0x0001000100010001LL,
-                          (int64_t)(first + 2) * 0x0001000100010001LL,
-                          (int64_t)(first + 1) * 0x0001000100010001LL,
-                          (int64_t)(first + 1) * 0x0001000100010001LL,
-                          (int64_t)first * 0x0001000100010001LL,
-                          (int64_t)first * 0x0001000100010001LL);
+  return _mm512_set_epi64(
+      (int64_t)(first + 3) * 0x0001000100010001LL, (int64_t)(first + 3) * 0x0001000100010001LL,
+      (int64_t)(first + 2) * 0x0001000100010001LL, (int64_t)(first + 2) * 0x0001000100010001LL,
+      (int64_t)(first + 1) * 0x0001000100010001LL, (int64_t)(first + 1) * 0x0001000100010001LL,
+      (int64_t)first * 0x0001000100010001LL, (int64_t)first * 0x0001000100010001LL);
 }
 
 template <int NT, bool kFive>
@@ -154,7 +167,8 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
     prefetch_block<sizeof(B)>(wb + i);
     uint64_t sc8, mn8;
     k4_scales(b.scales, sc8, mn8);
-    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+    const __m512i sc16 =
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
     const float d = fp16(b.d), dmin = fp16(b.dmin);
     __m512i qh;
     if constexpr (kFive) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)b.qh));
@@ -164,14 +178,18 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
 #pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) {
       // Low nibbles of the 32 bytes (elements 64j..64j+31) then their high nibbles.
-      const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * j)));
-      __m512i q = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, raw, _mm512_srli_epi16(raw, 4)), m4);
+      const __m512i raw =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * j)));
+      __m512i q =
+          _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, raw, _mm512_srli_epi16(raw, 4)), m4);
       if constexpr (kFive)
-        q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift[j]), one), 4));
+        q = _mm512_or_si512(
+            q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hshift[j]), one), 4));
       const __m512i s = _mm512_permutexvar_epi16(sidx[j], sc16);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t)
-        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, load_act64(a[t][i], 64 * j)), s);
+        sumi[t] =
+            _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, load_act64(a[t][i], 64 * j)), s);
     }
     const __m256i mn = mins16(mn8);
 #pragma GCC unroll 8
@@ -231,17 +249,21 @@ void dot_q45_k_rows(int64_t n, const void* w, size_t stride, const void* act, fl
       const B& b = reinterpret_cast<const B*>(wr + r * stride)[i];
       uint64_t sc8, mn8;
       k4_scales(b.scales, sc8, mn8);
-      const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+      const __m512i sc16 =
+          _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
       const float d = fp16(b.d), dmin = fp16(b.dmin);
       __m512i qh;
       if constexpr (kFive) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)b.qh));
       __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) {
-        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * j)));
-        __m512i q = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, raw, _mm512_srli_epi16(raw, 4)), m4);
+        const __m512i raw =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * j)));
+        __m512i q =
+            _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, raw, _mm512_srli_epi16(raw, 4)), m4);
         if constexpr (kFive)
-          q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sidx[j]), one), 4));
+          q = _mm512_or_si512(
+              q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sidx[j]), one), 4));
         const __m512i s = _mm512_permutexvar_epi16(sidx[j], sc16);
         sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, y[j]), s);
       }
@@ -257,8 +279,14 @@ void dot_q45_k_rows(int64_t n, const void* w, size_t stride, const void* act, fl
 
 constexpr int kQ45kRows = 8;
 
-template <int NT> void dot_q4_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_q45_k<NT, false>(n, w, a, s, o); }
-template <int NT> void dot_q5_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_q45_k<NT, true>(n, w, a, s, o); }
+template <int NT>
+void dot_q4_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_q45_k<NT, false>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q5_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_q45_k<NT, true>(n, w, a, s, o);
+}
 
 template <int NT>
 void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
@@ -286,7 +314,8 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
 #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m512i l = _mm512_loadu_si512((const void*)(b.ql + 64 * h));
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qh + 32 * h)));
+      const __m512i qh =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qh + 32 * h)));
       // Elements 128h + 0..63 and 128h + 64..127, each in element order.
       const __m512i qa = _mm512_or_si512(_mm512_and_si512(l, m4),
                                          _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
@@ -296,8 +325,10 @@ void dot_q6_k(int64_t n, const void* w, const void* act, size_t stride, float* o
       const __m512i sb = _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
-        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qa, load_act64(a[t][i], 128 * h)), sa);
-        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qb, load_act64(a[t][i], 128 * h + 64)), sb);
+        sumi[t] = _mm512_dpwssd_epi32(sumi[t],
+                                      _mm512_maddubs_epi16(qa, load_act64(a[t][i], 128 * h)), sa);
+        sumi[t] = _mm512_dpwssd_epi32(
+            sumi[t], _mm512_maddubs_epi16(qb, load_act64(a[t][i], 128 * h + 64)), sb);
       }
     }
 #pragma GCC unroll 8
@@ -351,19 +382,24 @@ void dot_q23_k(int64_t n, const void* w, const void* act, size_t stride, float* 
     for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * h)));
+      const __m512i qs =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * h)));
       __m512i qa = _mm512_and_si512(_mm512_srlv_epi16(qs, sh_a), m3);
       __m512i qb = _mm512_and_si512(_mm512_srlv_epi16(qs, sh_b), m3);
       if constexpr (kThree) {
-        qa = _mm512_or_si512(qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hsh[2 * h]), one), 2));
-        qb = _mm512_or_si512(qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hsh[2 * h + 1]), one), 2));
+        qa = _mm512_or_si512(
+            qa, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hsh[2 * h]), one), 2));
+        qb = _mm512_or_si512(
+            qb, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hsh[2 * h + 1]), one), 2));
       }
       const __m512i sa = _mm512_permutexvar_epi16(sidx[2 * h], sc16);
       const __m512i sb = _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qa, load_act64(a[t][i], 128 * h)), sa);
-        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qb, load_act64(a[t][i], 128 * h + 64)), sb);
+        sumi[t] = _mm512_dpwssd_epi32(sumi[t],
+                                      _mm512_maddubs_epi16(qa, load_act64(a[t][i], 128 * h)), sa);
+        sumi[t] = _mm512_dpwssd_epi32(
+            sumi[t], _mm512_maddubs_epi16(qb, load_act64(a[t][i], 128 * h + 64)), sb);
       }
     }
 #pragma GCC unroll 4
@@ -385,8 +421,14 @@ void dot_q23_k(int64_t n, const void* w, const void* act, size_t stride, float* 
   for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
 }
 
-template <int NT> void dot_q2_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_q23_k<NT, false>(n, w, a, s, o); }
-template <int NT> void dot_q3_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_q23_k<NT, true>(n, w, a, s, o); }
+template <int NT>
+void dot_q2_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_q23_k<NT, false>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q3_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_q23_k<NT, true>(n, w, a, s, o);
+}
 
 // ---- float weights x float activations ------------------------------------------------------
 
@@ -441,9 +483,18 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   }
 }
 
-template <int NT> void dot_f32(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::F32, NT>(n, w, a, s, o); }
-template <int NT> void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::F16, NT>(n, w, a, s, o); }
-template <int NT> void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<FKind::BF16, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_f32(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<FKind::F32, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<FKind::F16, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<FKind::BF16, NT>(n, w, a, s, o);
+}
 
 }  // namespace
 

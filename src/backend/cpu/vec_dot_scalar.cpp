@@ -3,8 +3,8 @@
 // and then dotted with every token of the tile.
 #include <cstring>
 
-#include "core/fp16.h"
 #include "backend/cpu/nt_dispatch.h"
+#include "core/fp16.h"
 #include "quant/blocks.h"
 
 namespace moeflow::kernels {
@@ -99,13 +99,34 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (int t = 0; t < NT; ++t) out[t] = acc[t];
 }
 
-template <int NT> void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q4_1(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ4_1, NT, BlockQ8_1>(n, w, a, s, o); }
-template <int NT> void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ5_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_q5_1(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ5_1, NT, BlockQ8_1>(n, w, a, s, o); }
-template <int NT> void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockQ8_0, NT>(n, w, a, s, o); }
-template <int NT> void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockIQ4_NL, NT>(n, w, a, s, o); }
-template <int NT> void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) { dot32<BlockMXFP4, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ4_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q4_1(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ4_1, NT, BlockQ8_1>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ5_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q5_1(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ5_1, NT, BlockQ8_1>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockQ8_0, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_iq4_nl(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockIQ4_NL, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_mxfp4(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot32<BlockMXFP4, NT>(n, w, a, s, o);
+}
 
 // ---- 256-element super-blocks against Q8_K activations --------------------------------------
 
@@ -217,7 +238,8 @@ void decode(const BlockIQ4_XS& b, Dec256& o) {
       o.q[ib * 32 + j] = kIq4nlValues[b.qs[ib * 16 + j] & 0xF];
       o.q[ib * 32 + j + 16] = kIq4nlValues[b.qs[ib * 16 + j] >> 4];
     }
-    const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+    const int ls =
+        ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
     o.sc[2 * ib] = o.sc[2 * ib + 1] = ls - 32;
     o.mn[2 * ib] = o.mn[2 * ib + 1] = 0;
   }
@@ -248,18 +270,40 @@ void dot256(int64_t n, const void* w, const void* act, size_t stride, float* out
   for (int t = 0; t < NT; ++t) out[t] = acc[t];
 }
 
-template <int NT> void dot_q2_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot256<BlockQ2_K, NT>(n, w, a, s, o); }
-template <int NT> void dot_q3_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot256<BlockQ3_K, NT>(n, w, a, s, o); }
-template <int NT> void dot_q4_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot256<BlockQ4_K, NT>(n, w, a, s, o); }
-template <int NT> void dot_q5_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot256<BlockQ5_K, NT>(n, w, a, s, o); }
-template <int NT> void dot_q6_k(int64_t n, const void* w, const void* a, size_t s, float* o) { dot256<BlockQ6_K, NT>(n, w, a, s, o); }
-template <int NT> void dot_iq4_xs(int64_t n, const void* w, const void* a, size_t s, float* o) { dot256<BlockIQ4_XS, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_q2_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot256<BlockQ2_K, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q3_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot256<BlockQ3_K, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q4_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot256<BlockQ4_K, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q5_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot256<BlockQ5_K, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_q6_k(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot256<BlockQ6_K, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_iq4_xs(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot256<BlockIQ4_XS, NT>(n, w, a, s, o);
+}
 
 // ---- float weights against float activations -----------------------------------------------
 
 inline float to_f32(float v) { return v; }
-struct F16 { uint16_t v; };
-struct BF16 { uint16_t v; };
+struct F16 {
+  uint16_t v;
+};
+struct BF16 {
+  uint16_t v;
+};
 inline float to_f32(F16 v) { return fp16_to_fp32(v.v); }
 inline float to_f32(BF16 v) { return bf16_to_fp32(v.v); }
 
@@ -287,9 +331,18 @@ void dot_float(int64_t n, const void* w, const void* act, size_t stride, float* 
   }
 }
 
-template <int NT> void dot_f32(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<float, NT>(n, w, a, s, o); }
-template <int NT> void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<F16, NT>(n, w, a, s, o); }
-template <int NT> void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) { dot_float<BF16, NT>(n, w, a, s, o); }
+template <int NT>
+void dot_f32(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<float, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_f16(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<F16, NT>(n, w, a, s, o);
+}
+template <int NT>
+void dot_bf16(int64_t n, const void* w, const void* a, size_t s, float* o) {
+  dot_float<BF16, NT>(n, w, a, s, o);
+}
 
 }  // namespace
 

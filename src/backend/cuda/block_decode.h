@@ -255,7 +255,8 @@ struct Format<GgmlType::Q2_K> {
   static constexpr int kBytes = 84, kChunks = 8;
   MOEFLOW_HD static void decode(const uint8_t* b, int u, Chunk32& c) {
     const int half = u / 4, shift = 2 * (u % 4);
-    for (int i = 0; i < 8; ++i) c.q[i] = (int32_t)((ld_u32(b + 16 + 32 * half + 4 * i) >> shift) & 0x03030303u);
+    for (int i = 0; i < 8; ++i)
+      c.q[i] = (int32_t)((ld_u32(b + 16 + 32 * half + 4 * i) >> shift) & 0x03030303u);
     const float d = f16_to_f32(ld_u16(b + 80)), dmin = f16_to_f32(ld_u16(b + 82));
     for (int h = 0; h < 2; ++h) {
       const uint8_t s = b[2 * u + h];
@@ -307,7 +308,8 @@ struct Format<GgmlType::Q4_K> {
   static constexpr int kBytes = 144, kChunks = 8;
   MOEFLOW_HD static void decode(const uint8_t* b, int u, Chunk32& c) {
     const int shift = 4 * (u & 1);
-    for (int i = 0; i < 8; ++i) c.q[i] = (int32_t)((ld_u32(b + 16 + 32 * (u / 2) + 4 * i) >> shift) & 0x0F0F0F0Fu);
+    for (int i = 0; i < 8; ++i)
+      c.q[i] = (int32_t)((ld_u32(b + 16 + 32 * (u / 2) + 4 * i) >> shift) & 0x0F0F0F0Fu);
     int sc, m;
     k4_scale_min(b + 4, u, sc, m);
     set_scale(c, f16_to_f32(ld_u16(b)) * (float)sc, f16_to_f32(ld_u16(b + 2)) * (float)m);
@@ -340,7 +342,8 @@ struct Format<GgmlType::Q6_K> {
     const int half = u / 4, quarter = u % 4;
     const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
     for (int i = 0; i < 8; ++i) {
-      const uint32_t lo = (ld_u16x2(b + 64 * half + 32 * (quarter & 1) + 4 * i) >> lshift) & 0x0F0F0F0Fu;
+      const uint32_t lo =
+          (ld_u16x2(b + 64 * half + 32 * (quarter & 1) + 4 * i) >> lshift) & 0x0F0F0F0Fu;
       const uint32_t hi = (ld_u16x2(b + 128 + 32 * half + 4 * i) >> hshift) & 0x03030303u;
       c.q[i] = sub_bytes(lo | (hi << 4), 0x20202020u);
     }

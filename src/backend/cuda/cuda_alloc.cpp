@@ -58,9 +58,10 @@ Buffer DeviceAllocator::allocate(size_t bytes, size_t alignment) {
     (void)cudaGetLastError();  // an out-of-memory error is not sticky: clear it
     size_t free_b = 0, total_b = 0;
     (void)cudaMemGetInfo(&free_b, &total_b);
-    fail("out of device memory: could not allocate {:.1f} MiB on CUDA device {} ({:.1f} MiB free of "
-         "{:.1f} MiB): {}",
-         mib(bytes), device_, mib(free_b), mib(total_b), cudaGetErrorString(e));
+    fail(
+        "out of device memory: could not allocate {:.1f} MiB on CUDA device {} ({:.1f} MiB free of "
+        "{:.1f} MiB): {}",
+        mib(bytes), device_, mib(free_b), mib(total_b), cudaGetErrorString(e));
   }
   return make(static_cast<uint8_t*>(p), bytes);
 }
@@ -88,7 +89,8 @@ Buffer PinnedHostAllocator::allocate(size_t bytes, size_t alignment) {
       cudaHostAlloc(&p, bytes == 0 ? 64 : bytes, cudaHostAllocPortable | cudaHostAllocMapped);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    fail("out of pinned host memory: could not allocate {:.1f} MiB: {}", mib(bytes), cudaGetErrorString(e));
+    fail("out of pinned host memory: could not allocate {:.1f} MiB: {}", mib(bytes),
+         cudaGetErrorString(e));
   }
   return make(static_cast<uint8_t*>(p), bytes);
 }
@@ -109,14 +111,16 @@ HostRegistration::HostRegistration(const void* p, size_t bytes) {
   int dev = 0, read_only = 0;
   unsigned flags = cudaHostRegisterPortable;
   if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, dev) ==
+          cudaSuccess &&
       read_only)
     flags |= cudaHostRegisterReadOnly;
   void* base = const_cast<void*>(p);
   const cudaError_t e = cudaHostRegister(base, bytes, flags);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    reason_ = fmt::format("cudaHostRegister of {:.1f} MiB failed: {}", mib(bytes), cudaGetErrorString(e));
+    reason_ =
+        fmt::format("cudaHostRegister of {:.1f} MiB failed: {}", mib(bytes), cudaGetErrorString(e));
     return;
   }
   base_ = base;

@@ -54,15 +54,16 @@ CudaGraphCounts cuda_graph_counts(const Backend& b) {
   const auto* c = dynamic_cast<const cuda::CudaBackend*>(&b);
   if (!c) return {};
   const cuda::GraphStats& s = c->graph_stats();
-  return {s.launches, s.instantiations, s.updates, s.ops, c->sync_points(), c->host_registrations()};
+  return {s.launches, s.instantiations, s.updates,
+          s.ops,      c->sync_points(), c->host_registrations()};
 }
 
 namespace cuda {
 namespace {
 
-constexpr size_t kStageBytes = 1 << 20;      // host arrays staged between two sync points
-constexpr size_t kBounceBytes = 32ull << 20;  // per bounce buffer of large uploads
-constexpr size_t kPinThreshold = 64ull << 20; // uploads this large first try to pin the source
+constexpr size_t kStageBytes = 1 << 20;        // host arrays staged between two sync points
+constexpr size_t kBounceBytes = 32ull << 20;   // per bounce buffer of large uploads
+constexpr size_t kPinThreshold = 64ull << 20;  // uploads this large first try to pin the source
 constexpr size_t kCublasWorkspace = 32ull << 20;
 
 bool graphs_from_env(bool dflt) {
@@ -94,15 +95,21 @@ bool already_pinned(const void* p, size_t n) {
 }
 
 void check_f32_rows(const TensorView& v, const char* op, const char* what) {
-  if (v.type != GgmlType::F32) fail("cuda backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
+  if (v.type != GgmlType::F32)
+    fail("cuda backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
   if (v.row_stride() % sizeof(float) != 0)
-    fail("cuda backend: {}: the {}'s row stride {} is not a whole number of floats", op, what, v.row_stride());
+    fail("cuda backend: {}: the {}'s row stride {} is not a whole number of floats", op, what,
+         v.row_stride());
 }
 
 }  // namespace
 
-Mat mat(const TensorView& v) { return {v.as<float>(), v.rows(), v.cols(), (int64_t)(v.row_stride() / sizeof(float))}; }
-CMat cmat(const TensorView& v) { return {v.as<const float>(), v.rows(), v.cols(), (int64_t)(v.row_stride() / sizeof(float))}; }
+Mat mat(const TensorView& v) {
+  return {v.as<float>(), v.rows(), v.cols(), (int64_t)(v.row_stride() / sizeof(float))};
+}
+CMat cmat(const TensorView& v) {
+  return {v.as<const float>(), v.rows(), v.cols(), (int64_t)(v.row_stride() / sizeof(float))};
+}
 
 void* DeviceScratch::get(DeviceAllocator& a, size_t bytes) {
   if (buf.size() < bytes) {
@@ -128,7 +135,8 @@ CudaBackend::CudaBackend(const CudaOptions& opt)
     MOEFLOW_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_ws_.data(), cublas_ws_.size()));
     stage_host_ = PinnedHostAllocator::instance().allocate(kStageBytes);
     stage_dev_ = alloc_.allocate(kStageBytes);
-    for (cudaEvent_t& e : bounce_done_) MOEFLOW_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (cudaEvent_t& e : bounce_done_)
+      MOEFLOW_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   } catch (...) {
     for (cudaEvent_t e : bounce_done_)
       if (e) (void)cudaEventDestroy(e);
@@ -234,7 +242,8 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
     const size_t n = std::min(kBounceBytes, bytes - off);
     MOEFLOW_CUDA_CHECK(cudaEventSynchronize(bounce_done_[i % 2]));
     std::memcpy(bounce_[i % 2].data(), s + off, n);
-    MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(d + off, bounce_[i % 2].data(), n, cudaMemcpyHostToDevice, stream_));
+    MOEFLOW_CUDA_CHECK(
+        cudaMemcpyAsync(d + off, bounce_[i % 2].data(), n, cudaMemcpyHostToDevice, stream_));
     MOEFLOW_CUDA_CHECK(cudaEventRecord(bounce_done_[i % 2], stream_));
   }
   MOEFLOW_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -305,8 +314,10 @@ const float* CudaBackend::read_f32(const TensorView& v, std::vector<float>& stag
     readback_ = PinnedHostAllocator::instance().allocate(bytes);
   }
   // The copy to pinned memory closes the step's last graph (the logits of a decode step).
-  op(true, mix_key(16, bytes),
-     [&] { MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(readback_.data(), v.data, bytes, cudaMemcpyDeviceToHost, stream_)); });
+  op(true, mix_key(16, bytes), [&] {
+    MOEFLOW_CUDA_CHECK(
+        cudaMemcpyAsync(readback_.data(), v.data, bytes, cudaMemcpyDeviceToHost, stream_));
+  });
   sync_point();
   staging.resize((size_t)v.rows() * v.cols());
   std::memcpy(staging.data(), readback_.data(), bytes);

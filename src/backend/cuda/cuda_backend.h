@@ -44,8 +44,9 @@ struct CudaGraphCounts {
 };
 // What happened between two readings, field by field.
 inline CudaGraphCounts operator-(const CudaGraphCounts& a, const CudaGraphCounts& b) {
-  return {a.launches - b.launches, a.instantiations - b.instantiations, a.updates - b.updates,
-          a.ops - b.ops,           a.sync_points - b.sync_points,       a.registrations - b.registrations};
+  return {a.launches - b.launches,       a.instantiations - b.instantiations,
+          a.updates - b.updates,         a.ops - b.ops,
+          a.sync_points - b.sync_points, a.registrations - b.registrations};
 }
 CudaGraphCounts cuda_graph_counts(const Backend& b);
 

@@ -42,7 +42,8 @@ class CudaCopyLane final : public CopyLane {
 
   void wait(uint64_t ticket) override {
     if (ticket <= done_) return;
-    MOEFLOW_CHECK(ticket <= issued_, "copy lane: ticket {} was never issued (last {})", ticket, issued_);
+    MOEFLOW_CHECK(ticket <= issued_, "copy lane: ticket {} was never issued (last {})", ticket,
+                  issued_);
     MOEFLOW_CUDA_CHECK(cudaEventSynchronize(events_[ticket % kRing]));
     done_ = ticket;  // copies on one stream complete in order
   }

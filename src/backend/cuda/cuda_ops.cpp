@@ -13,8 +13,10 @@ namespace moeflow::cuda {
 namespace {
 
 void check_f32(const TensorView& v, const char* op, const char* what) {
-  if (v.space == MemSpace::Host) fail("cuda backend: {} got its {} in pageable host memory", op, what);
-  if (v.type != GgmlType::F32) fail("cuda backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
+  if (v.space == MemSpace::Host)
+    fail("cuda backend: {} got its {} in pageable host memory", op, what);
+  if (v.type != GgmlType::F32)
+    fail("cuda backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
   if (v.row_stride() % sizeof(float) != 0)
     fail("cuda backend: {}: the {}'s row stride is not a whole number of floats", op, what);
 }
@@ -32,17 +34,20 @@ float yarn_corr_dim(int64_t n_rot, int64_t n_ctx_orig, float beta, float base) {
 }  // namespace
 
 void CudaBackend::get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) {
-  if (table.space == MemSpace::Host) fail("cuda backend: get_rows got its table in pageable host memory");
+  if (table.space == MemSpace::Host)
+    fail("cuda backend: get_rows got its table in pageable host memory");
   check_f32(out, "get_rows", "output");
   for (int32_t id : ids)
     MOEFLOW_CHECK(id >= 0 && id < table.rows(), "get_rows: row {} outside 0..{}", id, table.rows());
-  MOEFLOW_CHECK((int64_t)ids.size() <= out.rows(), "get_rows: {} ids for {} output rows", ids.size(), out.rows());
+  MOEFLOW_CHECK((int64_t)ids.size() <= out.rows(), "get_rows: {} ids for {} output rows",
+                ids.size(), out.rows());
   // Every forward step starts with its embedding lookup: one id is a decode step, whose work up
   // to the next host decision may be captured as a graph.
   step_tokens_ = (int64_t)ids.size();
   const IndexArray a = host_array(ids);
-  op(a.dev == nullptr, mix_key(3, (uint64_t)table.type),
-     [&] { cuda::get_rows(table.type, table.data, table.row_stride(), table.cols(), a, mat(out), stream_); });
+  op(a.dev == nullptr, mix_key(3, (uint64_t)table.type), [&] {
+    cuda::get_rows(table.type, table.data, table.row_stride(), table.cols(), a, mat(out), stream_);
+  });
 }
 
 void CudaBackend::rms_norm(const TensorView& x, const float* weight, TensorView out, float eps) {
@@ -51,14 +56,16 @@ void CudaBackend::rms_norm(const TensorView& x, const float* weight, TensorView 
   op(true, shape_key(4, x), [&] { cuda::rms_norm(cmat(x), weight, mat(out), eps, stream_); });
 }
 
-void CudaBackend::layer_norm(const TensorView& x, const float* weight, const float* bias, TensorView out,
-                             float eps) {
+void CudaBackend::layer_norm(const TensorView& x, const float* weight, const float* bias,
+                             TensorView out, float eps) {
   check_f32(x, "layer_norm", "input");
   check_f32(out, "layer_norm", "output");
-  op(true, shape_key(5, x), [&] { cuda::layer_norm(cmat(x), weight, bias, mat(out), eps, stream_); });
+  op(true, shape_key(5, x),
+     [&] { cuda::layer_norm(cmat(x), weight, bias, mat(out), eps, stream_); });
 }
 
-void CudaBackend::rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0, const RopeParams& p) {
+void CudaBackend::rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0,
+                       const RopeParams& p) {
   check_f32(x, "rope", "input");
   if (p.n_rot < 0 || p.n_rot > head_dim || p.n_rot % 2 != 0)
     fail("rope: n_rot {} must be even and within head_dim {}", p.n_rot, head_dim);
@@ -75,14 +82,16 @@ void CudaBackend::rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0,
   a.freq_factors = p.freq_factors;
   a.plain = p.plain();
   if (p.ext_factor != 0) {
-    a.corr0 = std::fmax(0.0f, std::floor(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
-    a.corr1 = std::fmin((float)(p.n_rot - 1), std::ceil(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+    a.corr0 =
+        std::fmax(0.0f, std::floor(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    a.corr1 = std::fmin((float)(p.n_rot - 1),
+                        std::ceil(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base)));
   }
   op(true, shape_key(6, x), [&] { cuda::rope(mat(x), a, stream_); });
 }
 
-void CudaBackend::attention(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
-                            int64_t pos0, const AttentionParams& p) {
+void CudaBackend::attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                            TensorView out, int64_t pos0, const AttentionParams& p) {
   check_f32(q, "attention", "query");
   check_f32(k, "attention", "key cache");
   check_f32(v, "attention", "value cache");
@@ -99,22 +108,29 @@ void CudaBackend::attention(const TensorView& q, const TensorView& k, const Tens
   a.window = p.window;
   a.sinks = p.sinks;
   a.pos0 = pos0;
-  float* scratch = static_cast<float*>(attn_.get(alloc_, std::max<size_t>(1, attention_scratch_floats(n, a)) * sizeof(float)));
-  op(true, shape_key(7, q), [&] { cuda::attention(cmat(q), cmat(k), cmat(v), mat(out), a, scratch, stream_); });
+  float* scratch = static_cast<float*>(
+      attn_.get(alloc_, std::max<size_t>(1, attention_scratch_floats(n, a)) * sizeof(float)));
+  op(true, shape_key(7, q),
+     [&] { cuda::attention(cmat(q), cmat(k), cmat(v), mat(out), a, scratch, stream_); });
 }
 
-void CudaBackend::glu(const TensorView& gate, const TensorView& up, TensorView out, const GluParams& p) {
+void CudaBackend::glu(const TensorView& gate, const TensorView& up, TensorView out,
+                      const GluParams& p) {
   check_f32(gate, "glu", "gate");
   check_f32(up, "glu", "up");
   check_f32(out, "glu", "output");
-  const Glu kind = p.kind == GluKind::SwiGLU ? Glu::SwiGLU : p.kind == GluKind::GeGLU ? Glu::GeGLU : Glu::SwiGLUOai;
-  op(true, shape_key(8, out), [&] { cuda::glu(cmat(gate), cmat(up), mat(out), kind, p.alpha, p.limit, stream_); });
+  const Glu kind = p.kind == GluKind::SwiGLU  ? Glu::SwiGLU
+                   : p.kind == GluKind::GeGLU ? Glu::GeGLU
+                                              : Glu::SwiGLUOai;
+  op(true, shape_key(8, out),
+     [&] { cuda::glu(cmat(gate), cmat(up), mat(out), kind, p.alpha, p.limit, stream_); });
 }
 
 void CudaBackend::add(TensorView x, const TensorView& y) {
   check_f32(x, "add", "accumulator");
   check_f32(y, "add", "addend");
-  MOEFLOW_CHECK(y.rows() == 1 || y.rows() == x.rows(), "add: {} rows added to {}", y.rows(), x.rows());
+  MOEFLOW_CHECK(y.rows() == 1 || y.rows() == x.rows(), "add: {} rows added to {}", y.rows(),
+                x.rows());
   op(true, shape_key(9, x), [&] { cuda::add(mat(x), cmat(y), stream_); });
 }
 
@@ -135,30 +151,34 @@ void CudaBackend::gated_add(TensorView acc, const TensorView& x, const TensorVie
 void CudaBackend::gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) {
   check_f32(src, "gather_rows", "source");
   check_f32(dst, "gather_rows", "destination");
-  for (int32_t i : idx) MOEFLOW_CHECK(i >= 0 && i < src.rows(), "gather_rows: row {} outside 0..{}", i, src.rows());
+  for (int32_t i : idx)
+    MOEFLOW_CHECK(i >= 0 && i < src.rows(), "gather_rows: row {} outside 0..{}", i, src.rows());
   const IndexArray a = host_array(idx);
   op(a.dev == nullptr, mix_key(12, (uint64_t)idx.size() * 65537u + (uint64_t)src.cols()),
      [&] { cuda::gather_rows(cmat(src), a, mat(dst), stream_); });
 }
 
-void CudaBackend::scatter_rows(TensorView dst, std::span<const int32_t> idx, const TensorView& src) {
+void CudaBackend::scatter_rows(TensorView dst, std::span<const int32_t> idx,
+                               const TensorView& src) {
   check_f32(dst, "scatter_rows", "destination");
   check_f32(src, "scatter_rows", "source");
-  for (int32_t i : idx) MOEFLOW_CHECK(i >= 0 && i < dst.rows(), "scatter_rows: row {} outside 0..{}", i, dst.rows());
+  for (int32_t i : idx)
+    MOEFLOW_CHECK(i >= 0 && i < dst.rows(), "scatter_rows: row {} outside 0..{}", i, dst.rows());
   const IndexArray a = host_array(idx);
   op(a.dev == nullptr, mix_key(13, (uint64_t)idx.size() * 65537u + (uint64_t)src.cols()),
      [&] { cuda::scatter_rows(mat(dst), a, cmat(src), stream_); });
 }
 
-void CudaBackend::moe_combine(TensorView out, const TensorView& slots, std::span<const float> weights,
-                              std::span<const uint8_t> keep, int k) {
+void CudaBackend::moe_combine(TensorView out, const TensorView& slots,
+                              std::span<const float> weights, std::span<const uint8_t> keep,
+                              int k) {
   check_f32(out, "moe_combine", "output");
   check_f32(slots, "moe_combine", "expert outputs");
   const size_t n_slots = (size_t)out.rows() * k;
   MOEFLOW_CHECK(weights.size() >= n_slots && (keep.empty() || keep.size() >= n_slots) &&
                     slots.rows() >= (int64_t)n_slots,
-                "moe_combine: {} tokens x {} experts but {} weights, {} keep flags, {} slots", out.rows(), k,
-                weights.size(), keep.size(), slots.rows());
+                "moe_combine: {} tokens x {} experts but {} weights, {} keep flags, {} slots",
+                out.rows(), k, weights.size(), keep.size(), slots.rows());
   const WeightArray w = host_array(weights.first(n_slots));
   const KeepArray kp = host_array(keep.empty() ? keep : keep.first(n_slots));
   op(w.dev == nullptr && kp.dev == nullptr, mix_key(shape_key(14, out), (uint64_t)k),
@@ -184,7 +204,8 @@ void CudaBackend::route(const TensorView& logits, const RoutingSpec& spec, const
     graphs_.end();  // staged through the ring: not part of a graph
     bias_dev = static_cast<const float*>(stage(bias, (size_t)E * sizeof(float)));
   }
-  const size_t out_bytes = (size_t)n * k * (sizeof(int32_t) + sizeof(float)) + (size_t)n * E * sizeof(float);
+  const size_t out_bytes =
+      (size_t)n * k * (sizeof(int32_t) + sizeof(float)) + (size_t)n * E * sizeof(float);
   uint8_t* dev = static_cast<uint8_t*>(route_.get(alloc_, out_bytes));
   if (readback_.size() < out_bytes) {
     graphs_.end();
@@ -203,13 +224,15 @@ void CudaBackend::route(const TensorView& logits, const RoutingSpec& spec, const
   // waits for them and decides.
   op(bias == nullptr, mix_key(shape_key(15, logits), (uint64_t)k), [&] {
     cuda::route(cmat(logits), a, bias_dev, dex, dw, dp, stream_);
-    MOEFLOW_CUDA_CHECK(cudaMemcpyAsync(readback_.data(), dev, out_bytes, cudaMemcpyDeviceToHost, stream_));
+    MOEFLOW_CUDA_CHECK(
+        cudaMemcpyAsync(readback_.data(), dev, out_bytes, cudaMemcpyDeviceToHost, stream_));
   });
   sync_point();
   const uint8_t* h = readback_.data();
   std::memcpy(experts, h, (size_t)n * k * sizeof(int32_t));
   std::memcpy(weights, h + (size_t)n * k * sizeof(int32_t), (size_t)n * k * sizeof(float));
-  std::memcpy(probs, h + (size_t)n * k * (sizeof(int32_t) + sizeof(float)), (size_t)n * E * sizeof(float));
+  std::memcpy(probs, h + (size_t)n * k * (sizeof(int32_t) + sizeof(float)),
+              (size_t)n * E * sizeof(float));
 }
 
 }  // namespace moeflow::cuda

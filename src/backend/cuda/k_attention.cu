@@ -22,9 +22,9 @@
 namespace moeflow::cuda {
 namespace {
 
-constexpr int kNarrow = 8;  // values per lane for heads up to 256
-constexpr int kWide = 18;   // ... up to 576
-constexpr int kSplit = 128;     // positions per decode split
+constexpr int kNarrow = 8;   // values per lane for heads up to 256
+constexpr int kWide = 18;    // ... up to 576
+constexpr int kSplit = 128;  // positions per decode split
 constexpr int kDecodeWarps = 4;
 constexpr int kTileQ = 16, kTileK = 32, kPrefillWarps = 4, kRowsPerWarp = kTileQ / kPrefillWarps;
 constexpr int kDecodeMaxRows = 4;  // more query rows take the tiled kernel
@@ -37,7 +37,8 @@ __device__ __forceinline__ void visible(const AttnArgs& a, int64_t t, int64_t& j
 
 template <int kMaxPerLane>
 __global__ void __launch_bounds__(32 * kDecodeWarps)
-    attn_decode_split_kernel(CMat q, CMat k, CMat v, AttnArgs a, int n_split, float* __restrict__ part) {
+    attn_decode_split_kernel(CMat q, CMat k, CMat v, AttnArgs a, int n_split,
+                             float* __restrict__ part) {
   const int h = blockIdx.x, split = blockIdx.y;
   const int64_t t = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -118,7 +119,8 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
   }
 }
 
-__global__ void attn_decode_merge_kernel(AttnArgs a, int n_split, const float* __restrict__ part, Mat out) {
+__global__ void attn_decode_merge_kernel(AttnArgs a, int n_split, const float* __restrict__ part,
+                                         Mat out) {
   const int h = blockIdx.x;
   const int64_t t = blockIdx.y, hdv = a.head_dim_v;
   const float* p = part + (t * a.n_head + h) * n_split * (hdv + 2);
@@ -273,16 +275,18 @@ void launch(CMat q, CMat k, CMat v, Mat out, const AttnArgs& a, float* scratch, 
     const int n_split = decode_splits(n, a);
     const dim3 grid((unsigned)a.n_head, (unsigned)n_split, (unsigned)n);
     const size_t smem = sizeof(float) * kDecodeWarps * (size_t)(a.head_dim_v + 2);
-    attn_decode_split_kernel<kMaxPerLane><<<grid, 32 * kDecodeWarps, smem, s>>>(q, k, v, a, n_split, scratch);
+    attn_decode_split_kernel<kMaxPerLane>
+        <<<grid, 32 * kDecodeWarps, smem, s>>>(q, k, v, a, n_split, scratch);
     MOEFLOW_CUDA_CHECK_LAUNCH();
-    attn_decode_merge_kernel<<<dim3((unsigned)a.n_head, (unsigned)n), 128, 0, s>>>(a, n_split, scratch, out);
+    attn_decode_merge_kernel<<<dim3((unsigned)a.n_head, (unsigned)n), 128, 0, s>>>(a, n_split,
+                                                                                   scratch, out);
     MOEFLOW_CUDA_CHECK_LAUNCH();
     return;
   }
   const size_t smem = prefill_smem_bytes(a.head_dim, a.head_dim_v);
   if (smem > 48 * 1024)
-    MOEFLOW_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<kMaxPerLane>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    MOEFLOW_CUDA_CHECK(cudaFuncSetAttribute(
+        attn_prefill_kernel<kMaxPerLane>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const dim3 grid((unsigned)((n + kTileQ - 1) / kTileQ), (unsigned)a.n_head);
   attn_prefill_kernel<kMaxPerLane><<<grid, 32 * kPrefillWarps, smem, s>>>(q, k, v, out, a, n);
   MOEFLOW_CUDA_CHECK_LAUNCH();

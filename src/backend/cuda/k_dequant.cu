@@ -37,8 +37,8 @@ __global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, size_t row_by
 }
 
 template <class F>
-__global__ void get_rows_quant_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t chunks,
-                                      IndexArray ids, Mat out) {
+__global__ void get_rows_quant_kernel(const uint8_t* __restrict__ table, size_t row_bytes,
+                                      int64_t chunks, IndexArray ids, Mat out) {
   const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const int j = blockIdx.y;
   if (c >= chunks) return;
@@ -46,8 +46,8 @@ __global__ void get_rows_quant_kernel(const uint8_t* __restrict__ table, size_t 
 }
 
 template <GgmlType T>
-__global__ void get_rows_float_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t cols,
-                                      IndexArray ids, Mat out) {
+__global__ void get_rows_float_kernel(const uint8_t* __restrict__ table, size_t row_bytes,
+                                      int64_t cols, IndexArray ids, Mat out) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const int j = blockIdx.y;
   if (i >= cols) return;
@@ -74,8 +74,8 @@ void dequantize_rows(GgmlType t, const uint8_t* w, size_t row_bytes, int64_t row
   const bool ok = with_format(t, [&](auto f) {
     using F = decltype(f);
     if (half_out)
-      dequant_rows_kernel<F><<<grid_for(n, 128), 128, 0, s>>>(w, row_bytes, rows, chunks,
-                                                              static_cast<__half*>(out), out_stride);
+      dequant_rows_kernel<F><<<grid_for(n, 128), 128, 0, s>>>(
+          w, row_bytes, rows, chunks, static_cast<__half*>(out), out_stride);
     else
       dequant_rows_kernel<F><<<grid_for(n, 128), 128, 0, s>>>(w, row_bytes, rows, chunks,
                                                               static_cast<float*>(out), out_stride);
@@ -84,8 +84,8 @@ void dequantize_rows(GgmlType t, const uint8_t* w, size_t row_bytes, int64_t row
   MOEFLOW_CUDA_CHECK_LAUNCH();
 }
 
-void get_rows(GgmlType t, const uint8_t* table, size_t row_bytes, int64_t cols, const IndexArray& ids,
-              Mat out, cudaStream_t s) {
+void get_rows(GgmlType t, const uint8_t* table, size_t row_bytes, int64_t cols,
+              const IndexArray& ids, Mat out, cudaStream_t s) {
   if (ids.count == 0) return;
   if (ids.count > 65535) throw_error("cuda get_rows: more than 65535 rows in one call");
   const bool ok = with_format(t, [&](auto f) {
@@ -96,9 +96,16 @@ void get_rows(GgmlType t, const uint8_t* table, size_t row_bytes, int64_t cols, 
   if (!ok) {
     const dim3 grid(grid_for(cols, 256), (unsigned)ids.count);
     switch (t) {
-      case GgmlType::F32: get_rows_float_kernel<GgmlType::F32><<<grid, 256, 0, s>>>(table, row_bytes, cols, ids, out); break;
-      case GgmlType::F16: get_rows_float_kernel<GgmlType::F16><<<grid, 256, 0, s>>>(table, row_bytes, cols, ids, out); break;
-      case GgmlType::BF16: get_rows_float_kernel<GgmlType::BF16><<<grid, 256, 0, s>>>(table, row_bytes, cols, ids, out); break;
+      case GgmlType::F32:
+        get_rows_float_kernel<GgmlType::F32><<<grid, 256, 0, s>>>(table, row_bytes, cols, ids, out);
+        break;
+      case GgmlType::F16:
+        get_rows_float_kernel<GgmlType::F16><<<grid, 256, 0, s>>>(table, row_bytes, cols, ids, out);
+        break;
+      case GgmlType::BF16:
+        get_rows_float_kernel<GgmlType::BF16>
+            <<<grid, 256, 0, s>>>(table, row_bytes, cols, ids, out);
+        break;
       default: throw_error(std::string("cuda get_rows: no decoder for type ") + type_name(t));
     }
   }

@@ -109,7 +109,8 @@ void gather_rows(CMat src, const IndexArray& idx, Mat dst, cudaStream_t s) {
 void scatter_rows(Mat dst, const IndexArray& idx, CMat src, cudaStream_t s) {
   launch(scatter_kernel, (int64_t)idx.count * src.cols, s, dst, idx, src);
 }
-void moe_combine(Mat out, CMat slots, const WeightArray& w, const KeepArray& keep, int k, cudaStream_t s) {
+void moe_combine(Mat out, CMat slots, const WeightArray& w, const KeepArray& keep, int k,
+                 cudaStream_t s) {
   launch(combine_kernel, out.rows * out.cols, s, out, slots, w, keep, k);
 }
 

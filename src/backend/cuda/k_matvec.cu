@@ -31,8 +31,9 @@ __global__ void quantize_kernel(CMat x, int8_t* __restrict__ q, float* __restric
 
 template <class F, int NT>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    matvec_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t chunks,
-                        const int8_t* __restrict__ q, const float* __restrict__ d, int n, Mat y) {
+    matvec_quant_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows,
+                        int64_t chunks, const int8_t* __restrict__ q, const float* __restrict__ d,
+                        int n, Mat y) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * (int64_t)kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
@@ -132,15 +133,19 @@ void matvec_float(GgmlType t, const uint8_t* w, size_t row_bytes, int64_t rows, 
     constexpr int NT = decltype(nt)::value;
     switch (t) {
       case GgmlType::F32:
-        matvec_float_kernel<GgmlType::F32, NT><<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, row_bytes, rows, cols, x, n, y);
+        matvec_float_kernel<GgmlType::F32, NT>
+            <<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, row_bytes, rows, cols, x, n, y);
         break;
       case GgmlType::F16:
-        matvec_float_kernel<GgmlType::F16, NT><<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, row_bytes, rows, cols, x, n, y);
+        matvec_float_kernel<GgmlType::F16, NT>
+            <<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, row_bytes, rows, cols, x, n, y);
         break;
       case GgmlType::BF16:
-        matvec_float_kernel<GgmlType::BF16, NT><<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, row_bytes, rows, cols, x, n, y);
+        matvec_float_kernel<GgmlType::BF16, NT>
+            <<<grid, 32 * kWarpsPerBlock, 0, s>>>(w, row_bytes, rows, cols, x, n, y);
         break;
-      default: throw_error(std::string("cuda matvec: no float kernel for weight type ") + type_name(t));
+      default:
+        throw_error(std::string("cuda matvec: no float kernel for weight type ") + type_name(t));
     }
   });
   MOEFLOW_CUDA_CHECK_LAUNCH();

@@ -20,8 +20,8 @@ __global__ void rms_norm_kernel(CMat x, const float* __restrict__ weight, Mat ou
     o[i] = weight ? xr[i] * scale * weight[i] : xr[i] * scale;
 }
 
-__global__ void layer_norm_kernel(CMat x, const float* __restrict__ weight, const float* __restrict__ bias,
-                                  Mat out, float eps) {
+__global__ void layer_norm_kernel(CMat x, const float* __restrict__ weight,
+                                  const float* __restrict__ bias, Mat out, float eps) {
   const float* xr = x.p + blockIdx.x * x.stride;
   float* o = out.p + blockIdx.x * out.stride;
   float sum = 0.0f;
@@ -48,7 +48,8 @@ void rms_norm(CMat x, const float* weight, Mat out, float eps, cudaStream_t s) {
   MOEFLOW_CUDA_CHECK_LAUNCH();
 }
 
-void layer_norm(CMat x, const float* weight, const float* bias, Mat out, float eps, cudaStream_t s) {
+void layer_norm(CMat x, const float* weight, const float* bias, Mat out, float eps,
+                cudaStream_t s) {
   if (x.rows == 0 || x.cols == 0) return;
   if (x.rows > 0x7fffffff) throw_error("cuda layer_norm: too many rows");
   layer_norm_kernel<<<(unsigned)x.rows, row_block(x.cols / 4), 0, s>>>(x, weight, bias, out, eps);

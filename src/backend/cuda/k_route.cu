@@ -123,8 +123,10 @@ void route(CMat logits, const RouteArgs& a, const float* bias, int32_t* experts,
                 std::to_string(logits.cols < kMaxK ? logits.cols : kMaxK));
   if (logits.rows == 0) return;
   const size_t smem = 2 * sizeof(float) * (size_t)logits.cols;
-  if (smem > 48 * 1024) throw_error("cuda route: too many experts for one block (" + std::to_string(logits.cols) + ")");
-  route_kernel<<<(unsigned)logits.rows, kBlock, smem, s>>>(logits, a, bias, experts, weights, probs);
+  if (smem > 48 * 1024)
+    throw_error("cuda route: too many experts for one block (" + std::to_string(logits.cols) + ")");
+  route_kernel<<<(unsigned)logits.rows, kBlock, smem, s>>>(logits, a, bias, experts, weights,
+                                                           probs);
   MOEFLOW_CUDA_CHECK_LAUNCH();
 }
 

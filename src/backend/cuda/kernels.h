@@ -56,8 +56,8 @@ void matvec_float(GgmlType t, const uint8_t* w, size_t row_bytes, int64_t rows, 
 void dequantize_rows(GgmlType t, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                      void* out, int64_t out_stride, bool half_out, cudaStream_t s);
 // out[j] = row ids[j] of the table, dequantized to float.
-void get_rows(GgmlType t, const uint8_t* table, size_t row_bytes, int64_t cols, const IndexArray& ids,
-              Mat out, cudaStream_t s);
+void get_rows(GgmlType t, const uint8_t* table, size_t row_bytes, int64_t cols,
+              const IndexArray& ids, Mat out, cudaStream_t s);
 // x -> packed [rows][cols] fp16 (bf16 = false) or bf16.
 void to_16bit(CMat x, void* out, bool bf16, cudaStream_t s);
 

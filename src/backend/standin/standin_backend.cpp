@@ -25,7 +25,6 @@ TensorView cpu_view(TensorView v) {
   return v;
 }
 
-
 class StandInBackend final : public Backend {
  public:
   explicit StandInBackend(int threads)
@@ -89,7 +88,8 @@ class StandInBackend final : public Backend {
   }
 
   const float* read_f32(const TensorView& v, std::vector<float>& staging) override {
-    if (v.type != GgmlType::F32) fail("stand-in device: read_f32 needs a float32 tensor, got {}", type_name(v.type));
+    if (v.type != GgmlType::F32)
+      fail("stand-in device: read_f32 needs a float32 tensor, got {}", type_name(v.type));
     if (!v.rows_contiguous()) fail("stand-in device: read_f32 needs rows back to back");
     if (host_side(v.space)) {
       sync();
@@ -124,7 +124,8 @@ class StandInBackend final : public Backend {
     need_ptr("layer_norm", "bias", bias, x.cols() * sizeof(float));
     enqueue([=, this] { cpu_.layer_norm(cpu_view(x), weight, bias, cpu_view(out), eps); });
   }
-  void rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0, const RopeParams& p) override {
+  void rope(TensorView x, int n_head, int64_t head_dim, int64_t pos0,
+            const RopeParams& p) override {
     need("rope", "tensor", x);
     need_ptr("rope", "frequency factors", p.freq_factors, p.n_rot / 2 * sizeof(float));
     enqueue([=, this] { cpu_.rope(cpu_view(x), n_head, head_dim, pos0, p); });
@@ -134,9 +135,12 @@ class StandInBackend final : public Backend {
     need("attention", "queries", q), need("attention", "keys", k), need("attention", "values", v);
     need("attention", "output", out);
     need_ptr("attention", "sinks", p.sinks, p.n_head * sizeof(float));
-    enqueue([=, this] { cpu_.attention(cpu_view(q), cpu_view(k), cpu_view(v), cpu_view(out), pos0, p); });
+    enqueue([=, this] {
+      cpu_.attention(cpu_view(q), cpu_view(k), cpu_view(v), cpu_view(out), pos0, p);
+    });
   }
-  void glu(const TensorView& gate, const TensorView& up, TensorView out, const GluParams& p) override {
+  void glu(const TensorView& gate, const TensorView& up, TensorView out,
+           const GluParams& p) override {
     need("glu", "gate", gate), need("glu", "up", up), need("glu", "output", out);
     enqueue([=, this] { cpu_.glu(cpu_view(gate), cpu_view(up), cpu_view(out), p); });
   }
@@ -149,7 +153,8 @@ class StandInBackend final : public Backend {
     enqueue([=, this] { cpu_.scale_add(cpu_view(acc), cpu_view(x), s); });
   }
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override {
-    need("gated_add", "accumulator", acc), need("gated_add", "addend", x), need("gated_add", "gate", gate);
+    need("gated_add", "accumulator", acc), need("gated_add", "addend", x),
+        need("gated_add", "gate", gate);
     enqueue([=, this] { cpu_.gated_add(cpu_view(acc), cpu_view(x), cpu_view(gate), f); });
   }
   void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) override {
@@ -179,22 +184,25 @@ class StandInBackend final : public Backend {
   void need(const char* op, const char* what, const TensorView& v) const {
     if (!v) return;
     if (v.space == MemSpace::Host)
-      fail("stand-in device: {}: the {} ({} {}x{}) is in pageable host memory, which a GPU "
-           "cannot read",
-           op, what, type_name(v.type), v.rows(), v.cols());
+      fail(
+          "stand-in device: {}: the {} ({} {}x{}) is in pageable host memory, which a GPU "
+          "cannot read",
+          op, what, type_name(v.type), v.rows(), v.cols());
     if (!MemoryMap::instance().holds(v.space, v.data, v.nbytes()))
-      fail("stand-in device: {}: the {} ({} {}x{}, {} bytes, tagged {}) does not lie inside live "
-           "{} memory: it was freed, or its memory space is wrong",
-           op, what, type_name(v.type), v.rows(), v.cols(), v.nbytes(), mem_space_name(v.space),
-           v.space == MemSpace::Device ? "device" : "pinned host");
+      fail(
+          "stand-in device: {}: the {} ({} {}x{}, {} bytes, tagged {}) does not lie inside live "
+          "{} memory: it was freed, or its memory space is wrong",
+          op, what, type_name(v.type), v.rows(), v.cols(), v.nbytes(), mem_space_name(v.space),
+          v.space == MemSpace::Device ? "device" : "pinned host");
   }
   void need_ptr(const char* op, const char* what, const void* p, size_t n) const {
     if (!p) return;
     const MemoryMap& m = MemoryMap::instance();
     if (!m.holds(MemSpace::Device, p, n) && !m.holds(MemSpace::PinnedHost, p, n))
-      fail("stand-in device: {}: the {} ({} bytes) is not in device or pinned memory: a GPU "
-           "cannot read it",
-           op, what, n);
+      fail(
+          "stand-in device: {}: the {} ({} bytes) is not in device or pinned memory: a GPU "
+          "cannot read it",
+          op, what, n);
   }
   void enqueue(std::function<void()> work) {
     count(&StandInCounts::ops);
@@ -206,7 +214,8 @@ class StandInBackend final : public Backend {
   }
 
   std::unique_ptr<ThreadPool> pool_;
-  CpuBackend cpu_;  // used by the stream thread only (and by the host for host-side copies after a drain)
+  CpuBackend
+      cpu_;  // used by the stream thread only (and by the host for host-side copies after a drain)
   std::unordered_map<const void*, Buffer> adopted_;
   std::vector<Buffer> retired_;
   Stream stream_;  // last: its thread stops (finishing its queue) before the rest goes

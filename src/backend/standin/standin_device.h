@@ -36,9 +36,9 @@ std::unique_ptr<DeviceLink> make_standin_device_link();
 // What a stand-in backend and its links did, for tests and `bench --json`: how often the host
 // waited for the device, how many ops ran, what was copied.
 struct StandInCounts {
-  uint64_t ops = 0;          // ops run on the stream
-  uint64_t syncs = 0;        // host waits for the stream (synchronize, read_f32, copies to host)
-  uint64_t uploads = 0;      // host -> device copies by the backend (weights, activations)
+  uint64_t ops = 0;      // ops run on the stream
+  uint64_t syncs = 0;    // host waits for the stream (synchronize, read_f32, copies to host)
+  uint64_t uploads = 0;  // host -> device copies by the backend (weights, activations)
   uint64_t upload_bytes = 0;
   uint64_t lane_copies = 0;  // DeviceLink copies (the expert cache's)
   uint64_t lane_bytes = 0;

@@ -16,7 +16,6 @@ namespace moeflow {
 namespace standin {
 namespace {
 
-
 // Copies in issue order on a thread of the lane's own: the issuer gets its ticket back before
 // the bytes move, as from cudaMemcpyAsync on a stream.
 class StandInLane final : public CopyLane {
@@ -33,7 +32,8 @@ class StandInLane final : public CopyLane {
 
   uint64_t copy_async(void* dst, const void* src, size_t n) override {
     if (!MemoryMap::instance().holds(MemSpace::Device, dst, n))
-      fail("stand-in device: a copy of {} bytes to {} does not land inside live device memory", n, dst);
+      fail("stand-in device: a copy of {} bytes to {} does not land inside live device memory", n,
+           dst);
     if (MemoryMap::instance().holds(MemSpace::Device, src, n))
       fail("stand-in device: a copy lane copies host -> device; its source is device memory");
     count(&StandInCounts::lane_copies);
@@ -47,7 +47,8 @@ class StandInLane final : public CopyLane {
 
   void wait(uint64_t ticket) override {
     std::unique_lock lk(mu_);
-    MOEFLOW_CHECK(ticket <= issued_, "copy lane: ticket {} was never issued (last {})", ticket, issued_);
+    MOEFLOW_CHECK(ticket <= issued_, "copy lane: ticket {} was never issued (last {})", ticket,
+                  issued_);
     cv_.wait(lk, [&] { return done_ >= ticket; });
   }
 
@@ -105,8 +106,9 @@ class StandInLink final : public DeviceLink {
     // (cudaErrorHostMemoryAlreadyRegistered).
     if (m.overlaps_locked(p, n)) {
       count(&StandInCounts::pins_refused);
-      why = fmt::format("cudaHostRegister of {:.1f} MiB failed: part of the range is already page-locked",
-                        double(n) / (1024.0 * 1024.0));
+      why = fmt::format(
+          "cudaHostRegister of {:.1f} MiB failed: part of the range is already page-locked",
+          double(n) / (1024.0 * 1024.0));
       return nullptr;
     }
     m.add(RangeKind::Locked, p, n);
@@ -123,6 +125,8 @@ class StandInLink final : public DeviceLink {
 }  // namespace
 }  // namespace standin
 
-std::unique_ptr<DeviceLink> make_standin_device_link() { return std::make_unique<standin::StandInLink>(); }
+std::unique_ptr<DeviceLink> make_standin_device_link() {
+  return std::make_unique<standin::StandInLink>();
+}
 
 }  // namespace moeflow

@@ -94,9 +94,10 @@ Buffer DeviceAllocator::allocate(size_t bytes, size_t alignment) {
   MemoryMap& m = MemoryMap::instance();
   const size_t n = bytes == 0 ? 256 : bytes;
   if (!m.reserve(n))
-    fail("out of device memory: could not allocate {:.1f} MiB on the stand-in device ({:.1f} MiB "
-         "free of {:.1f} MiB)",
-         mib(n), mib(m.total() - m.used()), mib(m.total()));
+    fail(
+        "out of device memory: could not allocate {:.1f} MiB on the stand-in device ({:.1f} MiB "
+        "free of {:.1f} MiB)",
+        mib(n), mib(m.total() - m.used()), mib(m.total()));
   void* p = aligned(kDeviceMaxAlignment, n);
   if (!p) {
     m.unreserve(n);

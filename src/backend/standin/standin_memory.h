@@ -76,6 +76,8 @@ class PinnedAllocator final : public Allocator {
 };
 
 // Adds n to one of the process-wide counters (any thread).
-inline void count(uint64_t StandInCounts::*field, uint64_t n = 1) { MemoryMap::instance().count(field, n); }
+inline void count(uint64_t StandInCounts::*field, uint64_t n = 1) {
+  MemoryMap::instance().count(field, n);
+}
 
 }  // namespace moeflow::standin

@@ -19,10 +19,11 @@ class ModelLoader;
 struct ModelWeights;
 
 struct ArchDef {
-  const char* name;          // general.architecture, as llama.cpp writes it
-  const char* models;        // the model families it covers (for `moeflow info` and the docs)
-  bool dense_allowed;        // expert_count may be 0 (a dense model)
-  bool norm_topk_default;    // renormalise the top-k weights unless expert_weights_norm says otherwise
+  const char* name;    // general.architecture, as llama.cpp writes it
+  const char* models;  // the model families it covers (for `moeflow info` and the docs)
+  bool dense_allowed;  // expert_count may be 0 (a dense model)
+  bool
+      norm_topk_default;  // renormalise the top-k weights unless expert_weights_norm says otherwise
   // Reads and checks the architecture's own metadata after the common keys (may be null).
   void (*load_hparams)(const GgufFile& f, HParams& hp);
   // Loads every layer's tensors into w.layers and fills one LayerSpec per layer.

@@ -31,13 +31,15 @@ void load_hparams(const GgufFile& f, HParams& hp) {
   m.kv_lora_rank = hparam_positive(f, hp, "attention.kv_lora_rank");
   m.q_lora_rank = hparam_count(f, hp, "attention.q_lora_rank", 0);
   if (!f.has(p + "rope.dimension_count"))
-    fail("{}: missing metadata '{}rope.dimension_count' (the rotary part of each head)", f.path(), p);
+    fail("{}: missing metadata '{}rope.dimension_count' (the rotary part of each head)", f.path(),
+         p);
   // Current converters store the absorbed form's sizes in key_length / value_length and the
   // per-head ones in *_mla, with attn_k_b / attn_v_b; older files have only the per-head sizes
   // and one attn_kv_b (llama.cpp decides by the *_mla keys too).
   m.split_kv_b = f.has(p + "attention.key_length_mla");
   m.head_dim_k = m.split_kv_b ? hparam_positive(f, hp, "attention.key_length_mla") : hp.head_dim;
-  m.head_dim_v = m.split_kv_b ? hparam_positive(f, hp, "attention.value_length_mla") : hp.head_dim_v;
+  m.head_dim_v =
+      m.split_kv_b ? hparam_positive(f, hp, "attention.value_length_mla") : hp.head_dim_v;
   if (m.head_dim_k <= hp.n_rot)
     fail("{}: MLA key head size {} leaves no non-rotary dims beside rope.dimension_count {}",
          f.path(), m.head_dim_k, hp.n_rot);
@@ -73,7 +75,8 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
       continue;
     }
     const bool bias = ld.has(layer_tensor_name(il, "exp_probs_b.bias"));
-    ld.moe(il, L, {.shared = hp.n_expert_shared > 0, .n_ff_shexp = hp.n_ff_shexp, .selection_bias = bias});
+    ld.moe(il, L,
+           {.shared = hp.n_expert_shared > 0, .n_ff_shexp = hp.n_ff_shexp, .selection_bias = bias});
     s.ffn = FfnKind::Moe;
     s.moe.shared_expert = hp.n_expert_shared > 0;
     s.moe.shared_gate = GateFn::None;
@@ -88,8 +91,12 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_deepseek2() {
-  static const ArchDef d{"deepseek2", "DeepSeek-V2-Lite, DeepSeek-V2, DeepSeek-V3/R1, Kimi-K2",
-                         /*dense_allowed=*/false, /*norm_topk_default=*/false, &load_hparams, &build};
+  static const ArchDef d{"deepseek2",
+                         "DeepSeek-V2-Lite, DeepSeek-V2, DeepSeek-V3/R1, Kimi-K2",
+                         /*dense_allowed=*/false,
+                         /*norm_topk_default=*/false,
+                         &load_hparams,
+                         &build};
   return d;
 }
 

@@ -28,7 +28,8 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
     LayerSpec& s = specs[il] = ld.default_spec(RopeMode::NeoX);
     ld.norms(il, L, NormKind::Rms, "post_attention_norm");
     // GLM-4.5 (355B) normalises q and k per head, GLM-4.5-Air does not.
-    const QkNorm qk = ld.has(layer_tensor_name(il, "attn_q_norm.weight")) ? QkNorm::PerHead : QkNorm::None;
+    const QkNorm qk =
+        ld.has(layer_tensor_name(il, "attn_q_norm.weight")) ? QkNorm::PerHead : QkNorm::None;
     ld.attention(il, L, {.qk_norm = qk});
     s.attn.qk_norm = qk;
     // attention_bias is a config option: each bias is used when the file has it.
@@ -40,7 +41,8 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
       ld.dense_ffn(il, L);
       continue;
     }
-    ld.moe(il, L, {.shared = hp.n_expert_shared > 0, .n_ff_shexp = hp.n_ff_shexp, .selection_bias = true});
+    ld.moe(il, L,
+           {.shared = hp.n_expert_shared > 0, .n_ff_shexp = hp.n_ff_shexp, .selection_bias = true});
     s.ffn = FfnKind::Moe;
     s.moe.shared_expert = hp.n_expert_shared > 0;
     s.moe.shared_gate = GateFn::None;
@@ -52,8 +54,12 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_glm4moe() {
-  static const ArchDef d{"glm4moe", "GLM-4.5, GLM-4.5-Air", /*dense_allowed=*/false,
-                         /*norm_topk_default=*/false, &load_hparams, &build};
+  static const ArchDef d{"glm4moe",
+                         "GLM-4.5, GLM-4.5-Air",
+                         /*dense_allowed=*/false,
+                         /*norm_topk_default=*/false,
+                         &load_hparams,
+                         &build};
   return d;
 }
 

@@ -31,8 +31,8 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
   TensorView freqs, freqs_swa;
   if (yarn) {
     auto divisors = [&](float base) {
-      return ld.own_vector(yarn_freq_divisors(hp.n_rot, base, rs.factor, rs.n_ctx_orig,
-                                              rs.beta_fast, rs.beta_slow));
+      return ld.own_vector(
+          yarn_freq_divisors(hp.n_rot, base, rs.factor, rs.n_ctx_orig, rs.beta_fast, rs.beta_slow));
     };
     freqs = divisors(hp.rope_base);
     freqs_swa = hp.rope_base_swa == hp.rope_base ? freqs : divisors(hp.rope_base_swa);
@@ -66,8 +66,12 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_gpt_oss() {
-  static const ArchDef d{"gpt-oss", "gpt-oss-20b, gpt-oss-120b", /*dense_allowed=*/false,
-                         /*norm_topk_default=*/false, &load_hparams, &build};
+  static const ArchDef d{"gpt-oss",
+                         "gpt-oss-20b, gpt-oss-120b",
+                         /*dense_allowed=*/false,
+                         /*norm_topk_default=*/false,
+                         &load_hparams,
+                         &build};
   return d;
 }
 

@@ -26,8 +26,12 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_llama() {
-  static const ArchDef d{"llama", "Mixtral 8x7B/8x22B, dense Llama", /*dense_allowed=*/true,
-                         /*norm_topk_default=*/true, nullptr, &build};
+  static const ArchDef d{"llama",
+                         "Mixtral 8x7B/8x22B, dense Llama",
+                         /*dense_allowed=*/true,
+                         /*norm_topk_default=*/true,
+                         nullptr,
+                         &build};
   return d;
 }
 

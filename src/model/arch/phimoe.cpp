@@ -52,8 +52,12 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_phimoe() {
-  static const ArchDef d{"phimoe", "Phi-3.5-MoE", /*dense_allowed=*/false,
-                         /*norm_topk_default=*/false, &load_hparams, &build};
+  static const ArchDef d{"phimoe",
+                         "Phi-3.5-MoE",
+                         /*dense_allowed=*/false,
+                         /*norm_topk_default=*/false,
+                         &load_hparams,
+                         &build};
   return d;
 }
 

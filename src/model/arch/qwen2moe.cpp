@@ -27,8 +27,8 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_qwen2moe() {
-  static const ArchDef d{"qwen2moe", "Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B", false, false,
-                         &load_hparams, &build};
+  static const ArchDef d{
+      "qwen2moe", "Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B", false, false, &load_hparams, &build};
   return d;
 }
 

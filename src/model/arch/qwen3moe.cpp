@@ -21,7 +21,8 @@ void build(ModelLoader& ld, const HParams& hp, ModelWeights& w, std::vector<Laye
 }  // namespace
 
 const ArchDef& arch_qwen3moe() {
-  static const ArchDef d{"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", false, true, nullptr, &build};
+  static const ArchDef d{"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", false, true, nullptr,
+                         &build};
   return d;
 }
 

@@ -37,7 +37,8 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
   auto u32 = [&](const char* k, int64_t v) { w.set_u32(key(k), (uint32_t)v); };
 
   w.set_string("general.architecture", a);
-  w.set_string("general.name", fmt::format("moeflow synthetic {} {}", arch_cli_name(s.arch), s.preset));
+  w.set_string("general.name",
+               fmt::format("moeflow synthetic {} {}", arch_cli_name(s.arch), s.preset));
   const GgmlType bulk = opt.expert_type.value_or(opt.type);
   if (int ft = llama_file_type(bulk); ft >= 0) w.set_u32("general.file_type", (uint32_t)ft);
   w.set_u32("general.quantization_version", 2);

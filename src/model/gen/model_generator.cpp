@@ -32,9 +32,7 @@ bool fits(GgmlType t, int64_t row_len) { return row_len % type_traits(t).block_s
 
 void encode_row(GgmlType t, const float* src, uint8_t* dst, int64_t n) {
   switch (t) {
-    case GgmlType::F32:
-      std::memcpy(dst, src, (size_t)n * sizeof(float));
-      return;
+    case GgmlType::F32: std::memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case GgmlType::F16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = fp32_to_fp16(src[i]);
@@ -47,8 +45,7 @@ void encode_row(GgmlType t, const float* src, uint8_t* dst, int64_t n) {
         std::memcpy(dst + 2 * i, &h, 2);
       }
       return;
-    default:
-      quantize_row(t, src, dst, n);
+    default: quantize_row(t, src, dst, n);
   }
 }
 
@@ -68,7 +65,9 @@ struct Planner {
     out.push_back(std::move(t));
   }
   // Norm weights and biases stay F32 whatever the weight type, as llama.cpp keeps them.
-  void gain(std::string name, int64_t n) { add(std::move(name), GgmlType::F32, {n}, 0.1f, InitKind::Gain); }
+  void gain(std::string name, int64_t n) {
+    add(std::move(name), GgmlType::F32, {n}, 0.1f, InitKind::Gain);
+  }
   void bias(std::string name, int64_t n) { add(std::move(name), GgmlType::F32, {n}, 0.1f); }
 };
 
@@ -82,7 +81,9 @@ int64_t PlannedTensor::n_rows() const {
   return r;
 }
 
-uint64_t PlannedTensor::nbytes() const { return (uint64_t)row_bytes(type, row_len()) * (uint64_t)n_rows(); }
+uint64_t PlannedTensor::nbytes() const {
+  return (uint64_t)row_bytes(type, row_len()) * (uint64_t)n_rows();
+}
 
 GgmlType resolve_type(GgmlType requested, int64_t row_len) {
   if (!producible(requested))
@@ -106,7 +107,8 @@ GgmlType resolve_type(GgmlType requested, int64_t row_len) {
 namespace {
 
 // attn_q/k/v (+ biases, q/k norms) and attn_output of a grouped-query attention layer.
-void plan_gqa(Planner& p, const ModelShape& s, GgmlType wt, const std::function<std::string(const char*)>& n) {
+void plan_gqa(Planner& p, const ModelShape& s, GgmlType wt,
+              const std::function<std::string(const char*)>& n) {
   const int64_t q_dim = s.n_head * s.head_dim;
   const int64_t kv_dim = s.n_head_kv * s.head_dim;
   p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
@@ -132,7 +134,8 @@ void plan_gqa(Planner& p, const ModelShape& s, GgmlType wt, const std::function<
 
 // Multi-head latent attention as current llama.cpp converters store it (attn_kv_b split into
 // attn_k_b, each head's key block transposed, and attn_v_b).
-void plan_mla(Planner& p, const ModelShape& s, GgmlType wt, const std::function<std::string(const char*)>& n) {
+void plan_mla(Planner& p, const ModelShape& s, GgmlType wt,
+              const std::function<std::string(const char*)>& n) {
   const int64_t q_dim = s.n_head * (s.qk_nope + s.qk_rope);
   if (s.q_lora_rank > 0) {
     p.add(n("attn_q_a.weight"), wt, {s.n_embd, s.q_lora_rank}, inv_sqrt(s.n_embd));
@@ -146,12 +149,15 @@ void plan_mla(Planner& p, const ModelShape& s, GgmlType wt, const std::function<
   // attn_k_b is stored transposed: as the decompression latent -> key (attn_kv_b's key rows)
   // its fan-in is kv_lora_rank, not the stored row length.
   p.add(n("attn_k_b.weight"), wt, {s.qk_nope, s.kv_lora_rank, s.n_head}, inv_sqrt(s.kv_lora_rank));
-  p.add(n("attn_v_b.weight"), wt, {s.kv_lora_rank, s.v_head_dim, s.n_head}, inv_sqrt(s.kv_lora_rank));
-  p.add(n("attn_output.weight"), wt, {s.n_head * s.v_head_dim, s.n_embd}, inv_sqrt(s.n_head * s.v_head_dim));
+  p.add(n("attn_v_b.weight"), wt, {s.kv_lora_rank, s.v_head_dim, s.n_head},
+        inv_sqrt(s.kv_lora_rank));
+  p.add(n("attn_output.weight"), wt, {s.n_head * s.v_head_dim, s.n_embd},
+        inv_sqrt(s.n_head * s.v_head_dim));
 }
 
 // Router (+ selection bias), stacked experts and the shared expert(s) of MoE layer l.
-void plan_moe(Planner& p, const GenOptions& opt, int64_t l, const std::function<std::string(const char*)>& n) {
+void plan_moe(Planner& p, const GenOptions& opt, int64_t l,
+              const std::function<std::string(const char*)>& n) {
   const ModelShape& s = opt.shape;
   const GgmlType wt = opt.type, et = opt.expert_type.value_or(wt);
   // Routers stay F32, as llama.cpp's quantizer leaves ffn_gate_inp alone.
@@ -160,9 +166,12 @@ void plan_moe(Planner& p, const GenOptions& opt, int64_t l, const std::function<
   if (s.sigmoid) p.bias(n("exp_probs_b.bias"), s.n_expert);
   const bool oss = s.arch == GenArch::GptOss;
   if (oss) p.bias(n("ffn_gate_inp.bias"), s.n_expert);
-  p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
-  p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
-  p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert}, inv_sqrt(s.n_ff_exp));
+  p.add(expert_tensor_name((int)l, ExpertTensor::Gate), et, {s.n_embd, s.n_ff_exp, s.n_expert},
+        inv_sqrt(s.n_embd));
+  p.add(expert_tensor_name((int)l, ExpertTensor::Up), et, {s.n_embd, s.n_ff_exp, s.n_expert},
+        inv_sqrt(s.n_embd));
+  p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert},
+        inv_sqrt(s.n_ff_exp));
   if (oss) {  // expert biases, F32 rows [n_expert][n]
     const auto exp_bias = [&](ExpertTensor t, int64_t rows) {
       p.add(expert_tensor_name((int)l, t, "bias"), GgmlType::F32, {rows, s.n_expert}, 0.1f);
@@ -263,7 +272,8 @@ std::string expert_repeat_key(const std::string& name) {
 
 }  // namespace
 
-GenSummary generate_model(const GenOptions& opt, const std::string& path, const GenProgress& progress) {
+GenSummary generate_model(const GenOptions& opt, const std::string& path,
+                          const GenProgress& progress) {
   const double t0 = now_seconds();
   std::vector<PlannedTensor> plan = plan_tensors(opt);
   if (opt.threads < 1) fail("gen-model: --threads must be at least 1 (got {})", opt.threads);
@@ -282,27 +292,28 @@ GenSummary generate_model(const GenOptions& opt, const std::string& path, const 
     if (t.type != t.requested) sum.n_fallback++;
     const uint64_t seed = opt.seed;
     const std::string repeat_key = opt.repeat_experts ? expert_repeat_key(t.name) : "";
-    w.add_tensor(t.name, t.type, t.dims, [t, seed, pool, repeat_key, first_experts](uint8_t* dst, uint64_t nbytes) {
-      const size_t rb = row_bytes(t.type, t.row_len());
-      if (nbytes != rb * (uint64_t)t.n_rows())
-        fail("gen-model: writer asked for {} bytes of tensor '{}', expected {}", nbytes, t.name,
-             rb * (uint64_t)t.n_rows());
-      if (!repeat_key.empty()) {
-        auto it = first_experts->find(repeat_key);
-        if (it != first_experts->end() && it->second.size() == nbytes) {
-          std::memcpy(dst, it->second.data(), nbytes);
-          return;
-        }
-      }
-      pool->parallel_for(t.n_rows(), [&](int64_t begin, int64_t end, int) {
-        std::vector<float> buf((size_t)t.row_len());
-        for (int64_t r = begin; r < end; ++r) {
-          generate_row(t, seed, r, buf.data());
-          encode_row(t.type, buf.data(), dst + (size_t)r * rb, t.row_len());
-        }
-      });
-      if (!repeat_key.empty()) (*first_experts)[repeat_key].assign(dst, dst + nbytes);
-    });
+    w.add_tensor(t.name, t.type, t.dims,
+                 [t, seed, pool, repeat_key, first_experts](uint8_t* dst, uint64_t nbytes) {
+                   const size_t rb = row_bytes(t.type, t.row_len());
+                   if (nbytes != rb * (uint64_t)t.n_rows())
+                     fail("gen-model: writer asked for {} bytes of tensor '{}', expected {}",
+                          nbytes, t.name, rb * (uint64_t)t.n_rows());
+                   if (!repeat_key.empty()) {
+                     auto it = first_experts->find(repeat_key);
+                     if (it != first_experts->end() && it->second.size() == nbytes) {
+                       std::memcpy(dst, it->second.data(), nbytes);
+                       return;
+                     }
+                   }
+                   pool->parallel_for(t.n_rows(), [&](int64_t begin, int64_t end, int) {
+                     std::vector<float> buf((size_t)t.row_len());
+                     for (int64_t r = begin; r < end; ++r) {
+                       generate_row(t, seed, r, buf.data());
+                       encode_row(t.type, buf.data(), dst + (size_t)r * rb, t.row_len());
+                     }
+                   });
+                   if (!repeat_key.empty()) (*first_experts)[repeat_key].assign(dst, dst + nbytes);
+                 });
   }
   w.write(path, progress);
   std::error_code ec;

@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "model/gen/model_presets.h"
 #include "core/ggml_type.h"
+#include "model/gen/model_presets.h"
 
 namespace moeflow::gen {
 
 struct GenOptions {
   ModelShape shape;
-  GgmlType type = GgmlType::F32;           // attention, shared expert (and the defaults below)
-  std::optional<GgmlType> expert_type;     // ffn_{gate,up,down}_exps; default: type
-  std::optional<GgmlType> embd_type;       // token_embd; default: type
-  std::optional<GgmlType> output_type;     // output; default: type
+  GgmlType type = GgmlType::F32;        // attention, shared expert (and the defaults below)
+  std::optional<GgmlType> expert_type;  // ffn_{gate,up,down}_exps; default: type
+  std::optional<GgmlType> embd_type;    // token_embd; default: type
+  std::optional<GgmlType> output_type;  // output; default: type
   uint64_t seed = 42;
   // Router weights get std router_scale/sqrt(n_embd): router logits of std ~router_scale, so
   // the softmax is peaked and the k-th/(k+1)-th experts rarely tie.

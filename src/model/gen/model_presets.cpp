@@ -15,9 +15,8 @@ struct PresetRow {
 };
 
 ModelShape make(GenArch a, int64_t vocab, int64_t embd, int64_t layers, int64_t heads,
-                int64_t heads_kv, int64_t head_dim, int64_t ff, int64_t ff_exp,
-                int64_t ff_shexp, int64_t experts, int64_t used, int64_t ctx, double rope,
-                double eps) {
+                int64_t heads_kv, int64_t head_dim, int64_t ff, int64_t ff_exp, int64_t ff_shexp,
+                int64_t experts, int64_t used, int64_t ctx, double rope, double eps) {
   ModelShape s;
   s.arch = a;
   s.n_vocab = vocab;
@@ -80,7 +79,8 @@ ModelShape deepseek(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, 
 // routing with the selection bias and renormalised weights, `nextn` MTP blocks.
 ModelShape glm(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, int64_t heads_kv,
                int64_t head_dim, int64_t ff, int64_t ff_exp, int64_t experts, int64_t used,
-               int64_t lead, double scale, bool qk_norm, int64_t nextn, int64_t ctx, double rope_base) {
+               int64_t lead, double scale, bool qk_norm, int64_t nextn, int64_t ctx,
+               double rope_base) {
   ModelShape s = make(GenArch::Glm4Moe, vocab, embd, layers, heads, heads_kv, head_dim, ff, ff_exp,
                       ff_exp, experts, used, ctx, rope_base, 1e-5);
   s.n_rot = head_dim / 2;
@@ -115,22 +115,27 @@ ModelShape phi(ModelShape s, int64_t window, int64_t n_ctx_orig) {
 const std::vector<PresetRow>& table() {
   using A = GenArch;
   static const std::vector<PresetRow> rows = {
-      {A::Mixtral, "tiny", make(A::Mixtral, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 512, 1e6, 1e-5)},
-      {A::Mixtral, "small", make(A::Mixtral, 1024, 256, 4, 8, 4, 32, 512, 512, 0, 8, 2, 2048, 1e6, 1e-5)},
+      {A::Mixtral, "tiny",
+       make(A::Mixtral, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 512, 1e6, 1e-5)},
+      {A::Mixtral, "small",
+       make(A::Mixtral, 1024, 256, 4, 8, 4, 32, 512, 512, 0, 8, 2, 2048, 1e6, 1e-5)},
       {A::Mixtral, "8x7b",
        make(A::Mixtral, 32000, 4096, 32, 32, 8, 128, 14336, 14336, 0, 8, 2, 32768, 1e6, 1e-5)},
-      {A::Qwen2Moe, "tiny", make(A::Qwen2Moe, 512, 64, 4, 4, 4, 16, 128, 64, 128, 8, 4, 512, 1e6, 1e-6)},
+      {A::Qwen2Moe, "tiny",
+       make(A::Qwen2Moe, 512, 64, 4, 4, 4, 16, 128, 64, 128, 8, 4, 512, 1e6, 1e-6)},
       {A::Qwen2Moe, "small",
        make(A::Qwen2Moe, 1024, 256, 4, 8, 8, 32, 512, 256, 512, 16, 4, 2048, 1e6, 1e-6)},
       {A::Qwen2Moe, "a2.7b",
        make(A::Qwen2Moe, 151936, 2048, 24, 16, 16, 128, 5632, 1408, 5632, 60, 4, 8192, 1e6, 1e-6)},
-      {A::Qwen3Moe, "tiny", make(A::Qwen3Moe, 512, 64, 4, 4, 2, 32, 192, 64, 0, 8, 2, 512, 1e6, 1e-6)},
+      {A::Qwen3Moe, "tiny",
+       make(A::Qwen3Moe, 512, 64, 4, 4, 2, 32, 192, 64, 0, 8, 2, 512, 1e6, 1e-6)},
       {A::Qwen3Moe, "small",
        make(A::Qwen3Moe, 1024, 256, 4, 8, 4, 64, 768, 256, 0, 16, 4, 2048, 1e6, 1e-6)},
       {A::Qwen3Moe, "30b-a3b",
        make(A::Qwen3Moe, 151936, 2048, 48, 32, 4, 128, 6144, 768, 0, 128, 8, 40960, 1e6, 1e-6)},
       {A::Olmoe, "tiny", make(A::Olmoe, 512, 64, 4, 4, 4, 16, 64, 64, 0, 8, 2, 512, 1e4, 1e-5)},
-      {A::Olmoe, "small", make(A::Olmoe, 1024, 256, 4, 8, 8, 32, 256, 256, 0, 16, 4, 2048, 1e4, 1e-5)},
+      {A::Olmoe, "small",
+       make(A::Olmoe, 1024, 256, 4, 8, 8, 32, 256, 256, 0, 16, 4, 2048, 1e4, 1e-5)},
       {A::Olmoe, "1b-7b",
        make(A::Olmoe, 50304, 2048, 16, 16, 16, 128, 1024, 1024, 0, 64, 8, 4096, 1e4, 1e-5)},
       // DeepSeek: tiny/small are V2-Lite-like (no q_lora, softmax, YaRN), *-v3 V3-like (q_lora,
@@ -160,7 +165,8 @@ const std::vector<PresetRow>& table() {
        deepseek(163840, 7168, 61, 64, {1536, 512, 128, 64, 128}, 18432, 2048, 384, 8, 1, 1,
                 {true, true, 2.827, 1, 1}, {32.0, 4096, 1.0}, 131072, 5e4)},
       {A::Glm4Moe, "tiny", glm(512, 64, 4, 4, 2, 32, 128, 32, 8, 2, 1, 2.5, true, 1, 512, 1e4)},
-      {A::Glm4Moe, "small", glm(1024, 256, 4, 8, 4, 64, 512, 256, 16, 4, 1, 2.5, true, 1, 2048, 1e4)},
+      {A::Glm4Moe, "small",
+       glm(1024, 256, 4, 8, 4, 64, 512, 256, 16, 4, 1, 2.5, true, 1, 2048, 1e4)},
       {A::Glm4Moe, "4.5-air",
        glm(151552, 4096, 46, 96, 8, 128, 10944, 1408, 128, 8, 1, 1.0, false, 1, 131072, 1e6)},
       {A::Glm4Moe, "4.5",
@@ -175,7 +181,8 @@ const std::vector<PresetRow>& table() {
        oss(make(A::GptOss, 201088, 2880, 24, 64, 8, 64, 2880, 2880, 0, 32, 4, 131072, 150000, 1e-5),
            128)},
       {A::GptOss, "120b",
-       oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000, 1e-5),
+       oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000,
+                1e-5),
            128)},
       {A::PhiMoe, "tiny",
        phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
@@ -216,13 +223,16 @@ void ModelShape::validate() const {
   positive(n_ctx, "context length");
   if (n_head % n_head_kv != 0)
     fail("gen-model --arch {}: n_head {} is not a multiple of n_head_kv {}", a, n_head, n_head_kv);
-  if (head_dim % 2 != 0) fail("gen-model --arch {}: head_dim {} must be even for RoPE", a, head_dim);
+  if (head_dim % 2 != 0)
+    fail("gen-model --arch {}: head_dim {} must be even for RoPE", a, head_dim);
   if (n_expert_used > n_expert)
     fail("gen-model --arch {}: --expert-used {} exceeds --experts {}", a, n_expert_used, n_expert);
   // The synthetic SentencePiece vocab needs <unk>, <s>, </s> and the 256 byte tokens.
   if (n_vocab < 260) fail("gen-model: --vocab {} is too small (minimum 260)", n_vocab);
   if (arch == GenArch::Olmoe && (n_head * head_dim != n_embd || n_head_kv != n_head))
-    fail("gen-model --arch olmoe: llama.cpp needs n_head*head_dim == n_embd and n_head_kv == n_head");
+    fail(
+        "gen-model --arch olmoe: llama.cpp needs n_head*head_dim == n_embd and n_head_kv == "
+        "n_head");
   if (arch == GenArch::Mixtral && n_ff != n_ff_exp)
     fail("gen-model --arch mixtral: feed_forward_length must equal the expert length");
   if (n_layer_dense_lead >= n_layer)
@@ -231,10 +241,13 @@ void ModelShape::validate() const {
   if (n_layer_dense_lead > 0) positive(n_ff, "feed_forward_length of the dense layers");
   if (n_group < 1 || topk_group < 1 || topk_group > n_group || n_expert % n_group != 0 ||
       n_expert_used > topk_group * (n_expert / n_group))
-    fail("gen-model --arch {}: {} expert groups keeping {} do not fit --experts {} / --expert-used {}",
-         a, n_group, topk_group, n_expert, n_expert_used);
+    fail(
+        "gen-model --arch {}: {} expert groups keeping {} do not fit --experts {} / --expert-used "
+        "{}",
+        a, n_group, topk_group, n_expert, n_expert_used);
   if (n_rot < 0 || n_rot > head_dim || n_rot % 2 != 0)
-    fail("gen-model --arch {}: rotary dims {} must be even and at most head_dim {}", a, n_rot, head_dim);
+    fail("gen-model --arch {}: rotary dims {} must be even and at most head_dim {}", a, n_rot,
+         head_dim);
   if (mla()) {
     positive(kv_lora_rank, "kv_lora_rank");
     positive(qk_nope, "qk_nope_head_dim");
@@ -243,8 +256,9 @@ void ModelShape::validate() const {
     if (q_lora_rank < 0) fail("gen-model --arch {}: q_lora_rank must not be negative", a);
   }
   if (arch == GenArch::PhiMoe && (n_head * head_dim != n_embd || n_ff != n_ff_exp))
-    fail("gen-model --arch phimoe: llama.cpp needs n_head*head_dim == n_embd and "
-         "feed_forward_length == the expert length");
+    fail(
+        "gen-model --arch phimoe: llama.cpp needs n_head*head_dim == n_embd and "
+        "feed_forward_length == the expert length");
 }
 
 GenArch parse_arch(const std::string& name) {
@@ -256,8 +270,10 @@ GenArch parse_arch(const std::string& name) {
   if (name == "glm4moe") return GenArch::Glm4Moe;
   if (name == "gpt-oss" || name == "gpt_oss") return GenArch::GptOss;
   if (name == "phimoe") return GenArch::PhiMoe;
-  fail("gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, "
-       "glm4moe, gpt-oss or phimoe)", name);
+  fail(
+      "gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, "
+      "glm4moe, gpt-oss or phimoe)",
+      name);
 }
 
 const char* arch_cli_name(GenArch a) {

@@ -25,8 +25,10 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   if (L.bk) be.add(k, L.bk);
   if (L.bv) be.add(v, L.bv);
   if (spec.qk_norm == QkNorm::PerHead) {
-    be.rms_norm(as_rows_of(q, p.head_dim), L.q_norm.as<float>(), as_rows_of(q, p.head_dim), norm_eps);
-    be.rms_norm(as_rows_of(k, p.head_dim), L.k_norm.as<float>(), as_rows_of(k, p.head_dim), norm_eps);
+    be.rms_norm(as_rows_of(q, p.head_dim), L.q_norm.as<float>(), as_rows_of(q, p.head_dim),
+                norm_eps);
+    be.rms_norm(as_rows_of(k, p.head_dim), L.k_norm.as<float>(), as_rows_of(k, p.head_dim),
+                norm_eps);
   } else if (spec.qk_norm == QkNorm::Full) {
     be.rms_norm(q, L.q_norm.as<float>(), q, norm_eps);
     be.rms_norm(k, L.k_norm.as<float>(), k, norm_eps);

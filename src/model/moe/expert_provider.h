@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <span>
 
-#include "gguf/expert_index.h"
 #include "core/ggml_type.h"
 #include "core/tensor.h"
+#include "gguf/expert_index.h"
 
 namespace moeflow {
 

@@ -149,9 +149,10 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
   const int n = (int)xn.rows();
   const PrecisionModeConfig& mode = planner_.mode();
   if (mode.needs_low() && !provider.has_low_precision())
-    fail("--mode {} needs low-precision copies of the experts, and this model has none: "
-         "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)",
-         expert_mode_name(mode.mode));
+    fail(
+        "--mode {} needs low-precision copies of the experts, and this model has none: "
+        "pack it with `moeflow pack -m IN.gguf -o OUT.gguf --low Q4_0` (or another type)",
+        expert_mode_name(mode.mode));
 
   // Route on the backend; the decisions that follow are the planner's, on the host.
   const TensorView logits = logits_.f32(hp_.n_expert, n);
@@ -159,14 +160,16 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
   if (L.gate_inp_bias) be_.add(logits, L.gate_inp_bias);
   be_.route(logits, spec.moe.routing, L.exp_probs_bias.as<float>(), k_, planner_.experts(),
             planner_.weights(), planner_.probs());
-  if (routing_override_) routing_override_->apply(layer, pos0, n, k_, planner_.experts(), planner_.weights());
+  if (routing_override_)
+    routing_override_->apply(layer, pos0, n, k_, planner_.experts(), planner_.weights());
   std::span<const float> hidden;
   if (observer) hidden = {be_.read_f32(xn, hidden_staging_), (size_t)n * hp_.n_embd};
   planner_.plan(layer, n, tokens, pos0, hidden, provider, observer);
 
   // Slots served by outputs the previous layer computed ahead (before this step's own
   // pre-calculation reuses that buffer).
-  for (const MoePlanner::Served& s : planner_.pre_served()) exec_.fill_slot(s.slot, pre_outputs_, s.index);
+  for (const MoePlanner::Served& s : planner_.pre_served())
+    exec_.fill_slot(s.slot, pre_outputs_, s.index);
 
   // Unit by unit, batched over the tokens routed to it. Pre-calculation of the next layer's
   // resident experts runs once, just before the first wait for a read that is already under

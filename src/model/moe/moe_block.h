@@ -54,7 +54,8 @@ class MoeBlock {
   // Stale-input pre-calculation (mode().precalc): the next run() may pre-calculate layer
   // next's experts on `resid` (the residual stream entering this MoE block); next == nullptr
   // (last layer, or a dense one) disables it. All must stay valid during run().
-  void set_stale_input(const LayerWeights* next, const LayerSpec* next_spec, const TensorView& resid) {
+  void set_stale_input(const LayerWeights* next, const LayerSpec* next_spec,
+                       const TensorView& resid) {
     next_ = next;
     next_spec_ = next_spec;
     resid_ = resid;
@@ -71,7 +72,9 @@ class MoeBlock {
   std::span<const ExpertUse> last_uses() const { return planner_.last_uses(); }
   // The order experts were executed in by the last run(), and the precision of each.
   const std::vector<int>& last_exec_order() const { return planner_.last_exec_order(); }
-  const std::vector<Precision>& last_exec_precisions() const { return planner_.last_exec_precisions(); }
+  const std::vector<Precision>& last_exec_precisions() const {
+    return planner_.last_exec_precisions();
+  }
 
  private:
   RoutingOverride* routing_override_ = nullptr;
@@ -106,7 +109,7 @@ class MoeBlock {
   std::vector<int32_t> pre_pick_;
   std::vector<float> pre_w_, pre_probs_;
   std::vector<int> pre_computed_;
-  TensorView pre_outputs_;  // outputs computed ahead for the next layer (rows in computed order)
+  TensorView pre_outputs_;   // outputs computed ahead for the next layer (rows in computed order)
   bool pre_routed_ = false;  // pre_pick_ holds this step's stale route
   // The host's share: experts (host views with host bias rows), the stale row, outputs.
   std::vector<int> host_pick_;

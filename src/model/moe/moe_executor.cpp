@@ -18,9 +18,10 @@ void MoeExecutor::set_host(Backend* host) {
 
 void MoeExecutor::check_host(const ExpertView& v) const {
   if (!host_ || !host_->can_read(v.gate().space))
-    fail("an expert's weights are in {} memory, which the {} backend cannot read, and no host "
-         "backend was given to compute it",
-         mem_space_name(v.gate().space), be_.name());
+    fail(
+        "an expert's weights are in {} memory, which the {} backend cannot read, and no host "
+        "backend was given to compute it",
+        mem_space_name(v.gate().space), be_.name());
 }
 
 void MoeExecutor::run_on_host(const ExpertView& v, const TensorView& x, TensorView y,
@@ -84,8 +85,8 @@ void MoeExecutor::fill_slot(int32_t slot, const TensorView& outputs, int index) 
   be_.copy(slot_rows_.slice_rows(slot, 1), outputs.slice_rows(index, 1));
 }
 
-void MoeExecutor::combine(TensorView out, std::span<const float> weights, std::span<const uint8_t> keep,
-                          int n) {
+void MoeExecutor::combine(TensorView out, std::span<const float> weights,
+                          std::span<const uint8_t> keep, int n) {
   be_.moe_combine(out, slot_rows_.slice_rows(0, (int64_t)n * k_), weights, keep, k_);
 }
 
@@ -102,7 +103,8 @@ void MoeExecutor::add_shared(TensorView out, const LayerWeights& L, const MoeSpe
     be_.add(out, ye);
     return;
   }
-  MOEFLOW_CHECK(L.gate_inp_shexp, "shared expert gate requested but the layer has no ffn_gate_inp_shexp");
+  MOEFLOW_CHECK(L.gate_inp_shexp,
+                "shared expert gate requested but the layer has no ffn_gate_inp_shexp");
   const TensorView g = gate_.f32(1, n);
   be_.matmul(L.gate_inp_shexp, x, g);
   be_.gated_add(out, ye, g, spec.shared_gate);

@@ -44,7 +44,8 @@ class MoeExecutor {
   void run_expert_on_host(const ExpertView& v, const TensorView& hx, TensorView hy,
                           const GluParams& act, const MatrixReady& ready = {});
   // out[t] = sum of kept slots weighted, in rank order.
-  void combine(TensorView out, std::span<const float> weights, std::span<const uint8_t> keep, int n);
+  void combine(TensorView out, std::span<const float> weights, std::span<const uint8_t> keep,
+               int n);
   // out += gate(x) * shared_expert(x)
   void add_shared(TensorView out, const LayerWeights& L, const MoeSpec& spec, const TensorView& x);
 

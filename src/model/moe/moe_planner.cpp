@@ -89,7 +89,8 @@ void MoePlanner::revise_for_cache(int layer, int n, ExpertProvider& provider,
 void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
                       std::span<const float> hidden, ExpertProvider& provider,
                       ForwardObserver* observer) {
-  if (n <= 0 || n > max_tokens_) fail("MoE block: {} tokens exceed the batch size {}", n, max_tokens_);
+  if (n <= 0 || n > max_tokens_)
+    fail("MoE block: {} tokens exceed the batch size {}", n, max_tokens_);
   const int k = k_;
   last_n_ = n;
   // Outputs pre-calculated by the previous layer for this one (decode steps only).
@@ -155,7 +156,8 @@ void MoePlanner::plan(int layer, int n, const int32_t* tokens, int64_t pos0,
   if (usage_) usage_->add(layer, counts);
 
   // 1. exact experts to the provider first, then the observer (its predictions are LOW).
-  provider.on_tokens_routed(layer, n, k, {experts_.data(), (size_t)n * k}, {weights_.data(), (size_t)n * k});
+  provider.on_tokens_routed(layer, n, k, {experts_.data(), (size_t)n * k},
+                            {weights_.data(), (size_t)n * k});
   provider.on_route(layer, union_experts_, union_prec_);
   if (observer) {
     RouteRecord rec;

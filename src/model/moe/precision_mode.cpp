@@ -15,10 +15,10 @@ namespace {
 // Every mode's name, in the order the help and errors list them: parsing, naming and the
 // option check all read this one table.
 constexpr std::pair<const char*, ExpertMode> kModes[] = {{"exact", ExpertMode::Exact},
-                                                          {"hobbit", ExpertMode::Hobbit},
-                                                          {"hobbit-all", ExpertMode::HobbitAll},
-                                                          {"skip", ExpertMode::Skip},
-                                                          {"daop", ExpertMode::Daop}};
+                                                         {"hobbit", ExpertMode::Hobbit},
+                                                         {"hobbit-all", ExpertMode::HobbitAll},
+                                                         {"skip", ExpertMode::Skip},
+                                                         {"daop", ExpertMode::Daop}};
 
 }  // namespace
 
@@ -45,11 +45,11 @@ void validate(const PrecisionModeConfig& c) {
   if (!unit(c.t1)) fail("--hobbit-t1 must be in [0, 1], got {}", c.t1);
   if (!unit(c.t2)) fail("--hobbit-t2 must be in [0, 1], got {}", c.t2);
   if (c.t1 > c.t2)
-    fail("--hobbit-t1 ({}) must not exceed --hobbit-t2 ({}): experts up to T1 load in high "
-         "precision, those up to T2 in low precision",
-         c.t1, c.t2);
-  if (!unit(c.skip_threshold))
-    fail("--skip-threshold must be in [0, 1], got {}", c.skip_threshold);
+    fail(
+        "--hobbit-t1 ({}) must not exceed --hobbit-t2 ({}): experts up to T1 load in high "
+        "precision, those up to T2 in low precision",
+        c.t1, c.t2);
+  if (!unit(c.skip_threshold)) fail("--skip-threshold must be in [0, 1], got {}", c.skip_threshold);
 }
 
 void decide_uses(const PrecisionModeConfig& c, const float* w, int k, ExpertUse* out) {
@@ -99,7 +99,8 @@ void PrecisionUsage::reset() {
 }
 
 nlohmann::json usage_json(const PrecisionUsage::Counts& c) {
-  return {{"high", c.high}, {"low", c.low}, {"skip", c.skip}, {"substituted", c.substituted},
+  return {{"high", c.high},       {"low", c.low},
+          {"skip", c.skip},       {"substituted", c.substituted},
           {"precalc", c.precalc}, {"precalc_computed", c.precalc_computed}};
 }
 
