@@ -15,6 +15,7 @@
 #include "policy/predictor.h"
 #include "runtime/backend_choice.h"
 #include "runtime/offload_options.h"
+#include "trace/presets.h"
 
 namespace moeflow::cli {
 
@@ -89,11 +90,13 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
          "| auto (the CPU computes a miss from RAM when a measured cost model says it "
          "finishes before the copy)")
       ->check(CLI::IsMember({"off", "auto"}));
-  app.add_option("--cache-policy", o.policy,
-                 "eviction policy: auto (the default: lfu, split per layer when every layer gets "
-                 "its top-k slots, else lfu-cycle over one budget), lru, lfu, lfu-cycle, "
-                 "moe-infinity, hobbit, static, daop (the last two need --policy-calib)")
-      ->check(CLI::IsMember(with({"auto"}, eviction_policy_names())));
+  CLI::Option* policy =
+      app.add_option(
+             "--cache-policy", o.policy,
+             "eviction policy: auto (the default: lfu, split per layer when every layer gets "
+             "its top-k slots, else lfu-cycle over one budget), lru, lfu, lfu-cycle, "
+             "moe-infinity, hobbit, static, daop (the last two need --policy-calib)")
+          ->check(CLI::IsMember(with({"auto"}, eviction_policy_names())));
   app.add_option(
          "--policy-calib", o.policy_calib,
          "routing trace (moeflow trace) whose expert counts calibrate --cache-policy static "
@@ -104,10 +107,22 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
          "--io-threads", o.io_threads,
          "expert I/O worker threads (0 = auto: enough to keep ~8 MiB of reads in flight, 2..16)")
       ->check(CLI::Range(0, 256));
-  app.add_option("--prefetch", o.prefetch,
-                 "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | "
-                 "duoserve | eamc")
-      ->check(CLI::IsMember(with({"none"}, predictor_names())));
+  CLI::Option* prefetch =
+      app.add_option(
+             "--prefetch", o.prefetch,
+             "expert prefetch predictor: none | lookahead | promoe | token | gate | stacked | "
+             "duoserve | eamc")
+          ->check(CLI::IsMember(with({"none"}, predictor_names())));
+  app.add_option("--preset", o.preset,
+                 "a paper's configuration by name, as `moeflow sim --preset` names them: promoe "
+                 "(lru + ProMoE's predictor, or the token predictor without --predictor-model), "
+                 "hobbit (hobbit policy + stacked gates; lossless: --mode hobbit adds the mixed "
+                 "precision), duoserve (lru + DuoServe's predictor), moe-infinity (its policy + "
+                 "EAM predictor), daop (its placement, needs --policy-calib), lru (plain LRU, no "
+                 "prefetch)")
+      ->check(CLI::IsMember(trace::live_preset_names()))
+      ->excludes(policy)
+      ->excludes(prefetch);
   app.add_option("--predictor-model", o.predictor_model,
                  "trained predictor weights for --prefetch promoe (moeflow train-predictor)");
   app.add_option("--lookahead", o.lookahead, "layers ahead for the lookahead and gate predictors")
@@ -157,8 +172,16 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
       "hobbit + offload: part of the expert budget for low-precision copies (e.g. 256MiB)");
   app.add_option("--low-cache-rate", o.low_cache_rate,
                  "hobbit + offload: low-precision part as a fraction of all low-copy bytes");
-  // The rules between options, once every flag is read (still before any file is opened).
+  // The rules between options, once every flag is read (still before any file is opened); a
+  // preset first becomes the policy and predictor it names.
   app.callback([&o, backend] {
+    if (!o.preset.empty()) {
+      const trace::Preset p = trace::resolve_preset(
+          o.preset,
+          trace::PresetInputs{/*hidden=*/true, /*router=*/true, !o.predictor_model.empty()});
+      o.policy = p.policy;
+      o.prefetch = p.predictor;
+    }
     if (auto e = check_offload_options(o, backend ? *backend : BackendKind::Cpu))
       throw CLI::ValidationError(*e);
   });

@@ -21,6 +21,9 @@ struct OffloadOptions {
   std::optional<uint64_t> expert_cache;
   double cache_rate = 0;        // fraction of all expert bytes
   std::string policy = "auto";  // an eviction policy's name, or auto (runtime/offload_auto.h)
+  // --preset: the paper configuration (trace/presets.h) the policy and predictor were set from,
+  // named in the statistics; "" when they were given one by one.
+  std::string preset;
   // Routing trace (moeflow trace, or an imported one) whose per-expert counts calibrate the
   // placement policies (static, daop); they refuse to start without one.
   std::string policy_calib;

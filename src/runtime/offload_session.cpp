@@ -244,6 +244,7 @@ nlohmann::json offload_stats_json(const OffloadSession& s, bool per_layer) {
   j["enabled"] = true;
   add_mode_json(j, s, per_layer);
   j["prefetch"] = s.options.prefetch;
+  if (!s.options.preset.empty()) j["preset"] = s.options.preset;
   j["early_preemption"] = !s.options.no_early_preemption;
   j["prefill_slots"] = s.options.prefill_slots;
   if (s.predictor) j["predictions"] = s.predictor->predictions();

@@ -11,20 +11,30 @@ std::vector<std::string> preset_names() {
   return {"promoe", "hobbit", "duoserve", "moe-infinity", "daop", "lru", "ondemand", "auto"};
 }
 
-Preset resolve_preset(const std::string& n, const Trace& t, const SimConfig& base) {
-  bool hidden = t.has_hidden(), router = !t.routers.empty();
-  bool promoe_ok = hidden && !base.predictor_model.empty();
-  if (n == "promoe") return {n, "lru", promoe_ok ? "promoe" : "token"};
-  if (n == "hobbit") return {n, "hobbit", hidden && router ? "stacked" : "none"};
+std::vector<std::string> live_preset_names() {
+  std::vector<std::string> v;
+  for (const std::string& n : preset_names())
+    if (n != "ondemand" && n != "auto") v.push_back(n);
+  return v;
+}
+
+Preset resolve_preset(const std::string& n, const PresetInputs& in) {
+  if (n == "promoe") return {n, "lru", in.hidden && in.predictor_model ? "promoe" : "token"};
+  if (n == "hobbit") return {n, "hobbit", in.hidden && in.router ? "stacked" : "none"};
   if (n == "duoserve") return {n, "lru", "duoserve"};
   if (n == "moe-infinity") return {n, "moe-infinity", "eamc"};
   if (n == "daop") return {n, "daop", "none"};
   if (n == "lru") return {n, "lru", "none"};
-  if (n == "ondemand") return {n, "lru", "none", (double)t.top_k / (double)t.n_experts};
   fail(
       "unknown preset '{}' (known: promoe, hobbit, duoserve, moe-infinity, daop, lru, ondemand, "
       "auto)",
       n);
+}
+
+Preset resolve_preset(const std::string& n, const Trace& t, const SimConfig& base) {
+  if (n == "ondemand") return {n, "lru", "none", (double)t.top_k / (double)t.n_experts};
+  return resolve_preset(
+      n, PresetInputs{t.has_hidden(), !t.routers.empty(), !base.predictor_model.empty()});
 }
 
 SimResult auto_select(const Trace& t, const SimConfig& base, std::vector<SimResult>* all) {

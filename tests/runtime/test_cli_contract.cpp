@@ -180,6 +180,40 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
   EXPECT_NE(fits.err.find("--policy-calib"), std::string::npos) << fits.err;
 }
 
+// --preset names a paper's configuration as `moeflow sim --preset` does (trace/presets.h); the
+// live engine runs its policy and predictor, and the statistics name the preset.
+TEST(CliContract, PresetSetsThePaperPolicyAndPredictor) {
+  struct Case {
+    const char* preset;
+    const char* policy;
+    const char* prefetch;
+  };
+  for (const Case& c : {Case{"moe-infinity", "moe-infinity", "eamc"},
+                        Case{"hobbit", "hobbit", "stacked"}, Case{"promoe", "lru", "token"},
+                        Case{"duoserve", "lru", "duoserve"}, Case{"lru", "lru", "none"}}) {
+    const Out o = moeflow("run -m " + model() +
+                          " -p ids:1,2,3 -n 3 -t 1 --temp 0 --cache-rate 0.5 --preset " + c.preset +
+                          " --stats json");
+    ASSERT_EQ(o.rc, 0) << c.preset << ": " << o.err;
+    std::string last, line;  // the statistics: the last line on stderr
+    for (std::istringstream in(o.err); std::getline(in, line);)
+      if (!line.empty()) last = line;
+    const nlohmann::json j = nlohmann::json::parse(last, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << o.err;
+    EXPECT_EQ(j["offload"]["policy"], c.policy) << c.preset;
+    EXPECT_EQ(j["offload"]["prefetch"], c.prefetch) << c.preset;
+    EXPECT_EQ(j["offload"]["preset"], c.preset);
+  }
+  // A preset sets both: giving either as well is a usage error, as is a simulator-only name.
+  for (const char* args :
+       {"--preset hobbit --cache-policy lru", "--preset duoserve --prefetch gate",
+        "--preset ondemand", "--preset daop"}) {
+    const Out o = moeflow("run -m /nonexistent.gguf -p x " + std::string(args));
+    EXPECT_EQ(o.rc, 2) << args << ": " << o.err;
+    EXPECT_EQ(lines(o.err), 1u) << args << ": " << o.err;
+  }
+}
+
 TEST(CliContract, ParseErrorsExitTwoWithOneLine) {
   for (const char* args :
        {"run -p x", "run -m x -p y -n abc", "run -m x -p y --no-such-flag", "", "no-such-command",
