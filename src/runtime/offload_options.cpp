@@ -141,6 +141,15 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
     return err("--policy-calib calibrates --cache-policy static or daop (the policy is {})",
                o.policy);
   // The thresholds' own ranges (model/moe/precision_mode.h).
+  try {
+    validate(mode_config(o));
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+PrecisionModeConfig mode_config(const OffloadOptions& o) {
   PrecisionModeConfig m;
   m.mode = o.mode;
   m.t1 = o.hobbit_t1.value_or(m.t1);
@@ -148,12 +157,7 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
   m.skip_threshold =
       o.skip_threshold.value_or(o.mode == ExpertMode::Skip ? kDefaultSkipThreshold : 0.0);
   m.precalc = o.precalc;
-  try {
-    validate(m);
-  } catch (const Error& e) {
-    return std::string(e.what());
-  }
-  return std::nullopt;
+  return m;
 }
 
 void validate(const OffloadOptions& o, std::optional<BackendKind> backend) {

@@ -73,6 +73,8 @@ constexpr double kDefaultLowShare = 0.1;
 // the engine assembly fills in a device cache's budget itself).
 std::optional<std::string> check_offload_options(const OffloadOptions& o,
                                                  std::optional<BackendKind> backend = std::nullopt);
+// The expert mode and its thresholds the options ask for (defaults filled in), unchecked.
+PrecisionModeConfig mode_config(const OffloadOptions& o);
 // Throws moeflow::Error with check_offload_options' message.
 void validate(const OffloadOptions& o, std::optional<BackendKind> backend = std::nullopt);
 

@@ -30,16 +30,11 @@ int model_top_k(const GgufFile& f) {
 namespace moeflow {
 
 PrecisionModeConfig resolve_mode(const OffloadOptions& o, const GgufFile& file) {
-  validate(o);  // a threshold given for another mode would silently do nothing
-  PrecisionModeConfig m;
-  m.mode = o.mode;
-  const bool hobbit = m.needs_low(), skip = m.mode == ExpertMode::Skip;
-  m.t1 = o.hobbit_t1.value_or(m.t1);
-  m.t2 = o.hobbit_t2.value_or(m.t2);
-  m.skip_threshold = o.skip_threshold.value_or(skip ? kDefaultSkipThreshold : 0.0);
-  m.precalc = o.precalc;
-  validate(m);
-  if (hobbit) {
+  // The thresholds' ranges, and a threshold given for another mode (it would silently do
+  // nothing), are checked with the other rules.
+  validate(o);
+  const PrecisionModeConfig m = mode_config(o);
+  if (m.needs_low()) {
     bool has_low = false;
     for (const ExpertLayerIndex& l : build_expert_index(file, "low").layers)
       has_low |= l.n_expert > 0;
