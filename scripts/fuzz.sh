@@ -46,7 +46,7 @@ command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get ins
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 echo "== fuzz build ($BUILD, clang, ASan+UBSan+libFuzzer): ${targets[*]/#/fuzz_}"
-CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOEFLOW_FUZZ=ON \
+CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOEFLOW_FUZZ=ON -DMOEFLOW_UNITY=ON \
   -DMOEFLOW_TESTS=OFF -DMOEFLOW_BENCH=OFF "${launcher[@]}" >/dev/null
 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]/#/fuzz_}"
 

@@ -26,7 +26,9 @@
 #include "runtime/engine.h"
 #include "runtime/offload_session.h"
 
-namespace moeflow {
+// A namespace of its own: the unity builds (MOEFLOW_UNITY) compile this file in one unit with
+// others of its folder that define helpers of the same names.
+namespace moeflow::lossy_modes_test {
 namespace {
 
 std::string tmp_path(const std::string& name) { return test::temp_gguf("lossy", name); }
@@ -461,4 +463,4 @@ TEST_F(LossyModes, BadOptionsGiveClearErrors) {
 }
 
 }  // namespace
-}  // namespace moeflow
+}  // namespace moeflow::lossy_modes_test

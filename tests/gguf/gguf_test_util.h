@@ -14,6 +14,9 @@
 
 namespace moeflow::test {
 
+// GGUF tensor type ids the byte-built files use (the GGUF spec's ggml_type numbers).
+constexpr uint32_t kF32 = 0, kQ8_0 = 8;
+
 class TempDir {
  public:
   TempDir() {

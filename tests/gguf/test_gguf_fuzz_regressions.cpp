@@ -15,8 +15,7 @@ namespace moeflow {
 namespace {
 
 using test::Bytes;
-
-constexpr uint32_t kF32 = 0;
+using test::kF32;
 
 template <typename F>
 void expect_error(F&& f, const std::string& part) {

@@ -9,9 +9,9 @@ namespace moeflow {
 namespace {
 
 using test::Bytes;
+using test::kF32;
+using test::kQ8_0;
 using test::TempDir;
-
-constexpr uint32_t kF32 = 0, kQ8_0 = 8;
 
 TEST(GgufHandmade, ReadsVersion2) {
   TempDir dir;

@@ -23,7 +23,9 @@
 #include "runtime/engine.h"
 #include "runtime/offload_session.h"
 
-namespace moeflow::test {
+// A namespace of its own: the unity builds (MOEFLOW_UNITY) compile this file in one unit with
+// others of its folder that define helpers of the same names.
+namespace moeflow::test::gpu_vram_cache {
 namespace {
 
 constexpr int kPrompt = 12, kSteps = 8;
@@ -190,4 +192,4 @@ INSTANTIATE_TEST_SUITE_P(EachDevice, GpuVramCache, ::testing::ValuesIn(device_ki
                          });
 
 }  // namespace
-}  // namespace moeflow::test
+}  // namespace moeflow::test::gpu_vram_cache

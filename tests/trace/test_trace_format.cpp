@@ -13,7 +13,9 @@
 #include "trace/trace.h"
 #include "trace_util.h"
 
-namespace moeflow::trace {
+// A namespace of its own: the unity builds (MOEFLOW_UNITY) compile this file in one unit with
+// others of its folder that define helpers of the same names.
+namespace moeflow::trace::trace_format_test {
 namespace {
 
 std::string tmp(const std::string& name) {
@@ -204,4 +206,4 @@ TEST(Importers, ErrorsNameTheFile) {
 }
 
 }  // namespace
-}  // namespace moeflow::trace
+}  // namespace moeflow::trace::trace_format_test

@@ -21,7 +21,9 @@
 #include "trace/simulator.h"
 #include "trace/trace.h"
 
-namespace moeflow::test {
+// A namespace of its own: the unity builds (MOEFLOW_UNITY) compile this file in one unit with
+// others of its folder that define helpers of the same names.
+namespace moeflow::test::trace_recorder {
 namespace {
 
 using trace::Phase;
@@ -213,4 +215,4 @@ TEST_F(TraceCli, BadInputsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace moeflow::test
+}  // namespace moeflow::test::trace_recorder
