@@ -50,7 +50,8 @@ Expr Expr::repeat(Expr x, int min, int max) {
 }
 
 void GrammarBuilder::define(const std::string& name, Expr e) {
-  if (defs_.count(name)) throw GrammarError(fmt::format("grammar: rule '{}' is defined twice", name));
+  if (defs_.count(name))
+    throw GrammarError(fmt::format("grammar: rule '{}' is defined twice", name));
   defs_.emplace(name, std::move(e));
   order_.push_back(name);
 }
@@ -152,9 +153,9 @@ class GrammarLowerer {
   void append_repeat(const Expr& e, std::vector<Symbol>& out) {
     const int lim = GrammarBuilder::kMaxRepeat;
     if (e.min < 0 || e.min > lim || (e.max != -1 && (e.max < e.min || e.max > lim)))
-      throw GrammarError(fmt::format(
-          "grammar: rule '{}' repeats {{{},{}}}: bounds must be 0 <= min <= max <= {}", current_,
-          e.min, e.max, lim));
+      throw GrammarError(
+          fmt::format("grammar: rule '{}' repeats {{{},{}}}: bounds must be 0 <= min <= max <= {}",
+                      current_, e.min, e.max, lim));
     if (e.max == 0) return;
     const Symbol x = unit(e.items[0]);
     for (int i = 0; i < e.min; ++i) out.push_back(x);

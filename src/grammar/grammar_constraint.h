@@ -3,7 +3,8 @@
 // the grammar, an end-of-generation token when the output so far is complete.
 //
 // Speed: the sampler checks the token it drew first (a walk over that token's bytes) and asks
-// for the full mask only when it is refused. A mask is one pass over the vocabulary's byte trie,
+// for the full mask only when it is refused, unless the mask of this state is cached: then it
+// masks first and draws once. A mask is one pass over the vocabulary's byte trie,
 // each trie node one step of the matcher's lazy automaton from its parent's state, a dead state
 // skipping the node's subtree; the mask is cached per automaton state, so the states an output
 // keeps coming back to (inside a string, between array items) cost one pass in all.
@@ -25,6 +26,7 @@ class GrammarConstraint final : public TokenConstraint {
 
   bool allows(int32_t id) override;
   size_t mask(std::span<float> logits) override;
+  bool mask_is_cheap() override { return ended_ || masks_.count(state_) != 0; }
   // Throws moeflow::Error for a token the grammar does not allow.
   void accept(int32_t id) override;
 

@@ -3,9 +3,9 @@
 // object" (response_format json_object).
 //
 // Bounds keep a constrained model from running on forever where JSON has no limit of its own:
-// whitespace between tokens is at most kMaxWs characters, integer and fraction parts at most 16
-// digits, exponents 3; strings are unbounded. No whitespace follows the root value, so the
-// output is done the moment the value closes.
+// whitespace between tokens is one space or tab, or a newline and up to kMaxWs spaces or tabs of
+// indentation; integer and fraction parts at most 16 digits, exponents 3; strings are unbounded. No
+// whitespace follows the root value, so the output is done the moment the value closes.
 #include <memory>
 
 #include "grammar/grammar.h"

@@ -15,12 +15,13 @@ using E = Expr;
 
 // Keywords that constrain nothing: skipped wherever they appear.
 const std::set<std::string, std::less<>> kAnnotations = {
-    "title",    "description", "default",   "examples",   "$schema", "$id",
-    "$comment", "deprecated",  "readOnly",  "writeOnly",  "$defs",   "definitions",
-    "strict",   "$anchor",     "$vocabulary"};
+    "title", "description", "default",    "examples", "$schema",
+    "$id",   "$comment",    "deprecated", "readOnly", "writeOnly",
+    "$defs", "definitions", "strict",     "$anchor",  "$vocabulary"};
 const std::set<std::string, std::less<>> kHandled = {
-    "type",      "properties", "required",  "additionalProperties", "items", "minItems",
-    "maxItems",  "minLength",  "maxLength", "enum",                 "const", "anyOf",
+    "type",      "properties", "required", "additionalProperties",
+    "items",     "minItems",   "maxItems", "minLength",
+    "maxLength", "enum",       "const",    "anyOf",
     "oneOf",     "allOf",      "$ref"};
 const std::set<std::string, std::less<>> kTypes = {"object",  "array",   "string", "number",
                                                    "integer", "boolean", "null"};
@@ -60,8 +61,7 @@ class SchemaCompiler {
   // intersection of languages that the compiler does not build.
   static void alone(const ojson& s, const char* kw, const std::string& path) {
     for (const std::string& k : constraints(s))
-      if (k != kw)
-        error(kw, path, fmt::format("'{}' next to '{}' is not supported", kw, k));
+      if (k != kw) error(kw, path, fmt::format("'{}' next to '{}' is not supported", kw, k));
   }
 
   std::string rule(const char* hint, Expr e) {
@@ -171,8 +171,7 @@ class SchemaCompiler {
     if (hi == 0) return E::seq({E::literal("["), ws, E::literal("]")});
     Expr item = E::rule("json-value");
     if (auto it = s.find("items"); it != s.end()) {
-      if (it->is_array())
-        error("items", path, "'items' as an array (tuple form) is not supported");
+      if (it->is_array()) error("items", path, "'items' as an array (tuple form) is not supported");
       item = value(*it, path + "/items", depth + 1);
     }
     const E elem = E::rule(rule("item", E::seq({std::move(item), ws})));
@@ -207,7 +206,8 @@ class SchemaCompiler {
       for (const ojson& r : *it) {
         if (!r.is_string()) error("required", path, "'required' must be an array of strings");
         const std::string n = r.get<std::string>();
-        auto p = std::find_if(props.begin(), props.end(), [&](const Prop& x) { return x.name == n; });
+        auto p =
+            std::find_if(props.begin(), props.end(), [&](const Prop& x) { return x.name == n; });
         if (p != props.end()) {
           p->required = true;
         } else {
@@ -228,13 +228,13 @@ class SchemaCompiler {
         return E::seq({E::literal("{"), ws, E::literal("}")});
       if (!addl || addl->is_boolean()) return E::rule("json-object");
       // A map: string keys, values of the additionalProperties schema.
-      const E member = E::rule(rule(
-          "member", E::seq({E::rule("json-string"), ws, E::literal(":"), ws,
-                            value(*addl, path + "/additionalProperties", depth + 1), ws})));
-      return E::seq({E::literal("{"), ws,
-                     E::optional(E::seq({member, E::repeat(E::seq({E::literal(","), ws, member}),
-                                                           0, -1)})),
-                     E::literal("}")});
+      const E member = E::rule(
+          rule("member", E::seq({E::rule("json-string"), ws, E::literal(":"), ws,
+                                 value(*addl, path + "/additionalProperties", depth + 1), ws})));
+      return E::seq(
+          {E::literal("{"), ws,
+           E::optional(E::seq({member, E::repeat(E::seq({E::literal(","), ws, member}), 0, -1)})),
+           E::literal("}")});
     }
     // The properties in order, each optional one present or not: first(i) is the rest from
     // property i when none has been written yet, after(i) when one has (so each is preceded by
@@ -246,18 +246,16 @@ class SchemaCompiler {
     for (size_t i = n; i-- > 0;) {
       const Prop& p = props[i];
       Expr v = p.schema ? value(*p.schema, p.schema_path, depth + 1) : E::rule("json-value");
-      const E kv = E::rule(rule(
-          "member",
-          E::seq({E::literal(nlohmann::json(p.name).dump()), ws, E::literal(":"), ws, std::move(v),
-                  ws})));
+      const E kv = E::rule(rule("member", E::seq({E::literal(nlohmann::json(p.name).dump()), ws,
+                                                  E::literal(":"), ws, std::move(v), ws})));
       const E comma_kv = E::seq({E::literal(","), ws, kv});
       if (p.required) {
         after[i] = rule("props", E::seq({comma_kv, E::rule(after[i + 1])}));
         first[i] = rule("props", E::seq({kv, E::rule(after[i + 1])}));
       } else {
         after[i] = rule("props", E::seq({E::optional(comma_kv), E::rule(after[i + 1])}));
-        first[i] = rule("props", E::alt({E::seq({kv, E::rule(after[i + 1])}),
-                                         E::rule(first[i + 1])}));
+        first[i] =
+            rule("props", E::alt({E::seq({kv, E::rule(after[i + 1])}), E::rule(first[i + 1])}));
       }
     }
     return E::seq({E::literal("{"), ws, E::rule(first[0]), E::literal("}")});

@@ -15,10 +15,10 @@ class Tokenizer;
 class TokenVocab {
  public:
   struct TrieNode {
-    uint8_t byte;         // the edge from the parent
-    uint16_t depth;       // 1 for a child of the root (the tokens' first byte)
-    uint32_t end;         // index just past this node's subtree
-    uint32_t tok_begin;   // the tokens whose bytes end here: trie_tokens()[tok_begin, tok_end)
+    uint8_t byte;        // the edge from the parent
+    uint16_t depth;      // 1 for a child of the root (the tokens' first byte)
+    uint32_t end;        // index just past this node's subtree
+    uint32_t tok_begin;  // the tokens whose bytes end here: trie_tokens()[tok_begin, tok_end)
     uint32_t tok_end;
   };
 

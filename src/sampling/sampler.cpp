@@ -147,12 +147,18 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   if (!constraint_) return draw(logits, history);
-  int32_t id = draw(logits, history);
-  if (!constraint_->allows(id)) {
+  auto masked_draw = [&] {
     masked_.assign(logits.begin(), logits.end());
     if (constraint_->mask(masked_) == 0)
       fail("sampler: the output constraint allows no token of the vocabulary here");
-    id = draw(masked_, history);
+    return draw(masked_, history);
+  };
+  int32_t id;
+  if (constraint_->mask_is_cheap()) {
+    id = masked_draw();
+  } else {
+    id = draw(logits, history);
+    if (!constraint_->allows(id)) id = masked_draw();
   }
   constraint_->accept(id);
   return id;

@@ -21,12 +21,13 @@ std::shared_ptr<const Grammar> schema(const char* text) {
 
 TEST(JsonGrammar, AnyObject) {
   auto g = json_object_grammar();
-  for (const char* s : {"{}", " {\n}", R"({"a":1})", R"({"a": [1, 2.5e-3, "x", null, true, {"b": {}}]})",
-                        R"({"k\"\\\u00e9\n": "é☃"})", R"({ "a" : -0.5 , "b":[ ] })"})
+  for (const char* s :
+       {"{}", " {\n}", R"({"a":1})", R"({"a": [1, 2.5e-3, "x", null, true, {"b": {}}]})",
+        R"({"k\"\\\u00e9\n": "é☃"})", R"({ "a" : -0.5 , "b":[ ] })"})
     EXPECT_TRUE(matches(g, s)) << s;
-  for (const char* s : {"[]", "1", R"({"a"})", R"({"a":01})", R"({"a":1,})", R"({a:1})",
-                        "{\"a\":\"\x01\"}", R"({"a":"\x"})", R"({"a":1} )", R"({"a":.5})",
-                        R"({"a":"\ud8"})"})
+  for (const char* s :
+       {"[]", "1", R"({"a"})", R"({"a":01})", R"({"a":1,})", R"({a:1})", "{\"a\":\"\x01\"}",
+        R"({"a":"\x"})", R"({"a":1} )", R"({"a":.5})", R"({"a":"\ud8"})", R"({"a":  1})"})
     EXPECT_FALSE(matches(g, s)) << s;
 }
 
@@ -36,9 +37,10 @@ TEST(JsonSchema, ObjectWithRequiredAndOptionalPropertiesInOrder) {
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                    "email": {"type": "string"}, "admin": {"type": "boolean"}},
     "required": ["name", "admin"], "additionalProperties": false})");
-  for (const char* s :
-       {R"({"name":"a","admin":true})", R"({"name": "a", "age": 3, "email": "x@y", "admin": false})",
-        R"({"name":"a","email":"","admin":false})", R"({ "name" : "a" , "age" : -12 , "admin" : true })"})
+  for (const char* s : {R"({"name":"a","admin":true})",
+                        R"({"name": "a", "age": 3, "email": "x@y", "admin": false})",
+                        R"({"name":"a","email":"","admin":false})",
+                        R"({ "name" : "a" , "age" : -12 , "admin" : true })"})
     EXPECT_TRUE(matches(g, s)) << s;
   for (const char* s :
        {R"({"admin":true})", R"({"name":"a"})", R"({"admin":true,"name":"a"})",
@@ -67,17 +69,20 @@ TEST(JsonSchema, NestedObjectsArraysEnumsAndConst) {
       "meta": {"type": "object", "additionalProperties": {"type": "integer"}}
     },
     "required": ["kind", "status", "items", "meta"]})");
-  EXPECT_TRUE(matches(
-      g, R"({"kind":"order","status":"open","items":[{"sku":"a","qty":1}],"meta":{}})"));
+  EXPECT_TRUE(
+      matches(g, R"({"kind":"order","status":"open","items":[{"sku":"a","qty":1}],"meta":{}})"));
   EXPECT_TRUE(matches(g, R"({"kind": "order", "status": null, "items": [{"sku": "a", "qty": 1.5},
     {"sku": "b", "qty": 2e3}, {"sku": "c", "qty": -1}], "meta": {"x": 1, "y": -2}})"));
   EXPECT_FALSE(matches(g, R"({"kind":"order","status":"open","items":[],"meta":{}})"));
   EXPECT_FALSE(matches(g, R"({"kind":"order","status":"open","items":[{"sku":"a","qty":1},
     {"sku":"a","qty":1},{"sku":"a","qty":1},{"sku":"a","qty":1}],"meta":{}})"));
-  EXPECT_FALSE(matches(g, R"({"kind":"x","status":"open","items":[{"sku":"a","qty":1}],"meta":{}})"));
-  EXPECT_FALSE(matches(g, R"({"kind":"order","status":"shut","items":[{"sku":"a","qty":1}],"meta":{}})"));
+  EXPECT_FALSE(
+      matches(g, R"({"kind":"x","status":"open","items":[{"sku":"a","qty":1}],"meta":{}})"));
+  EXPECT_FALSE(
+      matches(g, R"({"kind":"order","status":"shut","items":[{"sku":"a","qty":1}],"meta":{}})"));
   EXPECT_FALSE(matches(g, R"({"kind":"order","status":3,"items":[{"sku":"a"}],"meta":{}})"));
-  EXPECT_FALSE(matches(g, R"({"kind":"order","status":3,"items":[{"sku":"a","qty":1}],"meta":{"x":"y"}})"));
+  EXPECT_FALSE(
+      matches(g, R"({"kind":"order","status":3,"items":[{"sku":"a","qty":1}],"meta":{"x":"y"}})"));
 }
 
 TEST(JsonSchema, TypesAnyOfRefsAndStringLengths) {
@@ -86,7 +91,8 @@ TEST(JsonSchema, TypesAnyOfRefsAndStringLengths) {
               "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
               "required": ["v", "kids"]}},
     "anyOf": [{"$ref": "#/$defs/node"}, {"type": "string", "minLength": 2, "maxLength": 3}]})");
-  EXPECT_TRUE(matches(g, R"({"v":1,"kids":[{"v":null,"kids":[]},{"v":2,"kids":[{"v":3,"kids":[]}]}]})"));
+  EXPECT_TRUE(
+      matches(g, R"({"v":1,"kids":[{"v":null,"kids":[]},{"v":2,"kids":[{"v":3,"kids":[]}]}]})"));
   EXPECT_TRUE(matches(g, R"("ab")"));
   EXPECT_TRUE(matches(g, R"("é\n☃")"));  // three characters, one an escape
   EXPECT_FALSE(matches(g, R"("a")"));
