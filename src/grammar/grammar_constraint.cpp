@@ -14,15 +14,21 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> g,
                                      std::shared_ptr<const TokenVocab> vocab)
     : m_(std::move(g)), vocab_(std::move(vocab)), state_(m_.start()) {}
 
-bool GrammarConstraint::allows(int32_t id) {
+bool GrammarConstraint::fits(int32_t id) {
   if (ended_ || id < 0 || (size_t)id >= vocab_->size()) return false;
   if (vocab_->is_eog(id)) return complete();
   const std::string& b = vocab_->bytes(id);
   return !b.empty() && m_.walk(state_, b) != GrammarMatcher::kDead;
 }
 
+bool GrammarConstraint::allows(int32_t id) {
+  const bool ok = fits(id);
+  refused_ = 0.75f * refused_ + (ok ? 0.0f : 0.25f);
+  return ok;
+}
+
 void GrammarConstraint::accept(int32_t id) {
-  if (!allows(id)) fail("grammar: token {} does not continue the constrained output", id);
+  if (!fits(id)) fail("grammar: token {} does not continue the constrained output", id);
   if (vocab_->is_eog(id))
     ended_ = true;
   else

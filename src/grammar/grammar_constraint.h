@@ -3,11 +3,12 @@
 // the grammar, an end-of-generation token when the output so far is complete.
 //
 // Speed: the sampler checks the token it drew first (a walk over that token's bytes) and asks
-// for the full mask only when it is refused, unless the mask of this state is cached: then it
-// masks first and draws once. A mask is one pass over the vocabulary's byte trie,
-// each trie node one step of the matcher's lazy automaton from its parent's state, a dead state
-// skipping the node's subtree; the mask is cached per automaton state, so the states an output
-// keeps coming back to (inside a string, between array items) cost one pass in all.
+// for the full mask only when it is refused, unless the mask of this state is cached or most
+// recent checks were refused: then it masks first and draws once. A mask is one pass over the
+// vocabulary's byte trie, each trie node one step of the matcher's lazy automaton from its parent's
+// state, a dead state skipping the node's subtree; the mask is cached per automaton state, so the
+// states an output keeps coming back to (inside a string, between array items) cost one pass in
+// all.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,7 +27,7 @@ class GrammarConstraint final : public TokenConstraint {
 
   bool allows(int32_t id) override;
   size_t mask(std::span<float> logits) override;
-  bool mask_is_cheap() override { return ended_ || masks_.count(state_) != 0; }
+  bool mask_first() override { return ended_ || refused_ > 0.5f || masks_.count(state_) != 0; }
   // Throws moeflow::Error for a token the grammar does not allow.
   void accept(int32_t id) override;
 
@@ -44,6 +45,7 @@ class GrammarConstraint final : public TokenConstraint {
     std::vector<uint64_t> bits;
     size_t count = 0;
   };
+  bool fits(int32_t id);  // allows() without the bookkeeping
   const Mask& current_mask();
   void compute_mask(Mask& m);
 
@@ -51,6 +53,7 @@ class GrammarConstraint final : public TokenConstraint {
   std::shared_ptr<const TokenVocab> vocab_;
   GrammarMatcher::State state_;
   bool ended_ = false;  // an end-of-generation token was accepted
+  float refused_ = 0;   // share of the recent allows() checks that said no (decaying average)
   std::unordered_map<GrammarMatcher::State, Mask> masks_;
   std::vector<GrammarMatcher::State> path_;  // scratch: the state at each trie depth
 };

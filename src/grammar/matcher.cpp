@@ -18,7 +18,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g, size_t max_stat
   std::vector<uint32_t> start;
   seen_.clear();
   for (uint32_t a : g_->alternatives(g_->root())) closure(a, 0, start);
-  intern(std::move(start));  // state 0, even when empty (a grammar that matches nothing)
+  intern(start);  // state 0, even when empty (a grammar that matches nothing)
 }
 
 uint32_t GrammarMatcher::node(uint32_t pos, uint32_t parent) {
@@ -33,7 +33,9 @@ void GrammarMatcher::closure(uint32_t pos, uint32_t parent, std::vector<uint32_t
   while (!work_.empty()) {
     const auto [p, par] = work_.back();
     work_.pop_back();
-    if (!seen_.insert((uint64_t)p << 32 | par).second) continue;
+    const uint64_t key = (uint64_t)p << 32 | par;
+    if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) continue;
+    seen_.push_back(key);
     const Symbol& s = syms_[p];
     if (s.kind == Symbol::Bytes) {
       out.push_back(node(p, par));
@@ -51,7 +53,7 @@ void GrammarMatcher::closure(uint32_t pos, uint32_t parent, std::vector<uint32_t
   }
 }
 
-GrammarMatcher::State GrammarMatcher::intern(std::vector<uint32_t> config) {
+GrammarMatcher::State GrammarMatcher::intern(std::vector<uint32_t>& config) {
   std::sort(config.begin(), config.end());
   config.erase(std::unique(config.begin(), config.end()), config.end());
   auto it = config_ids_.find(config);
@@ -62,21 +64,21 @@ GrammarMatcher::State GrammarMatcher::intern(std::vector<uint32_t> config) {
         max_states_));
   const State id = (State)configs_.size();
   configs_.push_back(config);
-  config_ids_.emplace(std::move(config), id);
+  config_ids_.emplace(config, id);
   trans_.resize(trans_.size() + 256, kUnknown);
   return id;
 }
 
 GrammarMatcher::State GrammarMatcher::compute(State s, uint8_t byte) {
-  std::vector<uint32_t> next;
+  next_.clear();
   seen_.clear();
   for (size_t i = 0; i < configs_[s].size(); ++i) {
     const uint32_t n = configs_[s][i];
     if (n == 0) continue;
     const Node nd = nodes_[n];
-    if (g_->byte_set(syms_[nd.pos].arg).has(byte)) closure(nd.pos + 1, nd.parent, next);
+    if (g_->byte_set(syms_[nd.pos].arg).has(byte)) closure(nd.pos + 1, nd.parent, next_);
   }
-  const State t = next.empty() ? kDead : intern(std::move(next));
+  const State t = next_.empty() ? kDead : intern(next_);
   trans_[(size_t)s * 256 + byte] = t;
   return t;
 }

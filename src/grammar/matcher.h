@@ -13,7 +13,6 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -63,7 +62,7 @@ class GrammarMatcher {
   // Adds to out the stacks reached from "continue at pos, then return to parent" without
   // consuming a byte: rules are entered, finished rules return.
   void closure(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out);
-  State intern(std::vector<uint32_t> config);
+  State intern(std::vector<uint32_t>& config);  // sorts and dedups config
 
   std::shared_ptr<const Grammar> g_;
   const std::vector<Symbol>& syms_;
@@ -73,9 +72,11 @@ class GrammarMatcher {
   std::vector<std::vector<uint32_t>> configs_;
   std::unordered_map<std::vector<uint32_t>, State, ConfigHash> config_ids_;
   std::vector<State> trans_;  // 256 per state
-  // Scratch of closure().
+  // Scratch of closure() and compute(). A closure visits a few dozen (position, parent) pairs:
+  // a flat list searched linearly beats a hash set (no allocation per pair).
   std::vector<std::pair<uint32_t, uint32_t>> work_;
-  std::unordered_set<uint64_t> seen_;
+  std::vector<uint64_t> seen_;
+  std::vector<uint32_t> next_;
 };
 
 }  // namespace moeflow

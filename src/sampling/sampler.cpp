@@ -154,7 +154,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     return draw(masked_, history);
   };
   int32_t id;
-  if (constraint_->mask_is_cheap()) {
+  if (constraint_->mask_first()) {
     id = masked_draw();
   } else {
     id = draw(logits, history);

@@ -51,12 +51,13 @@ class Sampler {
 
   // Picks a token from n_vocab logits. `history` holds the tokens seen so far (prompt and
   // generated); only its last repeat_last_n entries are penalised. Does not modify logits.
-  // With a constraint whose mask is not known yet, the token drawn is checked first and only
-  // when it is refused are the logits masked and the draw made again (a refused token costs a
-  // mask, an allowed one a check); with a known (cached) mask, the logits are masked first and
-  // drawn once. Without filters (temperature only, or greedy) both draw exactly from the masked
-  // distribution: P(t) = p(t) + P(refused) * p(t) / P(allowed) = p(t) / P(allowed). The chosen
-  // token is then passed to the constraint's accept(). Throws when the constraint allows nothing.
+  // With a constraint, the token drawn is checked first and only when it is refused are the
+  // logits masked and the draw made again (a refused token costs a mask, an allowed one a
+  // check); when the constraint asks for it (mask_first: its mask is cached, or draws are mostly
+  // refused lately) the logits are masked first and drawn once. Without filters (temperature only,
+  // or greedy) both draw exactly from the masked distribution: P(t) = p(t) + P(refused) * p(t) /
+  // P(allowed) = p(t) / P(allowed). The chosen token is then passed to the constraint's accept().
+  // Throws when the constraint allows nothing.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   // Not owned; nullptr removes it. Must outlive the samples drawn with it.
   void set_constraint(TokenConstraint* c) { constraint_ = c; }

@@ -16,9 +16,10 @@ class TokenConstraint {
   virtual bool allows(int32_t id) = 0;
   // Sets the logit of every token that may not come next to -inf; returns how many may.
   virtual size_t mask(std::span<float> logits) = 0;
-  // The mask here is known already (cached): masking first then costs one pass over the logits
-  // and spares the sampler a draw that may be refused.
-  virtual bool mask_is_cheap() { return false; }
+  // Mask before the draw rather than check after it: true when the mask here is known already
+  // (cached), or when the draws checked lately were mostly refused, so that checking first would
+  // mostly cost a wasted draw.
+  virtual bool mask_first() { return false; }
   // `id` was chosen (it was allowed): the constraint moves past it.
   virtual void accept(int32_t id) = 0;
 };
