@@ -94,6 +94,10 @@ class GrammarLowerer {
   }
 
   void write_rule(uint32_t id, const std::vector<std::vector<Symbol>>& alts) {
+    if (g_.syms_.size() > GrammarBuilder::kMaxSymbols)
+      throw GrammarError(fmt::format(
+          "grammar: more than {} symbols (repetition counts multiply the grammar's size)",
+          GrammarBuilder::kMaxSymbols));
     for (const auto& a : alts) {
       g_.alts_[id].push_back((uint32_t)g_.syms_.size());
       g_.syms_.insert(g_.syms_.end(), a.begin(), a.end());

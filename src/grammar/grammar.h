@@ -73,11 +73,14 @@ class GrammarBuilder {
   // A name no rule has yet, made from `hint`.
   std::string fresh_name(std::string_view hint);
   // Lowers every definition. Throws GrammarError naming the rule for a reference to an
-  // undefined rule, a left-recursive rule (the matcher would never stop expanding it) or a
-  // repetition bound over kMaxRepeat.
+  // undefined rule, a left-recursive rule (the matcher would never stop expanding it), a
+  // repetition bound over kMaxRepeat, or a grammar of more than kMaxSymbols symbols.
   std::shared_ptr<const Grammar> build(const std::string& root) const;
 
   static constexpr int kMaxRepeat = 10000;
+  // Bounds the lowered grammar (8 bytes a symbol): x{0,10000} alone is 10000 rules, and a
+  // schema from a request may hold many such counts.
+  static constexpr size_t kMaxSymbols = size_t{1} << 20;
 
  private:
   std::map<std::string, Expr> defs_;

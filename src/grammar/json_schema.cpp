@@ -73,10 +73,14 @@ class SchemaCompiler {
   static int count(const ojson& s, const char* kw, const std::string& path, int dflt) {
     auto it = s.find(kw);
     if (it == s.end()) return dflt;
-    if (!it->is_number_unsigned() || it->get<uint64_t>() > (uint64_t)GrammarBuilder::kMaxRepeat)
+    const bool ok = it->is_number_unsigned()
+                        ? it->get<uint64_t>() <= (uint64_t)GrammarBuilder::kMaxRepeat
+                        : it->is_number_integer() && it->get<int64_t>() >= 0 &&
+                              it->get<int64_t>() <= GrammarBuilder::kMaxRepeat;
+    if (!ok)
       error(kw, path,
             fmt::format("'{}' must be an integer in [0, {}]", kw, GrammarBuilder::kMaxRepeat));
-    return (int)it->get<uint64_t>();
+    return (int)it->get<int64_t>();
   }
 
   Expr value(const ojson& s, const std::string& path, int depth) {
@@ -296,11 +300,15 @@ std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json&
   } catch (const SchemaError&) {
     throw;
   } catch (const GrammarError& e) {
-    // From build(): a $ref cycle that writes nothing between its turns ({"$ref": "#"}).
+    // From build(): left recursion can only come from a $ref cycle that writes nothing between
+    // its turns ({"$ref": "#"}); else the grammar is too large.
+    const bool cycle = std::string(e.what()).find("left-recursive") != std::string::npos;
     throw SchemaError(
-        fmt::format("JSON schema: a '$ref' cycle reaches itself before writing anything ({})",
-                    e.what()),
-        "$ref", "");
+        cycle ? fmt::format("JSON schema: a '$ref' cycle reaches itself before writing anything "
+                            "({})",
+                            e.what())
+              : fmt::format("JSON schema: {}", e.what()),
+        cycle ? "$ref" : "", "");
   }
 }
 

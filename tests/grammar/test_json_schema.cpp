@@ -112,6 +112,19 @@ TEST(JsonSchema, OutputIsDoneWhenTheRootValueCloses) {
   EXPECT_FALSE(m.can_continue(s));
 }
 
+TEST(JsonSchema, GrammarSizeIsBounded) {
+  // 300 properties, each a string of up to 10000 characters: 3M rules, refused.
+  ojson s = {{"type", "object"}, {"properties", ojson::object()}};
+  for (int i = 0; i < 300; ++i)
+    s["properties"]["p" + std::to_string(i)] = {{"type", "string"}, {"maxLength", 10000}};
+  try {
+    json_schema_grammar(s);
+    ADD_FAILURE() << "no error";
+  } catch (const SchemaError& e) {
+    EXPECT_NE(std::string(e.what()).find("symbols"), std::string::npos) << e.what();
+  }
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   struct Case {
     const char* schema;
