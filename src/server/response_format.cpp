@@ -10,9 +10,7 @@ namespace moeflow {
 
 namespace {
 
-RequestError bad(std::string msg) {
-  return RequestError(400, std::move(msg), "response_format");
-}
+RequestError bad(std::string msg) { return RequestError(400, std::move(msg), "response_format"); }
 
 std::string shown(const nlohmann::ordered_json& v) {
   std::string s = v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
