@@ -116,7 +116,7 @@ class GrammarLowerer {
   }
 
   uint32_t set_index(const ByteSet& s) {
-    auto [it, added] = set_ids_.emplace(s.bits, (uint32_t)g_.sets_.size());
+    auto [it, added] = set_ids_.try_emplace(s.bits, (uint32_t)g_.sets_.size());
     if (added) g_.sets_.push_back(s);
     return it->second;
   }

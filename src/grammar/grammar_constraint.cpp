@@ -1,5 +1,6 @@
 #include "grammar/grammar_constraint.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/error.h"
@@ -91,13 +92,19 @@ const std::vector<uint64_t>& GrammarConstraint::allowed_bits() {
 size_t GrammarConstraint::mask(std::span<float> logits) {
   const Mask& mk = current_mask();
   constexpr float kNo = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const size_t w = i >> 6;
-    if (w < mk.bits.size() && mk.bits[w] == ~uint64_t{0}) {  // a whole word allowed: skip it
-      i |= 63;
+  // By 64-token words: most words of a mask are all allowed (inside a string) or all refused
+  // (between values), and those take one fill or nothing instead of 64 bit tests.
+  const size_t n = logits.size();
+  for (size_t base = 0; base < n; base += 64) {
+    const size_t w = base >> 6, len = std::min<size_t>(64, n - base);
+    const uint64_t allowed = w < mk.bits.size() ? mk.bits[w] : 0;
+    if (allowed == ~uint64_t{0}) continue;
+    if (allowed == 0) {
+      std::fill_n(logits.begin() + base, len, kNo);
       continue;
     }
-    if (w >= mk.bits.size() || !((mk.bits[w] >> (i & 63)) & 1)) logits[i] = kNo;
+    for (size_t k = 0; k < len; ++k)
+      if (!((allowed >> k) & 1)) logits[base + k] = kNo;
   }
   return mk.count;
 }

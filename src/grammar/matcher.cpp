@@ -23,7 +23,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g, size_t max_stat
 
 uint32_t GrammarMatcher::node(uint32_t pos, uint32_t parent) {
   const uint64_t key = (uint64_t)pos << 32 | parent;
-  auto [it, added] = node_ids_.emplace(key, (uint32_t)nodes_.size());
+  auto [it, added] = node_ids_.try_emplace(key, (uint32_t)nodes_.size());  // no alloc if known
   if (added) nodes_.push_back({pos, parent});
   return it->second;
 }
