@@ -21,7 +21,7 @@ Models: the demo model (models/demo-moe.gguf, 4096-token byte-level BPE) and --m
 written by `moeflow gen-model` and cached in /tmp as bench_engine.py caches it.
 
 usage: bench/bench_grammar.py [--moeflow build/moeflow] [--model M.gguf | --mixtral]
-                              [-n 256] [--reps 15] [-t 1] [--out F.json]
+                              [-n 256] [--reps 15] [-t 1] [--schema S.json] [--out F.json]
 One JSON object on stdout (and --out); a summary line on stderr.
 """
 from __future__ import annotations
@@ -98,10 +98,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--temp", type=float, default=0.8)
+    ap.add_argument("--schema", default=SCHEMA, help="the JSON schema of the constrained side")
     ap.add_argument("--out")
     a = ap.parse_args()
     model = ensure_mixtral(a) if a.mixtral else a.model
-    schema = json.load(open(SCHEMA))
+    schema = json.load(open(a.schema))
     proc, url, log = start_server(a, model, a.n + 64)
     rows = {"plain": [], "constrained": []}
     try:
@@ -118,7 +119,7 @@ def main() -> None:
     med = {side: statistics.median(r["decode_tps"] for r in rs) for side, rs in rows.items()}
     ratios = [c["decode_tps"] / p["decode_tps"] for p, c in zip(rows["plain"], rows["constrained"])]
     result = {
-        "model": os.path.basename(model), "n": a.n, "reps": a.reps, "threads": a.threads, "temp": a.temp,
+        "model": os.path.basename(model), "schema": os.path.relpath(a.schema, ROOT), "n": a.n, "reps": a.reps, "threads": a.threads, "temp": a.temp,
         "median_decode_tps": med,
         "ratio_of_medians": med["constrained"] / med["plain"],
         "median_ratio": statistics.median(ratios),
