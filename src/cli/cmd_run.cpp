@@ -1,8 +1,11 @@
 // `moeflow run`: generate from a prompt with llama.cpp-style flags, streaming to stdout.
 // Prompts are text (through the model's tokenizer) or "ids:1,2,3"; without a tokenizer the
-// generated token ids are printed instead of text.
+// generated token ids are printed instead of text. --json-schema / --grammar constrain the output
+// (src/grammar): it stops as soon as the grammar is complete.
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,9 @@
 #include "cli/offload_flags.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
+#include "grammar/gbnf.h"
+#include "grammar/grammar_constraint.h"
+#include "grammar/json_schema.h"
 #include "runtime/engine.h"
 #include "runtime/token_list.h"
 #include "sampling/sampler.h"
@@ -27,7 +33,8 @@ struct RunArgs {
   int batch = 256;
   SamplerParams sp;
   bool stats_json = false;
-  std::string stats = "text";  // text | json | none
+  std::string stats = "text";        // text | json | none
+  std::string json_schema, grammar;  // files
   BackendKind backend = BackendKind::Cpu;
   OffloadOptions offload;
 };
@@ -47,6 +54,29 @@ void print_offload_summary(const OffloadSession& s) {
                (unsigned long long)t.late, (unsigned long long)t.misses,
                (unsigned long long)t.prefetch_issued, (unsigned long long)t.prefetch_used,
                t.bytes_read / 1048576.0, t.stall_s * 1e3);
+}
+
+std::string read_text_file(const std::string& path, const char* flag) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{}: cannot read '{}'", flag, path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The grammar of --json-schema or --grammar, or nullptr.
+std::shared_ptr<const Grammar> output_grammar(const RunArgs& a) {
+  if (!a.json_schema.empty() && !a.grammar.empty())
+    usage_fail("--json-schema and --grammar do not go together");
+  if (!a.grammar.empty()) return parse_gbnf(read_text_file(a.grammar, "--grammar"));
+  if (a.json_schema.empty()) return nullptr;
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(read_text_file(a.json_schema, "--json-schema"));
+  } catch (const nlohmann::json::exception& e) {
+    fail("--json-schema: '{}' is not JSON: {}", a.json_schema, e.what());
+  }
+  return json_schema_grammar(schema);
 }
 
 int run_run(RunArgs& a) {
@@ -83,6 +113,12 @@ int run_run(RunArgs& a) {
   if (tok && !tok->warning().empty())
     std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
   Sampler sampler(a.sp);
+  std::unique_ptr<GrammarConstraint> constraint;
+  if (auto g = output_grammar(a)) {
+    if (!tok) fail("--json-schema / --grammar need the model's tokenizer ({})", tok_error);
+    constraint = std::make_unique<GrammarConstraint>(g, TokenVocab::from_tokenizer(*tok));
+    sampler.set_constraint(constraint.get());
+  }
   std::unique_ptr<StreamDecoder> dec;
   if (tok) dec = std::make_unique<StreamDecoder>(*tok);
   std::vector<int32_t> stop;
@@ -99,7 +135,7 @@ int run_run(RunArgs& a) {
         }
         first = false;
         std::fflush(stdout);
-        return true;
+        return !(constraint && constraint->done());
       },
       stop);
   if (dec) std::fputs(dec->flush().c_str(), stdout);
@@ -140,6 +176,9 @@ const bool registered_run =
           "--stats", a->stats,
           "statistics on stderr after the text: text | json (one object, the last line) | none");
       app.add_flag("--stats-json", a->stats_json, "same as --stats json");
+      app.add_option("--json-schema", a->json_schema,
+                     "constrain the output to JSON valid against the schema in this file");
+      app.add_option("--grammar", a->grammar, "constrain the output to this GBNF grammar file");
       add_phase_lines_flag(app);
       add_offload_options(app, a->offload, &a->backend);
       add_backend_option(app, a->backend);

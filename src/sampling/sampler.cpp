@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -100,11 +101,14 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
     return;
   }
   cand_.reserve(V);
-  for (int64_t i = 0; i < V; ++i) cand_.emplace_back((int32_t)i, work_[i] / p_.temperature);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < V; ++i)
+    if (work_[i] != kMasked) cand_.emplace_back((int32_t)i, work_[i] / p_.temperature);
+  if (cand_.empty()) fail("sampler: every logit is -inf");
   auto by_logit = [](const auto& a, const auto& b) {
     return a.second > b.second || (a.second == b.second && a.first < b.first);
   };
-  if (p_.top_k > 0 && p_.top_k < V) {
+  if (p_.top_k > 0 && (size_t)p_.top_k < cand_.size()) {  // masked tokens are not in cand_
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
     cand_.resize(p_.top_k);
   } else {
@@ -142,6 +146,25 @@ void Sampler::prepare(std::span<const float> logits, std::span<const int32_t> hi
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  if (!constraint_) return draw(logits, history);
+  auto masked_draw = [&] {
+    masked_.assign(logits.begin(), logits.end());
+    if (constraint_->mask(masked_) == 0)
+      fail("sampler: the output constraint allows no token of the vocabulary here");
+    return draw(masked_, history);
+  };
+  int32_t id;
+  if (constraint_->mask_first()) {
+    id = masked_draw();
+  } else {
+    id = draw(logits, history);
+    if (!constraint_->allows(id)) id = masked_draw();
+  }
+  constraint_->accept(id);
+  return id;
+}
+
+int32_t Sampler::draw(std::span<const float> logits, std::span<const int32_t> history) {
   prepare(logits, history);
   if (cand_.size() == 1) return cand_[0].first;
   const double u = uniform();

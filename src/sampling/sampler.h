@@ -2,7 +2,7 @@
 // Token sampling: logit bias, then the penalties (repetition, frequency, presence), then greedy
 // (temp <= 0) or temperature -> top-k -> top-p -> min-p -> draw. Deterministic for a seed: the
 // generator is a fixed algorithm (mt19937_64) and uniforms are made from its raw bits, not from a
-// library distribution.
+// library distribution. An optional TokenConstraint (a grammar) limits what may be drawn.
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "sampling/token_constraint.h"
 
 namespace moeflow {
 
@@ -49,10 +51,21 @@ class Sampler {
 
   // Picks a token from n_vocab logits. `history` holds the tokens seen so far (prompt and
   // generated); only its last repeat_last_n entries are penalised. Does not modify logits.
+  // With a constraint, the token drawn is checked first and only when it is refused are the
+  // logits masked and the draw made again (a refused token costs a mask, an allowed one a
+  // check); when the constraint asks for it (mask_first: its mask is cached, or draws are mostly
+  // refused lately) the logits are masked first and drawn once. Without filters (temperature only,
+  // or greedy) both draw exactly from the masked distribution: P(t) = p(t) + P(refused) * p(t) /
+  // P(allowed) = p(t) / P(allowed). The chosen token is then passed to the constraint's accept().
+  // Throws when the constraint allows nothing.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // Not owned; nullptr removes it. Must outlive the samples drawn with it.
+  void set_constraint(TokenConstraint* c) { constraint_ = c; }
+  TokenConstraint* constraint() const { return constraint_; }
 
   // Probabilities the draw would use (after bias, penalties, temperature, top-k/p, min-p), as
   // (token, prob) pairs in descending probability: exposed so tests can check the filters.
+  // Tokens whose logit is -inf (masked) are never candidates.
   const std::vector<std::pair<int32_t, float>>& candidates() const { return cand_; }
   void prepare(std::span<const float> logits, std::span<const int32_t> history);
 
@@ -63,8 +76,11 @@ class Sampler {
  private:
   SamplerParams p_;
   std::mt19937_64 rng_;
+  TokenConstraint* constraint_ = nullptr;
   void apply_bias_and_penalties(std::span<const int32_t> history);
+  int32_t draw(std::span<const float> logits, std::span<const int32_t> history);
   std::vector<float> work_;
+  std::vector<float> masked_;    // scratch: the logits with the constraint's mask
   std::vector<int32_t> window_;  // scratch: the penalty window, sorted to count repeats
   std::vector<std::pair<int32_t, float>> cand_;
 };

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "server/response_format.h"
+
 namespace moeflow {
 namespace {
 
@@ -216,17 +218,6 @@ void read_messages(const ojson& b, GenerationRequest& r) {
     mm["content"] = message_text(content ? *content : ojson(nullptr), i);
     r.messages.push_back(std::move(mm));
   }
-  if (const ojson* rf = field(b, "response_format")) {
-    const ojson* type = rf->is_object() ? field(*rf, "type") : nullptr;
-    if (!type || !type->is_string())
-      throw bad("'response_format' must be an object with a string 'type'", "response_format");
-    if (type->get<std::string>() != "text")
-      throw bad(fmt::format(
-                    "'response_format' of type {} is not supported: this server has no constrained "
-                    "decoding (only {{\"type\": \"text\"}})",
-                    shown(*type)),
-                "response_format");
-  }
   bool tools_off = false;
   if (const ojson* tc = field(b, "tool_choice")) {
     const std::string c = tc->is_string() ? tc->get<std::string>() : "";
@@ -422,6 +413,7 @@ GenerationRequest parse_generation_request(std::string_view body, Endpoint endpo
   else
     read_prompt(b, ctx, r);
   read_sampling(b, ctx, r);
+  if (const ojson* rf = field(b, "response_format")) r.gen.grammar = parse_response_format(*rf);
   read_stop(b, ctx.limits, r.gen);
   read_logprobs(b, ctx.limits, r);
   if (auto v = opt_bool(b, "ignore_eos")) r.gen.ignore_eos = *v;

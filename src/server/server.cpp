@@ -17,6 +17,7 @@
 
 #include "chat_template/chat_template.h"
 #include "core/error.h"
+#include "grammar/token_vocab.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "server/http_guard.h"
@@ -126,6 +127,8 @@ struct Server::Impl {
   RequestContext rctx;
   ServerMetrics stats;
   PrefixCache cache;  // engine thread only
+  std::once_flag vocab_once;
+  std::shared_ptr<const TokenVocab> vocab;  // response_format's token bytes (constrain())
 
   GuardedHttpServer http;
   int port = -1;
@@ -277,6 +280,19 @@ struct Server::Impl {
     return tmpl.tokenize(tok, text);
   }
 
+  // response_format: the vocabulary's bytes and trie are built once, on the first request that
+  // needs them, and shared. Harmony's reply is framed by channel tokens a grammar would have to
+  // spell out, so there it is refused.
+  void constrain(Job& job) {
+    if (job.params.harmony)
+      throw RequestError(400,
+                         "'response_format' json_object / json_schema is not supported with this "
+                         "model's harmony (gpt-oss) chat format",
+                         "response_format");
+    std::call_once(vocab_once, [&] { vocab = TokenVocab::from_tokenizer(tok); });
+    job.params.token_vocab = vocab;
+  }
+
   // The prompt must leave room in the context; max_tokens is clamped to what is left.
   void fit_context(Job& job, bool chat) {
     const int64_t n = (int64_t)job.prompt.size();
@@ -328,6 +344,7 @@ struct Server::Impl {
       }
       job->params = std::move(r.gen);
       job->params.harmony = chat && tmpl.harmony;  // the reply is harmony's final channel
+      if (job->params.grammar) constrain(*job);
       job->n = r.n;
       job->stream = r.stream;
       if (!r.seed_given && opt.random_seed)

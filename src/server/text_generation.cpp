@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "grammar/grammar_constraint.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "sampling/logprobs.h"
@@ -147,6 +148,12 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
   res.finish_reason = "length";
   if (params.max_tokens == 0) return res;
   Sampler sampler(params.sampling);
+  std::optional<GrammarConstraint> constraint;
+  if (params.grammar) {
+    constraint.emplace(params.grammar,
+                       params.token_vocab ? params.token_vocab : TokenVocab::from_tokenizer(tok));
+    sampler.set_constraint(&*constraint);
+  }
   TextAssembler text(tok, params, res, on_delta);
 
   const double t0 = now_seconds();
@@ -184,6 +191,10 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
         lp = {id, tok.token_to_piece(id), 0, l.logprob, std::move(l.top)};
       }
       finished = !text.push(id, params.logprobs ? &lp : nullptr);
+      if (!finished && constraint && constraint->done()) {
+        res.finish_reason = "stop";  // the constrained output is whole: nothing else may follow
+        break;
+      }
       if (finished || i + 1 == params.max_tokens) break;
       row = engine.decode(id);
       if (cache) cache->fed(id);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,8 +16,10 @@
 namespace moeflow {
 
 class Engine;
+class Grammar;
 class PrefixCache;
 class Tokenizer;
+class TokenVocab;
 
 struct TextGenParams {
   int max_tokens = 128;
@@ -28,6 +31,12 @@ struct TextGenParams {
   bool harmony = false;
   bool logprobs = false;  // per-token log-probabilities (sampling/logprobs.h)
   int top_logprobs = 0;   // alternatives per token with logprobs
+  // Constrained output (response_format): every token must continue this grammar, and the
+  // generation stops ("stop") once the grammar is complete and nothing more can follow. The
+  // vocabulary's bytes are built from the tokenizer when token_vocab is null (the server builds
+  // them once).
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const TokenVocab> token_vocab;
 };
 
 // One sampled token with its log-probabilities, delivered with the text it belongs to.

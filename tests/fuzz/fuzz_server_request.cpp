@@ -1,5 +1,5 @@
-// fuzz-sources: src/server/request_parse.cpp
-// fuzz-link: moeflow_sampling moeflow_core
+// fuzz-sources: src/server/request_parse.cpp src/server/response_format.cpp
+// fuzz-link: moeflow_grammar moeflow_sampling moeflow_core
 // libFuzzer target: the server's request parsing (src/server/request_parse.h), the JSON body of
 // POST /v1/chat/completions and /v1/completions turned into generation parameters. Any input
 // must end in parameters that hold the documented invariants, or in a RequestError with a 4xx

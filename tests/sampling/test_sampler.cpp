@@ -292,5 +292,77 @@ TEST(Sampler, ParameterRangesNameTheFieldAndTheFlag) {
   EXPECT_EQ(e->requirement + ", got " + e->value, "must be > 0 and <= 100 (1 = off), got 0");
 }
 
+// A constraint that allows the even tokens only, counting how it is used.
+class EvenTokens : public TokenConstraint {
+ public:
+  int checks = 0, masks = 0, accepted = 0;
+  bool allows(int32_t id) override {
+    ++checks;
+    return id % 2 == 0;
+  }
+  size_t mask(std::span<float> logits) override {
+    ++masks;
+    for (size_t i = 1; i < logits.size(); i += 2)
+      logits[i] = -std::numeric_limits<float>::infinity();
+    return (logits.size() + 1) / 2;
+  }
+  void accept(int32_t id) override {
+    EXPECT_EQ(id % 2, 0);
+    ++accepted;
+  }
+};
+
+TEST(SamplerConstraint, DrawsOnlyAllowedTokensAndMasksOnlyOnRefusal) {
+  const std::vector<float> logits = {0.1f, 2.0f, 1.9f, 0.5f, 1.0f, 0.0f};
+  SamplerParams p;
+  p.temperature = 0;
+  Sampler greedy(p);
+  EvenTokens c;
+  greedy.set_constraint(&c);
+  EXPECT_EQ(greedy.sample(logits, {}), 2);  // argmax 1 is refused: the masked argmax
+  EXPECT_EQ(c.masks, 1);
+  const std::vector<float> even_best = {0.1f, 0.0f, 3.0f, 0.5f};
+  EXPECT_EQ(greedy.sample(even_best, {}), 2);
+  EXPECT_EQ(c.masks, 1);  // the drawn token was allowed: no mask
+  EXPECT_EQ(c.accepted, 2);
+}
+
+// Without filters the check-first draw is exactly the masked distribution p(t) / P(allowed).
+TEST(SamplerConstraint, CheckFirstDrawIsTheMaskedDistribution) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, 2.0f, -1.0f, 1.5f};
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 11;
+  Sampler s(p);
+  EvenTokens c;
+  s.set_constraint(&c);
+  const int n = 200000;
+  std::map<int32_t, int> hits;
+  for (int i = 0; i < n; ++i) ++hits[s.sample(logits, {})];
+  double z = 0;
+  for (int t : {0, 2, 4}) z += std::exp((double)logits[t]);
+  for (int t : {0, 2, 4})
+    EXPECT_NEAR((double)hits[t] / n, std::exp((double)logits[t]) / z, 0.005) << t;
+  EXPECT_EQ(hits.size(), 3u);
+  EXPECT_LT(c.masks, n);  // allowed draws needed no mask
+}
+
+TEST(SamplerConstraint, NothingAllowedIsAnError) {
+  class Nothing : public TokenConstraint {
+    bool allows(int32_t) override { return false; }
+    size_t mask(std::span<float> l) override {
+      for (float& x : l) x = -std::numeric_limits<float>::infinity();
+      return 0;
+    }
+    void accept(int32_t) override {}
+  } c;
+  Sampler s;
+  s.set_constraint(&c);
+  EXPECT_THROW(s.sample(std::vector<float>{1, 2, 3}, {}), Error);
+}
+
 }  // namespace
 }  // namespace moeflow

@@ -104,7 +104,12 @@ TEST(RequestParse, EveryMalformedFieldIsA400NamingIt) {
       {with_messages({{"logprobs", 1}}), C, "logprobs"},
       {with_messages({{"top_logprobs", 2}}), C, "top_logprobs"},
       {with_messages({{"logprobs", true}, {"top_logprobs", 21}}), C, "top_logprobs"},
-      {with_messages({{"response_format", {{"type", "json_object"}}}}), C, "response_format"},
+      {with_messages({{"response_format", {{"type", "xml"}}}}), C, "response_format"},
+      {with_messages(
+           {{"response_format",
+             {{"type", "json_schema"},
+              {"json_schema", {{"schema", {{"type", "string"}, {"format", "email"}}}}}}}}),
+       C, "response_format"},
       {with_messages(
            {{"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}),
        C, "response_format"},
@@ -160,9 +165,16 @@ TEST(RequestParse, MessagesSayWhatIsExpected) {
             "'temperature' must be in [0, 100] (0 = greedy), got 1e+308");
   const std::string mt = error_of(with_messages({{"max_tokens", 1e12}})).message;
   EXPECT_NE(mt.find("'max_tokens' must be an integer in [1, 2147483647]"), std::string::npos) << mt;
-  EXPECT_NE(error_of(with_messages({{"response_format", {{"type", "json_object"}}}}))
-                .message.find("constrained"),
-            std::string::npos);
+  const std::string rf =
+      error_of(with_messages(
+                   {{"response_format",
+                     {{"type", "json_schema"},
+                      {"json_schema",
+                       {{"name", "n"},
+                        {"schema",
+                         {{"properties", {{"a", {{"type", "string"}, {"pattern", "x"}}}}}}}}}}}}))
+          .message;
+  EXPECT_NE(rf.find("'pattern' is not supported (at /properties/a)"), std::string::npos) << rf;
 }
 
 TEST(RequestParse, BodyLevelErrors) {
@@ -317,6 +329,30 @@ TEST(RequestParse, CompletionPrompts) {
   EXPECT_TRUE(ids.gen.logprobs);
   EXPECT_EQ(ids.gen.top_logprobs, 0);
   EXPECT_TRUE(completion({{"echo", true}}).echo);
+}
+
+TEST(RequestParse, ResponseFormatGivesTheGrammarOnBothEndpoints) {
+  EXPECT_EQ(chat({{"response_format", {{"type", "text"}}}}).gen.grammar, nullptr);
+  EXPECT_NE(chat({{"response_format", {{"type", "json_object"}}}}).gen.grammar, nullptr);
+  const json schema = {{"type", "json_schema"},
+                       {"json_schema",
+                        {{"name", "person"},
+                         {"strict", true},
+                         {"schema",
+                          {{"type", "object"},
+                           {"properties", {{"name", {{"type", "string"}}}}},
+                           {"required", {"name"}},
+                           {"additionalProperties", false}}}}}};
+  EXPECT_NE(chat({{"response_format", schema}}).gen.grammar, nullptr);
+  EXPECT_NE(completion({{"response_format", schema}}).gen.grammar, nullptr);
+  const RequestError e =
+      error_of(json({{"prompt", "hi"},
+                     {"response_format",
+                      {{"type", "json_schema"}, {"json_schema", {{"schema", {{"minimum", 1}}}}}}}})
+                   .dump(),
+               Endpoint::Completion);
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_NE(e.message.find("'minimum'"), std::string::npos) << e.message;
 }
 
 }  // namespace

@@ -67,11 +67,14 @@ TEST_F(ServerApi, InvalidFieldsAre400sNamingTheField) {
     EXPECT_NE(e["message"].get<std::string>().find(c.says), std::string::npos) << r->body;
     EXPECT_EQ(e["type"], "invalid_request_error");
   }
-  auto r = post(
-      "/v1/chat/completions",
-      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})");
+  auto r =
+      post("/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema",)"
+           R"("json_schema":{"name":"x","schema":{"type":"string","pattern":"^a"}}}})");
   expect_error(r, 400, "");
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "response_format");
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("'pattern'"),
+            std::string::npos);
   auto h = inst_->client().Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
