@@ -10,9 +10,9 @@ namespace moeflow {
 
 namespace {
 
-RequestError bad(std::string msg) { return RequestError(400, std::move(msg), "response_format"); }
+RequestError bad_format(std::string msg) { return RequestError(400, std::move(msg), "response_format"); }
 
-std::string shown(const nlohmann::ordered_json& v) {
+std::string shown_value(const nlohmann::ordered_json& v) {
   std::string s = v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
@@ -22,7 +22,7 @@ std::string shown(const nlohmann::ordered_json& v) {
 std::shared_ptr<const Grammar> parse_response_format(const nlohmann::ordered_json& rf) {
   auto type = rf.is_object() ? rf.find("type") : rf.end();
   if (!rf.is_object() || type == rf.end() || !type->is_string())
-    throw bad("'response_format' must be an object with a string 'type'");
+    throw bad_format("'response_format' must be an object with a string 'type'");
   const std::string t = type->get<std::string>();
   if (t == "text") return nullptr;
   if (t == "json_object") {
@@ -30,23 +30,23 @@ std::shared_ptr<const Grammar> parse_response_format(const nlohmann::ordered_jso
     return any_object;
   }
   if (t != "json_schema")
-    throw bad(fmt::format(
+    throw bad_format(fmt::format(
         "'response_format' type must be \"text\", \"json_object\" or \"json_schema\", got {}",
-        shown(*type)));
+        shown_value(*type)));
   auto js = rf.find("json_schema");
   if (js == rf.end() || !js->is_object())
-    throw bad("'response_format' of type json_schema needs a 'json_schema' object");
+    throw bad_format("'response_format' of type json_schema needs a 'json_schema' object");
   if (auto n = js->find("name"); n != js->end() && !n->is_string())
-    throw bad("'response_format.json_schema.name' must be a string");
+    throw bad_format("'response_format.json_schema.name' must be a string");
   if (auto s = js->find("strict"); s != js->end() && !s->is_boolean() && !s->is_null())
-    throw bad("'response_format.json_schema.strict' must be true or false");
+    throw bad_format("'response_format.json_schema.strict' must be true or false");
   auto schema = js->find("schema");
   if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
-    throw bad("'response_format.json_schema.schema' must be a JSON schema (an object)");
+    throw bad_format("'response_format.json_schema.schema' must be a JSON schema (an object)");
   try {
     return json_schema_grammar(*schema);
   } catch (const SchemaError& e) {
-    throw bad(fmt::format("'response_format.json_schema.schema': {}", e.what()));
+    throw bad_format(fmt::format("'response_format.json_schema.schema': {}", e.what()));
   }
 }
 
