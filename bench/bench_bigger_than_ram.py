@@ -868,9 +868,10 @@ def fmt_cell(e: dict | None, key: str = "decode_tps", digits: int = 3) -> str:
 
 
 def io_threads_of(lv: dict):
-    """moeflow auto's I/O threads at a level: what its runs reported, else its plan's."""
+    """moeflow auto's I/O threads at a level: what its runs reported, else its plan's ("-" when
+    it did not offload)."""
     e = (lv.get("engines") or {}).get("moeflow-auto") or {}
-    return e.get("io_threads") or (lv.get("plan") or {}).get("io_threads") or "?"
+    return e.get("io_threads") or (lv.get("plan") or {}).get("io_threads") or "-"
 
 
 def report(res: dict, a) -> str:

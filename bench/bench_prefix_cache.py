@@ -190,7 +190,10 @@ def report_text(r):
     s = r["summary"]
     g = r.get("gen_model_args") or []
     arg = lambda k: g[g.index(k) + 1] if k in g else "?"  # noqa: E731
-    size = f"{r['model_bytes'] / 1e6:.0f} MB, " if r.get("model_bytes") else ""
+    size = f"{r['model_bytes'] / 1e6:.{0 if r['model_bytes'] >= 1e7 else 1}f} MB, " if r.get("model_bytes") else ""
+    model = (f"a generated Qwen3-MoE of the 30B-A3B layer shape, cut\ndown to {arg('--layers')} layers of "
+             f"{arg('--experts')} experts (`gen-model {' '.join(g)}`; {size}experts" if g
+             else f"`{r['model']}` ({size}experts")
     built = f" at {r['moeflow_commit']}" if r.get("moeflow_commit") else ""
     rows = "\n".join(
         f"| {t} | {s['no-prefix-cache']['prompt_tokens_by_turn'][t-1]:.0f} | "
@@ -200,8 +203,7 @@ def report_text(r):
     return f"""# Prompt (prefix) cache: time to first token of a {r['turns']}-turn chat
 
 `python3 bench/bench_prefix_cache.py --reps {r['reps']}` ({r['cpus']} CPUs, {r['machine']}): `moeflow serve
---cache-rate {r['server']['cache_rate']} -c {r['server']['ctx']}`{built} on a generated Qwen3-MoE of the 30B-A3B layer shape, cut
-down to {arg('--layers')} layers of {arg('--experts')} experts (`gen-model {' '.join(g)}`; {size}experts
+--cache-rate {r['server']['cache_rate']} -c {r['server']['ctx']}`{built} on {model}
 {1 / r['server']['cache_rate']:.1f}x the budget), a {r['turns']}-turn chat of wikipedia sentences with
 {r['max_tokens']}-token greedy replies. "before" is `--no-prefix-cache` (every request prefills its
 whole prompt: the server's behaviour before the cache); "after" is the default. TTFT is measured
