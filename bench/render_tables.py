@@ -9,8 +9,10 @@ A document marks what this script writes:
 
   <!--v:NAME-->16.4<!--/v-->     one value inside a sentence
 
-NAME is a key of RENDER below, which computes the text from the JSON files (bench/*.json and the
-simulator's bench/sim/grid_*.csv). Numbers outside marked regions are not benchmark results (test
+NAME is a key of RENDER below, which computes the text from the JSON files (bench/*.json, the
+earlier runs' bench/history/*.json and the simulator's bench/sim/grid_*.csv; the GPU test grid's
+size is counted from tests/gpu/test_gpu_logits.cpp). Parametrised names: btr-doc:FILE:MODEL and
+btr-bytes:FILE:MODEL (FILE relative to bench/). Numbers outside marked regions are not benchmark results (test
 counts, sizes, settings) or are quoted from a report with no JSON (they name the report).
 
 usage: python3 bench/render_tables.py          rewrite the documents from the data
@@ -578,6 +580,19 @@ def sim_hit(policy: str, predictor: str, rate: str, hw: str = "pcie4x16") -> str
     return f"{100 * float(row['hit_rate']):.1f}%"
 
 
+def gpu_cases(what: str) -> str:
+    """The GpuVsCpu case grid, counted from tests/gpu/test_gpu_logits.cpp's cases() (not a
+    benchmark, but a count the docs cite and that drifted once: "64 cases, 4 architectures")."""
+    with open(os.path.join(ROOT, "tests", "gpu", "test_gpu_logits.cpp")) as f:
+        src = f.read()
+    body = src[src.index("std::vector<Case> cases()"):]
+    body = body[:body.index("return out;")]
+    archs = re.findall(r'"([\w-]+)"', body[body.index("const char* arch"):])
+    types = re.findall(r"T::(\w+)", body)
+    return {"n": f"{len(archs) * len(types)}",
+            "grid": f"{len(archs)} architectures x {len(types)} formats"}[what]
+
+
 RENDER = {
     "engine": (engine_table, "bench/engine.json"),
     "engine-ab": (engine_ab, "bench/engine-ab.json"),
@@ -600,6 +615,8 @@ RENDER = {
     "lossy-report": (lossy_report, "bench/lossy.json"),
     "sim": (sim_table, "bench/sim/grid_pcie4x16.csv"),
     "sim-gap": (sim_gap, "bench/sim/grid_pcie4x16.csv"),
+    "gpu.cases": ((lambda: gpu_cases("n")), "tests/gpu/test_gpu_logits.cpp"),
+    "gpu.grid": ((lambda: gpu_cases("grid")), "tests/gpu/test_gpu_logits.cpp"),
     "sim.lru125": ((lambda: sim_hit("lru", "none", "0.1250")), "bench/sim/grid_pcie4x16.csv"),
     "sim.forced50": ((lambda: sim_hit("belady-forced", "none", "0.5000")), "bench/sim/grid_pcie4x16.csv"),
 }
