@@ -699,6 +699,9 @@ def main() -> int:
             for name in regions(old):
                 print(f"{rel}: {name} <- {RENDER.get(name, (None, '?'))[1]}")
             continue
+        # A marker without its partner would silently leave a region unchecked.
+        if old.count("<!-- table:") != len(BLOCK.findall(old)) or old.count("<!--v:") != len(INLINE.findall(old)):
+            problems.append(f"{rel}: a <!-- table:NAME --> or <!--v:NAME--> marker has no closing marker")
         new = render(old, rel, problems)
         if new == old:
             continue
