@@ -603,6 +603,47 @@ def gpu_cases(what: str) -> str:
             "grid": f"{len(archs)} architectures x {len(types)} formats"}[what]
 
 
+def sim_predictors_table() -> str:
+    """docs/simulator.md's learned-predictor table from bench/sim/demo_predictors.json
+    (bench/sim_predictors.py): LRU per layer on the demo model's held-out routing."""
+    d = J("sim/demo_predictors.json")
+    rows = ["| predictor | recall, layers 1-3 | precision | hit % @25% | hit % @50% |", "|---|---:|---:|---:|---:|"]
+
+    def res(name, policy="lru"):
+        return {r["cache_rate"]: r for r in d["sim"][name] if r["policy"] == policy}
+
+    def recall(r, first=1):
+        ls = [x for x in r["layers"] if x["layer"] >= first]
+        return sum(x["prediction_recall"] * x["uses"] for x in ls) / sum(x["uses"] for x in ls)
+
+    labels = [("none", "none"), ("gate", "gate lookahead (`gate`)"), ("token", "token id (`token`)"),
+              ("promoe1", "ProMoE MLP, stride 1"), ("promoe2", "ProMoE MLP, stride 2")]
+    for name, label in labels:
+        r = res(name)
+        q = r[0.25]
+        if name == "none":
+            rec, prec = "", ""
+        elif name == "promoe2":
+            rec, prec = f"{recall(q):.3f} (layers 2-3: {recall(q, 2):.3f})", f"{q['prediction_precision']:.3f}"
+        else:
+            rec, prec = f"{recall(q):.3f}", f"{q['prediction_precision']:.3f}"
+        rows.append(f"| {label} | {rec} | {prec} | {100 * r[0.25]['hit_rate']:.1f} | {100 * r[0.5]['hit_rate']:.1f} |")
+    b = res("none", "belady")
+    rows.append(f"| Belady demand-only (future-aware, no prefetch) | | | {100 * b[0.25]['hit_rate']:.1f} | "
+                f"{100 * b[0.5]['hit_rate']:.1f} |")
+    o = res("oracle")
+    rows.append(f"| oracle predictor (future-aware) | {recall(o[0.25]):.3f} | {o[0.25]['prediction_precision']:.3f} | "
+                f"{100 * o[0.25]['hit_rate']:.1f} | {100 * o[0.5]['hit_rate']:.1f} |")
+    rows += ["", f"(moeflow {d['moeflow_commit']}, {d['prompts']['eval']} evaluation prompts; "
+                 f"`bench/sim/demo_predictors.json`, `python3 bench/sim_predictors.py`.)"]
+    return "\n".join(rows)
+
+
+def sim_train_recall() -> str:
+    t = J("sim/demo_predictors.json")["train_predictor"]
+    return f"**{t['1']['held_out_recall']:.3f}** at stride 1, **{t['2']['held_out_recall']:.3f}** at stride 2"
+
+
 RENDER = {
     "engine": (engine_table, "bench/engine.json"),
     "engine-ab": (engine_ab, "bench/engine-ab.json"),
@@ -628,6 +669,8 @@ RENDER = {
     "sim-gap": (sim_gap, "bench/sim/grid_pcie4x16.csv"),
     "gpu.cases": ((lambda: gpu_cases("n")), "tests/gpu/test_gpu_logits.cpp"),
     "gpu.grid": ((lambda: gpu_cases("grid")), "tests/gpu/test_gpu_logits.cpp"),
+    "sim-predictors": (sim_predictors_table, "bench/sim/demo_predictors.json"),
+    "sim.train_recall": (sim_train_recall, "bench/sim/demo_predictors.json"),
     "sim.lru125": ((lambda: sim_hit("lru", "none", "0.1250")), "bench/sim/grid_pcie4x16.csv"),
     "sim.forced50": ((lambda: sim_hit("belady-forced", "none", "0.5000")), "bench/sim/grid_pcie4x16.csv"),
 }
@@ -665,7 +708,12 @@ def render(text: str, path: str, problems: list[str]) -> str:
         if name not in RENDER:
             problems.append(f"{path}: region {name!r} has no renderer in bench/render_tables.py")
             return None
-        return RENDER[name][0]()
+        try:
+            return RENDER[name][0]()
+        except (OSError, KeyError, ValueError, StopIteration, TypeError) as e:
+            problems.append(f"{path}: region {name}: cannot render from {RENDER[name][1]}: "
+                            f"{type(e).__name__}: {e}")
+            return None
 
     def block(m: re.Match) -> str:
         v = value(m.group(2))
