@@ -101,6 +101,8 @@ import sys
 import tempfile
 import time
 
+from moeflow_version import binary_version
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # llama-cpp-python built for this CPU by scripts/setup-deps.sh (site-packages may hold a foreign one)
 sys.path.insert(0, os.path.join(ROOT, ".deps", "python"))
@@ -742,7 +744,8 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
         # The rotation starts with moeflow-auto: its first run gives auto-fit's plan at this
         # level (budget, margin, policy, I/O threads), from which the explicit candidates follow.
         base = ["moeflow-auto"] + ([] if a.no_llama else ["llama.cpp", "llama.cpp-norepack"])
-        lv = {"level": level, "limit_bytes": limit, "plan": {}, "candidates": {}, "runs": []}
+        lv = {"level": level, "limit_bytes": limit, "threads": a.threads, "plan": {}, "candidates": {},
+              "runs": []}
         cands: dict = {}
         engines = list(base)
         for rep in range(a.reps):
@@ -793,7 +796,13 @@ def aggregate_level(lv: dict, engines: list[str], compute_s: float, bw: float, s
                   "bytes_read_per_token": med(r["bytes_read_per_token"] for r in ok),
                   "achieved_read_GBps": med(r["achieved_read_GBps"] for r in ok),
                   "peak_rss_bytes": med(r.get("peak_rss_bytes") for r in rs),
-                  "cgroup_peak_bytes": med(r.get("cgroup_peak_bytes") for r in rs)}
+                  "cgroup_peak_bytes": med(r.get("cgroup_peak_bytes") for r in rs),
+                  # compute threads (-t, the same for every engine) and, for moeflow, the I/O
+                  # threads beside them (llama.cpp has none: its reads are page faults taken by
+                  # its compute threads)
+                  "compute_threads": lv.get("threads"),
+                  "io_threads": (next((r.get("io_threads") for r in ok if r.get("io_threads")), None)
+                                 if e.startswith("moeflow") else 0)}
     cands = [e for e in engines if e.startswith("moeflow-") and e != "moeflow-auto"
              and eng[e]["decode_tps"] is not None]
     if cands:
@@ -858,9 +867,19 @@ def fmt_cell(e: dict | None, key: str = "decode_tps", digits: int = 3) -> str:
     return s
 
 
+def io_threads_of(lv: dict):
+    """moeflow auto's I/O threads at a level: what its runs reported, else its plan's ("-" when
+    it did not offload)."""
+    e = (lv.get("engines") or {}).get("moeflow-auto") or {}
+    return e.get("io_threads") or (lv.get("plan") or {}).get("io_threads") or "-"
+
+
 def report(res: dict, a) -> str:
     lines = ["# Bigger than RAM (issue 17)", "",
-             f"moeflow {res['moeflow_commit']}, {res['nproc']} cores, {a.threads} threads, "
+             f"moeflow {res['moeflow_commit']}, {res['nproc']} cores, {a.threads} compute threads for "
+             f"every engine (llama.cpp n_threads = n_threads_batch = {a.threads}, no I/O threads: its "
+             f"reads are page faults in those threads; moeflow's I/O threads, which wait on reads, "
+             f"are named per level below and in the `threads` column), "
              f"-p {a.p} -n {a.n}, median of {a.reps} reps; balloon: cgroup v{res['cgroup']['version']} "
              f"memory limit = free-RAM level x model file; page cache of the model dropped before "
              f"every run; load average {res['loadavg_start']} -> {res['loadavg_end']}"
@@ -877,8 +896,8 @@ def report(res: dict, a) -> str:
                   f"{m['odirect_best_GBps']:.2f} GB/s (best of pack --measure --sweep)", "",
                   "decode tok/s:", "",
                   "| free RAM | llama.cpp default | llama.cpp no-repack | moeflow auto | moeflow best "
-                  "| auto / no-repack | % of bound |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| auto / no-repack | % of bound | threads: llama.cpp / moeflow auto (compute + I/O) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]
         for key, lv in m["levels"].items():
             e = lv["engines"]
             ratio = lv.get("auto_vs_norepack")
@@ -890,7 +909,7 @@ def report(res: dict, a) -> str:
                 f"{fmt_cell(e.get('llama.cpp-norepack'))} | {fmt_cell(e.get('moeflow-auto'))} | "
                 f"{fmt_cell(best)}{' (' + best['candidate'][8:] + ')' if best else ''} | "
                 f"{f'{ratio:.2f}x' if ratio else '-'} | "
-                f"{pct} |")
+                f"{pct} | {a.threads} + 0 / {a.threads} + {io_threads_of(lv)} |")
         lines += ["", "| free RAM | engine | prefill tok/s | decode tok/s | read MB/token | read GB/s "
                   "| peak RSS GiB | cgroup peak GiB | runs ok / OOM |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
         for key, lv in m["levels"].items():
@@ -1088,9 +1107,8 @@ def main():
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
     tracedir = tempfile.mkdtemp(prefix="moeflow_btr_traces_")
-    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
-    res = {"issue": 17, "moeflow_commit": git, "moeflow": a.moeflow, "cpu": platform.processor() or platform.machine(),
+    # The measured binary's own version (commit + dirty flag), not the checkout's HEAD.
+    res = {"issue": 17, **binary_version(a.moeflow), "moeflow": a.moeflow, "cpu": platform.processor() or platform.machine(),
            "nproc": os.cpu_count(), "mem_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
            "cgroup": balloon.describe(), "threads": a.threads, "n_prompt": a.p, "n_gen": a.n,
            "reps": a.reps, "levels": a.levels, "best_candidates": a.best, "quick": a.quick,

@@ -19,7 +19,9 @@ Per rep (interleaved, the order alternating between reps so drift hits both side
             file, same threads, n_batch = n_ubatch = 512, default settings otherwise; times one
             P-token prefill and N single-token decode steps from an empty context, on the same
             token ids as `moeflow bench` (its LCG is replicated here).
-Medians over the reps are reported.
+Before the measured reps every engine runs once, discarded (recorded as warmup_runs): the first
+run after the bandwidth measurement is cold (page cache, CPU frequency) and was always an
+outlier. Medians over the reps are reported (default 5 reps).
 
 Memory bandwidth: build/bench/bench_micro BM_membw_read (streaming read of a 640 MiB buffer with
 T threads), measured before and after the engine runs; the larger is used. Decode bandwidth
@@ -35,7 +37,7 @@ a restructuring must stay within 3% of the old binary on decode and prefill).
 usage: bench/bench_engine.py [--model M.gguf | [--arch mixtral|deepseek2|gpt-oss] --layers 4
                              --type Q4_K [--expert-type MXFP4]] [--moeflow build/moeflow]
                              [--baseline OLD/moeflow]
-                             [-p 512] [-n 32] [-t 2] [--reps 3] [--out F.json] [--report F.md]
+                             [-p 512] [-n 32] [-t 2] [--reps 5] [--out F.json] [--report F.md]
 One JSON object on stdout (and --out); a markdown table on stderr (and --report).
 """
 from __future__ import annotations
@@ -48,6 +50,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from moeflow_version import binary_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # llama-cpp-python built for this CPU by scripts/setup-deps.sh (site-packages may hold a foreign one)
@@ -200,7 +204,7 @@ def main():
     ap.add_argument("-p", type=int, default=512, help="prompt tokens")
     ap.add_argument("-n", type=int, default=32, help="decode tokens")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-llama", action="store_true", help="moeflow only")
     ap.add_argument("--baseline", help="an older moeflow binary to compare in the same rotation")
     ap.add_argument("--out")
@@ -218,29 +222,38 @@ def main():
     info = model_bytes(model)
     load0 = loadavg()
     bw0 = membw(a)
-    runs, kv = [], {}
+    runs, warmup, kv = [], [], {}
     engines = ["moeflow"] + (["baseline"] if a.baseline else []) + ([] if a.no_llama else ["llama.cpp"])
+
+    def one_run(eng: str, rep: int) -> dict:
+        nonlocal kv
+        if eng in ("moeflow", "baseline"):
+            binp = a.moeflow if eng == "moeflow" else a.baseline
+            r = run_json([binp, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
+                          "--reps", "1", "--json", "-t", str(a.threads)])
+        else:
+            r = run_json([sys.executable, os.path.abspath(__file__), "--llama-worker", model,
+                          str(a.p), str(a.n), str(a.threads)])
+        if eng == "moeflow":
+            kv = {k: r[k] for k in ("kv_bytes_per_token", "kv_bytes_per_token_per_head") if k in r}
+        r = {"engine": eng, "rep": rep, "prefill_tps": r.get("prefill_tps", 0.0),
+             "decode_tps": r.get("decode_tps", 0.0),
+             **({"simd": r["simd"], "threads": r["threads"]} if eng != "llama.cpp" else
+                {"llama_cpp_version": r.get("llama_cpp_version")}),
+             "loadavg": loadavg()}
+        print(f"{'warm-up' if rep < 0 else f'rep {rep}':7s} {eng:9s}: prefill {r['prefill_tps']:8.2f} tok/s  decode "
+              f"{r['decode_tps']:7.3f} tok/s  (load {r['loadavg'][0]})", file=sys.stderr)
+        return r
+
+    # One discarded run per engine first (rep -1): the first run after the bandwidth measurement
+    # is cold and was always the slowest of its engine.
+    for eng in engines:
+        warmup.append(one_run(eng, -1))
     for rep in range(a.reps):
         # Rotate the order so that drift and warm caches hit every engine alike.
         order = engines[rep % len(engines):] + engines[:rep % len(engines)]
         for eng in order:
-            if eng in ("moeflow", "baseline"):
-                binp = a.moeflow if eng == "moeflow" else a.baseline
-                r = run_json([binp, "bench", "-m", model, "-p", str(a.p), "-n", str(a.n),
-                              "--reps", "1", "--json", "-t", str(a.threads)])
-            else:
-                r = run_json([sys.executable, os.path.abspath(__file__), "--llama-worker", model,
-                              str(a.p), str(a.n), str(a.threads)])
-            if eng == "moeflow":
-                kv = {k: r[k] for k in ("kv_bytes_per_token", "kv_bytes_per_token_per_head") if k in r}
-            r = {"engine": eng, "rep": rep, "prefill_tps": r.get("prefill_tps", 0.0),
-                 "decode_tps": r.get("decode_tps", 0.0),
-                 **({"simd": r["simd"], "threads": r["threads"]} if eng != "llama.cpp" else
-                    {"llama_cpp_version": r.get("llama_cpp_version")}),
-                 "loadavg": loadavg()}
-            print(f"rep {rep} {eng:9s}: prefill {r['prefill_tps']:8.2f} tok/s  decode "
-                  f"{r['decode_tps']:7.3f} tok/s  (load {r['loadavg'][0]})", file=sys.stderr)
-            runs.append(r)
+            runs.append(one_run(eng, rep))
     bw1 = membw(a)
     bw = max(bw0["GBps"], bw1["GBps"])
 
@@ -248,12 +261,12 @@ def main():
         v = [r[key] for r in runs if r["engine"] == eng]
         return statistics.median(v) if v else None
 
-    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
-    res = {"moeflow_commit": git, "model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
+    # The measured binary's own version (commit + dirty flag), not the checkout's HEAD.
+    ver = binary_version(a.moeflow)
+    res = {**ver, "model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
            "reps": a.reps, "cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": loadavg(),
-           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "kv_cache": kv, "runs": runs,
+           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "kv_cache": kv, "warmup_runs": warmup, "runs": runs,
            "engines": {}}
     for eng in ("moeflow", "baseline", "llama.cpp"):
         d = med(eng, "decode_tps")
@@ -279,6 +292,7 @@ def main():
     bl = res["engines"].get("baseline")
     if bl:
         res["baseline"] = a.baseline
+        res["baseline_commit"] = binary_version(a.baseline)["moeflow_commit"]
         for key, name in (("decode_tps", "decode"), ("prefill_tps", "prefill")):
             if bl[key]:
                 ratio = mf[key] / bl[key]
@@ -293,7 +307,7 @@ def main():
             f.write(s + "\n")
     gib = 1 << 30
     lines = [
-        f"model `{model}` ({info['n_layer']} layers, {info['file_bytes'] / gib:.2f} GiB, "
+        f"moeflow {ver['moeflow_commit']}, model `{model}` ({info['n_layer']} layers, {info['file_bytes'] / gib:.2f} GiB, "
         f"active {info['active_bytes_per_token'] / 1e6:.0f} MB/token), {a.threads} threads, "
         f"median of {a.reps} reps, memory bandwidth {bw:.2f} GB/s ({bw0['source']})",
         "",

@@ -20,9 +20,11 @@ Accuracy: `moeflow perplexity -b 1` (one token per step, so the cache-aware mode
 decode) with the same budget, against the logits of the exact run (`--kl-divergence`).
 Mixtral Q4_K: perplexity runs (-c 64, 4 chunks, -b 1, --buffered-io: the page cache as the slow
 tier keeps the run short; the bytes are the same) give KL and bytes per token. Mixtral F16:
-`moeflow run -n 8` per mode and rep, interleaved, medians.
+`moeflow run -n 64` (--random-tokens) per mode and rep, interleaved, medians over --reps-random
+(default 5; 2 reps of 8 tokens carried the first F16 speed-ups, too few to tell noise from gain).
 
-usage: bench/bench_lossy.py [--moeflow build/moeflow] [--reps 5] [--reps-random 3] [--no-mixtral]
+usage: bench/bench_lossy.py [--moeflow build/moeflow] [--reps 5] [--reps-random 5] [--random-tokens 64]
+                            [--no-mixtral]
                             [--out F.json] [--report F.md]
 """
 import argparse
@@ -32,6 +34,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from moeflow_version import binary_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpus", "wikipedia_texts.txt")
@@ -197,7 +201,7 @@ def random_model_part(a, work, spec):
             for rep in range(a.reps_random):
                 order = modes if rep % 2 == 0 else list(reversed(modes))
                 for m in order:
-                    p = sh([mf, "run", "-m", model, "-p", PROMPT, "-n", 8, "--temp", 0, "-t", a.threads,
+                    p = sh([mf, "run", "-m", model, "-p", PROMPT, "-n", a.random_tokens, "--temp", 0, "-t", a.threads,
                             "--cache-rate", rate, "--stats", "json", *m["args"]])
                     j = last_json(p.stderr)
                     t = j["offload"]["total"]
@@ -263,7 +267,8 @@ def report(res):
             L += [f"KL over {m['chunks']} chunks of {m['ctx']} tokens (their scored second halves), one token "
                   "per step, page cache as the slow tier; bytes per evaluated token.", ""]
         if spec["speed"]:
-            L += [f"`moeflow run -n 8` (13-token prompt), O_DIRECT, {res['reps_random']} reps interleaved; "
+            L += [f"`moeflow run -n {res.get('random_tokens', 8)}` (13-token prompt), O_DIRECT, "
+                  f"{res['reps_random']} reps interleaved; "
                   "medians; bytes per prompt + generated token.", ""]
         for rate, rows in m["rates"].items():
             cols = ["mode", "bytes read / token", "saved vs exact"]
@@ -309,26 +314,30 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--chunks", type=int, default=40, help="demo perplexity chunks of 128 tokens")
     ap.add_argument("--work", default="/tmp/moeflow_bench_lossy")
-    ap.add_argument("--reps-random", type=int, default=2, help="reps of the Mixtral-shaped F16 decode runs")
+    ap.add_argument("--reps-random", type=int, default=5, help="reps of the Mixtral-shaped F16 decode runs")
+    ap.add_argument("--random-tokens", type=int, default=64,
+                    help="decode tokens of each Mixtral-shaped F16 run")
     ap.add_argument("--no-mixtral", action="store_true", help="demo model only")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "lossy.json"))
     ap.add_argument("--report", default=os.path.join(ROOT, "bench", "REPORT-lossy.md"))
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    # The measured binary's own version (commit + dirty flag), not the checkout's HEAD.
+    ver = binary_version(a.moeflow)
+    commit = ver["moeflow_commit"]
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     res = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "reps": a.reps,
-           "threads": a.threads, "machine": f"{cpu}, {os.cpu_count()} cores"}
+           "moeflow_version": ver["moeflow_version"], "threads": a.threads, "machine": f"{cpu}, {os.cpu_count()} cores"}
     res["demo"] = demo_part(a, a.work)
     res["reps_random"] = a.reps_random
+    res["random_tokens"] = a.random_tokens
     if not a.no_mixtral:
         for spec in RANDOM_MODELS:
             res[spec["key"]] = random_model_part(a, a.work, spec)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
-    with open(a.report, "w") as f:
-        f.write(report(res))
+    with open(a.report, "w") as f:  # bench/render_tables.py re-renders it from the JSON
+        f.write("<!-- table:lossy-report -->\n" + report(res) + "<!-- /table -->\n")
     print(report(res))
 
 

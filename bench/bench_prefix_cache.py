@@ -4,17 +4,18 @@ by `moeflow serve` with experts offloaded (--cache-rate 0.3), with the prefix ca
 and without it (--no-prefix-cache: every request prefills its whole prompt, as the server did
 before the cache existed).
 
-The model is a generated Qwen3-MoE of the 30B-A3B layer shape (4 layers, 32 experts of which 8
-are routed, Q4_K, 457 MB): its experts are 3.3x the budget, so a prefill of the whole history
-reads most of them from the file every turn. The conversation is real text: each user turn is
-a few sentences of /work/shared/data/corpus (wikipedia), each reply 32 greedy tokens; by turn 10
-the prompt is ~1300 tokens. TTFT is measured by the client: request sent -> first streamed text.
+The model is a generated Qwen3-MoE of the 30B-A3B layer shape, cut down (GEN_ARGS: 4 layers, 32
+experts of which 8 are routed, Q4_K; its size is recorded as model_bytes): its experts are 3.3x
+the budget, so a prefill of the whole history reads most of them from the file every turn. The
+conversation is real text: each user turn is a few sentences of the shared corpus (wikipedia),
+each reply --max-tokens (16) greedy tokens; the prompt lengths per turn are in the JSON
+(prompt_tokens_by_turn). TTFT is measured by the client: request sent -> first streamed text.
 
 Each rep starts a fresh server per mode (cold expert cache, modes interleaved) and runs all ten
 turns; medians over reps are reported.
 
 usage: bench/bench_prefix_cache.py [--model M.gguf] [--moeflow build/moeflow] [--reps 3]
-                                   [--turns 10] [--out bench/prefix-cache.json]
+                                   [--turns 10] [--max-tokens 16] [--out bench/prefix-cache.json]
                                    [--report bench/REPORT-prefix-cache.md]
 """
 import argparse
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from moeflow_version import binary_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(os.environ.get("MOEFLOW_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data")),
@@ -165,7 +168,8 @@ def main():
                for m in modes}
     after, before = summary["prefix-cache"], summary["no-prefix-cache"]
     result = {
-        "model": os.path.basename(model), "gen_model_args": GEN_ARGS if not a.model else None,
+        **binary_version(a.moeflow),
+        "model": os.path.basename(model), "model_bytes": os.path.getsize(model), "gen_model_args": GEN_ARGS if not a.model else None,
         "server": {"cache_rate": 0.3, "ctx": 4096, "threads": a.threads}, "turns": a.turns,
         "max_tokens": a.max_tokens, "reps": a.reps, "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "replies_identical_across_modes": identical,
@@ -180,22 +184,31 @@ def main():
         write_report(a, result)
 
 
-def write_report(a, r):
+def report_text(r):
+    """The report, from the JSON alone (bench/render_tables.py rewrites it from
+    bench/prefix-cache.json, so the two cannot disagree)."""
     s = r["summary"]
+    g = r.get("gen_model_args") or []
+    arg = lambda k: g[g.index(k) + 1] if k in g else "?"  # noqa: E731
+    size = f"{r['model_bytes'] / 1e6:.{0 if r['model_bytes'] >= 1e7 else 1}f} MB, " if r.get("model_bytes") else ""
+    model = (f"a generated Qwen3-MoE of the 30B-A3B layer shape, cut\ndown to {arg('--layers')} layers of "
+             f"{arg('--experts')} experts (`gen-model {' '.join(g)}`; {size}experts" if g
+             else f"`{r['model']}` ({size}experts")
+    built = f" at {r['moeflow_commit']}" if r.get("moeflow_commit") else ""
     rows = "\n".join(
         f"| {t} | {s['no-prefix-cache']['prompt_tokens_by_turn'][t-1]:.0f} | "
         f"{s['prefix-cache']['cached_tokens_by_turn'][t-1]:.0f} | "
         f"{s['no-prefix-cache']['ttft_s_by_turn'][t-1]*1e3:.0f} | {s['prefix-cache']['ttft_s_by_turn'][t-1]*1e3:.0f} |"
         for t in range(1, r["turns"] + 1))
-    text = f"""# Prompt (prefix) cache: time to first token of a 10-turn chat
+    return f"""# Prompt (prefix) cache: time to first token of a {r['turns']}-turn chat
 
 `python3 bench/bench_prefix_cache.py --reps {r['reps']}` ({r['cpus']} CPUs, {r['machine']}): `moeflow serve
---cache-rate 0.3 -c 4096` on a generated Qwen3-MoE of the 30B-A3B layer shape (`gen-model
-{' '.join(GEN_ARGS)}`, 457 MB, experts 3.3x the budget), a {r['turns']}-turn chat of wikipedia
-sentences with {r['max_tokens']}-token greedy replies. "before" is `--no-prefix-cache` (every
-request prefills its whole prompt: the server's behaviour before the cache); "after" is the
-default. TTFT is measured by the client (request sent -> first streamed text); medians of
-{r['reps']} reps, each a fresh server per mode (cold expert cache).
+--cache-rate {r['server']['cache_rate']} -c {r['server']['ctx']}`{built} on {model}
+{1 / r['server']['cache_rate']:.1f}x the budget), a {r['turns']}-turn chat of wikipedia sentences with
+{r['max_tokens']}-token greedy replies. "before" is `--no-prefix-cache` (every request prefills its
+whole prompt: the server's behaviour before the cache); "after" is the default. TTFT is measured
+by the client (request sent -> first streamed text); medians of {r['reps']} reps, each a fresh
+server per mode (cold expert cache).
 
 | turn | prompt tokens | reused from the cache | TTFT before (ms) | TTFT after (ms) |
 |---:|---:|---:|---:|---:|
@@ -209,8 +222,11 @@ cold run, tests/runtime/test_prefix_cache.cpp and tests/server/test_server_api.c
 
 Raw numbers: bench/prefix-cache.json.
 """
+
+
+def write_report(a, r):
     with open(a.report, "w") as f:
-        f.write(text)
+        f.write("<!-- table:prefix-cache-report -->\n" + report_text(r) + "<!-- /table -->\n")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 #include <map>
 #include <string>
 
+#include "cli/build_info.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/watchdog.h"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   using namespace moeflow::cli;
   CLI::App app{"moeflow: Mixture-of-Experts inference with expert offloading"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_line());
   std::map<CLI::App*, CommandMain> mains;
   for (auto& spec : command_registry()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.description);

@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -225,6 +227,22 @@ TEST(CliContract, ParseErrorsExitTwoWithOneLine) {
   }
   EXPECT_EQ(moeflow("run --help").rc, 0);
   EXPECT_EQ(moeflow("--help").rc, 0);
+}
+
+// `moeflow version` and `moeflow --version` name the commit the binary was built from, with
+// "-dirty" when the tree had uncommitted changes (what the benchmark scripts record), or
+// "unknown" when it was built without git.
+TEST(CliContract, VersionNamesTheCommitItWasBuiltFrom) {
+  const bool git_checkout = std::filesystem::exists(std::string(MOEFLOW_SOURCE_DIR) + "/.git");
+  const std::regex line(
+      git_checkout ? R"(^moeflow \d+\.\d+\.\d+ \(commit [0-9a-f]{7,40}(-dirty)?\)\n)"
+                   : R"(^moeflow \d+\.\d+\.\d+ \(commit ([0-9a-f]{7,40}(-dirty)?|unknown)\)\n)");
+  for (const char* args : {"version", "--version"}) {
+    const Out o = moeflow(args);
+    EXPECT_EQ(o.rc, 0) << args << ": " << o.err;
+    EXPECT_TRUE(std::regex_search(o.out, line)) << args << ": " << o.out;
+  }
+  EXPECT_NE(moeflow("version").out.find("simd: "), std::string::npos);
 }
 
 TEST(CliContract, RuntimeErrorsExitOneWithOneLine) {
