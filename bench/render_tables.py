@@ -691,6 +691,12 @@ RENDER["engine.tiles_ab"] = ((lambda: engine_v("tiles_ab")),
                              "bench/engine-deepseek2.json, bench/engine-gptoss.json")
 
 
+# Constrained decoding (bench_grammar.py): median of per-request constrained/plain ratios.
+for _k, _f in (("bounded", "grammar.json"), ("unbounded", "grammar-unbounded.json"),
+               ("mixtral", "grammar-mixtral.json")):
+    RENDER[f"grammar.{_k}"] = ((lambda f=_f: f"{J(f)['median_ratio']:.2f}"), f"bench/{_f}")
+
+
 def packed_vs_auto() -> str:
     lv = J("bigger-than-ram-qwen3.json")["models"]["qwen3"]["levels"]
     return " and ".join(f"{lv[k]['engines']['moeflow-packed']['decode_tps']:.1f} vs "
