@@ -136,6 +136,7 @@ struct Server::Impl {
   std::deque<std::shared_ptr<Job>> queue;
   std::shared_ptr<Job> running;
   bool stopping = false, stopped = false;
+  bool template_knows_developer = false;
   std::atomic<uint64_t> next_id{1};
 
   static GuardOptions guard_options(const ServerOptions& o, ServerMetrics& m) {
@@ -174,6 +175,8 @@ struct Server::Impl {
     rctx.default_max_tokens = opt.default_max_tokens;
     rctx.n_vocab = eng.n_vocab();
     rctx.limits = opt.limits;
+    rctx.reasoning_effort = tmpl.harmony;
+    template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
     routes();
     engine_thread = std::thread([this] { engine_loop(); });
   }
@@ -253,8 +256,18 @@ struct Server::Impl {
     res.set_content(dump_json(error_json(e)), "application/json");
   }
 
-  std::vector<int32_t> chat_prompt(const GenerationRequest& r) const {
+  static RequestError tools_unsupported() {
+    return RequestError(400,
+                        "tool calling is not supported by this model's chat template: it does not "
+                        "render 'tools', so the model would never see them (leave 'tools' out, "
+                        "send \"tool_choice\": \"none\", or give `moeflow serve` a "
+                        "--chat-template-file that renders tools)",
+                        "tools", "tools_not_supported");
+  }
+
+  std::vector<int32_t> chat_prompt(GenerationRequest& r) const {
     if (tmpl.harmony) {
+      if (!r.tools.is_null()) throw tools_unsupported();
       // gpt-oss: the answer is the final channel; reasoning_effort is OpenAI's field.
       HarmonyOptions ho = tmpl.harmony_options;
       if (!r.reasoning_effort.empty()) ho.reasoning_effort = r.reasoning_effort;
@@ -266,11 +279,18 @@ struct Server::Impl {
       }
       return tmpl.tokenize(tok, text);
     }
+    // OpenAI's "developer" is the system message of models trained before it had that name.
+    if (!template_knows_developer)
+      for (ojson& m : r.messages)
+        if (m["role"] == "developer") m["role"] = "system";
     ojson extra = ojson::object();
     if (!r.tools.is_null()) extra["tools"] = r.tools;
     std::string text;
     try {
       text = tmpl.format(r.messages, true, extra);
+      // A template that renders the same prompt with and without the tools does not show them
+      // to the model: refused rather than silently dropped.
+      if (!r.tools.is_null() && text == tmpl.format(r.messages, true)) throw tools_unsupported();
     } catch (const Error& e) {
       throw RequestError(400, e.what(), "messages");
     }

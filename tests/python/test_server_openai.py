@@ -3,8 +3,8 @@
 Starts `moeflow serve` on a free loopback port with the shipped demo model and checks chat and
 completions, plain and streamed, stream_options.include_usage, stop, seed, max_tokens,
 logprobs/top_logprobs, n > 1, penalties and logit_bias, models.list/retrieve, the 400s for what
-the server does not do (response_format json, tool_choice required) and for out-of-range
-fields, and that tools pass through to the chat template.
+the server does not do (response_format json, tool_choice required, tools the chat template
+cannot render), for out-of-range fields and for unknown fields and roles (strict requests).
 
 Without the `openai` package the tests skip locally but FAIL under CI=true (scripts/setup-deps.sh
 installs it).
@@ -201,23 +201,46 @@ def test_unsupported_features_are_clear_400s(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, tool_choice="required")
     assert e.value.body["param"] == "tool_choice"
-    # tools themselves go to the chat template (ChatML ignores them): accepted.
-    r = client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, max_tokens=4)
+    # The demo model's template (ChatML) renders no tools: refused, never silently dropped.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, max_tokens=4)
+    assert e.value.body["param"] == "tools" and e.value.body["code"] == "tools_not_supported"
+    assert "tool calling is not supported" in e.value.body["message"]
+    r = client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, tool_choice="none",
+                                       max_tokens=4)
     assert r.choices[0].message.role == "assistant"
 
 
-def test_invalid_values_are_400s_naming_the_field(client):
-    cases = [({"temperature": 1e308}, "temperature"), ({"max_tokens": 10**12}, "max_tokens"),
-             ({"presence_penalty": 3}, "presence_penalty"), ({"top_p": 1.5}, "top_p"),
-             ({"extra_body": {"repeat_penalty": 0}}, "repeat_penalty"), ({"logit_bias": {"abc": 1}}, "logit_bias")]
-    for kw, param in cases:
+def test_unknown_fields_and_roles_are_400s(client):
+    # The typo: 983 tokens were generated; now a 400 naming the field.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=CHAT, extra_body={"max_token": 3})
+    assert e.value.status_code == 400 and e.value.body["param"] == "max_token"
+    assert "did you mean 'max_tokens'" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=ALIAS, prompt="x", extra_body={"max_token": 3})
+    assert e.value.body["param"] == "max_token"
+    # OpenAI's fields this server does not honour say so.
+    for kw, param in [(dict(reasoning_effort="low"), "reasoning_effort"),
+                      (dict(modalities=["text", "audio"]), "modalities"),
+                      (dict(prediction={"type": "content", "content": "x"}), "prediction"),
+                      (dict(web_search_options={}), "web_search_options"),
+                      (dict(extra_body={"verbosity": "low"}), "verbosity")]:
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=ALIAS, messages=CHAT, **kw)
-        assert e.value.status_code == 400
-        assert e.value.body["param"] == param, e.value.body
-        assert param in e.value.body["message"]
-    with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(model="gpt-4", messages=CHAT)
+        assert e.value.body["param"] == param and "not supported" in e.value.body["message"], e.value.body
+    for role in ("wizard", ""):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=ALIAS, messages=[{"role": role, "content": "hi"}])
+        assert e.value.body["param"] == "messages[0].role"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=CHAT, stream=True,
+                                       stream_options={"include_usage": True, "include_usgae": True})
+    assert e.value.body["param"] == "stream_options.include_usgae"
+    # The documented ignored fields are accepted.
+    r = client.chat.completions.create(model=ALIAS, messages=CHAT, max_tokens=2, user="u1", store=False,
+                                       metadata={"k": "v"}, service_tier="auto")
+    assert r.choices[0].message.role == "assistant"
 
 
 # ---- curl ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // The OpenAI surface of the server beyond plain generation: validation answers over HTTP,
 // models.retrieve, logprobs (against log-softmax of the engine's own logits), n > 1, echo,
-// stream_options.include_usage, penalties and logit_bias, tools through the chat template, and
-// the prefix cache (a request served after a hit equals one served cold).
+// stream_options.include_usage, penalties and logit_bias, tools through the chat template (and a
+// 400 where it renders none), strict fields, and the prefix cache (a request served after a hit
+// equals one served cold).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,6 +76,52 @@ TEST_F(ServerApi, InvalidFieldsAre400sNamingTheField) {
   auto h = inst_->client().Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+}
+
+// Strict requests over HTTP: a typo is a 400 naming the field (not 983 tokens of a default),
+// on both endpoints; roles are checked; tools the template cannot render are refused, not
+// dropped; "developer" is the system message of a template that has no such role.
+TEST_F(ServerApi, UnknownFieldsRolesAndUnrenderableToolsAre400s) {
+  auto r =
+      post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_token":3})");
+  expect_error(r, 400, "");
+  json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["param"], "max_token");
+  EXPECT_EQ(e["message"],
+            "Unrecognized request argument supplied: 'max_token'; did you mean 'max_tokens'?");
+  r = post("/v1/completions", R"({"prompt":"x","stream_options":{"include_usage":true}})");
+  expect_error(r, 400, "");  // stream_options without stream
+  r = post("/v1/completions", R"({"prompt":"x","messages":[]})");
+  expect_error(r, 400, "");
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "messages");
+  for (const char* role : {"wizard", ""}) {
+    r = post("/v1/chat/completions",
+             json{{"messages", {{{"role", role}, {"content", "x"}}}}}.dump());
+    expect_error(r, 400, "");
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], "messages[0].role") << r->body;
+  }
+  // The tiny model's template (ChatML) renders no tools.
+  const json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}};
+  const json msgs = {{{"role", "user"}, {"content", "weather?"}}};
+  r = post("/v1/chat/completions", json{{"messages", msgs}, {"tools", tools}}.dump());
+  expect_error(r, 400, "tools_not_supported");
+  e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["param"], "tools");
+  EXPECT_NE(e["message"].get<std::string>().find("tool calling is not supported"),
+            std::string::npos);
+  EXPECT_NO_THROW(
+      post_ok("/v1/chat/completions",
+              {{"messages", msgs}, {"tools", tools}, {"tool_choice", "none"}, {"max_tokens", 1}}));
+  // developer -> system: the same prompt and the same greedy answer.
+  auto ask = [&](const char* role) {
+    return post_ok("/v1/chat/completions",
+                   {{"messages", {{{"role", role}, {"content", "Be brief."}}, msgs[0]}},
+                    {"max_tokens", 4},
+                    {"temperature", 0}});
+  };
+  const json dev = ask("developer"), sys = ask("system");
+  EXPECT_EQ(dev["usage"]["prompt_tokens"], sys["usage"]["prompt_tokens"]);
+  EXPECT_EQ(dev["choices"][0]["message"], sys["choices"][0]["message"]);
 }
 
 TEST_F(ServerApi, ModelsRetrieveAndTheChatTemplateText) {
