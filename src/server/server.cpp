@@ -136,6 +136,7 @@ struct Server::Impl {
   std::deque<std::shared_ptr<Job>> queue;
   std::shared_ptr<Job> running;
   bool stopping = false, stopped = false;
+  size_t max_token_bytes = 4;  // the longest vocabulary string (see check_prompt_bytes)
   bool template_knows_developer = false;
   std::atomic<uint64_t> next_id{1};
 
@@ -176,6 +177,9 @@ struct Server::Impl {
     rctx.n_vocab = eng.n_vocab();
     rctx.limits = opt.limits;
     rctx.reasoning_effort = tmpl.harmony;
+    // An unknown character is one token of up to 4 bytes; others cover at most their text.
+    for (int32_t id = 0; id < t.n_vocab(); ++id)
+      max_token_bytes = std::max(max_token_bytes, t.token_text(id).size());
     template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
     routes();
     engine_thread = std::thread([this] { engine_loop(); });
@@ -297,6 +301,35 @@ struct Server::Impl {
     return tmpl.tokenize(tok, text);
   }
 
+  // Before tokenizing: a token covers at most max_token_bytes bytes of text (its vocabulary
+  // string, which is never shorter than the input it matches), so a prompt of B bytes has at
+  // least B / max_token_bytes tokens. Whitespace is left out of B, as a chat template may trim
+  // it. A prompt that cannot fit the context by that bound is refused without tokenizing it.
+  void check_prompt_bytes(const GenerationRequest& r, bool chat) const {
+    auto solid = [](const std::string& s) {
+      size_t n = 0;
+      for (unsigned char c : s) n += !(c == ' ' || c == '\t' || c == '\n' || c == '\r');
+      return n;
+    };
+    size_t bytes = 0;
+    if (chat) {
+      for (const ojson& m : r.messages)
+        if (const auto it = m.find("content"); it != m.end() && it->is_string())
+          bytes += solid(it->get_ref<const std::string&>());
+    } else if (r.prompt_is_text) {
+      bytes = solid(r.prompt_text);
+    }
+    const int64_t at_least = (int64_t)((bytes + max_token_bytes - 1) / max_token_bytes);
+    if (at_least >= n_ctx)
+      throw RequestError(
+          400,
+          fmt::format("This model's context is {} tokens; the prompt has at least {} tokens ({} "
+                      "bytes of text, at most {} bytes per token), which leaves no room to "
+                      "generate",
+                      n_ctx, at_least, bytes, max_token_bytes),
+          chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+
   // The prompt must leave room in the context; max_tokens is clamped to what is left.
   void fit_context(Job& job, bool chat) {
     const int64_t n = (int64_t)job.prompt.size();
@@ -338,6 +371,7 @@ struct Server::Impl {
         throw RequestError(413, fmt::format("the request body is larger than {} bytes",
                                             opt.limits.max_body_bytes));
       GenerationRequest r = parse_generation_request(body, ep, rctx);
+      check_prompt_bytes(r, chat);
       auto job = std::make_shared<Job>();
       if (chat) {
         job->prompt = chat_prompt(r);

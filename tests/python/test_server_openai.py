@@ -4,7 +4,8 @@ Starts `moeflow serve` on a free loopback port with the shipped demo model and c
 completions, plain and streamed, stream_options.include_usage, stop, seed, max_tokens,
 logprobs/top_logprobs, n > 1, penalties and logit_bias, models.list/retrieve, the 400s for what
 the server does not do (response_format json, tool_choice required, tools the chat template
-cannot render), for out-of-range fields and for unknown fields and roles (strict requests).
+cannot render), for out-of-range fields and for unknown fields and roles (strict requests); a
+3 MB prompt refused by its bytes before tokenizing.
 
 Without the `openai` package the tests skip locally but FAIL under CI=true (scripts/setup-deps.sh
 installs it).
@@ -241,6 +242,16 @@ def test_unknown_fields_and_roles_are_400s(client):
     r = client.chat.completions.create(model=ALIAS, messages=CHAT, max_tokens=2, user="u1", store=False,
                                        metadata={"k": "v"}, service_tier="auto")
     assert r.choices[0].message.role == "assistant"
+
+
+def test_a_3mb_prompt_is_refused_before_tokenizing(client):
+    t0 = time.time()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=ALIAS, prompt="hello world " * (1 << 18), max_tokens=1)
+    elapsed = time.time() - t0
+    assert e.value.body["code"] == "context_length_exceeded"
+    assert "at least" in e.value.body["message"], e.value.body  # the byte bound, not the tokenizer
+    print(f"3 MB prompt refused in {elapsed * 1000:.0f} ms")
 
 
 # ---- curl ------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 // The OpenAI surface of the server beyond plain generation: validation answers over HTTP,
 // models.retrieve, logprobs (against log-softmax of the engine's own logits), n > 1, echo,
 // stream_options.include_usage, penalties and logit_bias, tools through the chat template (and a
-// 400 where it renders none), strict fields, and the prefix cache (a request served after a hit
-// equals one served cold).
+// 400 where it renders none), strict fields, prompts refused by their bytes before tokenizing,
+// and the prefix cache (a request served after a hit equals one served cold).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -122,6 +123,39 @@ TEST_F(ServerApi, UnknownFieldsRolesAndUnrenderableToolsAre400s) {
   const json dev = ask("developer"), sys = ask("system");
   EXPECT_EQ(dev["usage"]["prompt_tokens"], sys["usage"]["prompt_tokens"]);
   EXPECT_EQ(dev["choices"][0]["message"], sys["choices"][0]["message"]);
+}
+
+// A prompt whose bytes alone prove it cannot fit the context is refused before it is tokenized
+// (or rendered): the message gives the bound, and the time is that of reading the body.
+TEST_F(ServerApi, PromptsTooLongByTheirBytesAreRefusedBeforeTokenizing) {
+  const std::string big(3u << 20, 'a');  // 3 MiB; the context is 256 tokens
+  for (const bool chat : {false, true}) {
+    const json body =
+        chat ? json{{"messages", {{{"role", "user"}, {"content", big}}}}} : json{{"prompt", big}};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    expect_error(r, 400, "context_length_exceeded");
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], chat ? "messages" : "prompt");
+    EXPECT_NE(e["message"].get<std::string>().find("at least"), std::string::npos) << r->body;
+    RecordProperty(chat ? "chat_3mb_refused_ms" : "completion_3mb_refused_ms",
+                   std::to_string((int)ms));
+  }
+  // Whitespace does not count (a template may trim it); a prompt just over the context by
+  // tokens, not provably by bytes, is still refused after tokenizing.
+  auto r = post("/v1/completions", json{{"prompt", std::string(1u << 20, ' ')}}.dump());
+  ASSERT_TRUE(r);
+  if (r->status == 400)
+    EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().find("at least"),
+              std::string::npos);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "w" + std::to_string(i) + " ";
+  r = post("/v1/completions", json{{"prompt", words}}.dump());
+  expect_error(r, 400, "context_length_exceeded");
+  EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().find("at least"),
+            std::string::npos);
 }
 
 TEST_F(ServerApi, ModelsRetrieveAndTheChatTemplateText) {
