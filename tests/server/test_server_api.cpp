@@ -145,7 +145,7 @@ TEST_F(ServerApi, PromptsTooLongByTheirBytesAreRefusedBeforeTokenizing) {
   }
   // Whitespace does not count (a template may trim it); a prompt just over the context by
   // tokens, not provably by bytes, is still refused after tokenizing.
-  auto r = post("/v1/completions", json{{"prompt", std::string(1u << 20, ' ')}}.dump());
+  auto r = post("/v1/completions", json{{"prompt", std::string(64u << 10, ' ')}}.dump());
   ASSERT_TRUE(r);
   if (r->status == 400)
     EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().find("at least"),
