@@ -119,9 +119,9 @@ TEST(ServerCancel, NonStreamingClientThatLeavesStopsEveryChoice) {
 TEST(ServerCancel, StreamClientThatLeavesDuringPrefillIsNoticedWithoutAWrite) {
   Instance inst(ServerOptions{}, /*gated=*/true);
   inst.gate->set_open(false);
-  const int fd = send_post(
-      inst.server->port(), "/v1/chat/completions",
-      {{"messages", kChat}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}});
+  const int fd =
+      send_post(inst.server->port(), "/v1/chat/completions",
+                {{"messages", kChat}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}});
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(inst.gate->wait_blocked());
   close(fd);
