@@ -36,7 +36,7 @@ struct ServeArgs {
   int n_predict = -1;
   int max_queue = 8;
   int http_threads = 0;
-  double header_timeout = 10, idle_timeout = 5;
+  double header_timeout = 10, idle_timeout = 5, shutdown_timeout = 5;
   int max_connections = 512;
   bool no_prefix_cache = false;
   bool verbose = false;
@@ -83,6 +83,8 @@ int run_serve(ServeArgs& a) {
     usage_fail("--header-timeout must be > 0 seconds, got {}", a.header_timeout);
   if (!(a.idle_timeout > 0))
     usage_fail("--idle-timeout must be > 0 seconds, got {}", a.idle_timeout);
+  if (!(a.shutdown_timeout >= 0 && a.shutdown_timeout <= 86400))
+    usage_fail("--shutdown-timeout must be in [0, 86400] seconds, got {}", a.shutdown_timeout);
   if (a.max_connections < 16)
     usage_fail("--max-connections must be >= 16, got {}", a.max_connections);
   raise_open_files_limit((rlim_t)a.max_connections + 64);
@@ -110,6 +112,7 @@ int run_serve(ServeArgs& a) {
   so.header_timeout_s = a.header_timeout;
   so.idle_timeout_s = a.idle_timeout;
   so.max_connections = (size_t)a.max_connections;
+  so.shutdown_timeout_s = a.shutdown_timeout;
   if (!a.template_file.empty()) so.chat_template = read_text_file(a.template_file);
   std::function<std::optional<OffloadStats>()> stats;
   if (offload.provider) {
@@ -125,19 +128,39 @@ int run_serve(ServeArgs& a) {
   std::fprintf(stderr, "moeflow serve: memory: %s\n", loaded.plan.fit.reason.c_str());
   std::fprintf(stderr, "moeflow serve: listening on http://%s:%d (Ctrl-C to stop)\n",
                a.host.c_str(), port);
-  std::atomic<bool> exiting{false};
-  std::thread waiter([&server, &exiting, sigs] {
+  // The first signal stops gracefully (running requests get --shutdown-timeout to finish); a
+  // second one cuts that short.
+  std::atomic<bool> exiting{false}, signalled{false};
+  const double grace = a.shutdown_timeout;
+  std::thread waiter([&server, &exiting, &signalled, sigs, grace] {
     int sig = 0;
     sigwait(&sigs, &sig);
     if (exiting) return;  // the main thread's wake-up on exit
-    std::fprintf(stderr, "moeflow serve: signal %d, stopping\n", sig);
-    server.stop();
+    signalled = true;
+    std::fprintf(stderr,
+                 "moeflow serve: signal %d, stopping (running requests may finish for %g s; "
+                 "again to stop now)\n",
+                 sig, grace);
+    std::atomic<bool> drained{false};
+    std::thread second([&server, &drained, sigs] {
+      int s2 = 0;
+      sigwait(&sigs, &s2);
+      if (drained) return;
+      std::fprintf(stderr, "moeflow serve: signal %d, stopping now\n", s2);
+      server.stop();
+    });
+    server.stop_gracefully();
+    drained = true;
+    pthread_kill(second.native_handle(), SIGTERM);
+    second.join();
   });
-  server.listen();
-  server.stop();
-  exiting = true;
-  pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if no signal came
+  server.listen();  // returns once accepting stops
+  if (!signalled) {
+    exiting = true;
+    pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter: no signal came
+  }
   waiter.join();
+  server.stop();
   return 0;
 }
 
@@ -167,6 +190,9 @@ const bool registered_serve =
                      "seconds a request may take to arrive whole, from its first byte (else 408)");
       app.add_option("--idle-timeout", a->idle_timeout,
                      "seconds an idle keep-alive connection stays open");
+      app.add_option("--shutdown-timeout", a->shutdown_timeout,
+                     "seconds running requests may go on after SIGTERM/SIGINT before they are "
+                     "cut (streams end with an error event)");
       app.add_option(
           "--max-connections", a->max_connections,
           "open connections; beyond it the one waiting longest for its request is dropped");

@@ -56,6 +56,21 @@ bool wait_fd(int fd, short events, double timeout_s) {
   }
 }
 
+// The socket of the request the calling worker thread serves (-1: none).
+thread_local int tl_serving_fd = -1;
+
+// Whether the peer has closed the connection (or its sending side): readable with nothing to
+// read, or an error. A pipelined next request (bytes waiting) is a live client.
+bool peer_gone(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return true;
+  if (!(p.revents & POLLIN)) return false;
+  char c;
+  const ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
+}
+
 // httplib's view of a connection: the guard's buffer first, then the socket (never needed for a
 // well-formed request, whose head and body the guard has already read), with poll() timeouts.
 class BufferedStream final : public httplib::Stream {
@@ -369,7 +384,9 @@ struct GuardedHttpServer::Guard {
     bool ok = false;
     {
       BufferedStream strm(*c, 5.0, opt.write_timeout_s);
+      tl_serving_fd = c->fd;
       ok = owner.serve_one(strm, last, closed);
+      tl_serving_fd = -1;
     }
     c->served++;
     const size_t consumed = c->rpos;
@@ -457,6 +474,12 @@ void GuardedHttpServer::set_backlog(int n) {
 
 size_t GuardedHttpServer::open_connections() const {
   return g_->held_count.load() + g_->active.load();
+}
+
+std::function<bool()> GuardedHttpServer::client_gone_probe() {
+  const int fd = tl_serving_fd;
+  if (fd < 0) return nullptr;
+  return [fd] { return peer_gone(fd); };
 }
 
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {

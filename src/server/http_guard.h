@@ -56,6 +56,10 @@ class GuardedHttpServer : public httplib::Server {
   // joins the guard and the worker threads (running requests finish first). Idempotent.
   void shutdown_guard();
   size_t open_connections() const;
+  // For a handler (on its worker thread): a test of whether the client of the request being
+  // served has gone (closed or reset its connection, or shut down its sending side). Valid only
+  // while the handler (or its content provider) runs; null outside a guarded request.
+  static std::function<bool()> client_gone_probe();
   // httplib listens with a backlog of 5: a burst of connections (or one slow accept) then costs
   // the clients a 1 s SYN retransmit. Call after binding.
   void set_backlog(int n);

@@ -1,9 +1,13 @@
 #include "server/request_parse.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cfloat>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -151,6 +155,97 @@ std::optional<bool> opt_bool(const ojson& b, const char* key) {
   return v->get<bool>();
 }
 
+// Strict requests: every field of a body (and of its nested objects) must be one this server
+// reads; anything else is a 400 naming it, as the OpenAI API answers an unrecognized argument.
+// docs/server.md lists every field. Three kinds of names are allowed:
+//   - honoured fields (read below),
+//   - fields accepted and ignored because they cannot change the output (check_ignored),
+//   - OpenAI fields this server does not honour: a 400 saying why, unless null
+//     (kUnsupportedChat; reasoning_effort and modalities where they cannot be honoured).
+constexpr std::string_view kCommonFields[] = {
+    "model", "stream", "stream_options", "n", "max_tokens", "max_completion_tokens", "temperature",
+    "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "seed", "stop", "logprobs",
+    "response_format",  // on completions an extension, as llama.cpp's server
+    // llama.cpp's extensions
+    "top_k", "min_p", "repeat_penalty", "repeat_last_n", "ignore_eos",
+    // ignored (check_ignored)
+    "user"};
+constexpr std::string_view kChatFields[] = {"messages", "top_logprobs", "tools", "tool_choice",
+                                            "parallel_tool_calls", "reasoning_effort", "modalities",
+                                            // ignored (check_ignored)
+                                            "metadata", "store", "service_tier",
+                                            "safety_identifier", "prompt_cache_key"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "suffix", "echo", "best_of"};
+
+struct Unsupported {
+  std::string_view field, why;
+};
+constexpr Unsupported kUnsupportedChat[] = {
+    {"audio", "audio output is not supported (this server generates text only)"},
+    {"prediction", "predicted outputs are not supported"},
+    {"web_search_options", "web search is not supported"},
+    {"verbosity", "no model served here reads a verbosity level"},
+    {"functions", "it is deprecated; pass 'tools'"},
+    {"function_call", "it is deprecated; pass 'tool_choice'"},
+};
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest allowed name to a typo (at most 2 edits away, or differing in case), or "".
+std::string closest(std::string_view key,
+                    std::initializer_list<std::span<const std::string_view>> lists) {
+  std::string best;
+  size_t best_d = 3;
+  if (key.size() > 64) return best;
+  std::string lower(key);
+  for (char& c : lower) c = (char)std::tolower((unsigned char)c);
+  for (auto list : lists)
+    for (std::string_view k : list) {
+      const size_t d = lower == k ? 0 : edit_distance(key, k);
+      if (d < best_d && d < std::max<size_t>(2, k.size() / 3 + 1)) {
+        best_d = d;
+        best = k;
+      }
+    }
+  return best;
+}
+
+std::string shown_key(std::string_view k) {
+  return k.size() > 40 ? std::string(k.substr(0, 37)) + "..." : std::string(k);
+}
+
+// Throws for the first field of object `obj` not in `lists`; `where` is "" at the top level, else
+// the path of the object ("stream_options", "messages[2]"), which prefixes the param.
+void check_fields(const ojson& obj, const std::string& where,
+                  std::initializer_list<std::span<const std::string_view>> lists) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& k = it.key();
+    bool ok = false;
+    for (auto list : lists)
+      for (std::string_view a : list) ok = ok || a == k;
+    if (ok) continue;
+    const std::string param = where.empty() ? k : where + "." + k;
+    const std::string hint = closest(k, lists);
+    throw bad(fmt::format("Unrecognized request argument supplied: '{}'{}{}", shown_key(k),
+                          where.empty() ? "" : " (in " + where + ")",
+                          hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)),
+              param.size() > 80 ? param.substr(0, 77) + "..." : param);
+  }
+}
+
 // A JSON number as float: out of float range becomes +-inf, which every sampler range refuses.
 float to_float(double d) {
   if (d > FLT_MAX) return std::numeric_limits<float>::infinity();
@@ -192,6 +287,8 @@ std::string message_text(const ojson& content, size_t i) {
             fmt::format("messages[{}].content[{}] is of type {}: only text parts are supported", i,
                         k, shown(*type)),
             "messages");
+      static constexpr std::string_view kPart[] = {"type", "text"};
+      check_fields(part, fmt::format("messages[{}].content[{}]", i, k), {kPart});
       const ojson* t = field(part, "text");
       if (!t || !t->is_string())
         throw bad(fmt::format("messages[{}].content[{}].text must be a string", i, k), "messages");
@@ -203,16 +300,69 @@ std::string message_text(const ojson& content, size_t i) {
             "messages");
 }
 
-void read_messages(const ojson& b, GenerationRequest& r) {
+// Roles and the fields each may have (docs/server.md). Message fields go to the chat template as
+// given (after the content is flattened to text).
+void check_message(const ojson& msg, size_t i) {
+  const std::string where = fmt::format("messages[{}]", i);
+  const ojson* role = msg.is_object() ? field(msg, "role") : nullptr;
+  if (!role || !role->is_string())
+    throw bad(fmt::format("{} must be an object with a string 'role'", where), "messages");
+  const std::string r = role->get<std::string>();
+  static constexpr std::string_view kPlain[] = {"role", "content", "name"};
+  static constexpr std::string_view kAssistant[] = {"role",       "content", "name",
+                                                    "tool_calls", "refusal", "reasoning_content"};
+  static constexpr std::string_view kTool[] = {"role", "content", "tool_call_id"};
+  if (r == "system" || r == "developer" || r == "user") {
+    check_fields(msg, where, {kPlain});
+  } else if (r == "assistant") {
+    for (const char* legacy : {"function_call", "audio"})
+      if (field(msg, legacy))
+        throw bad(fmt::format("{}.{} is not supported{}", where, legacy,
+                              *legacy == 'f' ? ": pass 'tool_calls'" : " (text only)"),
+                  where + "." + legacy);
+    static constexpr std::string_view kLegacy[] = {"function_call", "audio"};
+    check_fields(msg, where, {kAssistant, kLegacy});
+  } else if (r == "tool") {
+    check_fields(msg, where, {kTool});
+    const ojson* id = field(msg, "tool_call_id");
+    if (!id || !id->is_string())
+      throw bad(fmt::format("{} (role \"tool\") needs a string 'tool_call_id'", where),
+                where + ".tool_call_id");
+  } else if (r == "function") {
+    throw bad(fmt::format("{}: role \"function\" is deprecated; answer a tool call with role "
+                          "\"tool\" and its 'tool_call_id'",
+                          where),
+              where + ".role");
+  } else {
+    throw bad(fmt::format("{}.role must be one of \"system\", \"developer\", \"user\", "
+                          "\"assistant\", \"tool\"; got {}",
+                          where, shown(*role)),
+              where + ".role");
+  }
+  if (const ojson* n = field(msg, "name"); n && !n->is_string())
+    throw bad(fmt::format("{}.name must be a string", where), where + ".name");
+  for (const char* k : {"refusal", "reasoning_content"})
+    if (const ojson* v = field(msg, k); v && !v->is_string())
+      throw bad(fmt::format("{}.{} must be a string", where, k), where + "." + k);
+  const ojson* tc = field(msg, "tool_calls");
+  if (tc && !tc->is_array())
+    throw bad(fmt::format("{}.tool_calls must be an array", where), where + ".tool_calls");
+  // Content may only be left out (or null) by an assistant message that calls tools.
+  if (!field(msg, "content") &&
+      !(r == "assistant" && ((tc && !tc->empty()) || field(msg, "refusal"))))
+    throw bad(fmt::format("{} (role \"{}\") needs a 'content'{}", where, r,
+                          r == "assistant" ? " (or 'tool_calls')" : ""),
+              "messages");
+}
+
+void read_messages(const ojson& b, const RequestContext& ctx, GenerationRequest& r) {
   const ojson* m = field(b, "messages");
   if (!m) throw bad("'messages' is required", "messages");
   if (!m->is_array() || m->empty()) throw bad("'messages' must be a non-empty array", "messages");
   r.messages = ojson::array();
   for (size_t i = 0; i < m->size(); ++i) {
     const ojson& msg = (*m)[i];
-    const ojson* role = msg.is_object() ? field(msg, "role") : nullptr;
-    if (!role || !role->is_string())
-      throw bad(fmt::format("messages[{}] must be an object with a string 'role'", i), "messages");
+    check_message(msg, i);
     ojson mm = msg;  // other fields (name, tool_calls, tool_call_id) go to the template as given
     const ojson* content = field(msg, "content");
     mm["content"] = message_text(content ? *content : ojson(nullptr), i);
@@ -232,11 +382,32 @@ void read_messages(const ojson& b, GenerationRequest& r) {
   }
   if (const ojson* t = field(b, "tools")) {
     if (!t->is_array()) throw bad("'tools' must be an array", "tools");
-    for (size_t i = 0; i < t->size(); ++i)
-      if (!(*t)[i].is_object()) throw bad(fmt::format("tools[{}] must be an object", i), "tools");
+    for (size_t i = 0; i < t->size(); ++i) {
+      const ojson& tool = (*t)[i];
+      const ojson* type = tool.is_object() ? field(tool, "type") : nullptr;
+      if (!type || *type != "function")
+        throw bad(fmt::format("tools[{}] must be an object with \"type\": \"function\"", i),
+                  "tools");
+      const ojson* f = field(tool, "function");
+      const ojson* name = f && f->is_object() ? field(*f, "name") : nullptr;
+      if (!name || !name->is_string() || name->get<std::string>().empty())
+        throw bad(fmt::format("tools[{}].function must be an object with a non-empty 'name'", i),
+                  "tools");
+      static constexpr std::string_view kTool[] = {"type", "function"};
+      static constexpr std::string_view kFunction[] = {"name", "description", "parameters",
+                                                       "strict"};
+      check_fields(tool, fmt::format("tools[{}]", i), {kTool});
+      check_fields(*f, fmt::format("tools[{}].function", i), {kFunction});
+    }
     if (!tools_off && !t->empty()) r.tools = *t;
   }
+  if (auto v = opt_bool(b, "parallel_tool_calls")) (void)*v;  // the model decides (for now)
   if (const ojson* e = field(b, "reasoning_effort")) {
+    if (!ctx.reasoning_effort)
+      throw bad(
+          "'reasoning_effort' is not supported by this model: its chat template has no reasoning "
+          "levels (only harmony models, gpt-oss, have them)",
+          "reasoning_effort");
     const std::string v = e->is_string() ? e->get<std::string>() : "";
     if (v != "low" && v != "medium" && v != "high")
       throw bad(fmt::format("'reasoning_effort' must be \"low\", \"medium\" or \"high\", got {}",
@@ -244,11 +415,30 @@ void read_messages(const ojson& b, GenerationRequest& r) {
                 "reasoning_effort");
     r.reasoning_effort = v;
   }
-  for (const char* legacy : {"functions", "function_call"})
-    if (field(b, legacy))
-      throw bad(
-          fmt::format("'{}' is not supported; pass 'tools' (given to the chat template)", legacy),
-          legacy);
+  if (const ojson* mo = field(b, "modalities"))
+    if (!(mo->is_array() && mo->size() == 1 && (*mo)[0] == "text"))
+      throw bad(fmt::format("'modalities' {} is not supported: this server generates text only "
+                            "([\"text\"])",
+                            shown(*mo)),
+                "modalities");
+  for (const Unsupported& u : kUnsupportedChat)
+    if (field(b, std::string(u.field).c_str()))
+      throw bad(fmt::format("'{}' is not supported: {}", u.field, u.why), std::string(u.field));
+}
+
+// The fields this server accepts and ignores (they cannot change the output): type-checked only.
+void check_ignored(const ojson& b, Endpoint ep) {
+  for (const char* k : {"user", "service_tier", "safety_identifier", "prompt_cache_key"})
+    if (const ojson* v = field(b, k); v && !v->is_string())
+      throw bad(fmt::format("'{}' must be a string", k), k);
+  if (ep != Endpoint::Chat) return;
+  if (auto v = opt_bool(b, "store")) (void)*v;
+  if (const ojson* m = field(b, "metadata")) {
+    bool ok = m->is_object();
+    for (auto it = ok ? m->begin() : m->end(); ok && it != m->end(); ++it)
+      ok = it.value().is_string();
+    if (!ok) throw bad("'metadata' must be an object of strings", "metadata");
+  }
 }
 
 void read_prompt(const ojson& b, const RequestContext& ctx, GenerationRequest& r) {
@@ -405,11 +595,21 @@ GenerationRequest parse_generation_request(std::string_view body, Endpoint endpo
                       id.size() > 100 ? id.substr(0, 100) + "..." : id, ctx.model_id),
           "model", "model_not_found");
   }
+  const bool chat = endpoint == Endpoint::Chat;
+  std::vector<std::string_view> unsupported;
+  if (chat)
+    for (const Unsupported& u : kUnsupportedChat) unsupported.push_back(u.field);
+  check_fields(b, "",
+               {kCommonFields,
+                chat ? std::span<const std::string_view>(kChatFields)
+                     : std::span<const std::string_view>(kCompletionFields),
+                unsupported});
+  check_ignored(b, endpoint);
   GenerationRequest r;
   r.endpoint = endpoint;
   r.gen.sampling = ctx.sampling;
-  if (endpoint == Endpoint::Chat)
-    read_messages(b, r);
+  if (chat)
+    read_messages(b, ctx, r);
   else
     read_prompt(b, ctx, r);
   read_sampling(b, ctx, r);
@@ -422,10 +622,14 @@ GenerationRequest parse_generation_request(std::string_view body, Endpoint endpo
     if (!r.stream)
       throw bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     if (!so->is_object()) throw bad("'stream_options' must be an object", "stream_options");
+    // include_obfuscation pads deltas against length side channels: accepted, never needed here.
+    static constexpr std::string_view kStreamOptions[] = {"include_usage", "include_obfuscation"};
+    check_fields(*so, "stream_options", {kStreamOptions});
     if (auto v = opt_bool(*so, "include_usage")) r.include_usage = *v;
+    if (auto v = opt_bool(*so, "include_obfuscation")) (void)*v;
   }
   if (auto v = opt_int(b, "n", 1, ctx.limits.max_n)) r.n = (int)*v;
-  if (auto v = opt_int(b, "best_of", 1, ctx.limits.max_n); v && *v != r.n)
+  if (auto v = chat ? std::nullopt : opt_int(b, "best_of", 1, ctx.limits.max_n); v && *v != r.n)
     throw bad("'best_of' is not supported (it may only equal 'n')", "best_of");
   // max_completion_tokens is the newer name of max_tokens; either may be given.
   const char* mt_key = field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";

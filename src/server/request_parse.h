@@ -49,9 +49,10 @@ enum class Endpoint { Chat, Completion };
 // What the server contributes: its name, defaults and vocabulary size.
 struct RequestContext {
   std::string model_id;
-  SamplerParams sampling;       // defaults for the fields a request leaves out
-  int default_max_tokens = -1;  // -1: up to the end of the context
-  int64_t n_vocab = 0;          // token ids (prompt, logit_bias) must be below it
+  SamplerParams sampling;         // defaults for the fields a request leaves out
+  int default_max_tokens = -1;    // -1: up to the end of the context
+  int64_t n_vocab = 0;            // token ids (prompt, logit_bias) must be below it
+  bool reasoning_effort = false;  // the chat template reads reasoning_effort (harmony)
   RequestLimits limits;
 };
 

@@ -10,7 +10,9 @@ namespace moeflow {
 
 namespace {
 
-RequestError bad_format(std::string msg) { return RequestError(400, std::move(msg), "response_format"); }
+RequestError bad_format(std::string msg) {
+  return RequestError(400, std::move(msg), "response_format");
+}
 
 std::string shown_value(const nlohmann::ordered_json& v) {
   std::string s = v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

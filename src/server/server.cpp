@@ -36,6 +36,10 @@ namespace {
 constexpr size_t kMaxPendingDeltas = 8;
 
 const char* const kShuttingDown = "the server is shutting down";
+// How often a request thread waiting for its generation looks at its client's connection.
+constexpr auto kClientPoll = std::chrono::milliseconds(50);
+// The finish_reason of a choice cut short by the server's stop (a stream also gets an error).
+const char* const kCutReason = "cancelled";
 
 ojson error_json(const RequestError& e) {
   return {{"error",
@@ -64,6 +68,8 @@ struct Job {
   int n = 1;
   bool stream = false;
   std::atomic<bool> cancel{false};
+  std::atomic<bool> client_gone{false};  // its client disconnected (counted once)
+  bool by_shutdown = false;              // cancelled by the server's stop (under mu)
   std::mutex mu;
   std::condition_variable cv;
   std::deque<StreamEvent> events;  // streaming: not yet written to the client
@@ -71,12 +77,27 @@ struct Job {
   std::deque<TextGenResult> results;  // one per choice (a deque: events point into it)
   std::string error;                  // generation failed (or the server stopped) with this message
 
-  void set_cancel() {
+  void set_cancel(bool shutdown = false) {
     {
       std::lock_guard lk(mu);
       cancel = true;
+      if (shutdown) by_shutdown = true;
     }
     cv.notify_all();
+  }
+  // Waits until pred() (under mu) or the client has gone (probe, looked at every kClientPoll);
+  // returns false for the latter. lk holds mu.
+  template <class Pred>
+  bool wait_or_gone(std::unique_lock<std::mutex>& lk, const std::function<bool()>& probe,
+                    Pred pred) {
+    while (!cv.wait_for(lk, kClientPoll, pred)) {
+      if (!probe) continue;
+      lk.unlock();
+      const bool gone = probe();
+      lk.lock();
+      if (gone && !pred()) return false;
+    }
+    return true;
   }
   void finish(std::string err) {
     {
@@ -139,6 +160,11 @@ struct Server::Impl {
   std::deque<std::shared_ptr<Job>> queue;
   std::shared_ptr<Job> running;
   bool stopping = false, stopped = false;
+  bool draining = false;        // a graceful stop has begun: new requests get 503
+  bool accept_stopped = false;  // http.stop() was called
+  std::once_flag shutdown_once;
+  size_t max_token_bytes = 4;  // the longest vocabulary string (see check_prompt_bytes)
+  bool template_knows_developer = false;
   std::atomic<uint64_t> next_id{1};
 
   static GuardOptions guard_options(const ServerOptions& o, ServerMetrics& m) {
@@ -177,6 +203,13 @@ struct Server::Impl {
     rctx.default_max_tokens = opt.default_max_tokens;
     rctx.n_vocab = eng.n_vocab();
     rctx.limits = opt.limits;
+    rctx.reasoning_effort = tmpl.harmony;
+    if (!(opt.shutdown_timeout_s >= 0 && opt.shutdown_timeout_s <= 86400))
+      fail("--shutdown-timeout must be in [0, 86400] seconds, got {}", opt.shutdown_timeout_s);
+    // An unknown character is one token of up to 4 bytes; others cover at most their text.
+    for (int32_t id = 0; id < t.n_vocab(); ++id)
+      max_token_bytes = std::max(max_token_bytes, t.token_text(id).size());
+    template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
     routes();
     engine_thread = std::thread([this] { engine_loop(); });
   }
@@ -195,15 +228,21 @@ struct Server::Impl {
         running = job;
       }
       run_job(*job);
-      std::lock_guard lk(qmu);
-      running.reset();
+      {
+        std::lock_guard lk(qmu);
+        running.reset();
+      }
+      qcv.notify_all();  // a graceful stop waits for the queue to empty
     }
     std::deque<std::shared_ptr<Job>> rest;
     {
       std::lock_guard lk(qmu);
       rest.swap(queue);
     }
-    for (auto& j : rest) j->finish(kShuttingDown);
+    for (auto& j : rest) {
+      stats.cancelled("shutdown");
+      j->finish(kShuttingDown);
+    }
   }
 
   void run_job(Job& job) {
@@ -233,14 +272,39 @@ struct Server::Impl {
       }
       if (job.stream && err.empty() && !job.push({i, {}, &job.results.back()})) break;
     }
+    // Cut short by the server's stop: an error for the client (a stream ends every open choice).
+    bool cut = false;
+    {
+      std::lock_guard lk(job.mu);
+      cut = job.by_shutdown &&
+            (job.results.size() < (size_t)job.n || job.results.back().finish_reason == "cancelled");
+    }
+    if (err.empty() && cut) {
+      stats.cancelled("shutdown");
+      err = kShuttingDown;
+    }
     job.finish(std::move(err));
   }
 
   // Request threads ----------------------------------------------------------------------------
 
+  // The client of a job went away: its generation stops (between tokens), counted once while
+  // it was still generating or waiting.
+  void client_left(Job& job) {
+    if (job.client_gone.exchange(true)) return;
+    bool done;
+    {
+      std::lock_guard lk(job.mu);
+      done = job.done;
+    }
+    if (done) return;
+    stats.cancelled("client_gone");
+    job.set_cancel();
+  }
+
   void enqueue(const std::shared_ptr<Job>& job) {
     std::lock_guard lk(qmu);
-    if (stopping) throw server_error(503, kShuttingDown, "shutting_down");
+    if (stopping || draining) throw server_error(503, kShuttingDown, "shutting_down");
     if ((int)queue.size() >= opt.max_queue && (running || !queue.empty())) {
       stats.rejected();
       throw server_error(
@@ -256,8 +320,18 @@ struct Server::Impl {
     res.set_content(dump_json(error_json(e)), "application/json");
   }
 
-  std::vector<int32_t> chat_prompt(const GenerationRequest& r) const {
+  static RequestError tools_unsupported() {
+    return RequestError(400,
+                        "tool calling is not supported by this model's chat template: it does not "
+                        "render 'tools', so the model would never see them (leave 'tools' out, "
+                        "send \"tool_choice\": \"none\", or give `moeflow serve` a "
+                        "--chat-template-file that renders tools)",
+                        "tools", "tools_not_supported");
+  }
+
+  std::vector<int32_t> chat_prompt(GenerationRequest& r) const {
     if (tmpl.harmony) {
+      if (!r.tools.is_null()) throw tools_unsupported();
       // gpt-oss: the answer is the final channel; reasoning_effort is OpenAI's field.
       HarmonyOptions ho = tmpl.harmony_options;
       if (!r.reasoning_effort.empty()) ho.reasoning_effort = r.reasoning_effort;
@@ -269,11 +343,18 @@ struct Server::Impl {
       }
       return tmpl.tokenize(tok, text);
     }
+    // OpenAI's "developer" is the system message of models trained before it had that name.
+    if (!template_knows_developer)
+      for (ojson& m : r.messages)
+        if (m["role"] == "developer") m["role"] = "system";
     ojson extra = ojson::object();
     if (!r.tools.is_null()) extra["tools"] = r.tools;
     std::string text;
     try {
       text = tmpl.format(r.messages, true, extra);
+      // A template that renders the same prompt with and without the tools does not show them
+      // to the model: refused rather than silently dropped.
+      if (!r.tools.is_null() && text == tmpl.format(r.messages, true)) throw tools_unsupported();
     } catch (const Error& e) {
       throw RequestError(400, e.what(), "messages");
     }
@@ -291,6 +372,35 @@ struct Server::Impl {
                          "response_format");
     std::call_once(vocab_once, [&] { vocab = TokenVocab::from_tokenizer(tok); });
     job.params.token_vocab = vocab;
+  }
+
+  // Before tokenizing: a token covers at most max_token_bytes bytes of text (its vocabulary
+  // string, which is never shorter than the input it matches), so a prompt of B bytes has at
+  // least B / max_token_bytes tokens. Whitespace is left out of B, as a chat template may trim
+  // it. A prompt that cannot fit the context by that bound is refused without tokenizing it.
+  void check_prompt_bytes(const GenerationRequest& r, bool chat) const {
+    auto solid = [](const std::string& s) {
+      size_t n = 0;
+      for (unsigned char c : s) n += !(c == ' ' || c == '\t' || c == '\n' || c == '\r');
+      return n;
+    };
+    size_t bytes = 0;
+    if (chat) {
+      for (const ojson& m : r.messages)
+        if (const auto it = m.find("content"); it != m.end() && it->is_string())
+          bytes += solid(it->get_ref<const std::string&>());
+    } else if (r.prompt_is_text) {
+      bytes = solid(r.prompt_text);
+    }
+    const int64_t at_least = (int64_t)((bytes + max_token_bytes - 1) / max_token_bytes);
+    if (at_least >= n_ctx)
+      throw RequestError(
+          400,
+          fmt::format("This model's context is {} tokens; the prompt has at least {} tokens ({} "
+                      "bytes of text, at most {} bytes per token), which leaves no room to "
+                      "generate",
+                      n_ctx, at_least, bytes, max_token_bytes),
+          chat ? "messages" : "prompt", "context_length_exceeded");
   }
 
   // The prompt must leave room in the context; max_tokens is clamped to what is left.
@@ -313,6 +423,8 @@ struct Server::Impl {
   void handle(const httplib::Request& req, httplib::Response& res,
               const httplib::ContentReader& reader, Endpoint ep) {
     const bool chat = ep == Endpoint::Chat;
+    // Whether the client is still there: looked at while the request waits and generates.
+    std::function<bool()> gone = GuardedHttpServer::client_gone_probe();
     std::string body;
     try {
       if (req.is_multipart_form_data())
@@ -334,6 +446,7 @@ struct Server::Impl {
         throw RequestError(413, fmt::format("the request body is larger than {} bytes",
                                             opt.limits.max_body_bytes));
       GenerationRequest r = parse_generation_request(body, ep, rctx);
+      check_prompt_bytes(r, chat);
       auto job = std::make_shared<Job>();
       if (chat) {
         job->prompt = chat_prompt(r);
@@ -359,9 +472,9 @@ struct Server::Impl {
       r = GenerationRequest{};  // the parsed messages are not needed any more
       enqueue(job);
       if (job->stream)
-        stream_response(res, job, head, std::move(echo), include_usage);
+        stream_response(res, job, head, std::move(echo), include_usage, std::move(gone));
       else
-        json_response(res, *job, head, echo);
+        json_response(res, *job, head, echo, gone);
     } catch (const RequestError& e) {
       send_error(res, e);
     }
@@ -393,12 +506,26 @@ struct Server::Impl {
   }
 
   void json_response(httplib::Response& res, Job& job, const ResponseHead& head,
-                     const std::string& echo) {
+                     const std::string& echo, const std::function<bool()>& gone) {
+    bool left = false;
     {
       std::unique_lock lk(job.mu);
-      job.cv.wait(lk, [&] { return job.done; });
+      if (!job.wait_or_gone(lk, gone, [&] { return job.done; })) {
+        lk.unlock();
+        client_left(job);  // its choices stop between tokens; nobody reads the answer
+        left = true;
+        lk.lock();
+        job.cv.wait(lk, [&] { return job.done; });
+      }
     }
-    if (!job.error.empty()) throw server_error(job.error == kShuttingDown ? 503 : 500, job.error);
+    if (left) {
+      res.status = 499;  // nginx's "client closed request", for the log and /metrics
+      return;
+    }
+    if (job.error == kShuttingDown)
+      throw server_error(503, "the server is shutting down: the request did not finish in time",
+                         "shutting_down");
+    if (!job.error.empty()) throw server_error(500, job.error);
     ojson j = response_base(head, false);
     j["choices"] = ojson::array();
     for (size_t i = 0; i < job.results.size(); ++i)
@@ -412,17 +539,21 @@ struct Server::Impl {
   // prompt), the text pieces, and a chunk with its finish_reason; with include_usage a last
   // chunk with empty choices and the usage (OpenAI's layout), else the usage rides on the last
   // finish chunk (as llama.cpp's server sends it); then [DONE].
+  // A stream cut short (the server stopped, or generation failed) ends every open choice with a
+  // finish_reason ("cancelled"), then the usage, then an error event, then [DONE]: the openai
+  // client raises the error after the chunks, and no client takes the cut text for a whole one.
   void stream_response(httplib::Response& res, const std::shared_ptr<Job>& job,
-                       const ResponseHead& head, std::string echo, bool include_usage) {
+                       const ResponseHead& head, std::string echo, bool include_usage,
+                       std::function<bool()> gone) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, head, echo, include_usage](size_t, httplib::DataSink& sink) -> bool {
+        [this, job, head, echo, include_usage, gone](size_t, httplib::DataSink& sink) -> bool {
           const bool chat = head.chat;
           auto send = [&](const std::string& payload) {
             const std::string s = "data: " + payload + "\n\n";
             if (sink.write(s.data(), s.size())) return true;
-            job->set_cancel();
+            client_left(*job);
             return false;
           };
           auto chunk = [&](int index, const std::string* text, const std::vector<TokenLogprob>* lps,
@@ -445,7 +576,7 @@ struct Server::Impl {
             if (include_usage) j["usage"] = nullptr;
             return j;
           };
-          std::vector<bool> started((size_t)job->n, false);
+          std::vector<bool> started((size_t)job->n, false), ended((size_t)job->n, false);
           auto start = [&](int i) {
             if (started[(size_t)i]) return true;
             started[(size_t)i] = true;
@@ -458,12 +589,23 @@ struct Server::Impl {
           };
           if (!start(0)) return false;
           int finished = 0;
+          auto end_choice = [&](int index, const std::string& reason, bool cut = false) {
+            ended[(size_t)index] = true;
+            // A choice the server cut says so; a finished one says how it finished.
+            ojson last = chunk(index, nullptr, nullptr, cut ? reason : finish_reason_json(reason));
+            if (++finished == job->n && !include_usage) last["usage"] = total_usage(job->results);
+            return send(dump_json(last));
+          };
           for (;;) {
             std::deque<StreamEvent> batch;
             bool done;
             {
               std::unique_lock lk(job->mu);
-              job->cv.wait(lk, [&] { return !job->events.empty() || job->done; });
+              if (!job->wait_or_gone(lk, gone, [&] { return !job->events.empty() || job->done; })) {
+                lk.unlock();
+                client_left(*job);
+                return false;
+              }
               batch.swap(job->events);
               done = job->done;
             }
@@ -471,11 +613,7 @@ struct Server::Impl {
             for (const StreamEvent& ev : batch) {
               if (!start(ev.index)) return false;
               if (ev.finished) {
-                ojson last = chunk(ev.index, nullptr, nullptr,
-                                   finish_reason_json(ev.finished->finish_reason));
-                if (++finished == job->n && !include_usage)
-                  last["usage"] = total_usage(job->results);
-                if (!send(dump_json(last))) return false;
+                if (!end_choice(ev.index, ev.finished->finish_reason)) return false;
               } else if (!ev.delta.reasoning.empty()) {  // harmony's other channels
                 if (chat &&
                     !send(dump_json(chunk(ev.index, &ev.delta.reasoning, nullptr, nullptr, true))))
@@ -487,20 +625,30 @@ struct Server::Impl {
             }
             if (done && batch.empty()) break;
           }
-          if (!job->error.empty()) {
-            if (!send(dump_json(error_json(server_error(500, job->error))))) return false;
-          } else if (include_usage) {
+          if (!job->error.empty())
+            for (int i = 0; i < job->n; ++i)
+              if (!ended[(size_t)i] && !(start(i) && end_choice(i, kCutReason, true))) return false;
+          if (include_usage) {
             ojson u = response_base(head, true);
             u["choices"] = ojson::array();
             u["usage"] = total_usage(job->results);
             if (!send(dump_json(u))) return false;
           }
+          if (!job->error.empty()) {
+            const bool shut = job->error == kShuttingDown;
+            RequestError e =
+                server_error(shut ? 503 : 500,
+                             shut ? "the server is shutting down: generation stopped before the end"
+                                  : job->error,
+                             shut ? "shutting_down" : "");
+            if (!send(dump_json(error_json(e)))) return false;
+          }
           if (!send("[DONE]")) return false;
           sink.done();
           return true;
         },
-        [job](bool success) {
-          if (!success) job->set_cancel();  // the client went away: stop generating
+        [this, job](bool success) {
+          if (!success) client_left(*job);  // the client went away: stop generating
         });
   }
 
@@ -545,14 +693,18 @@ struct Server::Impl {
     });
     http.Get("/health", [this](const Request&, Response& r) {
       size_t q;
-      bool busy;
+      bool busy, leaving;
       {
         std::lock_guard lk(qmu);
         q = queue.size();
         busy = running != nullptr;
+        leaving = draining || stopping;
       }
-      r.set_content(dump_json(ojson{
-                        {"status", "ok"}, {"model", opt.model_id}, {"busy", busy}, {"queued", q}}),
+      if (leaving) r.status = 503;  // a load balancer stops sending requests here
+      r.set_content(dump_json(ojson{{"status", leaving ? "shutting_down" : "ok"},
+                                    {"model", opt.model_id},
+                                    {"busy", busy},
+                                    {"queued", q}}),
                     "application/json");
     });
     http.Get("/metrics", [this](const Request&, Response& r) {
@@ -606,21 +758,49 @@ struct Server::Impl {
     return stats.render(g, st);
   }
 
-  void shutdown() {
-    std::vector<std::shared_ptr<Job>> jobs;
+  void stop_accepting() {
+    {
+      std::lock_guard lk(qmu);
+      if (accept_stopped) return;
+      accept_stopped = true;
+    }
+    http.stop();  // closes the listening socket: listen() returns
+  }
+
+  // New requests are refused (503) and no connection is accepted; what is queued or running
+  // may finish for up to shutdown_timeout_s; then shutdown() cancels the rest.
+  void drain() {
     {
       std::lock_guard lk(qmu);
       if (stopped) return;
-      stopped = stopping = true;
-      jobs.assign(queue.begin(), queue.end());
-      if (running) jobs.push_back(running);
+      draining = true;
     }
-    qcv.notify_all();
-    for (auto& j : jobs) j->set_cancel();
-    if (engine_thread.joinable()) engine_thread.join();  // finishes queued jobs with an error
-    http.stop();
-    if (listen_thread.joinable()) listen_thread.join();
-    http.shutdown_guard();
+    stop_accepting();
+    {
+      std::unique_lock lk(qmu);
+      qcv.wait_for(lk, std::chrono::duration<double>(opt.shutdown_timeout_s),
+                   [&] { return stopped || (queue.empty() && !running); });
+    }
+    shutdown();
+  }
+
+  // Idempotent; a second caller waits until the first has finished.
+  void shutdown() {
+    std::call_once(shutdown_once, [this] {
+      std::vector<std::shared_ptr<Job>> jobs;
+      {
+        std::lock_guard lk(qmu);
+        stopped = stopping = true;
+        jobs.assign(queue.begin(), queue.end());
+        if (running) jobs.push_back(running);
+      }
+      qcv.notify_all();
+      for (auto& j : jobs) j->set_cancel(true);
+      if (engine_thread.joinable()) engine_thread.join();  // finishes queued jobs with an error
+      stop_accepting();
+      if (listen_thread.joinable()) listen_thread.join();
+      http.shutdown_guard();  // running requests write their last events first
+    });
   }
 };
 
@@ -649,6 +829,10 @@ int Server::bind() {
 
 void Server::listen() {
   bind();
+  {
+    std::lock_guard lk(impl_->qmu);
+    if (impl_->accept_stopped) return;  // stopped (a signal) before listening began
+  }
   impl_->http.listen_after_bind();
 }
 
@@ -660,6 +844,8 @@ void Server::start() {
 }
 
 void Server::stop() { impl_->shutdown(); }
+
+void Server::stop_gracefully() { impl_->drain(); }
 
 int Server::port() const { return impl_->port; }
 

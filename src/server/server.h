@@ -5,8 +5,8 @@
 // Connections wait in a guard thread until their request is complete (http_guard.h); requests
 // are parsed and validated (request_parse.h) and tokenized on worker threads; generation runs on
 // one engine thread that takes requests from a bounded FIFO queue (full -> 503) and keeps the KV
-// cache of the previous request for the next one's common prefix. A streaming client that goes
-// away cancels its generation. See docs/server.md.
+// cache of the previous request for the next one's common prefix. A client that goes away
+// (streaming or not) cancels its generation between tokens. See docs/server.md.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +39,8 @@ struct ServerOptions {
   double idle_timeout_s = 5;     // keep-alive connections without a next request are closed
   double write_timeout_s = 30;
   size_t max_connections = 512;
+  // stop_gracefully(): how long queued and running requests may go on before they are cut.
+  double shutdown_timeout_s = 5;
   RequestLimits limits;
 };
 
@@ -58,8 +60,15 @@ class Server {
   void listen();
   // bind() + listen() on a background thread; returns once the server accepts connections.
   void start();
-  // Stops accepting, cancels queued and running requests, joins the threads. Idempotent.
+  // Stops accepting, cancels queued and running requests, joins the threads. Idempotent; a
+  // second caller returns once the first has finished.
   void stop();
+  // SIGTERM: stops accepting connections (listen() returns) and refuses new requests (503),
+  // lets queued and running ones finish for up to shutdown_timeout_s, then stop(): a stream
+  // still open ends each choice with finish_reason "cancelled", its usage, an error event and
+  // [DONE]; a plain request still waiting gets a 503. Blocks; stop() from another thread (a
+  // second signal) cuts the wait short. An idle server returns at once.
+  void stop_gracefully();
   int port() const;
   // The line describing the chat template in use (its origin), for the startup log.
   const std::string& template_description() const;

@@ -43,6 +43,11 @@ void ServerMetrics::rejected() {
   ++rejected_;
 }
 
+void ServerMetrics::cancelled(const std::string& reason) {
+  std::lock_guard lk(mu_);
+  cancelled_[reason]++;
+}
+
 void ServerMetrics::connection_dropped(const std::string& reason) {
   std::lock_guard lk(mu_);
   dropped_[reason]++;
@@ -69,7 +74,8 @@ std::string ServerMetrics::render(const Gauges& g, const std::optional<OffloadSt
                        it == dropped_.end() ? 0 : it->second);
     }
     head("moeflow_completions_total", "counter",
-         "Generations finished, by finish reason (cancelled: the client went away).");
+         "Generations finished, by finish reason (cancelled: the client went away or the server "
+         "stopped).");
     for (const char* r : {"stop", "length", "cancelled", "error"}) {
       auto it = finished_.find(r);
       o += fmt::format("moeflow_completions_total{{finish_reason=\"{}\"}} {}\n", r,
@@ -78,6 +84,14 @@ std::string ServerMetrics::render(const Gauges& g, const std::optional<OffloadSt
     head("moeflow_requests_rejected_total", "counter",
          "Requests refused with 503 because the queue was full.");
     o += fmt::format("moeflow_requests_rejected_total {}\n", rejected_);
+    head("moeflow_requests_cancelled_total", "counter",
+         "Generation requests ended before their generation did, by reason (client_gone: the "
+         "client disconnected; shutdown: the server stopped).");
+    for (const char* r : {"client_gone", "shutdown"}) {
+      auto it = cancelled_.find(r);
+      o += fmt::format("moeflow_requests_cancelled_total{{reason=\"{}\"}} {}\n", r,
+                       it == cancelled_.end() ? 0 : it->second);
+    }
     head("moeflow_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
     o += fmt::format("moeflow_prompt_tokens_total {}\n", prompt_tokens_);
     head("moeflow_prompt_tokens_cached_total", "counter",

@@ -20,6 +20,9 @@ class ServerMetrics {
   // A generation that ended (error: it failed; r is then ignored).
   void generation(const TextGenResult& r, bool error);
   void rejected();
+  // A request ended before its generation did: "client_gone" (its client disconnected) or
+  // "shutdown" (the server stopped after --shutdown-timeout).
+  void cancelled(const std::string& reason);
   // A connection the guard closed without a worker seeing it: "header_timeout",
   // "idle_timeout", "evicted" (too many connections), "too_large", "bad_request".
   void connection_dropped(const std::string& reason);
@@ -37,6 +40,7 @@ class ServerMetrics {
   std::map<std::pair<std::string, int>, uint64_t> http_requests_;
   std::map<std::string, uint64_t> finished_;  // by finish_reason ("error" for failures)
   std::map<std::string, uint64_t> dropped_;
+  std::map<std::string, uint64_t> cancelled_;
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0, rejected_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
 };

@@ -3,8 +3,11 @@
 Starts `moeflow serve` on a free loopback port with the shipped demo model and checks chat and
 completions, plain and streamed, stream_options.include_usage, stop, seed, max_tokens,
 logprobs/top_logprobs, n > 1, penalties and logit_bias, models.list/retrieve, the 400s for what
-the server does not do (an unsupported schema keyword, tool_choice required) and for out-of-range
-fields, and that tools pass through to the chat template.
+the server does not do (an unsupported schema keyword, tool_choice required, tools the chat
+template cannot render), for out-of-range fields and for unknown fields and roles (strict
+requests); a 3 MB prompt refused by its bytes before tokenizing; a client that disconnects cancels
+its request (counted in /metrics); SIGTERM mid-stream ends the stream with a finish_reason, the
+usage and an error event, and an idle server exits at once.
 
 Without the `openai` package the tests skip locally but FAIL under CI=true (scripts/setup-deps.sh
 installs it).
@@ -193,6 +196,36 @@ def test_several_choices(client):
     assert e.value.body["param"] == "n"
 
 
+def metrics(server):
+    import urllib.request
+    return urllib.request.urlopen(server + "/metrics", timeout=10).read().decode()
+
+
+def metric(page, name):
+    for line in page.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise KeyError(name)
+
+
+def start_serve(*extra):
+    """A `moeflow serve` of its own (for the signal tests): (process, base url, log path)."""
+    if BIN is None or not MODEL.exists():
+        pytest.skip("moeflow binary or demo model not available")
+    log = tempfile.NamedTemporaryFile(prefix="moeflow_serve_", suffix=".log", delete=False)
+    proc = subprocess.Popen([BIN, "serve", "-m", str(MODEL), "--host", "127.0.0.1", "--port", "0",
+                             "-t", "1", "--alias", ALIAS, *extra],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", Path(log.name).read_text())
+        if m:
+            return proc, f"http://127.0.0.1:{m.group(1)}", log.name
+    proc.kill()
+    pytest.fail("serve did not start:\n" + Path(log.name).read_text())
+
+
 def test_unsupported_features_are_clear_400s(client):
     # Schemas with a keyword the grammar compiler does not support (test_server_json_schema.py has
     # the supported ones).
@@ -204,9 +237,122 @@ def test_unsupported_features_are_clear_400s(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, tool_choice="required")
     assert e.value.body["param"] == "tool_choice"
-    # tools themselves go to the chat template (ChatML ignores them): accepted.
-    r = client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, max_tokens=4)
+    # The demo model's template (ChatML) renders no tools: refused, never silently dropped.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, max_tokens=4)
+    assert e.value.body["param"] == "tools" and e.value.body["code"] == "tools_not_supported"
+    assert "tool calling is not supported" in e.value.body["message"]
+    r = client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, tool_choice="none",
+                                       max_tokens=4)
     assert r.choices[0].message.role == "assistant"
+
+
+def test_unknown_fields_and_roles_are_400s(client):
+    # The issue's typo: 983 tokens were generated; now a 400 naming the field.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=CHAT, extra_body={"max_token": 3})
+    assert e.value.status_code == 400 and e.value.body["param"] == "max_token"
+    assert "did you mean 'max_tokens'" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=ALIAS, prompt="x", extra_body={"max_token": 3})
+    assert e.value.body["param"] == "max_token"
+    # OpenAI's fields this server does not honour say so.
+    for kw, param in [(dict(reasoning_effort="low"), "reasoning_effort"),
+                      (dict(modalities=["text", "audio"]), "modalities"),
+                      (dict(prediction={"type": "content", "content": "x"}), "prediction"),
+                      (dict(web_search_options={}), "web_search_options"),
+                      (dict(extra_body={"verbosity": "low"}), "verbosity")]:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=ALIAS, messages=CHAT, **kw)
+        assert e.value.body["param"] == param and "not supported" in e.value.body["message"], e.value.body
+    for role in ("wizard", ""):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=ALIAS, messages=[{"role": role, "content": "hi"}])
+        assert e.value.body["param"] == "messages[0].role"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=ALIAS, messages=CHAT, stream=True,
+                                       stream_options={"include_usage": True, "include_usgae": True})
+    assert e.value.body["param"] == "stream_options.include_usgae"
+    # The documented ignored fields are accepted.
+    r = client.chat.completions.create(model=ALIAS, messages=CHAT, max_tokens=2, user="u1", store=False,
+                                       metadata={"k": "v"}, service_tier="auto")
+    assert r.choices[0].message.role == "assistant"
+
+
+def test_a_3mb_prompt_is_refused_before_tokenizing(client):
+    t0 = time.time()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=ALIAS, prompt="hello world " * (1 << 18), max_tokens=1)
+    elapsed = time.time() - t0
+    assert e.value.body["code"] == "context_length_exceeded"
+    assert "at least" in e.value.body["message"], e.value.body  # the byte bound, not the tokenizer
+    print(f"3 MB prompt refused in {elapsed * 1000:.0f} ms")
+
+
+def test_a_client_that_disconnects_cancels_its_request(server, client):
+    # Not streaming, n = 8, the client gone after 0.2 s: the generation stops (it used to run to
+    # the end, 8 full choices), counted in /metrics.
+    name = 'moeflow_requests_cancelled_total{reason="client_gone"}'
+    before = metrics(server)
+    gen0 = metric(before, "moeflow_generated_tokens_total")
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=0.2).chat.completions.create(
+            model=ALIAS, messages=CHAT, n=8, max_tokens=200, extra_body={"ignore_eos": True})
+    deadline = time.time() + 20
+    while True:
+        page = metrics(server)
+        if metric(page, name) >= metric(before, name) + 1 and metric(page, "moeflow_busy") == 0:
+            break
+        assert time.time() < deadline, page
+        time.sleep(0.05)
+    generated = metric(page, "moeflow_generated_tokens_total") - gen0
+    print(f"n=8 x 200 tokens, client gone after 0.2 s: {generated:.0f} tokens generated")
+    assert generated < 8 * 200 / 2, "generation went on after the client left"
+    # The server goes on serving.
+    assert client.chat.completions.create(model=ALIAS, messages=CHAT, max_tokens=2).choices
+
+
+def test_sigterm_mid_stream_ends_it_with_finish_reason_usage_and_an_error_event():
+    require_openai()
+    proc, url, log = start_serve("-c", "1024", "--shutdown-timeout", "0")
+    try:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+        stream = c.chat.completions.create(model=ALIAS, messages=CHAT, max_tokens=900, stream=True,
+                                           stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True})
+        chunks = []
+        with pytest.raises(openai.APIError) as e:
+            for ch in stream:
+                chunks.append(ch)
+                if len(chunks) == 3:
+                    proc.send_signal(signal.SIGTERM)
+        assert "shutting down" in str(e.value.message), e.value
+        finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+        assert finishes == ["cancelled"], finishes  # not taken for a whole answer
+        assert chunks[-1].choices == [] and 0 < chunks[-1].usage.completion_tokens < 900
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.unlink(log)
+
+
+def test_idle_sigterm_exits_at_once():
+    require_openai()
+    proc, url, log = start_serve()
+    try:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+        assert c.completions.create(model=ALIAS, prompt="hi", max_tokens=2).choices  # a kept-alive connection
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        elapsed = time.time() - t0
+        print(f"idle SIGTERM: exited in {elapsed * 1000:.0f} ms")
+        assert elapsed < 1.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.unlink(log)
 
 
 def test_invalid_values_are_400s_naming_the_field(client):

@@ -289,7 +289,9 @@ TEST(RequestParse, AcceptedFieldsReachTheGenerationParameters) {
   ASSERT_TRUE(r.tools.is_array());
   EXPECT_EQ(r.tools[0]["function"]["name"], "f");
 
-  EXPECT_TRUE(chat({{"tools", {{{"type", "function"}}}}, {"tool_choice", "none"}}).tools.is_null());
+  EXPECT_TRUE(chat({{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
+                    {"tool_choice", "none"}})
+                  .tools.is_null());
   EXPECT_FALSE(chat({{"seed", -1}}).seed_given);  // llama.cpp's "random"
   EXPECT_EQ(chat({{"seed", 18446744073709551615ULL}}).gen.sampling.seed, UINT64_MAX);
   EXPECT_EQ(chat({{"seed", -2}}).gen.sampling.seed, (uint64_t)-2);
@@ -298,17 +300,18 @@ TEST(RequestParse, AcceptedFieldsReachTheGenerationParameters) {
   EXPECT_EQ(chat({{"model", "tiny"}}).n, 1);
   EXPECT_EQ(chat({{"model", ""}}).n, 1);
   EXPECT_EQ(chat({{"stop", "x"}}).gen.stop, std::vector<std::string>{"x"});
-  EXPECT_EQ(chat({{"best_of", 2}, {"n", 2}}).n, 2);
+  EXPECT_EQ(completion({{"best_of", 2}, {"n", 2}}).n, 2);
   EXPECT_EQ(chat({{"temperature", nullptr}}).gen.sampling.temperature, 0.5f);  // null: the default
 }
 
 TEST(RequestParse, MessagesAreFlattenedAndExtraFieldsKept) {
   const GenerationRequest r = parse_generation_request(
-      R"({"messages": [{"role": "system", "content": null},
+      R"({"messages": [{"role": "system", "content": ""},
                        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-                       {"role": "assistant", "content": "x", "tool_calls": [{"id": "1"}]}]})",
+                       {"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]}]})",
       Endpoint::Chat, context());
   ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[2]["content"], "");
   EXPECT_EQ(r.messages[0]["content"], "");
   EXPECT_EQ(r.messages[1]["content"], "ab");
   EXPECT_EQ(r.messages[2]["tool_calls"][0]["id"], "1");
@@ -353,6 +356,171 @@ TEST(RequestParse, ResponseFormatGivesTheGrammarOnBothEndpoints) {
                Endpoint::Completion);
   EXPECT_EQ(e.param, "response_format");
   EXPECT_NE(e.message.find("'minimum'"), std::string::npos) << e.message;
+}
+
+// Strict requests: a field this server does not read is a 400 naming it (with the closest
+// known name for a typo), at the top level and inside nested objects; OpenAI's fields that are
+// not honoured say why; the short ignored list is accepted; roles are validated.
+TEST(RequestParse, UnknownFieldsAreRefusedNamingThem) {
+  const RequestError typo = error_of(with_messages({{"max_token", 3}}));
+  EXPECT_EQ(typo.status, 400);
+  EXPECT_EQ(typo.param, "max_token");
+  EXPECT_EQ(typo.message,
+            "Unrecognized request argument supplied: 'max_token'; did you mean 'max_tokens'?");
+  EXPECT_EQ(error_of(with_messages({{"Temperature", 0}})).message,
+            "Unrecognized request argument supplied: 'Temperature'; did you mean "
+            "'temperature'?");
+  EXPECT_EQ(error_of(with_messages({{"frobnicate", true}})).message,
+            "Unrecognized request argument supplied: 'frobnicate'");
+  // Unknown even when null; each endpoint has its own fields.
+  EXPECT_EQ(error_of(with_messages({{"cache_prompt", nullptr}})).param, "cache_prompt");
+  for (const char* f : {"echo", "suffix", "best_of", "prompt"})
+    EXPECT_EQ(error_of(with_messages({{f, 1}})).param, f);
+  for (const char* f :
+       {"top_logprobs", "messages", "tools", "tool_choice", "response_format", "reasoning_effort"})
+    EXPECT_EQ(error_of(json{{"prompt", "x"}, {f, 1}}.dump(), Endpoint::Completion).param, f) << f;
+
+  // Nested objects: the param is the field's path.
+  struct Nested {
+    json body;
+    const char* param;
+  };
+  const std::vector<Nested> nested = {
+      {{{"stream", true}, {"stream_options", {{"include_usage", true}, {"include_usgae", true}}}},
+       "stream_options.include_usgae"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}, {"nmae", "a"}}}}}, "messages[0].nmae"},
+      {{{"messages",
+         {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}, {"cache", 1}}}}}}}},
+       "messages[0].content[0].cache"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_call_id", "1"}}}}},
+       "messages[0].tool_call_id"},
+      {{{"messages", {{{"role", "tool"}, {"content", "x"}, {"tool_call_id", "1"}, {"id", "1"}}}}},
+       "messages[0].id"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+        {"tools",
+         {{{"type", "function"}, {"function", {{"name", "f"}, {"params", json::object()}}}}}}},
+       "tools[0].function.params"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+        {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}, {"x", 1}}}}},
+       "tools[0].x"},
+  };
+  for (const Nested& n : nested) {
+    json b = n.body;
+    if (!b.contains("messages")) b["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+    const RequestError e = error_of(b.dump());
+    EXPECT_EQ(e.status, 400) << b.dump();
+    EXPECT_EQ(e.param, n.param) << e.message;
+    const std::string leaf = std::string(n.param).substr(std::string(n.param).rfind('.') + 1);
+    EXPECT_NE(e.message.find("'" + leaf + "'"), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(
+      error_of(with_messages({{"stream", true}, {"stream_options", {{"include_usgae", true}}}}))
+          .message,
+      "Unrecognized request argument supplied: 'include_usgae' (in stream_options); did you mean "
+      "'include_usage'?");
+}
+
+TEST(RequestParse, OpenAiFieldsNotHonouredSayWhy) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"reasoning_effort", "low", "harmony"},
+      {"modalities", {"text", "audio"}, "text only"},
+      {"audio", {{"voice", "alloy"}, {"format", "wav"}}, "audio output"},
+      {"prediction", {{"type", "content"}, {"content", "x"}}, "predicted outputs"},
+      {"web_search_options", json::object(), "web search"},
+      {"verbosity", "low", "verbosity"},
+      {"functions", json::array(), "deprecated"},
+      {"function_call", "auto", "deprecated"},
+  };
+  for (const Case& c : cases) {
+    const RequestError e = error_of(with_messages({{c.field, c.value}}));
+    EXPECT_EQ(e.status, 400) << c.field;
+    EXPECT_EQ(e.param, c.field);
+    EXPECT_NE(e.message.find(c.field), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << e.message;
+    EXPECT_EQ(chat({{c.field, nullptr}}).n, 1) << c.field << ": null is as if left out";
+  }
+  EXPECT_EQ(chat({{"modalities", {"text"}}}).n, 1);
+  // reasoning_effort where the template reads it (harmony).
+  RequestContext h = context();
+  h.reasoning_effort = true;
+  EXPECT_EQ(
+      parse_generation_request(with_messages({{"reasoning_effort", "high"}}), Endpoint::Chat, h)
+          .reasoning_effort,
+      "high");
+  EXPECT_EQ(error_of(with_messages({{"reasoning_effort", "max"}}), Endpoint::Chat, h).param,
+            "reasoning_effort");
+}
+
+TEST(RequestParse, IgnoredFieldsAreAcceptedAndTypeChecked) {
+  const GenerationRequest r = chat({{"user", "u-1"},
+                                    {"metadata", {{"k", "v"}}},
+                                    {"store", false},
+                                    {"service_tier", "auto"},
+                                    {"safety_identifier", "s"},
+                                    {"prompt_cache_key", "k"},
+                                    {"parallel_tool_calls", true},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_obfuscation", false}}}});
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(completion({{"user", "u"}}).n, 1);
+  EXPECT_EQ(error_of(with_messages({{"user", 5}})).param, "user");
+  EXPECT_EQ(error_of(with_messages({{"metadata", {{"k", 1}}}})).param, "metadata");
+  EXPECT_EQ(error_of(with_messages({{"store", "yes"}})).param, "store");
+  EXPECT_EQ(error_of(with_messages({{"parallel_tool_calls", 1}})).param, "parallel_tool_calls");
+  // Chat-only ignored fields are unknown to completions.
+  EXPECT_EQ(
+      error_of(json{{"prompt", "x"}, {"metadata", json::object()}}.dump(), Endpoint::Completion)
+          .param,
+      "metadata");
+}
+
+TEST(RequestParse, RolesAndTheirFieldsAreValidated) {
+  auto msgs = [](const json& m) { return json{{"messages", m}}.dump(); };
+  for (const char* role : {"wizard", "", "USER", "model"}) {
+    const RequestError e = error_of(msgs({{{"role", role}, {"content", "x"}}}));
+    EXPECT_EQ(e.status, 400) << role;
+    EXPECT_EQ(e.param, "messages[0].role");
+    EXPECT_NE(e.message.find(std::string("\"") + role + "\""), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("\"developer\""), std::string::npos) << e.message;
+  }
+  EXPECT_NE(error_of(msgs({{{"role", "function"}, {"content", "x"}, {"name", "f"}}}))
+                .message.find("deprecated"),
+            std::string::npos);
+  // tool messages answer a call by id; content is required except for an assistant's calls.
+  EXPECT_EQ(error_of(msgs({{{"role", "tool"}, {"content", "x"}}})).param,
+            "messages[0].tool_call_id");
+  EXPECT_EQ(error_of(msgs({{{"role", "user"}}})).param, "messages");
+  EXPECT_EQ(error_of(msgs({{{"role", "system"}, {"content", nullptr}}})).param, "messages");
+  EXPECT_EQ(error_of(msgs({{{"role", "assistant"}}})).param, "messages");
+  EXPECT_EQ(error_of(msgs({{{"role", "user"}, {"content", "x"}, {"name", 5}}})).param,
+            "messages[0].name");
+  EXPECT_EQ(error_of(msgs({{{"role", "assistant"}, {"content", "x"}, {"tool_calls", "f"}}})).param,
+            "messages[0].tool_calls");
+  EXPECT_EQ(
+      error_of(msgs({{{"role", "assistant"}, {"content", "x"}, {"audio", {{"id", "a"}}}}})).param,
+      "messages[0].audio");
+  const GenerationRequest r =
+      parse_generation_request(msgs({{{"role", "developer"}, {"content", "be brief"}},
+                                     {{"role", "system"}, {"content", "s"}, {"name", "sys"}},
+                                     {{"role", "user"}, {"content", "call f"}, {"name", "ann"}},
+                                     {{"role", "assistant"},
+                                      {"content", nullptr},
+                                      {"tool_calls", {{{"id", "c1"}, {"type", "function"}}}}},
+                                     {{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}},
+                                     {{"role", "assistant"},
+                                      {"content", "it is 42"},
+                                      {"reasoning_content", "r"},
+                                      {"refusal", nullptr}}}),
+                               Endpoint::Chat, context());
+  ASSERT_EQ(r.messages.size(), 6u);
+  EXPECT_EQ(r.messages[0]["role"], "developer");
+  EXPECT_EQ(r.messages[4]["tool_call_id"], "c1");
+  EXPECT_EQ(r.messages[5]["reasoning_content"], "r");
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 // The OpenAI surface of the server beyond plain generation: validation answers over HTTP,
 // models.retrieve, logprobs (against log-softmax of the engine's own logits), n > 1, echo,
-// stream_options.include_usage, penalties and logit_bias, tools through the chat template, and
-// the prefix cache (a request served after a hit equals one served cold).
+// stream_options.include_usage, penalties and logit_bias, tools through the chat template (and a
+// 400 where it renders none), strict fields, prompts refused by their bytes before tokenizing,
+// and the prefix cache (a request served after a hit equals one served cold).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -78,6 +80,85 @@ TEST_F(ServerApi, InvalidFieldsAre400sNamingTheField) {
   auto h = inst_->client().Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+}
+
+// Strict requests over HTTP: a typo is a 400 naming the field (not 983 tokens of a default),
+// on both endpoints; roles are checked; tools the template cannot render are refused, not
+// dropped; "developer" is the system message of a template that has no such role.
+TEST_F(ServerApi, UnknownFieldsRolesAndUnrenderableToolsAre400s) {
+  auto r =
+      post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_token":3})");
+  expect_error(r, 400, "");
+  json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["param"], "max_token");
+  EXPECT_EQ(e["message"],
+            "Unrecognized request argument supplied: 'max_token'; did you mean 'max_tokens'?");
+  r = post("/v1/completions", R"({"prompt":"x","stream_options":{"include_usage":true}})");
+  expect_error(r, 400, "");  // stream_options without stream
+  r = post("/v1/completions", R"({"prompt":"x","messages":[]})");
+  expect_error(r, 400, "");
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "messages");
+  for (const char* role : {"wizard", ""}) {
+    r = post("/v1/chat/completions",
+             json{{"messages", {{{"role", role}, {"content", "x"}}}}}.dump());
+    expect_error(r, 400, "");
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], "messages[0].role") << r->body;
+  }
+  // The tiny model's template (ChatML) renders no tools.
+  const json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}};
+  const json msgs = {{{"role", "user"}, {"content", "weather?"}}};
+  r = post("/v1/chat/completions", json{{"messages", msgs}, {"tools", tools}}.dump());
+  expect_error(r, 400, "tools_not_supported");
+  e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["param"], "tools");
+  EXPECT_NE(e["message"].get<std::string>().find("tool calling is not supported"),
+            std::string::npos);
+  EXPECT_NO_THROW(
+      post_ok("/v1/chat/completions",
+              {{"messages", msgs}, {"tools", tools}, {"tool_choice", "none"}, {"max_tokens", 1}}));
+  // developer -> system: the same prompt and the same greedy answer.
+  auto ask = [&](const char* role) {
+    return post_ok("/v1/chat/completions",
+                   {{"messages", {{{"role", role}, {"content", "Be brief."}}, msgs[0]}},
+                    {"max_tokens", 4},
+                    {"temperature", 0}});
+  };
+  const json dev = ask("developer"), sys = ask("system");
+  EXPECT_EQ(dev["usage"]["prompt_tokens"], sys["usage"]["prompt_tokens"]);
+  EXPECT_EQ(dev["choices"][0]["message"], sys["choices"][0]["message"]);
+}
+
+// A prompt whose bytes alone prove it cannot fit the context is refused before it is tokenized
+// (or rendered): the message gives the bound, and the time is that of reading the body.
+TEST_F(ServerApi, PromptsTooLongByTheirBytesAreRefusedBeforeTokenizing) {
+  const std::string big(3u << 20, 'a');  // 3 MiB; the context is 256 tokens
+  for (const bool chat : {false, true}) {
+    const json body =
+        chat ? json{{"messages", {{{"role", "user"}, {"content", big}}}}} : json{{"prompt", big}};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    expect_error(r, 400, "context_length_exceeded");
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], chat ? "messages" : "prompt");
+    EXPECT_NE(e["message"].get<std::string>().find("at least"), std::string::npos) << r->body;
+    RecordProperty(chat ? "chat_3mb_refused_ms" : "completion_3mb_refused_ms",
+                   std::to_string((int)ms));
+  }
+  // Whitespace does not count (a template may trim it); a prompt just over the context by
+  // tokens, not provably by bytes, is still refused after tokenizing.
+  auto r = post("/v1/completions", json{{"prompt", std::string(64u << 10, ' ')}}.dump());
+  ASSERT_TRUE(r);
+  if (r->status == 400)
+    EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().find("at least"),
+              std::string::npos);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "w" + std::to_string(i) + " ";
+  r = post("/v1/completions", json{{"prompt", words}}.dump());
+  expect_error(r, 400, "context_length_exceeded");
+  EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().find("at least"),
+            std::string::npos);
 }
 
 TEST_F(ServerApi, ModelsRetrieveAndTheChatTemplateText) {
