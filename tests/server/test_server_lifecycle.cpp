@@ -19,7 +19,9 @@
 
 #include "server_fixture.h"
 
-namespace moeflow::test {
+// A namespace of its own: the unity builds (MOEFLOW_UNITY) compile this file in one unit with
+// others of its folder that define helpers of the same names.
+namespace moeflow::test::server_lifecycle {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -329,4 +331,4 @@ TEST(ServeBinary, ShutdownTimeoutIsValidated) {
 }
 
 }  // namespace
-}  // namespace moeflow::test
+}  // namespace moeflow::test::server_lifecycle
