@@ -20,6 +20,7 @@ done
 DATA=${MOEFLOW_SHARED_DATA:-../shared/data}/traces/mixtral-8x7b-instruct_speculative-moe
 TRACE=$DATA/routing_data_collected/humaneval_2_routing.jsonl   # decode, 2 HumanEval problems
 CALIB=$DATA/analysis/deep_analysis/routing_raw.jsonl           # another HumanEval prompt
+CHOOSE=$DATA/analysis/deep_analysis/humaneval_1_routing.jsonl   # a third: where `auto` chooses
 RATES=12.5,25,37.5,50,62.5,75
 OUT=bench/sim
 mkdir -p "$OUT" bench/io
@@ -53,6 +54,8 @@ for hw in $PROFILES; do
   for p in promoe hobbit duoserve moe-infinity daop lru ondemand auto; do
     "$MOEFLOW" sim --trace "$TRACE" --calib "$CALIB" --preset $p --cache-rate $RATES --hw "$hw" --json > "$OUT/preset_${p}_$hw.json"
   done
+  # auto's pick on a prompt it has not seen: chosen on $CHOOSE, read off the grid of $TRACE.
+  "$MOEFLOW" sim --trace "$CHOOSE" --calib "$CALIB" --preset auto --cache-rate $RATES --hw "$hw" --json > "$OUT/auto_chosen_elsewhere_$hw.json"
 done
-python3 bench/sim_report.py --out docs/simulator.md --dir "$OUT" --profiles $PROFILES --trace "$TRACE" --calib "$CALIB"
+python3 bench/sim_report.py --out docs/simulator.md --dir "$OUT" --profiles $PROFILES --trace "$TRACE" --calib "$CALIB" --choose "$CHOOSE"
 echo "wrote docs/simulator.md and $OUT/" >&2

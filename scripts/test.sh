@@ -71,7 +71,9 @@ STANDIN_SANITIZER_EXCLUDE='/standin_[a-z0-9_]+_(F16|BF16|Q4_0|Q4_1|Q5_0|Q5_1|Q4_
 #    prefetch gate, exact offload) and the policies in tests/policy.
 #  - AutoPolicy.LfuCycleBeatsLfu*: the simulator over the real traces, one thread, arithmetic
 #    only; the simulator's code runs under the sanitizers in tests/trace's shorter cases.
-SANITIZER_RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu)'
+#  - Presets.AutoChosenOnOnePromptHoldsOnAnother: auto's search on two real Mixtral traces at 2
+#    settings (~30 s), arithmetic only, likewise.
+SANITIZER_RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu|Presets\.AutoChosenOnOnePromptHoldsOnAnother)'
 
 # Left out of the TSan run only (they run in the release build, the scalar pass and under ASan):
 # whole-model runs whose threads are the engine's thread pool and expert I/O that the shorter
@@ -150,8 +152,13 @@ echo "== release build: all tests"
 run_suite build -DCMAKE_BUILD_TYPE=Release --
 # The same C++ tests with the kernels capped to the portable scalar level: what a CPU without
 # AVX2 runs (CI machines differ; a binary must work on any x86-64).
+# The AVX-512 vs AVX2 bit-for-bit comparison (tests/backend/test_matmul.cpp) has no AVX-512
+# kernel to compare under the cap, and skips saying so; allowed here only, and only with that
+# reason: the release pass above runs it on CI's AVX-512 machine, where a skip fails the audit.
 echo "== release build: C++ tests at MOEFLOW_SIMD=scalar"
+EXTRA_SKIP_ALLOW=('^Q8_0Activation32Blocks/Avx512PairTest\.Avx512MatchesAvx2BitForBitOn32Blocks/[A-Z0-9_]+( |$)::MOEFLOW_SIMD=scalar caps the kernels below AVX-512')
 MOEFLOW_SIMD=scalar ctest_audited build -j "$JOBS" -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE"
+unset EXTRA_SKIP_ALLOW
 
 # The builds after this one compile the libraries and tests as unity batches (MOEFLOW_UNITY,
 # CMakeLists.txt): about half the compile time of file-by-file builds on 2 cores. The release

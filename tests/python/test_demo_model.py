@@ -5,7 +5,10 @@
   `moeflow tokenize` gives, on held-out lines of every corpus file (Unicode, code, numbers).
 - Forward pass: a float64 numpy implementation of train.py's model, reading the same GGUF
   through gguf-py, must give the logits `moeflow eval` gives on real text (per-row max-abs
-  relative error < 1e-3, identical greedy continuation).
+  relative error < 6e-6, identical greedy continuation). The bound is 10x the worst measured
+  (2026-11-26, moeflow f8fa329+, Xeon with AVX-512): max row error 5.8e-7 at MOEFLOW_SIMD=avx512,
+  4.2e-7 at avx2, 5.2e-7 at scalar (F16 weights, float32 activations: float32 rounding only);
+  `pytest -s` prints it.
 - Routing is real: over a real text the experts are used non-uniformly and consecutive tokens
   reuse experts more often than random top-2 routing would.
 """
@@ -181,7 +184,8 @@ def test_logits_match_float64_reference(tmp_path, reader, ref):
     want, _ = ref.forward(seq)  # eval returns a row for every fed and generated token
     assert info["generated"] == want_gen
     err = om.rel_err_rows(got.astype(np.float64), want)
-    assert err.max() < 1e-3, f"row {int(err.argmax())}: relative error {err.max():.2e}"
+    print(f"\nMEASURE demo F16 max {err.max():.3g} row {int(err.argmax())}")
+    assert err.max() < 6e-6, f"row {int(err.argmax())}: relative error {err.max():.2e} >= 6e-6"
 
 
 def test_routing_is_real(reader, ref):

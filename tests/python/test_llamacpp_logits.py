@@ -18,10 +18,17 @@ later rows differ at the level of the activation quantization noise itself (~1e-
 occasional router top-k flip (a single row up to ~0.5). Q4_1/Q5_1 take Q8_1 activations, whose
 block sum is stored in fp16 (moeflow follows that; with the exact integer sum, as moeflow did
 before, no row agreed exactly and top-1 fell to 97.75-98.1%).
-Hence three checks per type:
-  * per arch, the 95th percentile of row errors < bound (3e-2),
-  * top-1 (argmax) agreement over the type's 1024 rows >= 98%,
-  * at least 20% of rows agree to 1e-5: the arithmetic is the same, not merely close.
+Hence three checks per type, each per architecture (256 rows), so that a bug confined to one
+architecture fails (pooled over the eight, it could hide in the others' rows):
+  * the 95th percentile of row errors < 3e-2 (measured worst per arch 1.3e-2 .. 2.3e-2),
+  * top-1 (argmax) agreement >= the arch's bound in ARCH_BOUNDS,
+  * a share of rows that agree to 1e-5 >= the arch's bound: the arithmetic is the same, not
+    merely close.
+The per-arch bounds come from the measured worst over the 13 types and two kernel levels
+(MOEFLOW_SIMD=avx512 and scalar, which sums in another order; table below) with a margin of 3x:
+top-1 may disagree on 3x the worst measured share of rows, and the exact share may fall to a third
+of the worst measured. Not 10x: 10x the DeepSeek-V3-like model's disagreement (3.9%) would accept
+top-1 61%, which a requantized file reaches (62-65%), and a tenth of its exact share is one row.
 A different model fails all three by far: moeflow on the seed-8 file vs llama.cpp on the seed-7
 file gives p95 1.7, top-1 0.0-0.8%; even the same weights requantized (Q5_K file vs Q4_K
 reference) give p95 0.39-0.46, top-1 62-65%, no exact rows.
@@ -49,7 +56,7 @@ arch max / top-1 over 1024 rows / exact rows:
   Q5_1   1.02e-2 / 1.5e-2  / 99.51% / 57% *   Q6_K   1.47e-2 / 2.0e-2  / 99.71% / 74%
   IQ4_NL 1.02e-2 / 1.3e-2  / 99.71% / 72%     IQ4_XS 1.39e-2 / 2.8e-2  / 100.0% / 80%
 (* with Q8_1 activations, AVX-512 machine, llama.cpp built by scripts/setup-deps.sh.)
-(MOEFLOW_LLAMACPP_REPORT=/tmp/x pytest -s ... prints these.)
+(`pytest -s` prints the per-arch numbers; MOEFLOW_LLAMACPP_REPORT=/tmp/x also saves every row error.)
 
 deepseek2 / deepseek3 / glm4moe (AVX-512 machine, same run; p95 range over the 12 types, max,
 top-1 range per arch over 256 rows, exact range):
@@ -70,8 +77,22 @@ gpt-oss and MXFP4 on the AVX-512 machine (moeflow 4e234df+), p95 / top-1 / exact
   gpt-oss  Q8_0 1.0e-2 / 98.4% / 73%   Q4_0 1.3e-2 / 99.6% / 50%   Q4_K 1.3e-2 / 99.2% / 63%
            Q6_K 1.5e-2 / 99.2% / 67%   IQ4_XS 1.4e-2 / 98.4% / 46%  MXFP4 1.2e-2 / 98.8% / 22%
   MXFP4 (all five archs): worst p95 1.24e-2, top-1 99.53%, 60% exact rows.
-(MOEFLOW_LLAMACPP_REPORT=/tmp/x pytest -s ... prints these.) ~5 min on the loaded 2-core machine (five archs, 13 types),
-most of it generating the K-quant models.
+(`pytest -s` prints the per-arch numbers; MOEFLOW_LLAMACPP_REPORT=/tmp/x also saves every row error.)
+
+Per architecture, 2026-11-26 (moeflow f8fa329+, Xeon with AVX-512, llama-cpp-python 0.3.36 built
+by scripts/setup-deps.sh): worst p95, least top-1 (type), least exact share (type) over the 13
+types at MOEFLOW_SIMD=avx512 | at scalar, and the bounds (3x margin):
+  mixtral   1.3e-2 98.8% Q4_K   30.5% Q5_1  | 1.3e-2 99.6% IQ4_NL 30.1% Q5_1  -> 96.0%, 10%
+  qwen2moe  1.5e-2 98.4% Q4_1   16.8% Q4_1  | 1.5e-2 98.8% Q4_1   16.4% Q4_1  -> 95.0%, 5%
+  qwen3moe  1.4e-2 98.8% Q4_K   26.2% IQ4_NL| 1.3e-2 98.4% Q5_0   21.1% Q5_0  -> 95.0%, 7%
+  olmoe     1.5e-2 98.4% Q4_1   37.1% Q4_0  | 1.3e-2 98.4% Q4_1   42.2% Q4_0  -> 95.0%, 12%
+  gpt-oss   1.5e-2 98.4% IQ4_XS 21.9% MXFP4 | 1.5e-2 98.4% IQ4_XS 22.7% Q4_1  -> 95.0%, 7%
+  deepseek2 1.9e-2 97.7% Q8_0   10.9% Q4_1  | 1.9e-2 98.0% Q4_K   10.5% Q4_K  -> 93.0%, 3%
+  deepseek3 2.1e-2 96.1% Q3_K    4.3% Q5_1  | 2.2e-2 96.1% Q3_K    4.3% Q5_1  -> 88.0%, 1%
+  glm4moe   2.3e-2 97.3% Q5_1   17.6% Q4_1  | 2.5e-2 97.3% Q5_1   17.6% Q4_1  -> 91.5%, 5%
+The p95 bound (3e-2) is 1.2x glm4moe's worst (scalar), 2x mixtral's: these are the activation
+quantization noise itself, and a different model gives p95 >= 0.39. ~9 min on the loaded 2-core
+machine (eight archs, 13 types), most of it generating the K-quant models.
 """
 from __future__ import annotations
 
@@ -104,16 +125,16 @@ MODELS = [(a, a, "small", 2) for a in om.ARCHS if a != "phimoe"] + [
 ARCHS = [m[0] for m in MODELS]
 N_TOKENS, N_SEQS, N_VOCAB, ROUTER_SCALE, SEED = 64, 4, 512, 8.0, 7
 EXACT = 1e-5  # a row "agrees exactly" below this relative error (float32 summation order only)
-# type: (bound on the 95th percentile of row errors per arch, least top-1 agreement over the
-#        type's 1024 rows, least fraction of rows that agree exactly). See the module docstring.
-BOUNDS = {
-    "Q8_0": (3e-2, 0.98, 0.2), "Q4_0": (3e-2, 0.98, 0.2), "Q5_0": (3e-2, 0.98, 0.2),
-    "Q4_1": (3e-2, 0.98, 0.2), "Q5_1": (3e-2, 0.98, 0.2),
-    "Q2_K": (3e-2, 0.98, 0.2), "Q3_K": (3e-2, 0.98, 0.2), "Q4_K": (3e-2, 0.98, 0.2),
-    "Q5_K": (3e-2, 0.98, 0.2), "Q6_K": (3e-2, 0.98, 0.2),
-    "IQ4_NL": (3e-2, 0.98, 0.2), "IQ4_XS": (3e-2, 0.98, 0.2), "MXFP4": (3e-2, 0.98, 0.2),
+TYPES = ["Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+         "IQ4_XS", "MXFP4"]
+P95 = 3e-2  # bound on the 95th percentile of an arch's row errors, every type
+# arch: (least top-1 agreement, least share of rows that agree exactly) over its 256 rows, every
+# type: 3x margin on the worst measured (module docstring, "Per architecture").
+ARCH_BOUNDS = {
+    "mixtral": (0.960, 0.10), "qwen2moe": (0.950, 0.05), "qwen3moe": (0.950, 0.07),
+    "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
+    "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05),
 }
-TYPES = list(BOUNDS)
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
 
@@ -177,37 +198,33 @@ def model_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("wtype", TYPES)
 def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
-    p95_bound, top1_min, exact_min = BOUNDS[wtype]
     with ThreadPoolExecutor(2) as ex:  # generation is the slow part: both cores
         paths = dict(zip(ARCHS, ex.map(lambda a: gen_model(model_dir / f"{a}-{wtype}.gguf", a, wtype),
                                        ARCHS)))
     seqs = sequences()
-    stats, all_err, agree = {}, [], 0
+    stats = {}
     for arch in ARCHS:
         ref = llama_logits(paths[arch], seqs)
         got = moeflow_logits(paths[arch], seqs, tmp_path)
         errs = np.concatenate([om.rel_err_rows(g, r) for g, r in zip(got, ref)])
         a = sum(int((g.argmax(1) == r.argmax(1)).sum()) for g, r in zip(got, ref))
-        agree += a
-        all_err.append(errs)
         stats[arch] = dict(p95=float(np.percentile(errs, 95)), max=float(errs.max()),
                            exact=float(np.mean(errs < EXACT)), top1=a / errs.size)
         if REPORT:
             np.save(f"{REPORT}-{wtype}-{arch}.npy", errs)
-    all_err = np.concatenate(all_err)
-    top1 = agree / all_err.size
-    exact = float(np.mean(all_err < EXACT))
-    if REPORT:
-        for arch, st in stats.items():
-            print(f"\nMEASURE {wtype:7s} {arch:9s} " + " ".join(f"{k} {v:.3g}" for k, v in st.items()))
-        print(f"MEASURE {wtype:7s} all       top1 {top1:.4f} ({all_err.size - agree} of "
-              f"{all_err.size} differ) exact {exact:.3f}")
     for arch, st in stats.items():
-        assert st["p95"] < p95_bound, \
-            f"{arch}/{wtype}: 95th percentile of row relative errors {st['p95']:.2e} >= {p95_bound:.0e} ({st})"
-    assert top1 >= top1_min, f"{wtype}: top-1 agreement {top1:.4f} < {top1_min} ({stats})"
-    assert exact >= exact_min, \
-        f"{wtype}: only {exact:.1%} of rows agree to {EXACT:g} (>= {exact_min:.0%} expected) ({stats})"
+        print(f"\nMEASURE {wtype:7s} {arch:9s} " + " ".join(f"{k} {v:.3g}" for k, v in st.items()))
+    failed = []
+    for arch, st in stats.items():
+        top1_min, exact_min = ARCH_BOUNDS[arch]
+        if st["p95"] >= P95:
+            failed.append(f"{arch}: 95th percentile of row errors {st['p95']:.2e} >= {P95:.0e}")
+        if st["top1"] < top1_min:
+            failed.append(f"{arch}: top-1 agreement {st['top1']:.4f} < {top1_min}")
+        if st["exact"] < exact_min:
+            failed.append(f"{arch}: only {st['exact']:.1%} of rows agree to {EXACT:g} "
+                          f"(>= {exact_min:.1%} expected)")
+    assert not failed, f"{wtype}: " + "; ".join(failed) + f" ({stats})"
 
 
 def test_gpt_oss_yarn_differs_only_by_llamacpps_rounding(model_dir, tmp_path):

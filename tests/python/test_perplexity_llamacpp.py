@@ -11,15 +11,21 @@ Text: the held-out tail (last 5% of the lines, which tools/demo_model/train.py n
 on) of ../shared/data/corpus/wikipedia_texts.txt; n_ctx 256 (the demo model's GGUF
 context_length).
 
-Checks:
+Checks (bounds in PPL_REL / KL_REL / TOP1_POINTS: 10x the worst measured difference, rounded up
+to one digit, or an earlier bound where that is tighter):
   * F16 demo model, every chunk: same token count, same number of scored tokens, relative
-    difference of the perplexities < 0.5%;
-  * Q8_0 and Q4_K copies made by `moeflow quantize` (first 40 chunks): < 1%;
+    difference of the perplexities < 2e-3 (measured worst 1.6e-4);
+  * Q8_0 and Q4_K copies made by `moeflow quantize` (first 40 chunks): < 7e-3 (Q8_0, measured
+    worst 6.6e-4) and < 6e-3 (Q4_K, measured worst 5.9e-4);
   * KL divergence of the Q4_K copy against the F16 model (first 20 chunks): moeflow's
     `--save-logits` (F16) + `--kl-divergence` (Q4_K) against the same KL computed here from
-    llama.cpp's logits of both files: within 5% relative, top-1 agreement within 1.5 points
-    (llama.cpp rounds activations to F16 for F16 weights: near-tied argmaxes flip); the tokens
-    stored in moeflow's logits file are llama.cpp's chunk tokens (BOS first).
+    llama.cpp's logits of both files: within 2e-2 relative (measured worst 1.2e-3), top-1
+    agreement within 1.5 points (measured at most 0.47 points: 3.2x; llama.cpp rounds
+    activations to F16 for F16 weights, so near-tied argmaxes flip); the tokens stored in
+    moeflow's logits file are llama.cpp's chunk tokens (BOS first).
+The text and models are fixed and both engines deterministic; what moves the numbers is the
+llama.cpp build (two builds below) and moeflow's kernel level (MOEFLOW_SIMD: measured at avx512
+and avx2, not yet at scalar).
 
 Measured (demo model of commit 4676fea, 2-core machine, llama-cpp-python 0.3.36): 27000
 tokens, 105 chunks, 13335 scored; F16 moeflow 56.3371 vs llama.cpp 56.3441 (F32 KV; 56.3390
@@ -27,6 +33,10 @@ with llama.cpp's default F16 KV): -1.2e-4 relative. 40 chunks: Q8_0 60.5053 vs 6
 (-6.2e-4), Q4_K 61.6065 vs 61.6110 (-7e-5). KL(F16 || Q4_K) over 20 chunks: moeflow 0.02488,
 llama.cpp 0.02485; top-1 agreement 0.8728 vs 0.8685. `pytest -s` prints these (MEASURE lines).
 The whole file takes ~30 s.
+Measured again 2026-11-26 (moeflow f8fa329+, Xeon with AVX-512, llama-cpp-python 0.3.36 built by
+scripts/setup-deps.sh), relative difference F16 / Q8_0 / Q4_K, KL relative, top-1 points:
+  MOEFLOW_SIMD=avx512  -1.60e-4 / -6.62e-4 / -5.35e-4, KL +4.0e-4, top-1 +0.43
+  MOEFLOW_SIMD=avx2    -1.60e-4 / -5.28e-4 / -5.88e-4, KL -4.0e-4, top-1 +0.47
 """
 from __future__ import annotations
 
@@ -56,6 +66,8 @@ require(TEXT_FILE.exists(), f"shared corpus {TEXT_FILE} missing (../shared/data)
 require(om.moeflow_has_command(BIN, "perplexity"), f"{BIN} has no perplexity command")
 
 CTX = 256
+PPL_REL = {"F16": 2e-3, "Q8_0": 7e-3, "Q4_K": 6e-3}  # |moeflow / llama.cpp - 1| (docstring)
+KL_REL, TOP1_POINTS = 2e-2, 0.015
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +160,7 @@ def test_f16_perplexity_matches_llamacpp(text_file):
     assert got["n_tokens"] == n_tok, "the two tokenizers disagree on the text"
     assert got["n_chunks"] == n_chunks and got["n_tokens_scored"] == n_scored
     assert got["ctx"] == CTX
-    assert abs(got["perplexity"] / want - 1) < 5e-3, (got["perplexity"], want)
+    assert abs(got["perplexity"] / want - 1) < PPL_REL["F16"], (got["perplexity"], want)
 
 
 @pytest.mark.parametrize("wtype", ["Q8_0", "Q4_K"])
@@ -159,7 +171,7 @@ def test_quantized_perplexity_matches_llamacpp(text_file, quantized, wtype):
     print(f"\nMEASURE {wtype} moeflow {got['perplexity']:.4f} llama.cpp {want:.4f} "
           f"rel {got['perplexity'] / want - 1:+.2e}")
     assert got["n_chunks"] == n_chunks and got["n_tokens_scored"] == n_scored
-    assert abs(got["perplexity"] / want - 1) < 1e-2, (got["perplexity"], want)
+    assert abs(got["perplexity"] / want - 1) < PPL_REL[wtype], (got["perplexity"], want)
 
 
 def read_saved_tokens(path: Path) -> tuple[int, int, list[int]]:
@@ -205,5 +217,5 @@ def test_kl_divergence_matches_llamacpp(text_file, quantized, tmp_path):
     assert got["n_tokens_scored"] == count
     assert got["ppl_exact"] == pytest.approx(exact["perplexity"], rel=1e-12)
     assert kl > 1e-4, "Q4_K should be measurably different from F16"
-    assert abs(got["kl_divergence"] / kl - 1) < 0.05, (got["kl_divergence"], kl)
-    assert abs(got["top1_agreement"] - same / count) < 0.015
+    assert abs(got["kl_divergence"] / kl - 1) < KL_REL, (got["kl_divergence"], kl)
+    assert abs(got["top1_agreement"] - same / count) < TOP1_POINTS

@@ -7,8 +7,8 @@ that architecture), converted to GGUF by tools/hf_to_gguf.py (F32 and F16), and 
 float64 with eager attention; for F16 files the reference model carries the same F16-rounded
 weights, so both sides compute the same model.
 
-Metric: for every logits row, max|moeflow - ref| / max|ref|; all rows must be < 1e-3, and the
-16 greedy tokens must be identical.
+Metric: for every logits row, max|moeflow - ref| / max|ref|; all rows must be below the case's
+bound in TOL (below), and the 16 greedy tokens must be identical.
 
 The DeepSeek and GLM models (oracle_models.NEW_ARCHS) have a leading dense layer and two MoE
 layers. DeepSeek files are written in the current layout (attn_k_b / attn_v_b) and, as
@@ -22,8 +22,24 @@ context of 64), a 16-token window; and the long factors when moeflow's context e
 against the same weights in a transformers model whose factors are the long ones (transformers'
 Phi-MoE rotary always takes its short factors).
 
-Measured (this machine): max row error 1.2e-6 (gpt-oss F32), 2.9e-6 (gpt-oss F16), 4.3e-7
-(phimoe F32), 4.4e-7 (phimoe F16).
+Bounds: 10x the largest max row error measured over the three kernel levels (MOEFLOW_SIMD=avx512,
+avx2, scalar: the kernels sum in another order at each, so a CPU without AVX-512 or AVX2 gives
+other last bits), rounded up to one digit. The models are seeded and the runs deterministic.
+A real error is far above: float32 rounding leaves ~5e-7, while e.g. a wrong RoPE pair or norm
+epsilon gives 1e-3 .. 1.
+Measured 2026-11-26 (moeflow f8fa329+, Xeon with AVX-512, transformers 5.24.0, torch 2.15.0), max row
+error F32 / F16 at avx512 | avx2 | scalar:
+  mixtral        5.5e-7 / 5.1e-7 | 4.2e-7 / 4.2e-7 | 4.6e-7 / 5.5e-7
+  qwen2moe       4.3e-7 / 4.5e-7 | 4.5e-7 / 4.8e-7 | 6.0e-7 / 6.4e-7
+  qwen3moe       5.1e-7 / 6.4e-7 | 5.1e-7 / 4.8e-7 | 5.3e-7 / 6.0e-7
+  olmoe          3.5e-7 / 3.6e-7 | 4.8e-7 / 3.8e-7 | 4.2e-7 / 6.0e-7
+  gpt-oss        1.2e-6 / 2.1e-6 | 2.2e-6 / 2.1e-6 | 2.0e-6 / 1.3e-6
+  phimoe         4.3e-7 / 4.5e-7 | 4.5e-7 / 4.4e-7 | 3.9e-7 / 4.7e-7
+  deepseek2      1.0e-6 / 1.2e-6 | 8.5e-7 / 9.7e-7 | 1.3e-6 / 1.0e-6   (kv_b layout: the same)
+  deepseek3      8.2e-7 / 7.2e-7 | 7.6e-7 / 6.7e-7 | 6.1e-7 / 7.6e-7
+  glm4moe+mtp    5.3e-7 / 5.2e-7 | 5.3e-7 / 5.1e-7 | 5.8e-7 / 5.1e-7
+  phimoe long    6.4e-7 (F32)    | 5.6e-7          | 7.2e-7
+(`pytest -s` prints a MEASURE line per case.)
 """
 from __future__ import annotations
 
@@ -44,7 +60,21 @@ BIN = om.moeflow_binary()
 require(BIN is not None, "moeflow binary not built (MOEFLOW_BINARY unset, no build*/moeflow)")
 require(om.moeflow_has_command(BIN, "eval"), f"{BIN} has no eval command")
 
-N_PROMPT, N_GREEDY, TOL = 32, 16, 1e-3
+N_PROMPT, N_GREEDY = 32, 16
+# (case, outtype): bound on the max row error, 10x the measured worst (module docstring).
+TOL = {
+    ("mixtral", "f32"): 6e-6, ("mixtral", "f16"): 6e-6,
+    ("qwen2moe", "f32"): 7e-6, ("qwen2moe", "f16"): 7e-6,
+    ("qwen3moe", "f32"): 6e-6, ("qwen3moe", "f16"): 7e-6,
+    ("olmoe", "f32"): 5e-6, ("olmoe", "f16"): 7e-6,
+    ("gpt-oss", "f32"): 3e-5, ("gpt-oss", "f16"): 3e-5,
+    ("phimoe", "f32"): 5e-6, ("phimoe", "f16"): 5e-6,
+    ("deepseek2", "f32"): 2e-5, ("deepseek2", "f16"): 2e-5,
+    ("deepseek2-kv_b", "f32"): 2e-5, ("deepseek2-kv_b", "f16"): 2e-5,
+    ("deepseek3", "f32"): 9e-6, ("deepseek3", "f16"): 8e-6,
+    ("glm4moe+mtp", "f32"): 6e-6, ("glm4moe+mtp", "f16"): 6e-6,
+    ("phimoe-long", "f32"): 8e-6,
+}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +106,9 @@ def test_logits_and_greedy_match_transformers(tmp_path, case, arch, opts, outtyp
     assert got.shape == ref.shape == (N_PROMPT + N_GREEDY, model.config.vocab_size)
     err = om.rel_err_rows(got.astype(np.float64), ref)
     worst = int(err.argmax())
-    assert err.max() < TOL, f"{arch}/{outtype}: row {worst} relative error {err.max():.2e}"
+    print(f"\nMEASURE {case} {outtype} max {err.max():.3g} row {worst}")
+    tol = TOL[(case, outtype)]
+    assert err.max() < tol, f"{case}/{outtype}: row {worst} relative error {err.max():.2e} >= {tol:.0e}"
 
 
 def test_phimoe_long_context_takes_the_long_rope_factors(tmp_path):
@@ -100,4 +132,6 @@ def test_phimoe_long_context_takes_the_long_rope_factors(tmp_path):
     got, info = om.run_moeflow_eval(BIN, path, prompt, N_GREEDY, tmp_path / "logits.f32", ctx=ctx)
     assert info["generated"] == gen_long
     err = om.rel_err_rows(got.astype(np.float64), ref_long)
-    assert err.max() < TOL, f"phimoe long context: row {int(err.argmax())} relative error {err.max():.2e}"
+    print(f"\nMEASURE phimoe-long f32 max {err.max():.3g} row {int(err.argmax())}")
+    tol = TOL[("phimoe-long", "f32")]
+    assert err.max() < tol, f"phimoe long context: row {int(err.argmax())} relative error {err.max():.2e} >= {tol:.0e}"

@@ -11,7 +11,9 @@
 
 #include "core/error.h"
 #include "policy/eviction_policy.h"
+#include "support/require_data.h"
 #include "trace/hw_profile.h"
+#include "trace/importers.h"
 #include "trace/presets.h"
 #include "trace/report.h"
 #include "trace/simulator.h"
@@ -213,7 +215,7 @@ TEST(Simulator, PerfectPrefetchWithBeladyNeverLosesHitsWhenCopiesAreFree) {
   }
 }
 
-TEST(Presets, ResolveAndAutoIsNeverWorseThanAnyPreset) {
+TEST(Presets, ResolveNamesThePaperConfigurations) {
   std::mt19937 rng(3);
   Trace t = testing::random_trace(rng, 4, 8, 2, 60, 2, 0.6);
   SimConfig base;
@@ -230,15 +232,71 @@ TEST(Presets, ResolveAndAutoIsNeverWorseThanAnyPreset) {
   std::vector<SimResult> all;
   SimResult a = auto_select(t, base, &all);
   EXPECT_EQ(a.policy.rfind("auto:", 0), 0u);
-  for (auto& pn : preset_names()) {
-    if (pn == "auto" || pn == "ondemand") continue;
-    auto pr = resolve_preset(pn, t, base);
+  EXPECT_GT(all.size(), 10u);  // the presets and every policy x predictor pair
+}
+
+// `auto` picks the best TPOT over the presets and every policy x predictor pair *on the trace
+// it is given*, so on that trace it can be no worse than a preset by construction. What it is
+// worth is how its pick does on a prompt it did not see: here auto chooses on one real Mixtral
+// decode trace (HumanEval prompt 1) and its pick runs on another (the two problems of
+// humaneval_2); it is compared with every preset and with the best pair found in hindsight on
+// that trace (auto_select there). Calibration (static/DAOP counts, predictor warm-up) is a
+// third prompt for both. Measured (the simulator is deterministic), TPOT of the pick on the
+// unseen trace at a 50% cache:
+//   pcie4x16:  daop + duoserve, 7.4% under the best preset (daop), = hindsight
+//   nvme-gen4: static + eamc, 0.06% *over* the best preset (moe-infinity), 0.8% over hindsight
+//              (lfu + duoserve)
+// (over the six rates of docs/simulator.md the pick is 0.6-9.5% under the best preset on
+// pcie4x16, and from 0.1% under to 1.5% over it and up to 2.1% over hindsight on nvme-gen4: auto
+// is not never-worse on a prompt it did not choose on.) Bounds: within 2% of the best preset and
+// 3% of hindsight, and on pcie4x16 at least 5% better than every preset (a combination no preset
+// offers). A pick that transfers badly fails: the worst pair on the unseen trace is ~70% slower
+// than the best. Two settings only: each auto_select is ~7 s of CPU.
+TEST(Presets, AutoChosenOnOnePromptHoldsOnAnother) {
+  const std::string dir = MOEFLOW_SHARED_DATA "/traces/mixtral-8x7b-instruct_speculative-moe/";
+  const std::string choose_path = dir + "analysis/deep_analysis/humaneval_1_routing.jsonl";
+  const std::string calib_path = dir + "analysis/deep_analysis/routing_raw.jsonl";
+  const std::string eval_path = dir + "routing_data_collected/humaneval_2_routing.jsonl";
+  for (const std::string& f : {choose_path, calib_path, eval_path}) MOEFLOW_REQUIRE_PATH(f);
+  const Trace choose = filter_steps(load_any({choose_path}), false, true);
+  const Trace calib = filter_steps(load_any({calib_path}), false, true);
+  const Trace eval = filter_steps(load_any({eval_path}), false, true);
+  struct Case {
+    const char* hw;
+    double rate;
+    double min_gain_over_presets;  // the pick's TPOT <= (1 - this) x the best preset's
+  };
+  for (const Case& k : {Case{"pcie4x16", 0.5, 0.05}, Case{"nvme-gen4", 0.5, -0.02}}) {
+    SCOPED_TRACE(::testing::Message() << k.hw << " at cache rate " << k.rate);
+    SimConfig base;
+    base.hw = hw_profile(k.hw);
+    base.cache_rate = k.rate;
+    base.calibration = &calib;
+    const SimResult pick = auto_select(choose, base);
     SimConfig c = base;
-    c.policy = pr.policy;
-    c.predictor = pr.predictor;
-    EXPECT_LE(a.tpot_ms, simulate(t, c).tpot_ms + 1e-9) << pn;
+    c.policy = pick.policy.substr(5);  // "auto:<policy>"
+    c.predictor = pick.predictor;
+    const double tpot = simulate(eval, c).tpot_ms;
+    double best_preset = 1e300;
+    std::string best_name;
+    for (const std::string& pn : preset_names()) {
+      if (pn == "auto" || pn == "ondemand") continue;
+      const Preset pr = resolve_preset(pn, eval, base);
+      SimConfig pc = base;
+      pc.policy = pr.policy;
+      pc.predictor = pr.predictor;
+      const double t = simulate(eval, pc).tpot_ms;
+      if (t < best_preset) best_preset = t, best_name = pn;
+    }
+    const SimResult hindsight = auto_select(eval, base);
+    std::printf(
+        "%s %.0f%%: pick %s + %s, TPOT %.2f ms on the unseen trace; best preset %s %.2f; "
+        "hindsight %s + %s %.2f\n",
+        k.hw, k.rate * 100, c.policy.c_str(), c.predictor.c_str(), tpot, best_name.c_str(),
+        best_preset, hindsight.policy.c_str(), hindsight.predictor.c_str(), hindsight.tpot_ms);
+    EXPECT_LE(tpot, (1 - k.min_gain_over_presets) * best_preset) << "best preset " << best_name;
+    EXPECT_LE(tpot, 1.03 * hindsight.tpot_ms) << hindsight.policy << " + " << hindsight.predictor;
   }
-  EXPECT_GT(all.size(), 10u);
 }
 
 TEST(HwProfiles, BuiltInsAndJson) {
