@@ -14,11 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import oracle_models as om
+from serve_process import serve
 from oracle_import import require, require_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,30 +79,7 @@ MESSAGES = [{"role": "system", "content": "Reply with JSON only."},
 
 @pytest.fixture(scope="module")
 def server():
-    log = tempfile.NamedTemporaryFile(prefix="moeflow_serve_", suffix=".log", delete=False)
-    proc = subprocess.Popen([BIN, "serve", "-m", str(MODEL), "--host", "127.0.0.1", "--port", "0",
-                             "-t", "1", "--alias", ALIAS, "-c", "2048"],
-                            stdout=subprocess.DEVNULL, stderr=log)
-    port = None
-    deadline = time.time() + 60
-    while port is None and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", Path(log.name).read_text())
-        if m:
-            port = int(m.group(1))
-    if port is None:
-        proc.kill()
-        pytest.fail("serve did not start:\n" + Path(log.name).read_text())
-    yield f"http://127.0.0.1:{port}"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        text = Path(log.name).read_text()
-        os.unlink(log.name)
-    assert rc == 0, f"serve exited with {rc}:\n{text}"
+    yield from serve(BIN, MODEL, ALIAS, ["-c", "2048"])
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import oracle_models as om
+from serve_process import serve
 
 try:
     import openai
@@ -53,30 +54,7 @@ def server():
         if os.environ.get("CI") == "true":
             pytest.fail("moeflow binary or demo model not available")
         pytest.skip("moeflow binary or demo model not available")
-    log = tempfile.NamedTemporaryFile(prefix="moeflow_serve_", suffix=".log", delete=False)
-    proc = subprocess.Popen([BIN, "serve", "-m", str(MODEL), "--host", "127.0.0.1", "--port", "0",
-                             "-t", "1", "--alias", ALIAS],
-                            stdout=subprocess.DEVNULL, stderr=log)
-    port = None
-    deadline = time.time() + 60
-    while port is None and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", Path(log.name).read_text())
-        if m:
-            port = int(m.group(1))
-    if port is None:
-        proc.kill()
-        pytest.fail("serve did not start:\n" + Path(log.name).read_text())
-    yield f"http://127.0.0.1:{port}"
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        text = Path(log.name).read_text()
-        os.unlink(log.name)
-    assert rc == 0, f"serve exited with {rc}:\n{text}"
+    yield from serve(BIN, MODEL, ALIAS)
 
 
 @pytest.fixture(scope="module")

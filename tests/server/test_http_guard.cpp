@@ -16,26 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_socket.h"
 #include "server_fixture.h"
 
 namespace moeflow::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons((uint16_t)port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (sockaddr*)&addr, sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 bool send_str(int fd, const std::string& s) {
   return send(fd, s.data(), s.size(), MSG_NOSIGNAL) == (ssize_t)s.size();

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_socket.h"
 #include "server_fixture.h"
 
 // A namespace of its own: the unity builds (MOEFLOW_UNITY) compile this file in one unit with
@@ -32,20 +33,6 @@ const char* const kCancelled = "moeflow_completions_total{finish_reason=\"cancel
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons((uint16_t)port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (sockaddr*)&addr, sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // A POST on a raw connection (so the test can close it whenever it likes); -1 on failure.
