@@ -6,7 +6,7 @@
 # (scripts/fuzz.sh: clang, ASan+UBSan, docs/fuzzing.md).
 # Usage: scripts/test.sh [--fast | --cuda]   (--fast: release build only: no sanitizers, no CUDA,
 #        no fuzzing; --cuda: the CUDA stage only)
-# MOEFLOW_FUZZ_SECONDS: seconds per fuzz target (default 60; 0 leaves fuzzing out).
+# MOEFLOW_FUZZ_SECONDS: seconds per fuzz target (default 40: five targets two at a time are three rounds, 2 min; 0 leaves fuzzing out).
 # Every ctest run ends with the list of tests it skipped; a skip that is not in SKIP_ALLOW below
 # fails the run. Under CI (CI=true, .ci/run) missing oracles or shared data already fail the
 # tests themselves (tests/python/oracle_import.py, tests/support/require_data.h).
@@ -188,7 +188,7 @@ if [ "${1:-}" != --fast ]; then
     -DMOEFLOW_SANITIZE=thread -- -L '^(core|backend|model|experts|trace|runtime|server|gpu)$' -LE 'python|slow' \
     -E "$STANDIN_SANITIZER_EXCLUDE|$SANITIZER_RELEASE_ONLY|$TSAN_ALSO_SKIPPED"
   cuda_stage
-  fuzz_seconds=${MOEFLOW_FUZZ_SECONDS:-60}
+  fuzz_seconds=${MOEFLOW_FUZZ_SECONDS:-40}
   if [ "$fuzz_seconds" != 0 ]; then
     echo "== libFuzzer targets, $fuzz_seconds s each (clang, ASan+UBSan)"
     JOBS=$JOBS bash scripts/fuzz.sh --seconds "$fuzz_seconds"
