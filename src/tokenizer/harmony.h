@@ -4,17 +4,22 @@
 // openai-harmony (render_conversation_for_completion with its default system content):
 //
 //   <|start|>system<|message|>You are ChatGPT, ... Reasoning: medium ... <|end|>
-//   <|start|>developer<|message|># Instructions\n\n{system messages}<|end|>
+//   <|start|>developer<|message|># Instructions\n\n{system messages}\n\n# Tools ...<|end|>
 //   <|start|>user<|message|>{text}<|end|>
 //   <|start|>assistant<|channel|>final<|message|>{earlier answers}<|end|>
+//   <|start|>assistant to=functions.NAME<|channel|>commentary <|constrain|>json<|message|>
+//       {arguments}<|call|>                   (an earlier tool call)
+//   <|start|>functions.NAME to=assistant<|channel|>commentary<|message|>{result}<|end|>
 //   <|start|>assistant                          (the generation prompt)
 //
 // The model answers in channels: "<|channel|>analysis<|message|>...<|end|><|start|>assistant
-// <|channel|>final<|message|>...<|return|>". HarmonyStream splits generated tokens into the
-// final answer and the rest (analysis, commentary), the way an OpenAI-style server reports
-// content and reasoning_content.
+// <|channel|>final<|message|>...<|return|>", or calls a tool: "<|channel|>commentary
+// to=functions.NAME <|constrain|>json<|message|>{...}<|call|>". HarmonyStream splits generated
+// tokens into the final answer, the rest (analysis, commentary) and the tool calls, the way an
+// OpenAI-style server reports content, reasoning_content and tool_calls.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,15 +33,35 @@ bool uses_harmony(const Tokenizer& tok);
 
 struct HarmonyOptions {
   std::string reasoning_effort = "medium";  // low | medium | high
+  // OpenAI's chat `tools`: [{"type": "function", "function": {"name", "description",
+  // "parameters"}}, ...]; null or [] for none.
+  nlohmann::ordered_json tools = nullptr;
 };
 
-// messages: [{"role": system|developer|user|assistant, "content": text}, ...]. System and
-// developer messages become the developer message's instructions (joined by blank lines),
-// assistant messages earlier answers on the final channel (their reasoning is not replayed, as
-// harmony drops it once a turn has an answer). Throws moeflow::Error("chat template: ...") for
-// other roles or a bad reasoning effort.
+// messages: OpenAI chat messages, rendered as openai-harmony renders the conversation
+// (render_conversation_for_completion, auto_drop_analysis):
+//   * system and developer: the developer message's instructions (joined by blank lines);
+//   * user: a user message;
+//   * assistant: "reasoning_content" an analysis message, "content" the answer on the final
+//     channel; with "tool_calls" ([{"id", "type": "function", "function": {"name",
+//     "arguments"}}]) a non-empty content is a preamble on the commentary channel instead, and
+//     each call a message to=functions.NAME on the commentary channel (<|constrain|>json,
+//     ending <|call|>). Analysis messages before the first answer are dropped when the last
+//     assistant message is an answer (openai-harmony's rule: reasoning is kept while a turn is
+//     still calling tools);
+//   * tool ({"tool_call_id", "content"}): a message from functions.NAME to the assistant on the
+//     commentary channel, NAME that of the earlier call with that id.
+// With tools, the system message says that calls go to the commentary channel and the developer
+// message gets harmony_tools_section(tools). Throws moeflow::Error("chat template: ...") for
+// other roles, malformed tools or calls, a tool_call_id no earlier call has, or a bad reasoning
+// effort.
 std::string render_harmony(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                            const HarmonyOptions& options = {});
+
+// The "# Tools" section of the developer message for OpenAI `tools` (null or [] gives ""): the
+// "functions" namespace, each function's parameters (a JSON schema) written as a TypeScript type
+// the way openai-harmony writes them.
+std::string harmony_tools_section(const nlohmann::ordered_json& tools);
 
 class HarmonyStream {
  public:

@@ -128,5 +128,89 @@ TEST(Harmony, RendersSystemAsDeveloperInstructionsAndAnswersOnTheFinalChannel) {
       Error);
 }
 
+TEST(Harmony, RendersToolsCallsAndResults) {
+  const std::string sys =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, "
+      "final. Channel must be included for every message.\nCalls to these tools must go to the "
+      "commentary channel: 'functions'.<|end|>";
+  const auto tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                    "required": ["city"]}}}])");
+  const auto msgs = nlohmann::ordered_json::parse(R"([
+    {"role": "user", "content": "Paris?"},
+    {"role": "assistant", "content": null, "reasoning_content": "Need it.",
+     "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])");
+  HarmonyOptions o;
+  o.tools = tools;
+  // Without instructions the developer message is the tools section alone; the turn is still
+  // calling tools, so its reasoning is kept.
+  EXPECT_EQ(render_harmony(msgs, true, o),
+            sys +
+                "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n"
+                "// Weather.\ntype get_weather = (_: {\ncity: string,\n}) => any;\n\n"
+                "} // namespace functions<|end|><|start|>user<|message|>Paris?<|end|>"
+                "<|start|>assistant<|channel|>analysis<|message|>Need it.<|end|>"
+                "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json"
+                "<|message|>{\"city\":\"Paris\"}<|call|><|start|>functions.get_weather "
+                "to=assistant<|channel|>commentary<|message|>sunny<|end|><|start|>assistant");
+  // Answered: the reasoning before the first answer goes.
+  auto answered = msgs;
+  answered.push_back({{"role", "assistant"}, {"content", "Sunny."}});
+  const std::string a = render_harmony(answered, false, o);
+  EXPECT_EQ(a.find("Need it."), std::string::npos);
+  EXPECT_NE(a.find("<|call|><|start|>functions.get_weather"), std::string::npos);
+  // No tools (null or []): the system message does not mention them.
+  EXPECT_EQ(render_harmony(msgs, false, {}).find("Calls to these tools"), std::string::npos);
+  // A reply to a call no earlier message made, or without an id; tools not an array.
+  auto unknown = msgs;
+  unknown[2]["tool_call_id"] = "c9";
+  try {
+    render_harmony(unknown, true, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'c9'"), std::string::npos) << e.what();
+  }
+  unknown[2].erase("tool_call_id");
+  EXPECT_THROW(render_harmony(unknown, true, o), Error);
+  o.tools = nlohmann::ordered_json::object();
+  EXPECT_THROW(render_harmony(msgs, true, o), Error);
+}
+
+TEST(Harmony, ToolParametersAsOpenaiHarmonyWritesThem) {
+  // openai-harmony 0.0.8's text for these (tests/python/test_harmony_format.py checks more):
+  // the nested object's description twice and its body indented, oneOf's first variant without
+  // the description it shares with the property, anyOf and numeric enums not read.
+  const auto tools = nlohmann::ordered_json::parse(R"([
+    {"type": "function", "function": {"name": "plan", "description": "Plans a trip.\nTwo lines.",
+     "parameters": {"type": "object", "properties": {
+       "city": {"type": "string", "description": "Where"},
+       "mode": {"type": "string", "enum": ["car", "train"], "default": "train"},
+       "days": {"type": "integer", "default": 3},
+       "stops": {"type": "array", "items": {"type": "string"}},
+       "hotel": {"type": "object", "description": "Stay", "properties": {
+         "stars": {"type": "integer", "enum": [3, 4]}, "name": {"type": ["string", "null"]}},
+         "required": ["stars"]},
+       "budget": {"oneOf": [{"type": "number", "description": "EUR"},
+                            {"type": "string", "default": "any"}], "description": "Money"},
+       "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+      "required": ["city"]}}},
+    {"type": "function", "function": {"name": "now"}}])");
+  EXPECT_EQ(harmony_tools_section(tools),
+            "# Tools\n\n## functions\n\nnamespace functions {\n\n// Plans a trip.\n// Two lines.\n"
+            "type plan = (_: {\n// Where\ncity: string,\nmode?: \"car\" | \"train\", // default: "
+            "train\ndays?: number, // default: 3\nstops?: string[],\n// Stay\nhotel?:     // "
+            "Stay\n{\n    stars: number,\n    name?: string | null,\n    },\n// Money\nbudget?:\n"
+            " | number\n | string // default: \"any\"\n,\nnote?: any,\n}) => any;\n\ntype now = () "
+            "=> any;\n\n} // namespace functions");
+  EXPECT_EQ(harmony_tools_section(nullptr), "");
+  EXPECT_EQ(harmony_tools_section(nlohmann::ordered_json::array()), "");
+  EXPECT_THROW(harmony_tools_section(nlohmann::ordered_json::parse(R"([{"type": "function"}])")),
+               Error);
+}
+
 }  // namespace
 }  // namespace moeflow
