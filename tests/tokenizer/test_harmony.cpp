@@ -9,9 +9,11 @@
 
 #include "chat_template/chat_template.h"
 #include "gguf/gguf_writer.h"
+#include "support/run_binary.h"
 #include "support/tokenizer_test_util.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/vocab_vectors.h"
 
 namespace moeflow {
 namespace {
@@ -210,6 +212,45 @@ TEST(Harmony, ToolParametersAsOpenaiHarmonyWritesThem) {
   EXPECT_EQ(harmony_tools_section(nlohmann::ordered_json::array()), "");
   EXPECT_THROW(harmony_tools_section(nlohmann::ordered_json::parse(R"([{"type": "function"}])")),
                Error);
+}
+
+TEST(Harmony, TheChatTemplatePassesToolsToHarmony) {
+  Vocab v(true);
+  const ModelChatTemplate t = model_chat_template(*v.tok);
+  const auto msgs = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  const auto tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "now", "description": "Time"}}])");
+  const std::string r = t.format(msgs, true, {{"tools", tools}});
+  EXPECT_NE(r.find("// Time\ntype now = () => any;"), std::string::npos) << r;
+  EXPECT_EQ(t.format(msgs, true, {{"tools", nullptr}}), t.format(msgs, true));
+  EXPECT_THROW(t.format(msgs, true, {{"documents", tools}}), Error);
+}
+
+TEST(Harmony, TokenizeCliReadsToolsFromTheChatFile) {
+  Vocab v(true);
+  const auto msgs = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  const auto tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "now", "description": "Time"}}])");
+  const std::string path = v.path + ".chat.json";
+  auto tokenize = [&](const nlohmann::ordered_json& chat) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    const std::string text = chat.dump();
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    return test::run_moeflow("tokenize -m '" + v.path + "' --chat '" + path + "'");
+  };
+  HarmonyOptions o;
+  o.tools = tools;
+  const test::Cmd with = tokenize({{"messages", msgs}, {"tools", tools}});
+  ASSERT_EQ(with.rc, 0) << with.out;
+  EXPECT_EQ(with.out, format_ids(v.tok->encode(render_harmony(msgs, true, o), false, true)) + "\n");
+  const test::Cmd bare = tokenize(msgs);  // a bare array of messages, as before
+  ASSERT_EQ(bare.rc, 0) << bare.out;
+  EXPECT_EQ(bare.out, format_ids(v.tok->encode(render_harmony(msgs, true), false, true)) + "\n");
+  const test::Cmd bad = tokenize({{"messages", msgs}, {"tool_choice", "auto"}});
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("tool_choice"), std::string::npos) << bad.out;
+  std::filesystem::remove(path);
 }
 
 }  // namespace
