@@ -1,6 +1,9 @@
 #include "tokenizer/harmony.h"
 
+#include <cctype>
+#include <cstring>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -162,40 +165,81 @@ HarmonyStream::HarmonyStream(const Tokenizer& tok)
       constrain_(control(tok, "<|constrain|>")),
       dec_(tok) {}
 
+void HarmonyStream::begin_content() {
+  // The channel: the word after <|channel|>; the recipient: a word "to=NAME" anywhere in the
+  // header (before or after the channel, as the model writes either).
+  auto word_at = [&](size_t at) {
+    size_t end = at;
+    while (end < header_.size() && !std::isspace(static_cast<unsigned char>(header_[end])) &&
+           header_[end] != '<')
+      ++end;
+    return header_.substr(at, end - at);
+  };
+  std::string channel, recipient;
+  if (const size_t c = header_.rfind("<|channel|>"); c != std::string::npos)
+    channel = word_at(c + std::strlen("<|channel|>"));
+  for (size_t at = header_.find("to="); at != std::string::npos; at = header_.find("to=", at + 1))
+    if (at == 0 || std::isspace(static_cast<unsigned char>(header_[at - 1])) ||
+        header_[at - 1] == '>') {
+      recipient = word_at(at + 3);
+      break;
+    }
+  constexpr std::string_view kFunctions = "functions.";
+  if (recipient.size() > kFunctions.size() && recipient.rfind(kFunctions, 0) == 0) {
+    kind_ = Kind::Call;
+    call_name_ = recipient.substr(kFunctions.size());
+    call_args_.clear();
+  } else if (!recipient.empty() && recipient != "all") {
+    kind_ = Kind::Reasoning;  // a built-in tool (browser, python): not for the user
+  } else {
+    // A message without a channel is taken as an answer.
+    kind_ = channel.empty() || channel == "final" ? Kind::Answer : Kind::Reasoning;
+  }
+  header_.clear();
+  state_ = State::Content;
+}
+
 void HarmonyStream::end_content(Delta& d) {
   if (state_ != State::Content) return;
-  (answer_ ? d.answer : d.reasoning) += dec_.flush();
+  if (kind_ == Kind::Call) {
+    d.calls.push_back({std::move(call_name_), std::move(call_args_) + dec_.flush()});
+    call_name_.clear();
+    call_args_.clear();
+  } else {
+    (kind_ == Kind::Answer ? d.answer : d.reasoning) += dec_.flush();
+  }
 }
 
 HarmonyStream::Delta HarmonyStream::push(int32_t id) {
   Delta d;
+  // Header text past this is not kept: a model that never writes <|message|> must not grow it.
+  constexpr size_t kMaxHeader = 1024;
   if (id == message_) {
-    // A message without a channel is taken as an answer.
-    const std::string name = channel_name_.substr(0, channel_name_.find(' '));
-    answer_ = name.empty() || name == "final";
-    state_ = State::Content;
+    if (state_ == State::Header) begin_content();
     return d;
   }
-  if (id == channel_) {
-    end_content(d);
-    state_ = State::Channel;
-    channel_name_.clear();
-    return d;
-  }
-  if (id == constrain_) {  // "<|constrain|>json": part of the header
-    if (state_ == State::Channel) state_ = State::Header;
+  if (id == channel_ || id == constrain_) {
+    if (state_ == State::Content) {
+      if (id == constrain_) return d;  // stray; the content goes on
+      end_content(d);                  // a new message's header without <|start|>
+      state_ = State::Header;
+      header_.clear();
+    }
+    if (header_.size() < kMaxHeader) header_ += id == channel_ ? "<|channel|>" : " <|constrain|>";
     return d;
   }
   if (id == start_ || id == end_ || tok_.token_type(id) == TokenType::Control) {
     end_content(d);
     state_ = State::Header;
-    channel_name_.clear();
+    header_.clear();
     return d;
   }
-  if (state_ == State::Channel) {
-    channel_name_ += tok_.token_to_piece(id);
-  } else if (state_ == State::Content) {
-    (answer_ ? d.answer : d.reasoning) += dec_.push(id);
+  if (state_ == State::Header) {
+    if (header_.size() < kMaxHeader) header_ += tok_.token_to_piece(id);
+  } else if (kind_ == Kind::Call) {
+    call_args_ += dec_.push(id);
+  } else {
+    (kind_ == Kind::Answer ? d.answer : d.reasoning) += dec_.push(id);
   }
   return d;
 }
@@ -204,6 +248,7 @@ HarmonyStream::Delta HarmonyStream::flush() {
   Delta d;
   end_content(d);
   state_ = State::Header;
+  header_.clear();
   return d;
 }
 

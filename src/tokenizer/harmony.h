@@ -63,28 +63,42 @@ std::string render_harmony(const nlohmann::ordered_json& messages, bool add_gene
 // the way openai-harmony writes them.
 std::string harmony_tools_section(const nlohmann::ordered_json& tools);
 
+// A tool call the model wrote: a message to=functions.NAME.
+struct HarmonyToolCall {
+  std::string name;       // NAME
+  std::string arguments;  // the message's text as generated (JSON when the model keeps to it)
+};
+
 class HarmonyStream {
  public:
   explicit HarmonyStream(const Tokenizer& tok);
 
   struct Delta {
-    std::string answer;     // text of the final channel
-    std::string reasoning;  // text of any other channel (analysis, commentary)
+    std::string answer;  // text of the final channel
+    // text of any other channel (analysis, commentary), or of a message to a built-in tool
+    // (to=browser.*, to=python)
+    std::string reasoning;
+    std::vector<HarmonyToolCall> calls;  // tool calls whose message ended with this token
   };
-  // The printable text this generated token adds (UTF-8 complete).
+  // The printable text this generated token adds (UTF-8 complete). A message to
+  // functions.NAME is a tool call: its text is neither answer nor reasoning, and the call comes
+  // out whole when the message ends (<|call|>, <|end|>, <|start|>, ... or flush()).
   Delta push(int32_t id);
-  // What is still held back at the end.
+  // What is still held back at the end, with a call cut off in its arguments.
   Delta flush();
 
  private:
-  enum class State { Header, Channel, Content };
+  enum class State { Header, Content };
+  enum class Kind { Answer, Reasoning, Call };
+  void begin_content();
   void end_content(Delta& d);
 
   const Tokenizer& tok_;
   int32_t start_, channel_, message_, end_, constrain_;
   State state_ = State::Header;  // generation starts right after "<|start|>assistant"
-  std::string channel_name_;
-  bool answer_ = false;  // the current message is on the final channel
+  std::string header_;           // the header's text so far, <|channel|> and <|constrain|> kept
+  Kind kind_ = Kind::Answer;     // what the current message's content is
+  std::string call_name_, call_args_;
   StreamDecoder dec_;
 };
 

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 #include <filesystem>
+#include <ostream>
 
 #include "chat_template/chat_template.h"
 #include "gguf/gguf_writer.h"
@@ -64,17 +65,32 @@ struct Vocab {
   std::unique_ptr<Tokenizer> tok;
 };
 
+void append(HarmonyStream::Delta& all, const HarmonyStream::Delta& d) {
+  all.answer += d.answer;
+  all.reasoning += d.reasoning;
+  all.calls.insert(all.calls.end(), d.calls.begin(), d.calls.end());
+}
+
 HarmonyStream::Delta run(const Tokenizer& tok, const std::string& generated) {
   HarmonyStream hs(tok);
   HarmonyStream::Delta all;
-  for (int32_t id : tok.encode(generated, false, true)) {
-    const HarmonyStream::Delta d = hs.push(id);
-    all.answer += d.answer;
-    all.reasoning += d.reasoning;
-  }
-  const HarmonyStream::Delta d = hs.flush();
-  return {all.answer + d.answer, all.reasoning + d.reasoning};
+  for (int32_t id : tok.encode(generated, false, true)) append(all, hs.push(id));
+  append(all, hs.flush());
+  return all;
 }
+
+using Calls = std::vector<HarmonyToolCall>;
+
+}  // namespace
+
+bool operator==(const HarmonyToolCall& a, const HarmonyToolCall& b) {
+  return a.name == b.name && a.arguments == b.arguments;
+}
+void PrintTo(const HarmonyToolCall& c, std::ostream* os) {
+  *os << c.name << "(" << c.arguments << ")";
+}
+
+namespace {
 
 TEST(Harmony, DetectedAndTheTurnEndsAtReturnOrCallNotAtEnd) {
   Vocab v(true);
@@ -99,11 +115,14 @@ TEST(Harmony, AnswerIsTheFinalChannelAndReasoningTheRest) {
           "final<|message|>Answer: 4 ✓<|return|>");
   EXPECT_EQ(d.answer, "Answer: 4 ✓");
   EXPECT_EQ(d.reasoning, "Think: é→ü 🎉.");
-  // A tool call on the commentary channel with a constrained format is not the answer.
-  const auto c = run(
-      *v.tok, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":1}<|call|>");
+  // A message to a built-in tool (not functions.*) is reasoning, whatever its channel.
+  const auto c = run(*v.tok,
+                     "<|channel|>analysis to=browser.search <|constrain|>json<|message|>{\"q\":1}"
+                     "<|call|>");
   EXPECT_EQ(c.answer, "");
-  EXPECT_EQ(c.reasoning, "{\"x\":1}");
+  EXPECT_EQ(c.reasoning, "{\"q\":1}");
+  EXPECT_TRUE(c.calls.empty());
+  EXPECT_EQ(run(*v.tok, " to=python<|message|>print(1)<|call|>").reasoning, "print(1)");
   // No channel at all: taken as the answer; header text (role, recipient) never leaks.
   EXPECT_EQ(run(*v.tok, "<|message|>plain").answer, "plain");
   EXPECT_EQ(run(*v.tok, "stray header<|channel|>final<|message|>ok").answer, "ok");
@@ -128,6 +147,92 @@ TEST(Harmony, RendersSystemAsDeveloperInstructionsAndAnswersOnTheFinalChannel) {
   EXPECT_THROW(
       render_harmony(nlohmann::ordered_json::parse(R"([{"role": "tool", "content": "x"}])"), true),
       Error);
+}
+
+TEST(Harmony, AToolCallIsReadInEitherHeaderOrder) {
+  Vocab v(true);
+  const Calls paris = {{"get_weather", "{\"city\":\"Paris\"}"}};
+  // As the model writes it: the recipient after the channel (with or without a space before
+  // <|constrain|>) ...
+  for (const char* g :
+       {"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        "{\"city\":\"Paris\"}<|call|>",
+        "<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>"
+        "{\"city\":\"Paris\"}<|call|>",
+        // ... or right after the generation prompt's role, as openai-harmony renders calls.
+        " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+        "{\"city\":\"Paris\"}<|call|>",
+        // No content type at all.
+        "<|channel|>commentary to=functions.get_weather<|message|>{\"city\":\"Paris\"}<|call|>"}) {
+    const auto d = run(*v.tok, g);
+    EXPECT_EQ(d.calls, paris) << g;
+    EXPECT_EQ(d.answer, "") << g;
+    EXPECT_EQ(d.reasoning, "") << g;
+  }
+}
+
+TEST(Harmony, ACallComesOutWholeWhenItsMessageEnds) {
+  Vocab v(true);
+  HarmonyStream hs(*v.tok);
+  const auto ids = v.tok->encode(
+      "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+      "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Zürich 🎉\"}",
+      false, true);
+  HarmonyStream::Delta all;
+  for (int32_t id : ids) {
+    const auto d = hs.push(id);
+    EXPECT_TRUE(d.calls.empty());
+    EXPECT_EQ(d.answer, "");
+    append(all, d);
+  }
+  EXPECT_EQ(all.reasoning, "Need the weather.");
+  const auto d = hs.push(v.id("<|call|>"));
+  EXPECT_EQ(d.calls, (Calls{{"get_weather", "{\"city\":\"Zürich 🎉\"}"}}));
+  EXPECT_EQ(d.answer + d.reasoning, "");
+  EXPECT_TRUE(hs.flush().calls.empty());  // emitted once
+}
+
+TEST(Harmony, CallsAmongOtherMessages) {
+  Vocab v(true);
+  // Two calls in a row (the second without <|constrain|>), then, after the results, an answer.
+  const auto d =
+      run(*v.tok,
+          "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{}<|call|>"
+          "<|start|>assistant to=functions.b<|channel|>commentary json<|message|>{\"k\": [1, 2]}"
+          "<|call|><|start|>functions.b to=assistant<|channel|>commentary<|message|>ok<|end|>"
+          "<|start|>assistant<|channel|>final<|message|>Done.<|return|>");
+  EXPECT_EQ(d.calls, (Calls{{"a", "{}"}, {"b", "{\"k\": [1, 2]}"}}));
+  EXPECT_EQ(d.answer, "Done.");
+  // The tool's own message (from functions.b, to the assistant) is not a call; not an answer.
+  EXPECT_EQ(d.reasoning, "ok");
+  // A preamble on the commentary channel, then a call ended by <|end|> (not <|call|>), then
+  // text after the call.
+  const auto p = run(*v.tok,
+                     "<|channel|>commentary<|message|>Looking it up.<|end|><|start|>assistant"
+                     "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":1}"
+                     "<|end|><|start|>assistant<|channel|>final<|message|>x is 1");
+  EXPECT_EQ(p.calls, (Calls{{"f", "{\"x\":1}"}}));
+  EXPECT_EQ(p.reasoning, "Looking it up.");
+  EXPECT_EQ(p.answer, "x is 1");
+  // "functions." without a name is no call.
+  const auto n = run(*v.tok, "<|channel|>commentary to=functions.<|message|>{}<|call|>");
+  EXPECT_TRUE(n.calls.empty());
+  EXPECT_EQ(n.reasoning, "{}");
+}
+
+TEST(Harmony, FlushEmitsACallCutOff) {
+  Vocab v(true);
+  // The engine stops at <|call|> (an end-of-generation token) without pushing it.
+  EXPECT_EQ(
+      run(*v.tok, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\":2}")
+          .calls,
+      (Calls{{"f", "{\"x\":2}"}}));
+  // Cut off by the token limit, in the middle of a character: U+FFFD, as for text.
+  std::string g = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"s\": \"é";
+  g.pop_back();
+  EXPECT_EQ(run(*v.tok, g).calls, (Calls{{"f", "{\"s\": \"\xEF\xBF\xBD"}}));
+  // Cut off in the header: no call yet.
+  EXPECT_TRUE(run(*v.tok, "<|channel|>commentary to=functions.f").calls.empty());
 }
 
 TEST(Harmony, RendersToolsCallsAndResults) {
