@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 
 import pytest
@@ -207,6 +208,15 @@ def vocab(tmp_path_factory):
     return o200k.write_vocab_gguf(d / "o200k.gguf")
 
 
+def assert_same_ids(r: subprocess.CompletedProcess, want: list[int]):
+    assert r.returncode == 0, r.stderr
+    got = [int(x) for x in r.stdout.split()]
+    if got != want:  # the texts first: a readable difference
+        enc = H.load_harmony_encoding(H.HarmonyEncodingName.HARMONY_GPT_OSS)
+        assert enc.decode(got) == enc.decode(want)
+    assert got == want
+
+
 def tokenize(vocab, tmp_path, effort: str, chat) -> subprocess.CompletedProcess:
     path = tmp_path / "chat.json"
     path.write_text(json.dumps(chat), encoding="utf-8")
@@ -218,12 +228,7 @@ def tokenize(vocab, tmp_path, effort: str, chat) -> subprocess.CompletedProcess:
 def test_chat_prompt_matches_openai_harmony(vocab, tmp_path, i):
     effort, chat = CONVERSATIONS[i]
     r = tokenize(vocab, tmp_path, effort, chat)
-    assert r.returncode == 0, r.stderr
-    got, want = [int(x) for x in r.stdout.split()], harmony_ids(effort, chat)
-    if got != want:  # the texts first: a readable difference
-        enc = H.load_harmony_encoding(H.HarmonyEncodingName.HARMONY_GPT_OSS)
-        assert enc.decode(got) == enc.decode(want)
-    assert got == want
+    assert_same_ids(r, harmony_ids(effort, chat))
 
 
 def test_tool_reply_to_an_unknown_call_is_refused(vocab, tmp_path):
@@ -232,3 +237,56 @@ def test_tool_reply_to_an_unknown_call_is_refused(vocab, tmp_path):
     r = tokenize(vocab, tmp_path, "medium", chat)
     assert r.returncode != 0
     assert "call_9" in r.stderr
+
+
+def random_schema(r: random.Random, depth: int = 0) -> dict:
+    """A JSON schema mixing what openai-harmony reads (types, type lists, enums, oneOf, nested
+    objects, arrays, title, description, examples, default, nullable) with what it does not
+    (anyOf, numeric enums, unknown types), and odd values (multi-line and quoted strings, floats
+    that print in exponent form)."""
+    kinds = ["object", "string", "integer", "number", "boolean", "array", "null", "date", None, "list",
+             "oneOf", "anyOf"] if depth < 3 else ["string", "integer", None, "list"]
+    kind = r.choice(kinds)
+    s: dict = {}
+    if kind == "list":
+        s["type"] = r.sample(["string", "integer", "null", "number", 5], r.randint(0, 3))
+    elif kind in ("oneOf", "anyOf"):
+        s[kind] = [random_schema(r, depth + 1) for _ in range(r.randint(0, 3))]
+    elif kind is not None:
+        s["type"] = kind
+    if kind == "object" and r.random() < 0.9:
+        s["properties"] = {f"{r.choice(['p', 'name', 'x_y'])}{i}": random_schema(r, depth + 1)
+                           for i in range(r.randint(0, 4))}
+        if r.random() < 0.7:
+            s["required"] = [k for k in s["properties"] if r.random() < 0.5]
+    if kind == "array" and r.random() < 0.8:
+        s["items"] = random_schema(r, depth + 1)
+    words = ["a", "two words", "x\ny", 'q"u', "é 🎉", "", "to=z"]
+    if r.random() < 0.3:
+        s["enum"] = r.sample(["a", "b", 1, None, "c d"], r.randint(0, 3))
+    for k in ("description", "title"):
+        if r.random() < 0.3:
+            s[k] = r.choice(words)
+    if r.random() < 0.15:
+        s["examples"] = r.sample(["e1", 2, "e 3"], r.randint(0, 3))
+    if r.random() < 0.3:
+        s["default"] = r.choice([None, True, 0, -3, 1.5, 2.0, 0.1, 1e16, 1e15, 1e-5, 1e-6, 1e21, 123456.789,
+                                 "s", 'q"x', "é\n", [1, "a"], {"k": [1.0]}])
+    if r.random() < 0.15:
+        s["nullable"] = r.choice([True, False])
+    return s
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_tool_schemas_match_openai_harmony(vocab, tmp_path, seed):
+    rng = random.Random(seed)
+    tools = []
+    for i in range(30):
+        params = random_schema(rng)
+        if rng.random() < 0.7:
+            params = {"type": "object", "required": ["k0"],
+                      "properties": {f"k{j}": random_schema(rng, 1) for j in range(rng.randint(0, 5))}}
+        tools.append(fn(f"t{i}", rng.choice([None, "", "One line.", "Two\nlines\n", "a\r\nb", "\n"]),
+                        params if rng.random() < 0.9 else None))
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "tools": tools}
+    assert_same_ids(tokenize(vocab, tmp_path, "medium", chat), harmony_ids("medium", chat))
