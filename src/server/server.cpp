@@ -17,6 +17,7 @@
 
 #include "chat_template/chat_template.h"
 #include "core/error.h"
+#include "grammar/json_schema.h"
 #include "grammar/token_vocab.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
@@ -335,9 +336,10 @@ struct Server::Impl {
 
   std::vector<int32_t> chat_prompt(GenerationRequest& r) const {
     if (tmpl.harmony) {
-      if (!r.tools.is_null()) throw tools_unsupported();
-      // gpt-oss: the answer is the final channel; reasoning_effort is OpenAI's field.
+      // gpt-oss: the answer is the final channel; reasoning_effort is OpenAI's field; tools
+      // go into the developer message, calls come back as commentary to=functions.NAME.
       HarmonyOptions ho = tmpl.harmony_options;
+      ho.tools = r.tools;
       if (!r.reasoning_effort.empty()) ho.reasoning_effort = r.reasoning_effort;
       std::string text;
       try {
@@ -382,6 +384,7 @@ struct Server::Impl {
     ForcedToolCalls forced;
     if (r.tool_choice == ToolChoice::Named) forced.name = r.tool_name;
     forced.parallel = r.tool_choice == ToolChoice::Required && r.parallel_tool_calls;
+    if (tool_syntax == ToolCallSyntax::Harmony) return force_harmony_call(r, job, forced.name);
     try {
       job.params.grammar = forced_tool_call_grammar(tool_syntax, r.tools, forced);
     } catch (const SchemaError& e) {
@@ -392,11 +395,44 @@ struct Server::Impl {
     }
   }
 
+  // Harmony frames a call with control tokens, which a byte grammar cannot write: the prompt
+  // gets the call's header (channel, recipient, content type) and the grammar is its
+  // arguments' schema. So the function must be known: named, or the only tool.
+  void force_harmony_call(const GenerationRequest& r, Job& job, std::string name) {
+    if (name.empty()) {
+      if (r.tools.size() != 1)
+        throw RequestError(
+            400,
+            "'tool_choice' \"required\" with several tools is not supported with "
+            "the harmony (gpt-oss) chat format: name the function "
+            "({\"type\": \"function\", \"function\": {\"name\": ...}}) or send one tool",
+            "tool_choice");
+      name = r.tools[0]["function"]["name"].get<std::string>();
+    }
+    ojson params = {{"type", "object"}};
+    for (const ojson& t : r.tools)
+      if (t["function"]["name"] == name && t["function"].contains("parameters") &&
+          t["function"]["parameters"].is_object())
+        params = t["function"]["parameters"];
+    try {
+      job.params.grammar = json_schema_grammar(params);
+    } catch (const SchemaError& e) {
+      throw RequestError(400, fmt::format("tool '{}': parameters: {}", name, e.what()), "tools",
+                         "invalid_tool_parameters");
+    }
+    // The header as openai-harmony writes a call (recipient first), after "<|start|>assistant".
+    job.params.harmony_header =
+        tok.encode(" to=functions." + name + "<|channel|>commentary <|constrain|>json<|message|>",
+                   false, true);
+    job.prompt.insert(job.prompt.end(), job.params.harmony_header.begin(),
+                      job.params.harmony_header.end());
+  }
+
   // response_format: the vocabulary's bytes and trie are built once, on the first request that
   // needs them, and shared. Harmony's reply is framed by channel tokens a grammar would have to
   // spell out, so there it is refused.
   void constrain(Job& job) {
-    if (job.params.harmony)
+    if (job.params.harmony && job.params.harmony_header.empty())
       throw RequestError(400,
                          "'response_format' json_object / json_schema is not supported with this "
                          "model's harmony (gpt-oss) chat format",

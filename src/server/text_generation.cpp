@@ -48,7 +48,10 @@ class TextAssembler {
                      params.tool_syntax != ToolCallSyntax::Harmony) {
     for (const std::string& s : params.stop)
       if (!s.empty()) stops_.push_back(s);
-    if (params.harmony) harmony_.emplace(tok);
+    if (params.harmony) {
+      harmony_.emplace(tok);
+      for (int32_t id : params.harmony_header) harmony_->push(id);  // no text of its own
+    }
   }
 
   // Returns false when generation must end (stop string found or the callback cancelled).
@@ -80,6 +83,21 @@ class TextAssembler {
   // Harmony: reasoning goes out at once (stop strings do not apply to it), the answer through
   // pending_.
   std::string take(HarmonyStream::Delta d) {
+    if (!d.calls.empty()) {
+      TextDelta c;
+      for (HarmonyToolCall& h : d.calls) {
+        // The arguments as generated; compact JSON when they are JSON.
+        const auto j = nlohmann::ordered_json::parse(h.arguments, nullptr, false);
+        ToolCall t{h.name, j.is_discarded() ? h.arguments : j.dump(),
+                   new_tool_call_id(ToolCallSyntax::Harmony, ids_)};
+        res_.tool_calls.push_back(t);
+        c.tool_calls.push_back(std::move(t));
+      }
+      if (on_delta_ && !on_delta_(c)) {
+        res_.finish_reason = "cancelled";
+        cancelled_ = true;
+      }
+    }
     if (!d.reasoning.empty()) {
       res_.reasoning += d.reasoning;
       TextDelta r;

@@ -43,6 +43,10 @@ struct TextGenParams {
   // some families mark calls with one (Mistral's [TOOL_CALLS]).
   ToolCallSyntax tool_syntax = ToolCallSyntax::None;
   nlohmann::ordered_json tools;
+  // Harmony: tokens at the end of the prompt that open the reply's first message (a forced
+  // call's " to=functions.NAME<|channel|>commentary <|constrain|>json<|message|>"), read by the
+  // channel split before the generated ones.
+  std::vector<int32_t> harmony_header;
 };
 
 // One sampled token with its log-probabilities, delivered with the text it belongs to.

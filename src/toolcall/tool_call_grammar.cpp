@@ -60,8 +60,8 @@ E glm_call(GrammarBuilder& b, const std::string& name, const ojson& params) {
         if (r.is_string()) required.push_back(r.get<std::string>());
     for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
       const std::string& k = it.key();
-      E arg = E::seq({E::literal("<arg_key>" + k + "</arg_key>\n<arg_value>"), glm_value(b, params, k),
-                      E::literal("</arg_value>\n")});
+      E arg = E::seq({E::literal("<arg_key>" + k + "</arg_key>\n<arg_value>"),
+                      glm_value(b, params, k), E::literal("</arg_value>\n")});
       const bool req = std::find(required.begin(), required.end(), k) != required.end();
       seq.push_back(req ? std::move(arg) : E::optional(std::move(arg)));
     }
@@ -82,12 +82,15 @@ E one_call(GrammarBuilder& b, ToolCallSyntax s, const ojson& fn) {
       return E::seq({E::literal("<tool_call>\n{\"name\": " + qname + ", \"arguments\": "), args,
                      E::literal("}\n</tool_call>")});
     case ToolCallSyntax::Mistral:
-      return E::seq({E::literal("{\"name\": " + qname + ", \"arguments\": "), args, E::literal("}")});
+      return E::seq(
+          {E::literal("{\"name\": " + qname + ", \"arguments\": "), args, E::literal("}")});
     case ToolCallSyntax::Llama3:
-      return E::seq({E::literal("{\"name\": " + qname + ", \"parameters\": "), args, E::literal("}")});
+      return E::seq(
+          {E::literal("{\"name\": " + qname + ", \"parameters\": "), args, E::literal("}")});
     case ToolCallSyntax::DeepSeek:
-      return E::seq({E::literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"),
-                     args, E::literal("\n```<｜tool▁call▁end｜>")});
+      return E::seq(
+          {E::literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"), args,
+           E::literal("\n```<｜tool▁call▁end｜>")});
     case ToolCallSyntax::DeepSeekV31:
       return E::seq({E::literal("<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>"), args,
                      E::literal("<｜tool▁call▁end｜>")});
@@ -119,9 +122,10 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallSyntax s, const 
   // Llama 3 writes one call per reply.
   const int extra =
       choice.parallel && s != ToolCallSyntax::Llama3 ? ForcedToolCalls::kMaxParallel - 1 : 0;
-  const char* sep = s == ToolCallSyntax::Mistral ? ", "
-                    : (s == ToolCallSyntax::DeepSeekV31 ? "" : "\n");
-  E body = E::seq({E::rule("call"), E::repeat(E::seq({E::literal(sep), E::rule("call")}), 0, extra)});
+  const char* sep =
+      s == ToolCallSyntax::Mistral ? ", " : (s == ToolCallSyntax::DeepSeekV31 ? "" : "\n");
+  E body =
+      E::seq({E::rule("call"), E::repeat(E::seq({E::literal(sep), E::rule("call")}), 0, extra)});
   switch (s) {
     case ToolCallSyntax::Mistral:
       body = E::seq({E::literal("[TOOL_CALLS]["), std::move(body), E::literal("]")});

@@ -13,7 +13,8 @@ constexpr std::string_view kArgKey = "<arg_key>", kArgKeyEnd = "</arg_key>";
 constexpr std::string_view kArgValue = "<arg_value>", kArgValueEnd = "</arg_value>";
 constexpr std::string_view kMistral = "[TOOL_CALLS]", kMistralArgs = "[ARGS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
-constexpr std::string_view kDsCalls = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDsCalls = "<｜tool▁calls▁begin｜>",
+                           kDsCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDsCall = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 
@@ -311,8 +312,7 @@ ToolCallParser::Block ToolCallParser::parse_block(std::vector<ToolCall>& calls,
         const size_t sep = in.find(kDsSep, i);
         if (ce == std::string_view::npos || sep == std::string_view::npos || sep > ce)
           return Block::Invalid;
-        const std::string_view left =
-            trim(in.substr(i + kDsCall.size(), sep - i - kDsCall.size()));
+        const std::string_view left = trim(in.substr(i + kDsCall.size(), sep - i - kDsCall.size()));
         std::string_view right = in.substr(sep + kDsSep.size(), ce - sep - kDsSep.size());
         std::string name;
         std::string_view args;

@@ -472,7 +472,8 @@ TEST_F(ServerApi, PenaltiesAndLogitBiasMatchTheEngineReference) {
 TEST(ServerTemplate, ToolsArePassedToTheChatTemplate) {
   ServerOptions so;
   so.chat_template =
-      "{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}"
+      "{% if tools %}TOOLS {{ tools | tojson }} (call one as <tool_call>{...}</tool_call>)\n"
+      "{% endif %}"
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
   Instance inst(so);

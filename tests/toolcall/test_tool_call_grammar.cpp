@@ -92,7 +92,8 @@ TEST_P(ForcedToolCallGrammar, EverySentenceParsesIntoValidCalls) {
     if (named) choice.name = "get_weather";
     choice.parallel = !named;
     const auto g = forced_tool_call_grammar(s, kTools, choice);
-    const size_t max_calls = named || s == ToolCallSyntax::Llama3 ? 1 : ForcedToolCalls::kMaxParallel;
+    const size_t max_calls =
+        named || s == ToolCallSyntax::Llama3 ? 1 : ForcedToolCalls::kMaxParallel;
     for (int i = 0; i < 40; ++i) {
       const std::string text = random_sentence(g, rng);
       check_calls(parse_tool_calls(s, text, kTools), choice.name, max_calls, text);
@@ -139,10 +140,12 @@ TEST(ForcedToolCallGrammar, AcceptsEachFamilysCanonicalText) {
   // The named tool only; the required days argument; a string longer than maxLength.
   const auto h = forced_tool_call_grammar(ToolCallSyntax::Hermes, kTools, named);
   EXPECT_FALSE(accepts(h, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
-  EXPECT_FALSE(accepts(h, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
-                          "\"Oslo\"}}\n</tool_call>"));
-  EXPECT_FALSE(accepts(h, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
-                          "\"Oslo Oslo Oslo\", \"days\": 1}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(h,
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                       "\"Oslo\"}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(h,
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                       "\"Oslo Oslo Oslo\", \"days\": 1}}\n</tool_call>"));
 }
 
 TEST(ForcedToolCallGrammar, RefusesWhatItCannotForce) {

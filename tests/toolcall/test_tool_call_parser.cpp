@@ -122,8 +122,7 @@ TEST(ToolCallParser, Llama3JsonReplyIsACallOnlyAtTheStart) {
                           "  {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(ojson::parse(r.calls[0].arguments), ojson::parse(R"({"city":"Rome"})"));
-  r = parse_all_ways(ToolCallSyntax::Llama3,
-                     "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}");
+  r = parse_all_ways(ToolCallSyntax::Llama3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}");
   ASSERT_EQ(r.calls.size(), 1u);
   // JSON after text is content; so is JSON that is not a call.
   r = parse_all_ways(ToolCallSyntax::Llama3, "Here: {\"name\": \"f\", \"parameters\": {}}");
