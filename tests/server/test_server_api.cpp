@@ -150,9 +150,10 @@ TEST_F(ServerApi, PromptsTooLongByTheirBytesAreRefusedBeforeTokenizing) {
   // tokens, not provably by bytes, is still refused after tokenizing.
   auto r = post("/v1/completions", json{{"prompt", std::string(64u << 10, ' ')}}.dump());
   ASSERT_TRUE(r);
-  if (r->status == 400)
+  if (r->status == 400) {
     EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().find("at least"),
               std::string::npos);
+  }
   std::string words;
   for (int i = 0; i < 300; ++i) words += "w" + std::to_string(i) + " ";
   r = post("/v1/completions", json{{"prompt", words}}.dump());

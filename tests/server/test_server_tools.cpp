@@ -92,7 +92,8 @@ TEST(ServerTools, NamedAndRequiredCallsInEveryFamilysSyntax) {
     Instance inst(so, false, 1024);
     const json named = post_ok(
         inst, "/v1/chat/completions",
-        request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}));
+        request(
+            {{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}));
     const json& m = named["choices"][0]["message"];
     EXPECT_EQ(named["choices"][0]["finish_reason"], "tool_calls") << named;
     ASSERT_EQ(m["tool_calls"].size(), 1u) << named;
@@ -111,8 +112,9 @@ TEST(ServerTools, NamedAndRequiredCallsInEveryFamilysSyntax) {
     }
     EXPECT_EQ(ids.size(), calls.size()) << "ids are unique";
     // parallel_tool_calls false: one call.
-    const json one = post_ok(inst, "/v1/chat/completions",
-                             request({{"tool_choice", "required"}, {"parallel_tool_calls", false}}));
+    const json one =
+        post_ok(inst, "/v1/chat/completions",
+                request({{"tool_choice", "required"}, {"parallel_tool_calls", false}}));
     EXPECT_EQ(one["choices"][0]["message"]["tool_calls"].size(), 1u) << one;
   }
 }
@@ -143,8 +145,8 @@ TEST(ServerTools, StreamedCallsAddUpToTheSameCalls) {
       json& acc = calls[i][d["index"].get<int>()];
       if (d.contains("id")) acc["id"] = d["id"];
       if (d["function"].contains("name")) acc["name"] = d["function"]["name"];
-      acc["arguments"] = acc.value("arguments", std::string()) +
-                         d["function"].value("arguments", std::string());
+      acc["arguments"] =
+          acc.value("arguments", std::string()) + d["function"].value("arguments", std::string());
     }
   }
   for (int i = 0; i < 2; ++i) {
@@ -163,9 +165,9 @@ TEST(ServerTools, CallsAndResultsGoBackThroughTheTemplate) {
   ServerOptions so;
   so.chat_template = family_template(kFamilies[0]);
   Instance inst(so, false, 1024);
-  const json first = post_ok(
-      inst, "/v1/chat/completions",
-      request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}}}));
+  const json first =
+      post_ok(inst, "/v1/chat/completions",
+              request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}}}));
   const json& msg = first["choices"][0]["message"];
   const json call = msg["tool_calls"][0];
   json body = request({{"max_tokens", 4}});
@@ -196,21 +198,24 @@ TEST(ServerTools, WhatCannotBeHonouredIsA400NamingTheField) {
   no_tools.erase("tools");
   EXPECT_EQ(param_of(no_tools)["param"], "tool_choice");
   EXPECT_EQ(param_of(request({{"tool_choice", "sometimes"}}))["param"], "tool_choice");
-  EXPECT_EQ(param_of(request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}},
-                                               {"extra", 1}}}}))["param"],
-            "tool_choice.extra");
+  EXPECT_EQ(
+      param_of(request(
+          {{"tool_choice",
+            {{"type", "function"}, {"function", {{"name", "now"}}}, {"extra", 1}}}}))["param"],
+      "tool_choice.extra");
   EXPECT_EQ(param_of(request({{"tool_choice", "required"},
                               {"response_format", {{"type", "json_object"}}}}))["param"],
             "response_format");
   json bad = request({{"tool_choice", "required"}});
   bad["tools"][1]["function"]["parameters"]["properties"]["tz"] = {{"type", "string"},
-                                                                    {"pattern", "^[A-Z]+$"}};
+                                                                   {"pattern", "^[A-Z]+$"}};
   e = param_of(bad, "invalid_tool_parameters");
   EXPECT_NE(e["message"].get<std::string>().find("'now'"), std::string::npos) << e;
   EXPECT_NE(e["message"].get<std::string>().find("pattern"), std::string::npos) << e;
   // A template that shows the tools but no call syntax: the calls could not be read.
   ServerOptions plain;
-  plain.chat_template = std::string("{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}") + kTurns;
+  plain.chat_template =
+      std::string("{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}") + kTurns;
   Instance other(plain, false, 1024);
   auto r = post(other, "/v1/chat/completions", request({}).dump());
   expect_error(r, 400, "tools_not_supported");
