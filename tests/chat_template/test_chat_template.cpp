@@ -38,6 +38,16 @@ void expect_render_error(const std::string& tmpl, const ojson& ctx, const std::s
   }
 }
 
+void expect_parse_error(const std::string& tmpl, const std::string& message) {
+  try {
+    ChatTemplate t(tmpl);
+    ADD_FAILURE() << "expected a parse error containing: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos)
+        << e.what();
+  }
+}
+
 std::string r(const std::string& tmpl, const ojson& ctx = ojson::object()) {
   return ChatTemplate(tmpl).render(ctx);
 }
@@ -389,11 +399,62 @@ TEST(ChatTemplateJinja, UndefinedIsLenientButPrintsNothing) {
   EXPECT_EQ(r("{% for x in missing %}x{% endfor %}{% if missing %}y{% endif %}ok"), "ok");
 }
 
+TEST(ChatTemplateJinja, Macros) {
+  // Parameters, defaults (evaluated when called, from the parameters before them), keyword
+  // arguments; a parameter left out is undefined. The body's text is the value.
+  EXPECT_EQ(r("{% macro f(a, b=a ~ 1) %}[{{ a }}|{{ b }}]{% endmacro %}"
+              "{{ f(1) }}{{ f(1, 2) }}{{ f(b=3) }}{{ f(a='x') | length }}"),
+            "[1|11][1|2][|3]6");
+  // The body sees its parameters and the template's top level (globals and top-level sets,
+  // also those made after the definition), not the caller's loop variables or loop-local sets;
+  // its own sets stay inside it.
+  EXPECT_EQ(r("{% macro g() %}{{ c }}{{ i }}{% set c = 0 %}{% endmacro %}{% set c = 3 %}"
+              "{% for i in [1] %}{% set c = 2 %}[{{ g() }}]{% endfor %}{{ c }}",
+              ojson{{"c", 9}}),
+            "[3]3");
+  // Whitespace control inside the body, and recursion (Hermes' tool-use template maps JSON
+  // schema types to Python ones so).
+  EXPECT_EQ(
+      r("{%- macro t(s) -%}\n  {%- if s.type == 'array' -%}\n    {{- 'list[' + t(s['items']) + ']' "
+        "}}"
+        "\n  {%- else -%}\n    {{- s.type }}\n  {%- endif -%}\n{%- endmacro -%}\n{{ t(x) }}",
+        ojson{{"x", ojson::parse(
+                        R"({"type":"array","items":{"type":"array","items":{"type":"int"}}})")}}),
+      "list[list[int]]");
+  // A namespace of the top level can be set from inside (GLM's templates keep state so).
+  EXPECT_EQ(
+      r("{% set ns = namespace(n=0) %}{% macro inc() %}{% set ns.n = ns.n + 1 %}{% endmacro %}"
+        "{{ inc() }}{{ inc() }}{{ ns.n }}"),
+      "2");
+  // Errors as Jinja's.
+  expect_render_error("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", ojson::object(),
+                      "macro 'f' takes not more than 1 argument(s)");
+  expect_render_error("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", ojson::object(),
+                      "macro 'f' takes no keyword argument 'b'");
+  expect_render_error("{% macro f(a) %}{% endmacro %}{{ f(1, a=1) }}", ojson::object(),
+                      "macro 'f' got multiple values for argument 'a'");
+  expect_render_error(
+      "{% macro f() %}{% break %}{% endmacro %}{% for i in [1] %}{{ f() }}{% endfor %}",
+      ojson::object(), "'break' outside a loop in macro 'f'");
+  expect_render_error("{{ f() }}{% macro f() %}{% endmacro %}", ojson::object(),
+                      "unknown function 'f'");  // defined where it is run, as in Jinja
+  expect_parse_error("{% macro f(a, a) %}{% endmacro %}", "duplicate parameter 'a'");
+  expect_parse_error("{% macro f(a %}{% endmacro %}", "expected ')'");
+  expect_parse_error("{% macro f() %}", "missing '{% endmacro %}'");
+}
+
+TEST(ChatTemplateJinja, UndefinedIsIterableAndASequence) {
+  // As in Jinja (its undefined has a length, 0, and iterates over nothing): Hermes' template
+  // asks `json_spec.type is iterable` of a schema without a type.
+  EXPECT_EQ(r("{{ x is iterable }}{{ x.y is sequence }}{{ x is mapping }}{{ x is string }}"),
+            "TrueTrueFalseFalse");
+}
+
 TEST(ChatTemplateJinja, Errors) {
   EXPECT_THROW(ChatTemplate("{% if x %}no end"), Error);
   EXPECT_THROW(ChatTemplate("{{ 'unterminated }}"), Error);
   EXPECT_THROW(ChatTemplate("{% for %}{% endfor %}"), Error);
-  EXPECT_THROW(ChatTemplate("{% macro m() %}{% endmacro %}"), Error);
+  EXPECT_THROW(ChatTemplate("{% call m() %}{% endcall %}"), Error);
   EXPECT_THROW(ChatTemplate("{{ 1 + }}"), Error);
   EXPECT_THROW(ChatTemplate("{% endif %}"), Error);
   expect_render_error("{{ raise_exception('bad roles') }}", ojson::object(), "bad roles");
@@ -565,16 +626,6 @@ TEST(ChatTemplateLimits, MissingArgumentsAreErrors) {
                       "equalto needs at least 1 argument(s)");
 }
 
-void expect_parse_error(const std::string& tmpl, const std::string& message) {
-  try {
-    ChatTemplate t(tmpl);
-    ADD_FAILURE() << "expected a parse error containing: " << message;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST(ChatTemplateLimits, NestingIsBoundedWhileParsing) {
   // Each of these exhausted the stack (recursive descent, recursive evaluation or recursive
   // destruction of the syntax tree).
@@ -592,6 +643,20 @@ TEST(ChatTemplateLimits, NestingIsBoundedWhileParsing) {
   expect_parse_error(blocks, "blocks nested deeper than 100 levels");
   // Within the limits all is well.
   EXPECT_EQ(r("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " + 1 + 1 + 1 }}"), "4");
+}
+
+TEST(ChatTemplateLimits, MacroRecursionIsBounded) {
+  // A macro calling itself nested the render without end (a stack overflow); it stops at
+  // kMaxRenderDepth (500), within the stack, and at once.
+  for (const char* t :
+       {"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+        "{% macro f(n) %}{% for i in [1] %}{% if true %}{{ f(n + 1) ~ 'x' }}{% endif "
+        "%}{% endfor %}{% endmacro %}{{ f(0) }}"})
+    expect_render_error(t, ojson::object(), "rendering nested deeper than 500 levels");
+  // Deep but finite recursion renders.
+  EXPECT_EQ(r("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% else %}end{% endif %}{% endmacro %}"
+              "{{ f(100) }}"),
+            "end");
 }
 
 TEST(ChatTemplateLimits, ValuesNestAtMost100Levels) {
