@@ -612,8 +612,19 @@ TEST(ChatTemplateJinja, Macros) {
   expect_render_error("{{ f() }}{% macro f() %}{% endmacro %}", ojson::object(),
                       "unknown function 'f'");  // defined where it is run, as in Jinja
   expect_parse_error("{% macro f(a, a) %}{% endmacro %}", "duplicate parameter 'a'");
-  expect_parse_error("{% macro f(a %}{% endmacro %}", "expected ')'");
+  expect_parse_error("{% macro f(a,) %}{% endmacro %}", "expected a name");
+  expect_parse_error("{% macro f(a %}{% endmacro %}", "unclosed '{%' tag");  // '(' still open
   expect_parse_error("{% macro f() %}", "missing '{% endmacro %}'");
+}
+
+TEST(ChatTemplateJinja, ClosingBracesInsideATag) {
+  // `}}` or `%}` ends a tag only where no bracket is open, as in Jinja's lexer: a dict literal
+  // closing inside another (or inside a call) used to end the tag there.
+  EXPECT_EQ(r("{{ {'a': {'b': 1}} }}|{{ {'a': {'b': 1}}}}|{{ [{'a': 1}][0]['a'] }}"),
+            "{'a': {'b': 1}}|{'a': {'b': 1}}|1");
+  EXPECT_EQ(r("{% set x = {'a': {'b': 2}} %}{{ x.a.b }}{{ '}}' }}{{ dict(k={'v': 3}).k.v }}"),
+            "2}}3");
+  expect_parse_error("{{ (1 }}", "unclosed '{{' tag");
 }
 
 TEST(ChatTemplateJinja, UndefinedIsIterableAndASequence) {
