@@ -76,7 +76,7 @@ struct ModelChatTemplate {
   // The line to log: which template is used and why.
   std::string describe() const;
   // Renders messages (`extra`: further template variables, as ChatTemplate::apply takes them;
-  // the harmony format has none, so it refuses a non-empty `extra` rather than drop it).
+  // the harmony format reads only "tools", so it refuses any other rather than drop it).
   std::string format(const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
                      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
   // Tokenizes a rendering (special tokens parsed; BOS added only when the tokenizer asks for it

@@ -21,9 +21,15 @@ std::string ModelChatTemplate::format(const nlohmann::ordered_json& messages,
                                       bool add_generation_prompt,
                                       const nlohmann::ordered_json& extra) const {
   if (harmony) {
-    if (!extra.empty())
-      fail("chat template: the harmony format takes no template variables, got {}", extra.dump());
-    return render_harmony(messages, add_generation_prompt, harmony_options);
+    // Of the template variables, harmony reads the tools (HarmonyOptions::tools).
+    HarmonyOptions o = harmony_options;
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      if (!extra.is_object() || it.key() != "tools")
+        fail("chat template: the harmony format takes no template variables but 'tools', got {}",
+             extra.dump());
+      o.tools = it.value();
+    }
+    return render_harmony(messages, add_generation_prompt, o);
   }
   return tmpl.apply(messages, add_generation_prompt, bos_token, eos_token, extra);
 }

@@ -61,7 +61,8 @@ const bool registered_tokenize =
           ->expected(2);
       sub.add_option(
           "--chat", o->chat,
-          "Tokenize the chat prompt of a JSON array of messages (the model's chat format)");
+          "Tokenize the chat prompt of a JSON array of messages, or of an object {\"messages\": "
+          "[...], \"tools\": [...]} with OpenAI tools (the model's chat format)");
       sub.add_option("--reasoning-effort", o->reasoning_effort,
                      "harmony (gpt-oss): low | medium | high");
       sub.add_flag("--no-bos", o->no_bos, "Do not add the BOS/EOS tokens the model asks for");
@@ -79,12 +80,26 @@ const bool registered_tokenize =
           // The prompt `chat`/`serve` would give the model for this conversation.
           std::ifstream in(o->chat, std::ios::binary);
           if (!in) fail("--chat: cannot open '{}'", o->chat);
-          const auto messages = nlohmann::ordered_json::parse(in, nullptr, false);
-          if (messages.is_discarded()) fail("--chat: '{}' is not JSON", o->chat);
+          auto chat = nlohmann::ordered_json::parse(in, nullptr, false);
+          if (chat.is_discarded()) fail("--chat: '{}' is not JSON", o->chat);
+          // A bare array of messages, or {"messages": [...], "tools": [...]} as in a request.
+          nlohmann::ordered_json messages, extra = nlohmann::ordered_json::object();
+          if (chat.is_object()) {
+            for (auto it = chat.begin(); it != chat.end(); ++it)
+              if (it.key() != "messages" && it.key() != "tools")
+                fail("--chat: '{}' has '{}': only 'messages' and 'tools' are read", o->chat,
+                     it.key());
+            if (!chat.contains("messages")) fail("--chat: '{}' has no 'messages'", o->chat);
+            messages = std::move(chat["messages"]);
+            if (chat.contains("tools") && !chat["tools"].is_null())
+              extra["tools"] = std::move(chat["tools"]);
+          } else {
+            messages = std::move(chat);
+          }
           ModelChatTemplate t = model_chat_template(*tok);
           if (!o->reasoning_effort.empty())
             t.harmony_options.reasoning_effort = o->reasoning_effort;
-          ids = t.tokenize(*tok, t.format(messages, true));
+          ids = t.tokenize(*tok, t.format(messages, true, extra));
         } else {
           ids = tok->encode(o->prompt, !o->no_bos, !o->no_special);
         }

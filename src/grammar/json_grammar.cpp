@@ -20,13 +20,20 @@ void add_json_rules(GrammarBuilder& b) {
   b.define(
       "json-ws",
       E::optional(E::alt({bytes(" \t"), E::seq({lit("\n"), E::repeat(bytes(" \t"), 0, kMaxWs)})})));
-  // A character of a string: anything but '"', '\' and the controls, or an escape.
+  // A character of a string: anything but '"', '\' and the controls, or an escape. A \u escape
+  // is a code point outside the surrogates, or a high surrogate and then a low one: a lone
+  // surrogate is not a character (RFC 8259 allows it; nlohmann and strict parsers refuse it).
+  const E hex = bytes("0123456789abcdefABCDEF");
+  const E d = bytes("dD");
+  b.define(
+      "json-unicode-escape",
+      E::alt({E::seq({bytes("0123456789abcefABCEF"), hex, hex, hex}),
+              E::seq({d, bytes("01234567"), hex, hex}),
+              E::seq({d, bytes("89abAB"), hex, hex, lit("\\u"), d, bytes("cdefCDEF"), hex, hex})}));
   b.define("json-char",
            E::alt({utf8_class({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}),
-                   E::seq({lit("\\"),
-                           E::alt({bytes("\"\\/bfnrt"),
-                                   E::seq({lit("u"), E::repeat(bytes("0123456789abcdefABCDEF"), 4,
-                                                               4)})})})}));
+                   E::seq({lit("\\"), E::alt({bytes("\"\\/bfnrt"),
+                                              E::seq({lit("u"), ref("json-unicode-escape")})})})}));
   b.define("json-string", E::seq({lit("\""), E::repeat(ref("json-char"), 0, -1), lit("\"")}));
   b.define("json-integer", E::seq({E::optional(lit("-")),
                                    E::alt({lit("0"), E::seq({E::byte_set(ByteSet::range('1', '9')),
@@ -34,7 +41,7 @@ void add_json_rules(GrammarBuilder& b) {
   b.define("json-number",
            E::seq({ref("json-integer"), E::optional(E::seq({lit("."), E::repeat(digit, 1, 16)})),
                    E::optional(
-                       E::seq({bytes("eE"), E::optional(bytes("+-")), E::repeat(digit, 1, 3)}))}));
+                       E::seq({bytes("eE"), E::optional(bytes("+-")), E::repeat(digit, 1, 2)}))}));
   // Values are followed by json-ws where they sit inside an object or array, not here.
   b.define("json-value", E::alt({ref("json-object"), ref("json-array"), ref("json-string"),
                                  ref("json-number"), lit("true"), lit("false"), lit("null")}));

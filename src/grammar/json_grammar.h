@@ -4,7 +4,8 @@
 //
 // Bounds keep a constrained model from running on forever where JSON has no limit of its own:
 // whitespace between tokens is one space or tab, or a newline and up to kMaxWs spaces or tabs of
-// indentation; integer and fraction parts at most 16 digits, exponents 3; strings are unbounded. No
+// indentation; integer and fraction parts at most 16 digits, exponents 2 (so every number fits a
+// double: parsers such as nlohmann refuse 1e791 as an overflow); strings are unbounded. No
 // whitespace follows the root value, so the output is done the moment the value closes.
 #include <memory>
 

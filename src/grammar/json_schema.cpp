@@ -29,12 +29,19 @@ constexpr int kMaxDepth = 64;
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ojson& root) : root_(root) { add_json_rules(b_); }
+  SchemaCompiler(const ojson& root, GrammarBuilder& b) : root_(root), b_(b) { add_json_rules(b_); }
 
-  std::shared_ptr<const Grammar> run() {
-    const Expr v = value(root_, "", 0);
-    b_.define("root", E::seq({E::rule("json-ws"), v}));
-    return b_.build("root");
+  // One value valid against the subschema at `pointer` ("" for the whole document).
+  Expr run(const std::string& pointer) {
+    const ojson* s = &root_;
+    if (!pointer.empty()) {
+      try {
+        s = &root_.at(ojson::json_pointer(pointer));
+      } catch (const std::exception&) {
+        error("", pointer, "no subschema at this place");
+      }
+    }
+    return value(*s, pointer, 0);
   }
 
  private:
@@ -288,15 +295,21 @@ class SchemaCompiler {
   }
 
   const ojson& root_;
-  GrammarBuilder b_;
+  GrammarBuilder& b_;
   std::map<std::string, std::string> refs_;
 };
 
 }  // namespace
 
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
+Expr json_schema_expr(GrammarBuilder& b, const nlohmann::ordered_json& document,
+                      const std::string& pointer) {
+  return SchemaCompiler(document, b).run(pointer);
+}
+
+std::shared_ptr<const Grammar> build_schema_grammar(const GrammarBuilder& b,
+                                                    const std::string& root) {
   try {
-    return SchemaCompiler(schema).run();
+    return b.build(root);
   } catch (const SchemaError&) {
     throw;
   } catch (const GrammarError& e) {
@@ -310,6 +323,13 @@ std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json&
               : fmt::format("JSON schema: {}", e.what()),
         cycle ? "$ref" : "", "");
   }
+}
+
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
+  GrammarBuilder b;
+  const Expr v = json_schema_expr(b, schema);
+  b.define("root", E::seq({E::rule("json-ws"), v}));
+  return build_schema_grammar(b, "root");
 }
 
 }  // namespace moeflow

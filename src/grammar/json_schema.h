@@ -29,6 +29,17 @@ class SchemaError : public GrammarError {
   std::string path;     // JSON pointer to the subschema, "" for the root
 };
 
+// root ::= json-ws <a value valid against schema>
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+
+// For grammars that embed JSON values (tool calls): defines the JSON rules and the rules of the
+// subschema at `pointer` (a JSON pointer into `document`, "" for all of it; its $refs resolve
+// against `document`) in b, and returns the expression of one value valid against it. Throws
+// SchemaError.
+Expr json_schema_expr(GrammarBuilder& b, const nlohmann::ordered_json& document,
+                      const std::string& pointer = "");
+// b.build(root), with the builder's errors (a $ref cycle, a grammar too large) as SchemaErrors.
+std::shared_ptr<const Grammar> build_schema_grammar(const GrammarBuilder& b,
+                                                    const std::string& root);
 
 }  // namespace moeflow

@@ -368,18 +368,44 @@ void read_messages(const ojson& b, const RequestContext& ctx, GenerationRequest&
     mm["content"] = message_text(content ? *content : ojson(nullptr), i);
     r.messages.push_back(std::move(mm));
   }
-  bool tools_off = false;
-  if (const ojson* tc = field(b, "tool_choice")) {
-    const std::string c = tc->is_string() ? tc->get<std::string>() : "";
-    if (c == "none")
-      tools_off = true;
-    else if (c != "auto")
-      throw bad(fmt::format("'tool_choice' {} is not supported: tools are passed to the chat "
-                            "template and the model "
-                            "decides (\"auto\"), or left out (\"none\")",
-                            shown(*tc)),
+  // tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+  const ojson* tc = field(b, "tool_choice");
+  if (tc) {
+    if (tc->is_string()) {
+      const std::string c = tc->get<std::string>();
+      if (c == "none")
+        r.tool_choice = ToolChoice::None;
+      else if (c == "auto")
+        r.tool_choice = ToolChoice::Auto;
+      else if (c == "required")
+        r.tool_choice = ToolChoice::Required;
+      else
+        throw bad(fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                              "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {}",
+                              shown(*tc)),
+                  "tool_choice");
+    } else if (tc->is_object()) {
+      static constexpr std::string_view kChoice[] = {"type", "function"};
+      static constexpr std::string_view kChoiceFunction[] = {"name"};
+      check_fields(*tc, "tool_choice", {kChoice});
+      const ojson* type = field(*tc, "type");
+      const ojson* f = field(*tc, "function");
+      const ojson* name = f && f->is_object() ? field(*f, "name") : nullptr;
+      if (!type || *type != "function" || !name || !name->is_string() ||
+          name->get<std::string>().empty())
+        throw bad(
+            "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+            "{\"name\": NAME}}",
+            "tool_choice");
+      check_fields(*f, "tool_choice.function", {kChoiceFunction});
+      r.tool_choice = ToolChoice::Named;
+      r.tool_name = name->get<std::string>();
+    } else if (!tc->is_null()) {
+      throw bad(fmt::format("'tool_choice' must be a string or an object, got {}", shown(*tc)),
                 "tool_choice");
+    }
   }
+  const bool tools_off = r.tool_choice == ToolChoice::None;
   if (const ojson* t = field(b, "tools")) {
     if (!t->is_array()) throw bad("'tools' must be an array", "tools");
     for (size_t i = 0; i < t->size(); ++i) {
@@ -401,7 +427,18 @@ void read_messages(const ojson& b, const RequestContext& ctx, GenerationRequest&
     }
     if (!tools_off && !t->empty()) r.tools = *t;
   }
-  if (auto v = opt_bool(b, "parallel_tool_calls")) (void)*v;  // the model decides (for now)
+  const bool forced = r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named;
+  if (forced && r.tools.is_null())
+    throw bad(fmt::format("'tool_choice' {} needs a non-empty 'tools'", shown(*tc)), "tool_choice");
+  if (r.tool_choice == ToolChoice::Named) {
+    bool found = false;
+    for (const ojson& t : r.tools) found = found || t["function"]["name"] == r.tool_name;
+    if (!found)
+      throw bad(fmt::format("'tool_choice' names the function '{}', which is not in 'tools'",
+                            r.tool_name),
+                "tool_choice");
+  }
+  if (auto v = opt_bool(b, "parallel_tool_calls")) r.parallel_tool_calls = *v;
   if (const ojson* e = field(b, "reasoning_effort")) {
     if (!ctx.reasoning_effort)
       throw bad(
@@ -614,6 +651,12 @@ GenerationRequest parse_generation_request(std::string_view body, Endpoint endpo
     read_prompt(b, ctx, r);
   read_sampling(b, ctx, r);
   if (const ojson* rf = field(b, "response_format")) r.gen.grammar = parse_response_format(*rf);
+  if (r.gen.grammar &&
+      (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named))
+    throw bad(
+        "'response_format' json_object / json_schema cannot be combined with 'tool_choice' "
+        "\"required\" or a named function: that reply is tool calls",
+        "response_format");
   read_stop(b, ctx.limits, r.gen);
   read_logprobs(b, ctx.limits, r);
   if (auto v = opt_bool(b, "ignore_eos")) r.gen.ignore_eos = *v;

@@ -56,12 +56,19 @@ struct RequestContext {
   RequestLimits limits;
 };
 
+// OpenAI's tool_choice. None leaves the tools out of the prompt; Required and Named are
+// enforced by a grammar of the family's call syntax (toolcall/tool_call_grammar.h).
+enum class ToolChoice { None, Auto, Required, Named };
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::Chat;
   // Chat: the messages, each content flattened to a string; tools for the template (null: none).
   nlohmann::ordered_json messages;
   nlohmann::ordered_json tools;
-  std::string reasoning_effort;  // OpenAI's field, for harmony (gpt-oss): low | medium | high
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_name;            // Named: the function
+  bool parallel_tool_calls = true;  // Required: the model may call several tools in one reply
+  std::string reasoning_effort;     // OpenAI's field, for harmony (gpt-oss): low | medium | high
   // Completion: text (tokenized with BOS and special tokens) or token ids.
   bool prompt_is_text = true;
   std::string prompt_text;

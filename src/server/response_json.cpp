@@ -74,4 +74,13 @@ ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogp
 
 std::string finish_reason_json(const std::string& r) { return r == "cancelled" ? "stop" : r; }
 
+ojson tool_calls_json(const std::vector<ToolCall>& calls) {
+  ojson a = ojson::array();
+  for (const ToolCall& c : calls)
+    a.push_back({{"id", c.id},
+                 {"type", "function"},
+                 {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return a;
+}
+
 }  // namespace moeflow

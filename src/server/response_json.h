@@ -42,4 +42,8 @@ ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogp
 // finish_reason as OpenAI names it ("cancelled" only happens when nobody is listening: "stop").
 std::string finish_reason_json(const std::string& r);
 
+// message.tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}, ...]
+// (a stream's delta.tool_calls adds each call's "index" within its choice).
+ojson tool_calls_json(const std::vector<ToolCall>& calls);
+
 }  // namespace moeflow

@@ -26,6 +26,8 @@
 #include "server/text_generation.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/tokenizer.h"
+#include "toolcall/tool_call_grammar.h"
+#include "toolcall/tool_call_syntax.h"
 
 namespace moeflow {
 namespace {
@@ -165,6 +167,7 @@ struct Server::Impl {
   std::once_flag shutdown_once;
   size_t max_token_bytes = 4;  // the longest vocabulary string (see check_prompt_bytes)
   bool template_knows_developer = false;
+  ToolCallSyntax tool_syntax = ToolCallSyntax::None;  // how the template's model writes calls
   std::atomic<uint64_t> next_id{1};
 
   static GuardOptions guard_options(const ServerOptions& o, ServerMetrics& m) {
@@ -210,6 +213,7 @@ struct Server::Impl {
     for (int32_t id = 0; id < t.n_vocab(); ++id)
       max_token_bytes = std::max(max_token_bytes, t.token_text(id).size());
     template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
+    tool_syntax = detect_tool_call_syntax(tmpl.harmony ? "" : tmpl.tmpl.source(), tmpl.harmony);
     routes();
     engine_thread = std::thread([this] { engine_loop(); });
   }
@@ -355,10 +359,37 @@ struct Server::Impl {
       // A template that renders the same prompt with and without the tools does not show them
       // to the model: refused rather than silently dropped.
       if (!r.tools.is_null() && text == tmpl.format(r.messages, true)) throw tools_unsupported();
+      // One that shows them but not how its model writes a call: its calls could not be read.
+      if (!r.tools.is_null() && tool_syntax == ToolCallSyntax::None)
+        throw RequestError(400,
+                           "tool calling is not supported with this chat template: it renders "
+                           "'tools' but none of the tool-call syntaxes moeflow reads (Qwen/Hermes "
+                           "<tool_call>, GLM, Mistral [TOOL_CALLS], Llama 3 JSON, DeepSeek, "
+                           "harmony), so the model's calls would come back as plain text",
+                           "tools", "tools_not_supported");
     } catch (const Error& e) {
       throw RequestError(400, e.what(), "messages");
     }
     return tmpl.tokenize(tok, text);
+  }
+
+  // Tools the template showed the model: its reply is parsed for calls; tool_choice "required"
+  // or a named function is enforced by a grammar of the family's call syntax.
+  void use_tools(const GenerationRequest& r, Job& job) {
+    job.params.tool_syntax = tool_syntax;
+    job.params.tools = r.tools;
+    if (r.tool_choice != ToolChoice::Required && r.tool_choice != ToolChoice::Named) return;
+    ForcedToolCalls forced;
+    if (r.tool_choice == ToolChoice::Named) forced.name = r.tool_name;
+    forced.parallel = r.tool_choice == ToolChoice::Required && r.parallel_tool_calls;
+    try {
+      job.params.grammar = forced_tool_call_grammar(tool_syntax, r.tools, forced);
+    } catch (const SchemaError& e) {
+      throw RequestError(400, e.what(), "tools", "invalid_tool_parameters");
+    } catch (const Error& e) {
+      throw RequestError(400, fmt::format("'tool_choice' cannot be enforced: {}", e.what()),
+                         "tool_choice");
+    }
   }
 
   // response_format: the vocabulary's bytes and trie are built once, on the first request that
@@ -457,6 +488,7 @@ struct Server::Impl {
       }
       job->params = std::move(r.gen);
       job->params.harmony = chat && tmpl.harmony;  // the reply is harmony's final channel
+      if (chat && !r.tools.is_null()) use_tools(r, *job);
       if (job->params.grammar) constrain(*job);
       job->n = r.n;
       job->stream = r.stream;
@@ -485,6 +517,11 @@ struct Server::Impl {
     ojson c = {{"index", index}};
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", r.text}};
+      if (!r.tool_calls.empty()) {
+        if (r.text.find_first_not_of(" \t\r\n") == std::string::npos)
+          c["message"]["content"] = nullptr;  // OpenAI's reply that only calls tools
+        c["message"]["tool_calls"] = tool_calls_json(r.tool_calls);
+      }
       if (!r.reasoning.empty()) c["message"]["reasoning_content"] = r.reasoning;  // harmony
     } else {
       c["text"] = echo + r.text;
@@ -577,6 +614,7 @@ struct Server::Impl {
             return j;
           };
           std::vector<bool> started((size_t)job->n, false), ended((size_t)job->n, false);
+          std::vector<int> calls_sent((size_t)job->n, 0);
           auto start = [&](int i) {
             if (started[(size_t)i]) return true;
             started[(size_t)i] = true;
@@ -614,6 +652,21 @@ struct Server::Impl {
               if (!start(ev.index)) return false;
               if (ev.finished) {
                 if (!end_choice(ev.index, ev.finished->finish_reason)) return false;
+              } else if (!ev.delta.tool_calls.empty() || !ev.delta.text.empty() ||
+                         (ev.delta.reasoning.empty() && !ev.delta.logprobs.empty())) {
+                if (!ev.delta.text.empty() || !ev.delta.logprobs.empty())
+                  if (!send(
+                          dump_json(chunk(ev.index, &ev.delta.text, &ev.delta.logprobs, nullptr))))
+                    return false;
+                if (!ev.delta.tool_calls.empty()) {
+                  // Each call whole in one delta, numbered within its choice: the openai client
+                  // accumulates deltas by index.
+                  ojson j = chunk(ev.index, nullptr, nullptr, nullptr);
+                  ojson calls = tool_calls_json(ev.delta.tool_calls);
+                  for (ojson& c : calls) c["index"] = calls_sent[(size_t)ev.index]++;
+                  j["choices"][0]["delta"] = {{"tool_calls", std::move(calls)}};
+                  if (!send(dump_json(j))) return false;
+                }
               } else if (!ev.delta.reasoning.empty()) {  // harmony's other channels
                 if (chat &&
                     !send(dump_json(chunk(ev.index, &ev.delta.reasoning, nullptr, nullptr, true))))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <random>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -39,7 +40,12 @@ class TextAssembler {
  public:
   TextAssembler(const Tokenizer& tok, const TextGenParams& params, TextGenResult& res,
                 const std::function<bool(const TextDelta&)>& on_delta)
-      : dec_(tok), res_(res), on_delta_(on_delta) {
+      : dec_(tok, params.tool_syntax != ToolCallSyntax::None),
+        res_(res),
+        on_delta_(on_delta),
+        tools_(params.tool_syntax, params.tools),
+        parse_tools_(params.tool_syntax != ToolCallSyntax::None &&
+                     params.tool_syntax != ToolCallSyntax::Harmony) {
     for (const std::string& s : params.stop)
       if (!s.empty()) stops_.push_back(s);
     if (params.harmony) harmony_.emplace(tok);
@@ -111,13 +117,32 @@ class TextAssembler {
       held_.pop_front();
     }
     if (stopped_) held_.clear();  // their text is after the stop string
+    if (parse_tools_) split_tool_calls(d, final || stopped_);
     res_.text += d.text;
     res_.logprobs.insert(res_.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-    if ((!d.text.empty() || !d.logprobs.empty()) && on_delta_ && !on_delta_(d)) {
+    if ((!d.text.empty() || !d.logprobs.empty() || !d.tool_calls.empty()) && on_delta_ &&
+        !on_delta_(d)) {
       res_.finish_reason = "cancelled";
       cancelled_ = true;
     }
     return !stopped_ && !cancelled_;
+  }
+
+  // The released text through the tool-call parser: content goes on, completed calls (with
+  // their ids) join the piece; at the end what it held back is content.
+  void split_tool_calls(TextDelta& d, bool end) {
+    ToolCallParser::Out o = tools_.push(d.text);
+    if (end) {
+      ToolCallParser::Out rest = tools_.finish();
+      o.content += rest.content;
+      for (ToolCall& c : rest.calls) o.calls.push_back(std::move(c));
+    }
+    d.text = std::move(o.content);
+    for (ToolCall& c : o.calls) {
+      c.id = new_tool_call_id(tools_.syntax(), ids_);
+      res_.tool_calls.push_back(c);
+      d.tool_calls.push_back(std::move(c));
+    }
   }
 
   StreamDecoder dec_;
@@ -129,6 +154,9 @@ class TextAssembler {
   size_t decoded_ = 0;   // bytes decoded so far (offsets of held_ refer to it)
   std::deque<TokenLogprob> held_;
   bool stopped_ = false, cancelled_ = false;
+  ToolCallParser tools_;
+  bool parse_tools_;
+  std::mt19937_64 ids_{std::random_device{}()};
 };
 
 }  // namespace
@@ -207,6 +235,7 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
   // Whatever is still held back (an unfinished character, a possible stop-string prefix) ends
   // the text, unless a stop string or the callback already ended it.
   if (res.finish_reason != "cancelled") text.finish();
+  if (res.finish_reason == "stop" && !res.tool_calls.empty()) res.finish_reason = "tool_calls";
   return res;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sampling/sampler.h"
+#include "toolcall/tool_call_parser.h"
 
 namespace moeflow {
 
@@ -37,6 +38,11 @@ struct TextGenParams {
   // them once).
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenVocab> token_vocab;
+  // Tool calls: the reply is split into content and calls in this syntax (None: all content);
+  // `tools` types GLM's bare arguments. Control tokens are written into the text first, since
+  // some families mark calls with one (Mistral's [TOOL_CALLS]).
+  ToolCallSyntax tool_syntax = ToolCallSyntax::None;
+  nlohmann::ordered_json tools;
 };
 
 // One sampled token with its log-probabilities, delivered with the text it belongs to.
@@ -50,18 +56,22 @@ struct TokenLogprob {
 
 struct TextDelta {
   std::string text;
+  std::vector<ToolCall> tool_calls;    // calls completed in this piece (TextGenParams::tool_syntax)
   std::string reasoning;               // harmony: analysis / commentary text, handed out at once
   std::vector<TokenLogprob> logprobs;  // the tokens whose text starts in this piece (or before)
 };
 
 struct TextGenResult {
-  std::string text;
+  std::string text;                    // with tool calls parsed: the content around them
+  std::vector<ToolCall> tool_calls;    // in the order written
   std::string reasoning;               // harmony: analysis / commentary text
   std::vector<TokenLogprob> logprobs;  // with params.logprobs: one per token of `text`
   int n_prompt = 0;
-  int n_cached = 0;           // prompt tokens served from the prefix cache
-  int n_generated = 0;        // tokens sampled (an end-of-generation token included)
-  std::string finish_reason;  // "stop" (EOG token or stop string), "length" or "cancelled"
+  int n_cached = 0;     // prompt tokens served from the prefix cache
+  int n_generated = 0;  // tokens sampled (an end-of-generation token included)
+  // "stop" (EOG token or stop string), "tool_calls" (it stopped after calling tools), "length"
+  // or "cancelled"
+  std::string finish_reason;
   double prefill_s = 0, decode_s = 0, ttft_s = 0;
   double tpot_s() const { return n_generated > 1 ? decode_s / (n_generated - 1) : 0; }
 };

@@ -31,6 +31,22 @@ TEST(JsonGrammar, AnyObject) {
     EXPECT_FALSE(matches(g, s)) << s;
 }
 
+// What the grammar writes, nlohmann (the server's parser of tool-call arguments) reads: no lone
+// surrogate escapes, no exponent beyond a double's range.
+TEST(JsonGrammar, EveryNumberAndEscapeParses) {
+  auto g = json_object_grammar();
+  for (const char* s : {R"({"a": "\ud83d\ude00"})", R"({"a": "\uD7FF\uE000"})", R"({"a": 1e99})",
+                        R"({"a": -9999999999999999.9999999999999999E+99})"}) {
+    EXPECT_TRUE(matches(g, s)) << s;
+    EXPECT_FALSE(ojson::parse(s, nullptr, false).is_discarded()) << s;
+  }
+  for (const char* s : {R"({"a": "\udc9c"})", R"({"a": "\ud83d"})", R"({"a": "\ud83dx"})",
+                        R"({"a": "\ud83d\u0041"})", R"({"a": 1e791})"}) {
+    EXPECT_FALSE(matches(g, s)) << s;
+    EXPECT_TRUE(ojson::parse(s, nullptr, false).is_discarded()) << s;
+  }
+}
+
 TEST(JsonSchema, ObjectWithRequiredAndOptionalPropertiesInOrder) {
   auto g = schema(R"({
     "type": "object",

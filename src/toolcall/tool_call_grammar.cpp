@@ -1,0 +1,140 @@
+#include "toolcall/tool_call_grammar.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "grammar/json_schema.h"
+#include "grammar/utf8_ranges.h"
+
+namespace moeflow {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using E = Expr;
+
+const ojson kAnyObject = {{"type", "object"}};
+
+const ojson& parameters_of(const ojson& fn) {
+  auto p = fn.find("parameters");
+  return p != fn.end() && p->is_object() ? *p : kAnyObject;
+}
+
+// GLM writes a string argument bare between <arg_value> tags: a string schema becomes its raw
+// text (an enum or const of strings their literals; free text any bytes but '<', so the closing
+// tag ends it); any other value JSON, as the template's tojson writes it.
+E glm_value(GrammarBuilder& b, const ojson& params, const std::string& key) {
+  const ojson& p = params["properties"][key];
+  if (p.is_object()) {
+    auto all_strings = [](const ojson& a) {
+      if (!a.is_array() || a.empty()) return false;
+      for (const ojson& v : a)
+        if (!v.is_string()) return false;
+      return true;
+    };
+    if (p.contains("const") && p["const"].is_string())
+      return E::literal(p["const"].get<std::string>());
+    if (p.contains("enum") && all_strings(p["enum"])) {
+      std::vector<E> alts;
+      for (const ojson& v : p["enum"]) alts.push_back(E::literal(v.get<std::string>()));
+      return E::alt(std::move(alts));
+    }
+    if (p.contains("type") && p["type"] == "string" && !p.contains("enum")) {
+      // Any character but '<' and the controls other than tab and newline.
+      const E ch = utf8_class({{0x09, 0x0A}, {0x20, 0x3B}, {0x3D, 0x10FFFF}});
+      const int lo = p.value("minLength", 0);
+      const int hi = p.contains("maxLength") ? p["maxLength"].get<int>() : -1;
+      return E::repeat(ch, std::max(lo, 0), std::min(hi, GrammarBuilder::kMaxRepeat));
+    }
+  }
+  return json_schema_expr(b, params, "/properties/" + key);
+}
+
+E glm_call(GrammarBuilder& b, const std::string& name, const ojson& params) {
+  std::vector<E> seq{E::literal("<tool_call>" + name + "\n")};
+  if (params.contains("properties") && params["properties"].is_object()) {
+    std::vector<std::string> required;
+    if (params.contains("required") && params["required"].is_array())
+      for (const ojson& r : params["required"])
+        if (r.is_string()) required.push_back(r.get<std::string>());
+    for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
+      const std::string& k = it.key();
+      E arg = E::seq({E::literal("<arg_key>" + k + "</arg_key>\n<arg_value>"), glm_value(b, params, k),
+                      E::literal("</arg_value>\n")});
+      const bool req = std::find(required.begin(), required.end(), k) != required.end();
+      seq.push_back(req ? std::move(arg) : E::optional(std::move(arg)));
+    }
+  }
+  seq.push_back(E::literal("</tool_call>"));
+  return E::seq(std::move(seq));
+}
+
+// One call of function `fn` in the syntax.
+E one_call(GrammarBuilder& b, ToolCallSyntax s, const ojson& fn) {
+  const std::string name = fn["name"].get<std::string>();
+  const ojson& params = parameters_of(fn);
+  if (s == ToolCallSyntax::Glm) return glm_call(b, name, params);
+  const E args = json_schema_expr(b, params);
+  const std::string qname = ojson(name).dump();  // the name as a JSON string
+  switch (s) {
+    case ToolCallSyntax::Hermes:
+      return E::seq({E::literal("<tool_call>\n{\"name\": " + qname + ", \"arguments\": "), args,
+                     E::literal("}\n</tool_call>")});
+    case ToolCallSyntax::Mistral:
+      return E::seq({E::literal("{\"name\": " + qname + ", \"arguments\": "), args, E::literal("}")});
+    case ToolCallSyntax::Llama3:
+      return E::seq({E::literal("{\"name\": " + qname + ", \"parameters\": "), args, E::literal("}")});
+    case ToolCallSyntax::DeepSeek:
+      return E::seq({E::literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"),
+                     args, E::literal("\n```<｜tool▁call▁end｜>")});
+    case ToolCallSyntax::DeepSeekV31:
+      return E::seq({E::literal("<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>"), args,
+                     E::literal("<｜tool▁call▁end｜>")});
+    default: fail("tool calls in the {} syntax have no grammar", tool_call_syntax_name(s));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallSyntax s, const ojson& tools,
+                                                        const ForcedToolCalls& choice) {
+  if (s == ToolCallSyntax::None || s == ToolCallSyntax::Harmony)
+    fail("tool calls in the {} syntax have no grammar", tool_call_syntax_name(s));
+  GrammarBuilder b;
+  std::vector<E> calls;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ojson& fn = tools[i]["function"];
+    if (!choice.name.empty() && fn["name"] != choice.name) continue;
+    try {
+      calls.push_back(one_call(b, s, fn));
+    } catch (const SchemaError& e) {
+      throw SchemaError(fmt::format("tools[{}] ('{}'): parameters: {}", i,
+                                    fn["name"].get<std::string>(), e.what()),
+                        e.keyword, e.path);
+    }
+  }
+  if (calls.empty()) fail("no tool is named '{}'", choice.name);
+  b.define("call", calls.size() == 1 ? calls[0] : E::alt(std::move(calls)));
+  // Llama 3 writes one call per reply.
+  const int extra =
+      choice.parallel && s != ToolCallSyntax::Llama3 ? ForcedToolCalls::kMaxParallel - 1 : 0;
+  const char* sep = s == ToolCallSyntax::Mistral ? ", "
+                    : (s == ToolCallSyntax::DeepSeekV31 ? "" : "\n");
+  E body = E::seq({E::rule("call"), E::repeat(E::seq({E::literal(sep), E::rule("call")}), 0, extra)});
+  switch (s) {
+    case ToolCallSyntax::Mistral:
+      body = E::seq({E::literal("[TOOL_CALLS]["), std::move(body), E::literal("]")});
+      break;
+    case ToolCallSyntax::DeepSeek:
+    case ToolCallSyntax::DeepSeekV31:
+      body = E::seq({E::literal("<｜tool▁calls▁begin｜>"), std::move(body),
+                     E::literal("<｜tool▁calls▁end｜>")});
+      break;
+    default: break;
+  }
+  b.define("root", std::move(body));
+  return build_schema_grammar(b, "root");
+}
+
+}  // namespace moeflow

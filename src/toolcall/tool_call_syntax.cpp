@@ -1,0 +1,35 @@
+#include "toolcall/tool_call_syntax.h"
+
+namespace moeflow {
+
+ToolCallSyntax detect_tool_call_syntax(std::string_view t, bool harmony) {
+  if (harmony) return ToolCallSyntax::Harmony;
+  auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  // Order matters: GLM's template also writes <tool_call>, and DeepSeek's markers are unique.
+  if (has("<｜tool▁calls▁begin｜>") || has("<｜tool▁call▁begin｜>"))
+    // V3/R1 write "function<｜tool▁sep｜>NAME" and the arguments in a ```json fence; V3.1 writes
+    // the name before the separator and bare JSON after it.
+    return has("```json") ? ToolCallSyntax::DeepSeek : ToolCallSyntax::DeepSeekV31;
+  if (has("<arg_key>")) return ToolCallSyntax::Glm;
+  if (has("<tool_call>")) return ToolCallSyntax::Hermes;
+  if (has("[TOOL_CALLS]")) return ToolCallSyntax::Mistral;
+  // Llama 3.x renders calls as {"name": ..., "parameters": ...} and tool results as ipython.
+  if (has("ipython") && has("\"parameters\"")) return ToolCallSyntax::Llama3;
+  return ToolCallSyntax::None;
+}
+
+const char* tool_call_syntax_name(ToolCallSyntax s) {
+  switch (s) {
+    case ToolCallSyntax::None: return "none";
+    case ToolCallSyntax::Hermes: return "hermes";
+    case ToolCallSyntax::Glm: return "glm";
+    case ToolCallSyntax::Mistral: return "mistral";
+    case ToolCallSyntax::Llama3: return "llama3";
+    case ToolCallSyntax::DeepSeek: return "deepseek";
+    case ToolCallSyntax::DeepSeekV31: return "deepseek-v3.1";
+    case ToolCallSyntax::Harmony: return "harmony";
+  }
+  return "?";
+}
+
+}  // namespace moeflow

@@ -1,0 +1,26 @@
+#pragma once
+// How a model family writes tool calls in its reply, told from its chat template: the template
+// renders earlier calls the way the model was trained to write them, so its text names the
+// family. One syntax per family moeflow runs:
+//   Hermes    (Qwen2.5/3, Hermes, Qwen-MoE):  <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+//   Glm       (GLM-4.5/4.6):  <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>
+//   Mistral   (Mixtral-8x22B, Mistral v0.3, Nemo): [TOOL_CALLS][{"name": ..., "arguments": {...}}]
+//             (and the 2025 form [TOOL_CALLS]NAME[ARGS]{...})
+//   Llama3    (Llama 3.1-3.3, JSON tool calling): {"name": ..., "parameters": {...}}, the whole reply
+//   DeepSeek  (V3, R1):  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+//             (V3.1: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>)
+//   Harmony   (gpt-oss): a commentary-channel message to=functions.NAME (tokenizer/harmony.h)
+#include <string>
+#include <string_view>
+
+namespace moeflow {
+
+enum class ToolCallSyntax { None, Hermes, Glm, Mistral, Llama3, DeepSeek, DeepSeekV31, Harmony };
+
+// The syntax a chat template's model writes; None when the template shows no tool calls (its
+// tools, if it renders them, could still be read by the model, but its calls not parsed).
+ToolCallSyntax detect_tool_call_syntax(std::string_view template_source, bool harmony);
+
+const char* tool_call_syntax_name(ToolCallSyntax s);
+
+}  // namespace moeflow
