@@ -17,6 +17,7 @@
 
 #include "chat_template/chat_template.h"
 #include "core/error.h"
+#include "grammar/json_schema.h"
 #include "grammar/token_vocab.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
