@@ -34,7 +34,8 @@ if [ "${MOEFLOW_SKIP_PY:-0}" != 1 ] && [ "${MOEFLOW_BUILD_ONLY:-0}" != 1 ]; then
   # baseline of the benchmarks), tiktoken + bpe_openai (the o200k ranks, bundled: tiktoken alone
   # downloads them) and openai_harmony (the harmony chat format), for gpt-oss; jinja2 (chat
   # templates rendered as transformers renders them, tests/python/test_chat_template_jinja2.py);
-  # jsonschema (validates the server's structured output, tests/python/test_server_json_schema.py).
+  # jsonschema (validates the server's structured output and tool-call arguments,
+  # tests/python/test_server_json_schema.py, test_server_tools.py).
   PY_PKGS=(numpy gguf torch transformers sentencepiece pytest tiktoken bpe_openai openai_harmony openai jinja2 jsonschema)
   need=()
   for p in "${PY_PKGS[@]}"; do

@@ -1,7 +1,8 @@
 #pragma once
 // Chat templates: the Jinja text of `tokenizer.chat_template` rendered by a small Jinja subset
 // (enough for the published templates of Mixtral/Mistral, Qwen2/Qwen3 (ChatML), OLMoE,
-// DeepSeek, Phi-3.5, Llama 3): {% for/if/elif/else/set %}, namespace(), loop.*, filters
+// DeepSeek, Phi-3.5, Llama 3, Hermes, GLM-4): {% for/if/elif/else/set/macro %}, namespace(),
+// loop.*, filters
 // (trim, length, tojson, join, selectattr, ...), tests (defined, string, ...), string methods
 // (strip, split, startswith, ...), slicing, raise_exception. Environment as Hugging Face
 // transformers sets it: trim_blocks and lstrip_blocks on, the final newline dropped.

@@ -61,10 +61,12 @@ std::vector<Segment> segment(const std::string& src) {
       }
     }
     if (!text.empty()) segs.push_back({Segment::Text, text});
-    // Find the closing delimiter (outside string literals).
+    // Find the closing delimiter (outside string literals and brackets: as in Jinja's lexer,
+    // `}}` closes a tag only where no bracket is open, so {{ f({'a': {'b': 1}}) }} is one tag).
     const char close = kind == '{' ? '}' : kind;
     size_t e = q;
     char quote = 0;
+    size_t open = 0;  // brackets open
     for (; e + 1 < n; ++e) {
       const char c = src[e];
       if (kind != '#') {
@@ -79,6 +81,13 @@ std::vector<Segment> segment(const std::string& src) {
           quote = c;
           continue;
         }
+        if (open == 0 && c == close && src[e + 1] == '}') break;
+        if (c == '(' || c == '[' || c == '{') {
+          ++open;
+        } else if ((c == ')' || c == ']' || c == '}') && open > 0) {
+          --open;  // a stray closer is the expression parser's error
+        }
+        continue;
       }
       if (c == close && src[e + 1] == '}') break;
     }

@@ -12,6 +12,13 @@ constexpr int kMaxNesting = 100;       // brackets, unary operators or blocks in
 constexpr int kMaxExprDepth = 256;     // depth of one expression's tree (operator chains too)
 constexpr int kMaxValueDepth = 100;    // lists/objects inside each other in any value
 constexpr int64_t kMaxRange = 100000;  // items of one range() (Jinja's sandbox limit)
+// Statements and expressions being evaluated inside each other while rendering. Without macros
+// the parse limits above bound this (kMaxNesting blocks + kMaxExprDepth, ~360); a macro that
+// calls itself nests without end, so the renderer counts and stops here: 1.4 times the stack
+// the deepest template without macros could already take (500 levels need 0.5-1 MiB of stack
+// in a release build). Published templates with macros (Hermes' recursive type mapping, GLM's)
+// stay below 50.
+constexpr int kMaxRenderDepth = 500;
 // Work of one render, in proportion to its context (the conversation): steps (expressions
 // evaluated + statements run; a loop iteration counts kLoopStepCost) up to kBaseSteps +
 // kStepsPerItem per list item / object member of the context, and bytes (text, values and

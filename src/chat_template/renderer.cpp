@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <ctime>
+#include <iterator>
 #include <map>
 #include <string_view>
 
@@ -80,8 +81,21 @@ class Renderer {
     return nullptr;
   }
 
+  // Guard of the render's recursion (kMaxRenderDepth): statements and expressions inside each
+  // other, which macros calling macros make unbounded.
+  struct Deeper {
+    explicit Deeper(Renderer& r) : r_(r) {
+      if (++r_.depth_ > kMaxRenderDepth)
+        terr("rendering nested deeper than {} levels (a macro calling itself without end?)",
+             kMaxRenderDepth);
+    }
+    ~Deeper() { --r_.depth_; }
+    Renderer& r_;
+  };
+
   void exec(const TemplateNode& n, std::string& out) {
     step();
+    Deeper deeper(*this);
     switch (n.kind) {
       case TemplateNode::Text: append(out, n.text); return;
       case TemplateNode::Output: append(out, to_str(eval(*n.expr))); return;
@@ -109,7 +123,54 @@ class Renderer {
       case TemplateNode::Break: throw LoopBreak{};
       case TemplateNode::Continue: throw LoopContinue{};
       case TemplateNode::Scope: exec(n.body, out); return;
+      case TemplateNode::Macro: macros_[n.text] = &n; return;  // defined where it is run
     }
+  }
+
+  // A macro call (Jinja's semantics): the arguments are evaluated in the caller's scope, then
+  // the body runs in a scope of its own that sees the parameters and the template's top level
+  // (globals and top-level {% set %}), not the caller's loop variables or loop-local sets;
+  // parameters left out take their default (evaluated in the macro's scope, so it may use the
+  // parameters before it) or are undefined. The body's text is the value.
+  Value call_macro(const TemplateNode& m, const Expr& e) {
+    Scope local;
+    std::vector<Value> a = args(e);
+    if (a.size() > m.targets.size())
+      terr("macro '{}' takes not more than {} argument(s)", m.text, m.targets.size());
+    for (size_t k = 0; k < a.size(); ++k) local[m.targets[k]] = std::move(a[k]).take();
+    for (const auto& [name, x] : e.kwargs) {
+      if (std::find(m.targets.begin(), m.targets.end(), name) == m.targets.end())
+        terr("macro '{}' takes no keyword argument '{}'", m.text, name);
+      if (local.count(name)) terr("macro '{}' got multiple values for argument '{}'", m.text, name);
+      local[name] = eval(*x).take();
+    }
+    // The caller's scopes are set aside (std::map keeps its nodes when moved, so values borrowed
+    // from them by the expression that makes this call stay valid) and put back afterwards.
+    struct Hide {
+      explicit Hide(std::vector<Scope>& s) : s_(s) {
+        hidden_.assign(std::make_move_iterator(s_.begin() + 1), std::make_move_iterator(s_.end()));
+        s_.resize(1);
+      }
+      ~Hide() {
+        s_.resize(1);
+        for (Scope& sc : hidden_) s_.push_back(std::move(sc));
+      }
+      std::vector<Scope>& s_;
+      std::vector<Scope> hidden_;
+    } hide(scopes_);
+    scopes_.push_back(std::move(local));
+    for (size_t k = 0; k < m.targets.size(); ++k)
+      if (!scopes_.back().count(m.targets[k]) && m.defaults[k])
+        scopes_.back()[m.targets[k]] = eval(*m.defaults[k]).take();
+    std::string out;
+    try {
+      exec(m.body, out);
+    } catch (const LoopBreak&) {  // Jinja refuses these when it compiles the macro
+      terr("'break' outside a loop in macro '{}'", m.text);
+    } catch (const LoopContinue&) {
+      terr("'continue' outside a loop in macro '{}'", m.text);
+    }
+    return json(std::move(out));
   }
 
   void assign(const std::vector<std::string>& t, json v) {
@@ -199,6 +260,7 @@ class Renderer {
   // Every evaluation is a step; a new value (not a borrowed variable) is charged by its size.
   Value eval(const Expr& e) {
     step();
+    Deeper deeper(*this);
     Value v = eval_node(e);
     if (!v.undef && !v.borrowed()) charge_copy(v.j());
     return v;
@@ -432,6 +494,9 @@ class Renderer {
   Value call(const Expr& e) {
     if (e.a->kind == Expr::Name) {
       const std::string& f = e.a->name;
+      // A macro the template defined (before the functions below, as Jinja's names shadow
+      // its globals).
+      if (auto m = macros_.find(f); m != macros_.end()) return call_macro(*m->second, e);
       std::vector<Value> a = args(e);
       if (f == "raise_exception")
         terr("{}", a.empty() ? std::string("raise_exception") : to_str(a[0]));
@@ -597,8 +662,10 @@ class Renderer {
     if (t == "true") return !v.undef && j.is_boolean() && j.get<bool>();
     if (t == "false") return !v.undef && j.is_boolean() && !j.get<bool>();
     if (t == "mapping") return !v.undef && j.is_object();
+    // Jinja's undefined is both (it has a length, 0, and iterates over nothing): Hermes'
+    // tool-use template reaches `json_spec.type is iterable` with an undefined type.
     if (t == "sequence" || t == "iterable")
-      return !v.undef && (j.is_array() || j.is_string() || j.is_object());
+      return v.undef || j.is_array() || j.is_string() || j.is_object();
     if (t == "odd" || t == "even") {
       const int64_t x = need_int(v, "odd/even");
       return (x % 2 != 0) == (t == "odd");
@@ -821,6 +888,8 @@ class Renderer {
   }
 
   std::vector<Scope> scopes_;
+  std::map<std::string, const TemplateNode*> macros_;  // the macros defined so far, by name
+  int depth_ = 0;                                      // Deeper's count
   uint64_t steps_ = 0, bytes_ = 0, max_steps_ = kBaseSteps, max_bytes_ = kBaseBytes;
 };
 

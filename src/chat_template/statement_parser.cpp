@@ -142,6 +142,26 @@ class TemplateParser {
       n->body = body({"endgeneration"}, &end);
       return n;
     }
+    if (kw == "macro") {  // {% macro name(a, b=default) %}...{% endmacro %}
+      auto n = std::make_unique<TemplateNode>(TemplateNode::Macro);
+      ExprParser p(lex_expr(rest), src);
+      n->text = p.name();
+      p.expect_op("(");
+      if (!p.accept_op(")")) {
+        do {
+          const std::string param = p.name();
+          if (std::find(n->targets.begin(), n->targets.end(), param) != n->targets.end())
+            terr("duplicate parameter '{}' in '{}'", param, src);
+          n->targets.push_back(param);
+          n->defaults.push_back(p.accept_op("=") ? p.parse_expr() : nullptr);
+        } while (p.accept_op(","));
+        p.expect_op(")");
+      }
+      p.expect_end();
+      std::string end;
+      n->body = body({"endmacro"}, &end);
+      return n;
+    }
     terr("unsupported tag '{{% {} %}}'", kw);
   }
 

@@ -38,6 +38,16 @@ void expect_render_error(const std::string& tmpl, const ojson& ctx, const std::s
   }
 }
 
+void expect_parse_error(const std::string& tmpl, const std::string& message) {
+  try {
+    ChatTemplate t(tmpl);
+    ADD_FAILURE() << "expected a parse error containing: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos)
+        << e.what();
+  }
+}
+
 std::string r(const std::string& tmpl, const ojson& ctx = ojson::object()) {
   return ChatTemplate(tmpl).render(ctx);
 }
@@ -219,6 +229,179 @@ TEST(ChatTemplateReal, Qwen3ToolsAndToolCalls) {
             "<|im_start|>assistant\n");
 }
 
+// A tool round trip as the server gives it to the templates (OpenAI's shape: content null,
+// call ids, tool results naming their call); arguments as a JSON string, as DeepSeek's template
+// needs them, or as an object, as the others write them. The tool-calling families' published
+// templates (from llama.cpp's models/templates/, see templates/README.md); expected renderings
+// from jinja2 (tests/python/test_chat_template_jinja2.py compares many more conversations live).
+ojson tool_context(const std::string& bos, const std::string& eos, bool string_arguments) {
+  auto ctx = ojson::parse(
+      R"JSON({"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "a1B2c3D4e", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}}]}, {"role": "tool", "tool_call_id": "a1B2c3D4e", "content": "sunny"}], "add_generation_prompt": true, "bos_token": "", "eos_token": "", "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "Name"}, "days": {"type": "array", "items": {"type": "integer"}}}, "required": ["city"]}}}]})JSON");
+  ctx["bos_token"] = bos;
+  ctx["eos_token"] = eos;
+  if (string_arguments)
+    ctx["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{\"city\": \"Paris\"}";
+  return ctx;
+}
+
+TEST(ChatTemplateReal, MistralNemoToolsAndToolCalls) {
+  const auto ctx = tool_context("<s>", "</s>", false);
+  EXPECT_EQ(
+      ChatTemplate(published("mistral_nemo")).render(ctx),
+      "<s>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+      "\"description\": \"Weather for a city\", \"parameters\": {\"type\": \"object\", "
+      "\"properties\": {\"city\": {\"type\": \"string\", \"description\": \"Name\"}, \"days\": "
+      "{\"type\": \"array\", \"items\": {\"type\": \"integer\"}}}, \"required\": "
+      "[\"city\"]}}}][/AVAILABLE_TOOLS][INST]Weather?[/INST][TOOL_CALLS][{\"name\": "
+      "\"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}, \"id\": "
+      "\"a1B2c3D4e\"}]</s>[TOOL_RESULTS]{\"content\": sunny, \"call_id\": "
+      "\"a1B2c3D4e\"}[/TOOL_RESULTS]");
+}
+
+TEST(ChatTemplateReal, Llama31ToolsAndToolCall) {
+  const auto ctx = tool_context("<|begin_of_text|>", "<|eot_id|>", false);
+  EXPECT_EQ(
+      ChatTemplate(published("llama31")).render(ctx),
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
+      "\n"
+      "Environment: ipython\n"
+      "Cutting Knowledge Date: December 2023\n"
+      "Today Date: 26 Jul 2024\n"
+      "\n"
+      "Sys<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+      "\n"
+      "Given the following functions, please respond with a JSON for a function call with its "
+      "proper arguments that best answers the given prompt.\n"
+      "\n"
+      "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument "
+      "name and its value}.Do not use variables.\n"
+      "\n"
+      "{\n"
+      "    \"type\": \"function\",\n"
+      "    \"function\": {\n"
+      "        \"name\": \"get_weather\",\n"
+      "        \"description\": \"Weather for a city\",\n"
+      "        \"parameters\": {\n"
+      "            \"type\": \"object\",\n"
+      "            \"properties\": {\n"
+      "                \"city\": {\n"
+      "                    \"type\": \"string\",\n"
+      "                    \"description\": \"Name\"\n"
+      "                },\n"
+      "                \"days\": {\n"
+      "                    \"type\": \"array\",\n"
+      "                    \"items\": {\n"
+      "                        \"type\": \"integer\"\n"
+      "                    }\n"
+      "                }\n"
+      "            },\n"
+      "            \"required\": [\n"
+      "                \"city\"\n"
+      "            ]\n"
+      "        }\n"
+      "    }\n"
+      "}\n"
+      "\n"
+      "Weather?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+      "\n"
+      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": [1, "
+      "2]}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n"
+      "\n"
+      "\"sunny\"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+      "\n");
+}
+
+TEST(ChatTemplateReal, Hermes3ToolUseMacros) {
+  const auto ctx = tool_context("<|begin_of_text|>", "<|im_end|>", false);
+  EXPECT_EQ(
+      ChatTemplate(published("hermes3_tool_use")).render(ctx),
+      "<|begin_of_text|><|im_start|>system\n"
+      "You are a function calling AI model. You are provided with function signatures within "
+      "<tools></tools> XML tags. You may call one or more functions to assist with the user "
+      "query. Don't make assumptions about what values to plug into functions. Here are the "
+      "available tools: <tools> {\"type\": \"function\", \"function\": {\"name\": "
+      "\"get_weather\", \"description\": \"get_weather(city: str, days: list[Union[]]) - Weather "
+      "for a city\n"
+      "\n"
+      "    Args:\n"
+      "        city(str): Name        days(list[Union[]]): \", \"parameters\": {\"type\": "
+      "\"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"Name\"}, "
+      "\"days\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}}}, \"required\": "
+      "[\"city\"]}} </tools>Use the following pydantic model json schema for each tool call you "
+      "will make: {\"properties\": {\"name\": {\"title\": \"Name\", \"type\": \"string\"}, "
+      "\"arguments\": {\"title\": \"Arguments\", \"type\": \"object\"}}, \"required\": "
+      "[\"name\", \"arguments\"], \"title\": \"FunctionCall\", \"type\": \"object\"}}\n"
+      "For each function call return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags as follows:\n"
+      "<tool_call>\n"
+      "{\"name\": <function-name>, \"arguments\": <args-dict>}\n"
+      "</tool_call><|im_end|>\n"
+      "<|im_start|>system\n"
+      "Sys<|im_end|>\n"
+      "<|im_start|>user\n"
+      "Weather?<|im_end|>\n"
+      "<|im_start|>assistant\n"
+      "<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, 2]}}\n"
+      "</tool_call><|im_end|>\n"
+      "<|im_start|>tool\n"
+      "<tool_response>\n"
+      "sunny\n"
+      "</tool_response><|im_end|><|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateReal, DeepSeekV31ToolCallAndOutput) {
+  const auto ctx = tool_context("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", true);
+  EXPECT_EQ(ChatTemplate(published("deepseek_v31")).render(ctx),
+            "<｜begin▁of▁sentence｜>Sys<｜User｜>Weather?<｜Assistant｜></"
+            "think><｜tool▁calls▁begin｜><｜tool▁ca"
+            "ll▁begin｜>get_weather<｜tool▁sep｜>{\"city\": "
+            "\"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜><"
+            "｜tool▁output▁begin｜>sunny"
+            "<｜tool▁output▁end｜>");
+}
+
+TEST(ChatTemplateReal, Glm46ToolCallArguments) {
+  const auto ctx = tool_context("[gMASK]", "<|endoftext|>", false);
+  EXPECT_EQ(
+      ChatTemplate(published("glm46")).render(ctx),
+      "[gMASK]<sop><|system|>\n"
+      "# Tools\n"
+      "\n"
+      "You may call one or more functions to assist with the user query.\n"
+      "\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n"
+      "<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+      "\"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+      "{\"type\": \"string\", \"description\": \"Name\"}, \"days\": {\"type\": \"array\", "
+      "\"items\": {\"type\": \"integer\"}}}, \"required\": [\"city\"]}}}\n"
+      "</tools>\n"
+      "\n"
+      "For each function call, output the function name and arguments within the following XML "
+      "format:\n"
+      "<tool_call>{function-name}\n"
+      "<arg_key>{arg-key-1}</arg_key>\n"
+      "<arg_value>{arg-value-1}</arg_value>\n"
+      "<arg_key>{arg-key-2}</arg_key>\n"
+      "<arg_value>{arg-value-2}</arg_value>\n"
+      "...\n"
+      "</tool_call><|system|>\n"
+      "Sys<|user|>\n"
+      "Weather?<|assistant|>\n"
+      "<think></think>\n"
+      "None\n"
+      "<tool_call>get_weather\n"
+      "<arg_key>city</arg_key>\n"
+      "<arg_value>Paris</arg_value>\n"
+      "<arg_key>days</arg_key>\n"
+      "<arg_value>[1, 2]</arg_value>\n"
+      "</tool_call><|observation|>\n"
+      "<tool_response>\n"
+      "sunny\n"
+      "</tool_response><|assistant|>");
+}
+
 TEST(ChatTemplateReal, OlmoeTwoTurns) {
   const auto ctx = nlohmann::ordered_json::parse(
       R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "More"}], "add_generation_prompt": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");
@@ -389,11 +572,73 @@ TEST(ChatTemplateJinja, UndefinedIsLenientButPrintsNothing) {
   EXPECT_EQ(r("{% for x in missing %}x{% endfor %}{% if missing %}y{% endif %}ok"), "ok");
 }
 
+TEST(ChatTemplateJinja, Macros) {
+  // Parameters, defaults (evaluated when called, from the parameters before them), keyword
+  // arguments; a parameter left out is undefined. The body's text is the value.
+  EXPECT_EQ(r("{% macro f(a, b=a ~ 1) %}[{{ a }}|{{ b }}]{% endmacro %}"
+              "{{ f(1) }}{{ f(1, 2) }}{{ f(b=3) }}{{ f(a='x') | length }}"),
+            "[1|11][1|2][|3]6");
+  // The body sees its parameters and the template's top level (globals and top-level sets,
+  // also those made after the definition), not the caller's loop variables or loop-local sets;
+  // its own sets stay inside it.
+  EXPECT_EQ(r("{% macro g() %}{{ c }}{{ i }}{% set c = 0 %}{% endmacro %}{% set c = 3 %}"
+              "{% for i in [1] %}{% set c = 2 %}[{{ g() }}]{% endfor %}{{ c }}",
+              ojson{{"c", 9}}),
+            "[3]3");
+  // Whitespace control inside the body, and recursion (Hermes' tool-use template maps JSON
+  // schema types to Python ones so).
+  EXPECT_EQ(
+      r("{%- macro t(s) -%}\n  {%- if s.type == 'array' -%}\n    {{- 'list[' + t(s['items']) + ']' "
+        "}}"
+        "\n  {%- else -%}\n    {{- s.type }}\n  {%- endif -%}\n{%- endmacro -%}\n{{ t(x) }}",
+        ojson{{"x", ojson::parse(
+                        R"({"type":"array","items":{"type":"array","items":{"type":"int"}}})")}}),
+      "list[list[int]]");
+  // A namespace of the top level can be set from inside (GLM's templates keep state so).
+  EXPECT_EQ(
+      r("{% set ns = namespace(n=0) %}{% macro inc() %}{% set ns.n = ns.n + 1 %}{% endmacro %}"
+        "{{ inc() }}{{ inc() }}{{ ns.n }}"),
+      "2");
+  // Errors as Jinja's.
+  expect_render_error("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", ojson::object(),
+                      "macro 'f' takes not more than 1 argument(s)");
+  expect_render_error("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", ojson::object(),
+                      "macro 'f' takes no keyword argument 'b'");
+  expect_render_error("{% macro f(a) %}{% endmacro %}{{ f(1, a=1) }}", ojson::object(),
+                      "macro 'f' got multiple values for argument 'a'");
+  expect_render_error(
+      "{% macro f() %}{% break %}{% endmacro %}{% for i in [1] %}{{ f() }}{% endfor %}",
+      ojson::object(), "'break' outside a loop in macro 'f'");
+  expect_render_error("{{ f() }}{% macro f() %}{% endmacro %}", ojson::object(),
+                      "unknown function 'f'");  // defined where it is run, as in Jinja
+  expect_parse_error("{% macro f(a, a) %}{% endmacro %}", "duplicate parameter 'a'");
+  expect_parse_error("{% macro f(a,) %}{% endmacro %}", "expected a name");
+  expect_parse_error("{% macro f(a %}{% endmacro %}", "unclosed '{%' tag");  // '(' still open
+  expect_parse_error("{% macro f() %}", "missing '{% endmacro %}'");
+}
+
+TEST(ChatTemplateJinja, ClosingBracesInsideATag) {
+  // `}}` or `%}` ends a tag only where no bracket is open, as in Jinja's lexer: a dict literal
+  // closing inside another (or inside a call) used to end the tag there.
+  EXPECT_EQ(r("{{ {'a': {'b': 1}} }}|{{ {'a': {'b': 1}}}}|{{ [{'a': 1}][0]['a'] }}"),
+            "{'a': {'b': 1}}|{'a': {'b': 1}}|1");
+  EXPECT_EQ(r("{% set x = {'a': {'b': 2}} %}{{ x.a.b }}{{ '}}' }}{{ dict(k={'v': 3}).k.v }}"),
+            "2}}3");
+  expect_parse_error("{{ (1 }}", "unclosed '{{' tag");
+}
+
+TEST(ChatTemplateJinja, UndefinedIsIterableAndASequence) {
+  // As in Jinja (its undefined has a length, 0, and iterates over nothing): Hermes' template
+  // asks `json_spec.type is iterable` of a schema without a type.
+  EXPECT_EQ(r("{{ x is iterable }}{{ x.y is sequence }}{{ x is mapping }}{{ x is string }}"),
+            "TrueTrueFalseFalse");
+}
+
 TEST(ChatTemplateJinja, Errors) {
   EXPECT_THROW(ChatTemplate("{% if x %}no end"), Error);
   EXPECT_THROW(ChatTemplate("{{ 'unterminated }}"), Error);
   EXPECT_THROW(ChatTemplate("{% for %}{% endfor %}"), Error);
-  EXPECT_THROW(ChatTemplate("{% macro m() %}{% endmacro %}"), Error);
+  EXPECT_THROW(ChatTemplate("{% call m() %}{% endcall %}"), Error);
   EXPECT_THROW(ChatTemplate("{{ 1 + }}"), Error);
   EXPECT_THROW(ChatTemplate("{% endif %}"), Error);
   expect_render_error("{{ raise_exception('bad roles') }}", ojson::object(), "bad roles");
@@ -565,16 +810,6 @@ TEST(ChatTemplateLimits, MissingArgumentsAreErrors) {
                       "equalto needs at least 1 argument(s)");
 }
 
-void expect_parse_error(const std::string& tmpl, const std::string& message) {
-  try {
-    ChatTemplate t(tmpl);
-    ADD_FAILURE() << "expected a parse error containing: " << message;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("chat template: " + message), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST(ChatTemplateLimits, NestingIsBoundedWhileParsing) {
   // Each of these exhausted the stack (recursive descent, recursive evaluation or recursive
   // destruction of the syntax tree).
@@ -592,6 +827,20 @@ TEST(ChatTemplateLimits, NestingIsBoundedWhileParsing) {
   expect_parse_error(blocks, "blocks nested deeper than 100 levels");
   // Within the limits all is well.
   EXPECT_EQ(r("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " + 1 + 1 + 1 }}"), "4");
+}
+
+TEST(ChatTemplateLimits, MacroRecursionIsBounded) {
+  // A macro calling itself nested the render without end (a stack overflow); it stops at
+  // kMaxRenderDepth (500), within the stack, and at once.
+  for (const char* t :
+       {"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+        "{% macro f(n) %}{% for i in [1] %}{% if true %}{{ f(n + 1) ~ 'x' }}{% endif "
+        "%}{% endfor %}{% endmacro %}{{ f(0) }}"})
+    expect_render_error(t, ojson::object(), "rendering nested deeper than 500 levels");
+  // Deep but finite recursion renders.
+  EXPECT_EQ(r("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% else %}end{% endif %}{% endmacro %}"
+              "{{ f(100) }}"),
+            "end");
 }
 
 TEST(ChatTemplateLimits, ValuesNestAtMost100Levels) {
@@ -671,7 +920,8 @@ TEST(ChatTemplateLimits, LongConversationsStayWithinTheBudget) {
         {{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(1000000, 'a' + i % 26)}});
   for (const std::string& t :
        {published("qwen3"), published("mixtral_v01"), published("olmoe"), published("deepseek_v2"),
-        published("phi35moe"), published("chatml")}) {
+        published("phi35moe"), published("chatml"), published("mistral_nemo"), published("llama31"),
+        published("hermes3_tool_use"), published("deepseek_v31"), published("glm46")}) {
     EXPECT_GT(ChatTemplate(t).apply(many, true, "<s>", "</s>").size(), 1000000u);
     EXPECT_GT(ChatTemplate(t).apply(big, true, "<s>", "</s>").size(), 20000000u);
   }

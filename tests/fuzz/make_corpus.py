@@ -227,6 +227,10 @@ FEATURES = {
     "errors": "{% if messages | length > 1 %}{{ raise_exception('too many: ' ~ messages | length) }}{% endif %}",
     "range_time": "{% for i in range(3) %}{{ i }}{% endfor %}{{ range(1, 10, 3) | list }}{{ strftime_now('%Y') | length }}",
     "generation": "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% continue %}{% endfor %}",
+    "macros": "{%- macro t(s, d=0) -%}{%- if s is mapping and s.type == 'array' -%}list[{{ t(s['items'], d + 1) }}]"
+              "{%- else -%}{{ s.type if s is mapping else s }}{%- endif -%}{%- endmacro -%}"
+              "{% for m in messages %}{{ t(m.content) }}|{{ t({'type': 'array', 'items': {'type': m.role}}) }}"
+              "{{ t(d=1, s=m) | length }}{% endfor %}",
 }
 
 
