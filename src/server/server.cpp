@@ -169,6 +169,7 @@ struct Server::Impl {
   size_t max_token_bytes = 4;  // the longest vocabulary string (see check_prompt_bytes)
   bool template_knows_developer = false;
   ToolCallSyntax tool_syntax = ToolCallSyntax::None;  // how the template's model writes calls
+  bool object_arguments = true;  // the template reads a call's arguments as an object
   std::atomic<uint64_t> next_id{1};
 
   static GuardOptions guard_options(const ServerOptions& o, ServerMetrics& m) {
@@ -215,6 +216,7 @@ struct Server::Impl {
       max_token_bytes = std::max(max_token_bytes, t.token_text(id).size());
     template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
     tool_syntax = detect_tool_call_syntax(tmpl.harmony ? "" : tmpl.tmpl.source(), tmpl.harmony);
+    if (!tmpl.harmony) object_arguments = wants_object_arguments(tmpl);
     routes();
     engine_thread = std::thread([this] { engine_loop(); });
   }
@@ -334,6 +336,51 @@ struct Server::Impl {
                         "tools", "tools_not_supported");
   }
 
+  // OpenAI clients send a call's arguments as a JSON string; most templates write them with
+  // `| tojson` and need the object (Llama 3.1 would quote the string, GLM refuses it), while
+  // DeepSeek V3.1's writes them as given and needs the string. Told once by rendering a probe
+  // call both ways: the form whose arguments come out as JSON is the template's.
+  static bool wants_object_arguments(const ModelChatTemplate& t) {
+    auto renders_json = [&](const ojson& args) {
+      const ojson msgs = ojson::array(
+          {{{"role", "user"}, {"content", "x"}},
+           {{"role", "assistant"},
+            {"content", ""},
+            {"tool_calls",
+             ojson::array({{{"id", "abcdefghi"},  // Mistral's 9 characters
+                            {"type", "function"},
+                            {"function", {{"name", "probe"}, {"arguments", args}}}}})}},
+           {{"role", "tool"}, {"tool_call_id", "abcdefghi"}, {"content", "y"}},
+           {{"role", "user"}, {"content", "z"}}});
+      try {
+        const std::string text = t.format(msgs, true);
+        return text.find("\"probe_arg\": 12345") != std::string::npos ||
+               text.find("\"probe_arg\":12345") != std::string::npos;
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
+    const ojson args = {{"probe_arg", 12345}};
+    return renders_json(args) || !renders_json(args.dump());
+  }
+
+  // Each earlier call's arguments in the form the template reads (see wants_object_arguments).
+  void arguments_for_template(ojson& messages) const {
+    for (ojson& m : messages) {
+      if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+      for (ojson& c : m["tool_calls"]) {
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) continue;
+        ojson& a = c["function"]["arguments"];
+        if (object_arguments && a.is_string()) {
+          ojson parsed = ojson::parse(a.get<std::string>(), nullptr, false);
+          if (parsed.is_object()) a = std::move(parsed);
+        } else if (!object_arguments && a.is_object()) {
+          a = a.dump();
+        }
+      }
+    }
+  }
+
   std::vector<int32_t> chat_prompt(GenerationRequest& r) const {
     if (tmpl.harmony) {
       // gpt-oss: the answer is the final channel; reasoning_effort is OpenAI's field; tools
@@ -353,6 +400,7 @@ struct Server::Impl {
     if (!template_knows_developer)
       for (ojson& m : r.messages)
         if (m["role"] == "developer") m["role"] = "system";
+    arguments_for_template(r.messages);
     ojson extra = ojson::object();
     if (!r.tools.is_null()) extra["tools"] = r.tools;
     std::string text;

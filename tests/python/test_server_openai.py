@@ -3,7 +3,7 @@
 Starts `moeflow serve` on a free loopback port with the shipped demo model and checks chat and
 completions, plain and streamed, stream_options.include_usage, stop, seed, max_tokens,
 logprobs/top_logprobs, n > 1, penalties and logit_bias, models.list/retrieve, the 400s for what
-the server does not do (an unsupported schema keyword, tool_choice required, tools the chat
+the server does not do (an unsupported schema keyword, tools or tool_choice required where the chat
 template cannot render), for out-of-range fields and for unknown fields and roles (strict
 requests); a 3 MB prompt refused by its bytes before tokenizing; a client that disconnects cancels
 its request (counted in /metrics); SIGTERM mid-stream ends the stream with a finish_reason, the
@@ -212,9 +212,10 @@ def test_unsupported_features_are_clear_400s(client):
         client.chat.completions.create(model=ALIAS, messages=CHAT, response_format=rf)
     assert e.value.body["param"] == "response_format" and "'pattern'" in e.value.body["message"]
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    # "required" cannot be honoured where the template shows the model no tools.
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, tool_choice="required")
-    assert e.value.body["param"] == "tool_choice"
+    assert e.value.body["param"] == "tools" and e.value.body["code"] == "tools_not_supported"
     # The demo model's template (ChatML) renders no tools: refused, never silently dropped.
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=ALIAS, messages=CHAT, tools=tools, max_tokens=4)

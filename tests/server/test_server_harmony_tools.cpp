@@ -19,10 +19,9 @@ namespace {
 struct HarmonyModelFile {
   std::string path;
   HarmonyModelFile() {
-    const std::string base =
-        (std::filesystem::temp_directory_path() /
-         ("moeflow_harmony_base_" + std::to_string(::getpid()) + ".gguf"))
-            .string();
+    const std::string base = (std::filesystem::temp_directory_path() /
+                              ("moeflow_harmony_base_" + std::to_string(::getpid()) + ".gguf"))
+                                 .string();
     path = base + ".harmony.gguf";
     Cmd c = run_cmd("gen-model --arch gpt-oss --preset tiny --vocab 264 -q -o " + shell_quote(base),
                     true);

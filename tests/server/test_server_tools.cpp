@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "chat_template/chat_template.h"
 #include "server/server_fixture.h"
 
 namespace moeflow::test::server_tools {
@@ -179,6 +180,47 @@ TEST(ServerTools, CallsAndResultsGoBackThroughTheTemplate) {
   EXPECT_GT(second["usage"]["prompt_tokens"].get<int>(),
             first["usage"]["prompt_tokens"].get<int>() +
                 (int)call["function"]["arguments"].get<std::string>().size());
+}
+
+// OpenAI clients send a call's arguments as a JSON string: a template that writes them with
+// tojson gets the object (or it would write a quoted string), one that writes them as they are
+// gets the string (or it would write a Python dict).
+TEST(ServerTools, ArgumentsGoToTheTemplateInTheFormItReads) {
+  for (const bool tojson : {true, false}) {
+    SCOPED_TRACE(tojson ? "tojson" : "as is");
+    ServerOptions so;
+    so.chat_template =
+        std::string(
+            "{% if tools %}TOOLS <tool_call>\n{% endif %}"
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+            "{% for c in m.tool_calls or [] %}[") +
+        (tojson ? "{{ c.function.arguments | tojson }}" : "{{ c.function.arguments }}") +
+        "{% if c.function.arguments is string %} (a string, not an object){% endif %}]{% endfor "
+        "%}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    Instance inst(so, false, 1024);
+    const std::string args = R"({"city": "Oslo", "days": 2})";
+    json msgs = {{{"role", "user"}, {"content", "weather?"}},
+                 {{"role", "assistant"},
+                  {"content", nullptr},
+                  {"tool_calls",
+                   {{{"id", "call_1"},
+                     {"type", "function"},
+                     {"function", {{"name", "get_weather"}, {"arguments", args}}}}}}},
+                 {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}}};
+    const json r = post_ok(inst, "/v1/chat/completions",
+                           {{"messages", msgs}, {"tools", kTools}, {"max_tokens", 1}});
+    const ModelChatTemplate t = model_chat_template(*inst.tok, so.chat_template);
+    auto prompt_tokens = [&](const json& arguments) {
+      json m = msgs;
+      m[1]["content"] = "";
+      m[1]["tool_calls"][0]["function"]["arguments"] = arguments;
+      return t.tokenize(*inst.tok, t.format(m, true, {{"tools", kTools}})).size();
+    };
+    const size_t as_object = prompt_tokens(json::parse(args)), as_string = prompt_tokens(args);
+    ASSERT_NE(as_object, as_string);
+    EXPECT_EQ(r["usage"]["prompt_tokens"].get<size_t>(), tojson ? as_object : as_string);
+  }
 }
 
 TEST(ServerTools, WhatCannotBeHonouredIsA400NamingTheField) {
