@@ -20,6 +20,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/gen/gen_vocab.h"
+#include "support/published_template.h"
 #include "support/tokenizer_test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,13 +58,7 @@ std::string r(const std::string& tmpl, const ojson& ctx = ojson::object()) {
 // same files with jinja2 and compares, live; tests/fuzz/make_corpus.py seeds from them).
 // The expected renderings below were checked against jinja2 3.1.6 configured as transformers
 // does (trim_blocks, lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False)).
-std::string published(const std::string& name) {
-  const std::string path =
-      std::string(MOEFLOW_SOURCE_DIR) + "/tests/chat_template/templates/" + name + ".jinja";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string published(const std::string& name) { return published_template(name); }
 
 TEST(ChatTemplateReal, MixtralV01ThreeTurns) {
   const auto ctx = nlohmann::ordered_json::parse(

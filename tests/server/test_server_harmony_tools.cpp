@@ -9,7 +9,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "server/server_fixture.h"
-#include "tokenizer/unicode.h"
+#include "support/harmony_vocab.h"
 
 namespace moeflow::test::server_harmony_tools {
 namespace {
@@ -30,25 +30,7 @@ struct HarmonyModelFile {
     GgufWriter w;
     for (const GgufKV& kv : src->metadata())
       if (kv.key.rfind("tokenizer.", 0) != 0) w.set(kv.key, kv.value);
-    std::vector<std::string> toks;
-    std::vector<int32_t> types;
-    for (int b = 0; b < 256; ++b) {
-      std::string s;
-      unicode::append_utf8(s, unicode::byte_to_cp((uint8_t)b));
-      toks.push_back(s);
-      types.push_back(1);
-    }
-    for (const char* s : {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
-                          "<|return|>", "<|call|>", "<|endoftext|>"}) {
-      toks.push_back(s);
-      types.push_back(3);
-    }
-    w.set_string("tokenizer.ggml.model", "gpt2");
-    w.set_string("tokenizer.ggml.pre", "gpt-4o");
-    w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(toks));
-    w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
-    w.set("tokenizer.ggml.merges", GgufValue::make_string_array({}));
-    w.set_bool("tokenizer.ggml.add_bos_token", false);
+    set_harmony_byte_vocab(w);
     for (const GgufTensorInfo& t : src->tensors())
       w.add_tensor(t.name, t.type, t.dims, src->data(t), t.nbytes);
     w.write(path);

@@ -10,6 +10,7 @@
 
 #include "chat_template/chat_template.h"
 #include "gguf/gguf_writer.h"
+#include "support/harmony_vocab.h"
 #include "support/run_binary.h"
 #include "support/tokenizer_test_util.h"
 #include "tokenizer/harmony.h"
@@ -19,32 +20,11 @@
 namespace moeflow {
 namespace {
 
-const char* kSpecials[] = {"<|start|>",     "<|end|>",    "<|message|>", "<|channel|>",
-                           "<|constrain|>", "<|return|>", "<|call|>",    "<|endoftext|>"};
-
 // 256 byte tokens (no merges: one token per byte) + the harmony control tokens.
 std::string write_byte_vocab(bool harmony) {
-  std::vector<std::string> toks;
-  std::vector<int32_t> types;
-  for (int b = 0; b < 256; ++b) {
-    std::string s;
-    unicode::append_utf8(s, unicode::byte_to_cp((uint8_t)b));
-    toks.push_back(s);
-    types.push_back(1);
-  }
-  for (const char* s : kSpecials) {
-    if (!harmony && std::string(s) == "<|call|>") continue;
-    toks.push_back(s);
-    types.push_back(3);
-  }
   GgufWriter w;
   w.set_string("general.architecture", "gpt-oss");
-  w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", "gpt-4o");
-  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(toks));
-  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
-  w.set("tokenizer.ggml.merges", GgufValue::make_string_array({}));
-  w.set_bool("tokenizer.ggml.add_bos_token", false);
+  test::set_harmony_byte_vocab(w, harmony);
   const std::string path =
       (std::filesystem::temp_directory_path() /
        ("moeflow_harmony_" + std::to_string(harmony) + "_" + std::to_string(::getpid()) + ".gguf"))

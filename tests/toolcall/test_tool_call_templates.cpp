@@ -8,18 +8,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/published_template.h"
 #include "toolcall/tool_call_syntax.h"
 
 namespace moeflow::test::tool_call_templates {
 namespace {
 
-std::string published(const std::string& name) {
-  const std::string path =
-      std::string(MOEFLOW_SOURCE_DIR) + "/tests/chat_template/templates/" + name + ".jinja";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string published(const std::string& name) { return published_template(name); }
 
 TEST(ToolCallTemplates, EachPublishedTemplateNamesItsFamily) {
   const std::pair<const char*, ToolCallSyntax> cases[] = {
