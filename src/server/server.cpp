@@ -7,7 +7,9 @@
 #include <condition_variable>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -17,6 +19,7 @@
 
 #include "chat_template/chat_template.h"
 #include "core/error.h"
+#include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_vocab.h"
 #include "runtime/engine.h"
@@ -65,9 +68,18 @@ struct StreamEvent {
   const TextGenResult* finished = nullptr;  // the choice ended (points into Job::results)
 };
 
+// Harmony, tool_choice "required" with several tools: the model first writes which function
+// (a grammar of the names, right after " to=functions." at the end of the prompt), then the
+// call's arguments as for a named choice.
+struct HarmonyChoice {
+  std::shared_ptr<const Grammar> names;
+  std::map<std::string, std::shared_ptr<const Grammar>> arguments;  // per function
+};
+
 struct Job {
   std::vector<int32_t> prompt;
   TextGenParams params;
+  std::optional<HarmonyChoice> harmony_choice;
   int n = 1;
   bool stream = false;
   std::atomic<bool> cancel{false};
@@ -262,12 +274,12 @@ struct Server::Impl {
         TextGenParams p = job.params;
         p.sampling.seed += (uint64_t)i;  // choices differ; choice 0 is what n = 1 gives
         try {
-          res = generate_text(
-              eng, tok, job.prompt, p,
-              [&](const TextDelta& d) {
-                return !job.stream ? !job.cancel.load() : job.push({i, d, nullptr});
-              },
-              &job.cancel, &cache);
+          auto on_delta = [&](const TextDelta& d) {
+            return !job.stream ? !job.cancel.load() : job.push({i, d, nullptr});
+          };
+          res = job.harmony_choice
+                    ? choose_and_call(job, std::move(p), on_delta)
+                    : generate_text(eng, tok, job.prompt, p, on_delta, &job.cancel, &cache);
         } catch (const std::exception& e) {
           err = e.what();
         }
@@ -291,6 +303,46 @@ struct Server::Impl {
       err = kShuttingDown;
     }
     job.finish(std::move(err));
+  }
+
+  // HarmonyChoice: the name (no text of its own: it is header), then the call with the chosen
+  // function's header and schema, continuing from the cached prefix.
+  TextGenResult choose_and_call(Job& job, TextGenParams p,
+                                const std::function<bool(const TextDelta&)>& on_delta) {
+    const HarmonyChoice& hc = *job.harmony_choice;
+    TextGenParams a = p;
+    a.grammar = hc.names;
+    a.max_tokens = std::min(p.max_tokens, 64);
+    a.logprobs = false;
+    a.stop.clear();
+    TextGenResult first = generate_text(eng, tok, job.prompt, a, nullptr, &job.cancel, &cache);
+    if (!first.tokens.empty() && tok.is_eog(first.tokens.back())) first.tokens.pop_back();
+    const std::string name = tok.decode(first.tokens);
+    auto it = hc.arguments.find(name);
+    if (first.finish_reason != "stop" || it == hc.arguments.end()) {
+      first.finish_reason = first.finish_reason == "cancelled" ? "cancelled" : "length";
+      return first;  // cut off by max_tokens or cancelled before the name was whole
+    }
+    std::vector<int32_t> prompt = job.prompt;
+    prompt.insert(prompt.end(), first.tokens.begin(), first.tokens.end());
+    const std::vector<int32_t> rest =
+        tok.encode("<|channel|>commentary <|constrain|>json<|message|>", false, true);
+    prompt.insert(prompt.end(), rest.begin(), rest.end());
+    p.harmony_header.insert(p.harmony_header.end(), first.tokens.begin(), first.tokens.end());
+    p.harmony_header.insert(p.harmony_header.end(), rest.begin(), rest.end());
+    p.grammar = it->second;
+    p.max_tokens =
+        (int)std::min<int64_t>(p.max_tokens - first.n_generated, n_ctx - (int64_t)prompt.size());
+    TextGenResult res;
+    if (p.max_tokens > 0) res = generate_text(eng, tok, prompt, p, on_delta, &job.cancel, &cache);
+    res.n_prompt = first.n_prompt;
+    res.n_cached = first.n_cached;
+    res.n_generated += first.n_generated;
+    res.tokens.insert(res.tokens.begin(), first.tokens.begin(), first.tokens.end());
+    res.prefill_s += first.prefill_s;
+    res.ttft_s = first.ttft_s;
+    res.decode_s += first.decode_s;
+    return res;
   }
 
   // Request threads ----------------------------------------------------------------------------
@@ -432,7 +484,10 @@ struct Server::Impl {
     ForcedToolCalls forced;
     if (r.tool_choice == ToolChoice::Named) forced.name = r.tool_name;
     forced.parallel = r.tool_choice == ToolChoice::Required && r.parallel_tool_calls;
-    if (tool_syntax == ToolCallSyntax::Harmony) return force_harmony_call(r, job, forced.name);
+    if (tool_syntax == ToolCallSyntax::Harmony) {
+      force_harmony_call(r, job, forced.name);
+      return;
+    }
     try {
       job.params.grammar = forced_tool_call_grammar(tool_syntax, r.tools, forced);
     } catch (const SchemaError& e) {
@@ -444,34 +499,43 @@ struct Server::Impl {
   }
 
   // Harmony frames a call with control tokens, which a byte grammar cannot write: the prompt
-  // gets the call's header (channel, recipient, content type) and the grammar is its
-  // arguments' schema. So the function must be known: named, or the only tool.
-  void force_harmony_call(const GenerationRequest& r, Job& job, std::string name) {
-    if (name.empty()) {
-      if (r.tools.size() != 1)
-        throw RequestError(
-            400,
-            "'tool_choice' \"required\" with several tools is not supported with "
-            "the harmony (gpt-oss) chat format: name the function "
-            "({\"type\": \"function\", \"function\": {\"name\": ...}}) or send one tool",
-            "tool_choice");
-      name = r.tools[0]["function"]["name"].get<std::string>();
-    }
-    ojson params = {{"type", "object"}};
-    for (const ojson& t : r.tools)
-      if (t["function"]["name"] == name && t["function"].contains("parameters") &&
-          t["function"]["parameters"].is_object())
-        params = t["function"]["parameters"];
-    try {
-      job.params.grammar = json_schema_grammar(params);
-    } catch (const SchemaError& e) {
-      throw RequestError(400, fmt::format("tool '{}': parameters: {}", name, e.what()), "tools",
-                         "invalid_tool_parameters");
-    }
+  // gets the call's header (recipient, channel, content type) and the grammar is its arguments'
+  // schema. With several tools to choose from ("required"), the header stops after
+  // " to=functions." and the model writes the name first (HarmonyChoice, choose_and_call).
+  void force_harmony_call(const GenerationRequest& r, Job& job, const std::string& name) {
+    auto schema_grammar = [&](const ojson& fn) {
+      const std::string n = fn["name"].get<std::string>();
+      const ojson params = fn.contains("parameters") && fn["parameters"].is_object()
+                               ? fn["parameters"]
+                               : ojson{{"type", "object"}};
+      try {
+        return json_schema_grammar(params);
+      } catch (const SchemaError& e) {
+        throw RequestError(400, fmt::format("tool '{}': parameters: {}", n, e.what()), "tools",
+                           "invalid_tool_parameters");
+      }
+    };
     // The header as openai-harmony writes a call (recipient first), after "<|start|>assistant".
-    job.params.harmony_header =
-        tok.encode(" to=functions." + name + "<|channel|>commentary <|constrain|>json<|message|>",
-                   false, true);
+    std::string header = " to=functions.";
+    if (name.empty() && r.tools.size() > 1) {
+      HarmonyChoice hc;
+      std::vector<Expr> names;
+      for (const ojson& t : r.tools) {
+        const std::string n = t["function"]["name"].get<std::string>();
+        hc.arguments[n] = schema_grammar(t["function"]);
+        names.push_back(Expr::literal(n));
+      }
+      GrammarBuilder b;
+      b.define("root", Expr::alt(std::move(names)));
+      hc.names = b.build("root");
+      job.harmony_choice = std::move(hc);
+    } else {
+      const std::string n = name.empty() ? r.tools[0]["function"]["name"].get<std::string>() : name;
+      for (const ojson& t : r.tools)
+        if (t["function"]["name"] == n) job.params.grammar = schema_grammar(t["function"]);
+      header += n + "<|channel|>commentary <|constrain|>json<|message|>";
+    }
+    job.params.harmony_header = tok.encode(header, false, true);
     job.prompt.insert(job.prompt.end(), job.params.harmony_header.begin(),
                       job.params.harmony_header.end());
   }
@@ -480,6 +544,11 @@ struct Server::Impl {
   // needs them, and shared. Harmony's reply is framed by channel tokens a grammar would have to
   // spell out, so there it is refused.
   void constrain(Job& job) {
+    if (job.harmony_choice) {
+      std::call_once(vocab_once, [&] { vocab = TokenVocab::from_tokenizer(tok); });
+      job.params.token_vocab = vocab;
+      return;
+    }
     if (job.params.harmony && job.params.harmony_header.empty())
       throw RequestError(400,
                          "'response_format' json_object / json_schema is not supported with this "
@@ -573,7 +642,7 @@ struct Server::Impl {
       job->params = std::move(r.gen);
       job->params.harmony = chat && tmpl.harmony;  // the reply is harmony's final channel
       if (chat && !r.tools.is_null()) use_tools(r, *job);
-      if (job->params.grammar) constrain(*job);
+      if (job->params.grammar || job->harmony_choice) constrain(*job);
       job->n = r.n;
       job->stream = r.stream;
       if (!r.seed_given && opt.random_seed)

@@ -222,6 +222,7 @@ TextGenResult generate_text(Engine& engine, const Tokenizer& tok, std::span<cons
         decode_start = now_seconds();
       }
       history.push_back(id);
+      res.tokens.push_back(id);
       res.n_generated = i + 1;
       if (cancel && cancel->load()) {
         res.finish_reason = "cancelled";

@@ -71,8 +71,9 @@ struct TextGenResult {
   std::string reasoning;               // harmony: analysis / commentary text
   std::vector<TokenLogprob> logprobs;  // with params.logprobs: one per token of `text`
   int n_prompt = 0;
-  int n_cached = 0;     // prompt tokens served from the prefix cache
-  int n_generated = 0;  // tokens sampled (an end-of-generation token included)
+  int n_cached = 0;             // prompt tokens served from the prefix cache
+  int n_generated = 0;          // tokens sampled (an end-of-generation token included)
+  std::vector<int32_t> tokens;  // the sampled ids, in order
   // "stop" (EOG token or stop string), "tool_calls" (it stopped after calling tools), "length"
   // or "cancelled"
   std::string finish_reason;

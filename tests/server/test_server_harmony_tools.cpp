@@ -2,10 +2,12 @@
 // vocabulary is bytes plus harmony's control tokens (so the server speaks harmony), a named
 // tool_choice forced by the call's header in the prompt and its arguments' schema, the call
 // read back from the commentary message to=functions.NAME, and the conversation with the call
-// and its result rendered back (openai-harmony's layout: tests/python/test_harmony_format.py).
+// and its result rendered back (openai-harmony's layout: tests/python/test_harmony_format.py);
+// "required" with several tools: the name chosen under a grammar of the names, then its call.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "gguf/gguf_writer.h"
 #include "server/server_fixture.h"
@@ -130,7 +132,8 @@ TEST(ServerHarmonyTools, NamedCallForcedAndReadBack) {
   EXPECT_GT(second["usage"]["prompt_tokens"].get<int>(),
             r["usage"]["prompt_tokens"].get<int>() + 11);
 
-  // "required" with one tool is that tool; with several it cannot be forced here: 400.
+  // "required" with one tool is that tool; with several the model writes the name first (a
+  // grammar of the names), then the arguments of the one it chose.
   json one = body;
   one["tools"] = json::array({kTools[1]});
   one["tool_choice"] = "required";
@@ -138,9 +141,23 @@ TEST(ServerHarmonyTools, NamedCallForcedAndReadBack) {
   EXPECT_EQ(o["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "now") << o;
   json several = body;
   several["tool_choice"] = "required";
-  auto e = s.post(several);
-  expect_error(e, 400, "");
-  EXPECT_EQ(json::parse(e->body)["error"]["param"], "tool_choice");
+  several["n"] = 6;
+  std::set<std::string> chosen;
+  const json sv = s.post_ok(several);
+  for (const json& ch : sv["choices"]) {
+    EXPECT_EQ(ch["finish_reason"], "tool_calls") << sv;
+    ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << sv;
+    const json& c = ch["message"]["tool_calls"][0]["function"];
+    chosen.insert(c["name"].get<std::string>());
+    const json a = json::parse(c["arguments"].get<std::string>());
+    ASSERT_TRUE(a.is_object()) << sv;
+    if (c["name"] == "get_weather") {
+      EXPECT_TRUE(a.contains("city") && a["city"].is_string()) << a;
+    } else {
+      EXPECT_EQ(c["name"], "now") << sv;
+    }
+  }
+  EXPECT_FALSE(chosen.empty());
   // A tool reply naming no earlier call: 400 naming the id.
   json orphan = back;
   orphan["messages"][2]["tool_call_id"] = "call_nope";
