@@ -29,12 +29,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from moeflow_version import binary_version  # noqa: E402
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,6 +129,8 @@ def main() -> None:
         "median_ratio": statistics.median(ratios),
         "ratios": ratios,
         "runs": rows,
+        **binary_version(a.moeflow),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
     }
     print(f"{result['model']}: decode tok/s plain {med['plain']:.1f}, constrained {med['constrained']:.1f}; "
           f"median per-rep ratio {result['median_ratio']:.3f} (ratio of medians {result['ratio_of_medians']:.3f})",
