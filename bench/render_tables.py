@@ -143,8 +143,10 @@ def engine_newer() -> str:
 
 
 def engine_v(key: str) -> str:
-    ds0, ds1 = J("history/engine-deepseek2@1031d12.json"), J("engine-deepseek2.json")
-    go0, go1 = J("history/engine-gptoss@1031d12.json"), J("engine-gptoss.json")
+    # The A/B of the prefill tiles: both sides from the same day (the runs of 2a2942f), since
+    # later runs of the current files may be on a VM with another memory bandwidth.
+    ds0, ds1 = J("history/engine-deepseek2@1031d12.json"), J("history/engine-deepseek2@2a2942f.json")
+    go0, go1 = J("history/engine-gptoss@1031d12.json"), J("history/engine-gptoss@2a2942f.json")
     ab, tiles = J("engine-ab.json"), J("engine-prefill-tiles.json")
     pp = lambda d, e="moeflow": d["engines"][e]["prefill_tps"]  # noqa: E731
     vals = {
@@ -688,7 +690,7 @@ RENDER["engine.deepseek_before"] = ((lambda: engine_v("deepseek_before")),
                                    "bench/history/engine-deepseek2@1031d12.json")
 RENDER["engine.tiles_ab"] = ((lambda: engine_v("tiles_ab")),
                              "bench/history/engine-*@1031d12.json, bench/engine-ab.json, bench/engine-prefill-tiles.json, "
-                             "bench/engine-deepseek2.json, bench/engine-gptoss.json")
+                             "bench/history/engine-*@2a2942f.json")
 
 
 # Constrained decoding (bench_grammar.py): median of per-request constrained/plain ratios.
