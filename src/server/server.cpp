@@ -44,6 +44,9 @@ constexpr size_t kMaxPendingDeltas = 8;
 const char* const kShuttingDown = "the server is shutting down";
 // How often a request thread waiting for its generation looks at its client's connection.
 constexpr auto kClientPoll = std::chrono::milliseconds(50);
+// What follows " to=functions.NAME" in the header of a harmony tool call, as openai-harmony
+// writes it.
+const char* const kHarmonyCallHeaderTail = "<|channel|>commentary <|constrain|>json<|message|>";
 // The finish_reason of a choice cut short by the server's stop (a stream also gets an error).
 const char* const kCutReason = "cancelled";
 
@@ -325,8 +328,7 @@ struct Server::Impl {
     }
     std::vector<int32_t> prompt = job.prompt;
     prompt.insert(prompt.end(), first.tokens.begin(), first.tokens.end());
-    const std::vector<int32_t> rest =
-        tok.encode("<|channel|>commentary <|constrain|>json<|message|>", false, true);
+    const std::vector<int32_t> rest = tok.encode(kHarmonyCallHeaderTail, false, true);
     prompt.insert(prompt.end(), rest.begin(), rest.end());
     p.harmony_header.insert(p.harmony_header.end(), first.tokens.begin(), first.tokens.end());
     p.harmony_header.insert(p.harmony_header.end(), rest.begin(), rest.end());
@@ -504,15 +506,12 @@ struct Server::Impl {
   // " to=functions." and the model writes the name first (HarmonyChoice, choose_and_call).
   void force_harmony_call(const GenerationRequest& r, Job& job, const std::string& name) {
     auto schema_grammar = [&](const ojson& fn) {
-      const std::string n = fn["name"].get<std::string>();
-      const ojson params = fn.contains("parameters") && fn["parameters"].is_object()
-                               ? fn["parameters"]
-                               : ojson{{"type", "object"}};
       try {
-        return json_schema_grammar(params);
+        return json_schema_grammar(tool_parameters(fn));
       } catch (const SchemaError& e) {
-        throw RequestError(400, fmt::format("tool '{}': parameters: {}", n, e.what()), "tools",
-                           "invalid_tool_parameters");
+        throw RequestError(
+            400, fmt::format("tool '{}': parameters: {}", fn["name"].get<std::string>(), e.what()),
+            "tools", "invalid_tool_parameters");
       }
     };
     // The header as openai-harmony writes a call (recipient first), after "<|start|>assistant".
@@ -533,7 +532,7 @@ struct Server::Impl {
       const std::string n = name.empty() ? r.tools[0]["function"]["name"].get<std::string>() : name;
       for (const ojson& t : r.tools)
         if (t["function"]["name"] == n) job.params.grammar = schema_grammar(t["function"]);
-      header += n + "<|channel|>commentary <|constrain|>json<|message|>";
+      header += n + kHarmonyCallHeaderTail;
     }
     job.params.harmony_header = tok.encode(header, false, true);
     job.prompt.insert(job.prompt.end(), job.params.harmony_header.begin(),

@@ -14,13 +14,6 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using E = Expr;
 
-const ojson kAnyObject = {{"type", "object"}};
-
-const ojson& parameters_of(const ojson& fn) {
-  auto p = fn.find("parameters");
-  return p != fn.end() && p->is_object() ? *p : kAnyObject;
-}
-
 // GLM writes a string argument bare between <arg_value> tags: a string schema becomes its raw
 // text (an enum or const of strings their literals; free text any bytes but '<', so the closing
 // tag ends it); any other value JSON, as the template's tojson writes it.
@@ -73,7 +66,7 @@ E glm_call(GrammarBuilder& b, const std::string& name, const ojson& params) {
 // One call of function `fn` in the syntax.
 E one_call(GrammarBuilder& b, ToolCallSyntax s, const ojson& fn) {
   const std::string name = fn["name"].get<std::string>();
-  const ojson& params = parameters_of(fn);
+  const ojson& params = tool_parameters(fn);
   if (s == ToolCallSyntax::Glm) return glm_call(b, name, params);
   const E args = json_schema_expr(b, params);
   const std::string qname = ojson(name).dump();  // the name as a JSON string
@@ -99,6 +92,12 @@ E one_call(GrammarBuilder& b, ToolCallSyntax s, const ojson& fn) {
 }
 
 }  // namespace
+
+const ojson& tool_parameters(const ojson& fn) {
+  static const ojson any_object = {{"type", "object"}};
+  auto p = fn.find("parameters");
+  return p != fn.end() && p->is_object() ? *p : any_object;
+}
 
 std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallSyntax s, const ojson& tools,
                                                         const ForcedToolCalls& choice) {

@@ -19,6 +19,10 @@ struct ForcedToolCalls {
   static constexpr int kMaxParallel = 4;
 };
 
+// The JSON schema of a call's arguments: `function`'s (an OpenAI tools[i].function) `parameters`,
+// or any object when it has none.
+const nlohmann::ordered_json& tool_parameters(const nlohmann::ordered_json& function);
+
 // Throws SchemaError (naming the tool) for a `parameters` schema the compiler does not support,
 // moeflow::Error for a syntax that has no text form here (None, Harmony) or an unknown name.
 std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallSyntax syntax,

@@ -66,14 +66,15 @@ std::optional<ToolCall> call_from_object(const ojson& o) {
   return c;
 }
 
-std::vector<std::string_view> start_markers(ToolCallSyntax s) {
+// The text that opens a call block ("" for None and Harmony); Llama 3's bare '{' is handled apart.
+std::string_view start_marker(ToolCallSyntax s) {
   switch (s) {
     case ToolCallSyntax::Hermes:
-    case ToolCallSyntax::Glm: return {kToolCall};
-    case ToolCallSyntax::Mistral: return {kMistral};
-    case ToolCallSyntax::Llama3: return {kPythonTag};
+    case ToolCallSyntax::Glm: return kToolCall;
+    case ToolCallSyntax::Mistral: return kMistral;
+    case ToolCallSyntax::Llama3: return kPythonTag;
     case ToolCallSyntax::DeepSeek:
-    case ToolCallSyntax::DeepSeekV31: return {kDsCalls};
+    case ToolCallSyntax::DeepSeekV31: return kDsCalls;
     default: return {};
   }
 }
@@ -117,10 +118,9 @@ size_t ToolCallParser::find_start(size_t from, size_t& partial) const {
   partial = 0;
   const std::string_view b(buf_);
   size_t best = std::string_view::npos;
-  for (std::string_view m : start_markers(syntax_)) {
-    const size_t p = b.find(m, from);
-    if (p < best) best = p;
-    partial = std::max(partial, partial_suffix(b.substr(from), m));
+  if (const std::string_view m = start_marker(syntax_); !m.empty()) {
+    best = b.find(m, from);
+    partial = partial_suffix(b.substr(from), m);
   }
   // Llama 3 answers with a bare JSON call: a reply whose first character is '{'.
   if (syntax_ == ToolCallSyntax::Llama3 && !seen_text_) {
@@ -158,9 +158,8 @@ void ToolCallParser::run(Out& out, bool final) {
       continue;
     }
     // Malformed or cut off: the marker is text; scanning goes on after it.
-    size_t marker = 1;
-    for (std::string_view m : start_markers(syntax_))
-      if (buf_.compare(0, m.size(), m) == 0) marker = m.size();
+    const std::string_view m = start_marker(syntax_);
+    const size_t marker = !m.empty() && buf_.compare(0, m.size(), m) == 0 ? m.size() : 1;
     out.content.append(buf_, 0, marker);
     seen_text_ = true;
     buf_.erase(0, marker);
