@@ -66,6 +66,11 @@ def pct(v: float, d: int = 0, sign: bool = False) -> str:
     return f"{100 * v:{'+' if sign else ''}.{d}f}%".replace("-", "−")
 
 
+def fewer_or_more(saved: float) -> str:
+    """A share of bytes saved (negative: read more) as "4.1% fewer" / "4.1% more"."""
+    return f"{pct(abs(saved), 1)} {'fewer' if saved >= 0 else 'more'}"
+
+
 def mb(v: float) -> str:
     return f"{v / 1e6:.0f}"
 
@@ -436,11 +441,11 @@ def lossy_note() -> str:
             f"prefetch arrival rule sits near its threshold and paired speedups swing between runs.\nOn a "
             f"Mixtral-shaped F16 model ({f16['model']}; {d['reps_random']} reps of "
             f"{d.get('random_tokens', 8)} tokens, O_DIRECT) hobbit (T1 0, T2 0.9) decodes "
-            f"{x(min(h))}-{x(max(h))} faster. Stale-input pre-calculation does not pay on the demo "
+            f"{x(min(h))}-{x(max(h))} faster. Stale-input pre-calculation costs the demo "
+            f"{pct(pcd[0]['ppl_increase'], 0, True)} / {pct(pcd[1]['ppl_increase'], 0, True)} perplexity "
             f"(bytes {pct(-pcd[0]['bytes_saved'], sign=True)} / {pct(-pcd[1]['bytes_saved'], sign=True)}, decode "
-            f"{x(pcd[0]['speedup_paired'])} / {x(pcd[1]['speedup_paired'])} at 25% / 50%, perplexity "
-            f"{pct(pcd[0]['ppl_increase'], 0, True)} / {pct(pcd[1]['ppl_increase'], 0, True)}); on the F16 Mixtral "
-            f"shape at 50% it read {pct(pc['bytes_saved'], 1)} fewer bytes and decoded {x(pc['speedup_paired'])} "
+            f"{x(pcd[0]['speedup_paired'])} / {x(pcd[1]['speedup_paired'])} at 25% / 50%); on the F16 Mixtral "
+            f"shape at 50% it read {fewer_or_more(pc['bytes_saved'])} bytes and decoded {x(pc['speedup_paired'])} "
             f"(its accuracy there is not measured: random weights).\n(moeflow {d['commit']}, {d['date']}, "
             f"`bench/lossy.json`.)")
 
@@ -499,7 +504,7 @@ def lossy_v(key: str) -> str:
                     f"{pct(pcs[0]['ppl_increase'], 0, True)} / {pct(pcs[1]['ppl_increase'], 0, True)} perplexity"),
         "pc_share": " / ".join(pct(v, 1) for v in share),
         "pc_taken": " / ".join(pct(v) for v in taken),
-        "pc_f16": f"{pct(pf['bytes_saved'], 1)} fewer bytes and decoded {x(pf['speedup_paired'])}",
+        "pc_f16": f"{fewer_or_more(pf['bytes_saved'])} bytes and decoded {x(pf['speedup_paired'])}",
     }
     return vals[key]
 
