@@ -554,9 +554,17 @@ def model_info(path: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 # One measured run
 
+def replay_args(a) -> list[str]:
+    """--routing-trace / --routing-request for every moeflow run (the routing replayed from a
+    recorded trace, docs/simulator.md); [] without a trace."""
+    if not a.routing_trace:
+        return []
+    return ["--routing-trace", a.routing_trace, "--routing-request", str(a.routing_request)]
+
+
 def moeflow_cmd(a, model: str, extra: list[str], n_prompt: int, n_gen: int, reps: int = 1) -> list[str]:
     return [a.moeflow, "bench", "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "--reps",
-            str(reps), "--json", "-t", str(a.threads), *extra]
+            str(reps), "--json", "-t", str(a.threads), *replay_args(a), *extra]
 
 
 def summarize(engine: str, res: dict, n_gen: int) -> dict:
@@ -884,6 +892,10 @@ def report(res: dict, a) -> str:
              f"memory limit = free-RAM level x model file; page cache of the model dropped before "
              f"every run; load average {res['loadavg_start']} -> {res['loadavg_end']}"
              + (" (--quick: the numbers mean little)" if a.quick else ""), ""]
+    if a.routing_trace:
+        lines += [f"**Routing replayed** from `{a.routing_trace}` (request {a.routing_request}): "
+                  "every moeflow run takes its routers' choices from the trace (`--routing-trace`); "
+                  "llama.cpp cannot replay a routing, so it is not run.", ""]
     for name, m in res["models"].items():
         if "error" in m:
             lines += [f"## {name}: FAILED: {m['error']}", ""]
@@ -1061,6 +1073,10 @@ def main():
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 rep, -p 16 -n 4: checks the script only")
     ap.add_argument("--no-llama", action="store_true", help="moeflow only")
+    ap.add_argument("--routing-trace",
+                    help="replay this recorded routing in every moeflow run (a trace of the model's "
+                         "shape; implies --no-llama: llama.cpp cannot replay a routing)")
+    ap.add_argument("--routing-request", type=int, default=0, help="request of --routing-trace")
     ap.add_argument("--drop-caches", action="store_true",
                     help="also write 1 to /proc/sys/vm/drop_caches before every run (the whole "
                          "machine's clean page cache)")
@@ -1088,6 +1104,8 @@ def main():
         if nm not in MODELS:
             sys.exit(f"--models: unknown '{nm}' (choose from {', '.join(MODELS)})")
     a.model_file = dict(x.split("=", 1) for x in a.model_file)
+    if a.routing_trace:
+        a.no_llama = True
     layers = parse_layers(a.layers, names)
     if not a.no_llama:
         try:
@@ -1112,6 +1130,7 @@ def main():
            "nproc": os.cpu_count(), "mem_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
            "cgroup": balloon.describe(), "threads": a.threads, "n_prompt": a.p, "n_gen": a.n,
            "reps": a.reps, "levels": a.levels, "best_candidates": a.best, "quick": a.quick,
+           "routing_trace": a.routing_trace, "routing_request": a.routing_request if a.routing_trace else None,
            "drop_caches": "posix_fadvise DONTNEED" + (" + /proc/sys/vm/drop_caches" if a.drop_caches else ""),
            "loadavg_start": loadavg(), "models": {}}
     try:

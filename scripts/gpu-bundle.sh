@@ -60,6 +60,9 @@ done | sort -u | while read -r lib; do
 done
 (cd "$tmp/pkg" && tar cJf "$tmp/carry/moeflow-gpu.tar.xz" bin lib)
 cp "$LLAMA_BENCH" "$tmp/carry/"
+# A real Mixtral-8x7B routing trace (1.6 MB) for the vram stage's routing replay.
+REPLAY_TRACE=../shared/data/traces/mixtral-8x7b-instruct_speculative-moe/routing_data_collected/humaneval_2_routing.jsonl
+[ -f "$REPLAY_TRACE" ] && xz -c "$REPLAY_TRACE" > "$tmp/carry/mixtral-humaneval_2_routing.jsonl.xz"
 {
   echo "made by scripts/gpu-bundle.sh on $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "moeflow $(git describe --always --dirty 2>/dev/null || echo '?') built with $("$nvcc" --version | grep -o 'release [0-9.]*'), sm_90 + compute_90 PTX, Release"

@@ -16,12 +16,13 @@
 #             on and off) and llama.cpp -ngl 99 on the same files (4-layer Mixtral-8x7B and
 #             8-layer Qwen3-30B-A3B shapes, generated here with --repeat-experts)  (120 s)
 #   vram      models larger than the VRAM given: moeflow's VRAM expert cache (--vram-limit)
-#             against llama.cpp -ngl 99 --n-cpu-moe N in the same VRAM             (210 s)
+#             against llama.cpp -ngl 99 --n-cpu-moe N in the same VRAM, and Mixtral
+#             with a real routing replayed (--routing-trace)                      (270 s)
 #   sanitize  compute-sanitizer memcheck / racecheck / synccheck on the CUDA op tests, memcheck
 #             on whole-model GPU tests and the VRAM cache                         (150 s)
 # A stage's commands get what is left of its budget; what finds none left is reported SKIP.
 # One device call runs at most 10 minutes: `--stages unpack,test,bench` (~5 min), then, on the
-# warm machine, `--stages vram,sanitize` (~6 min) (docs/gpu.md, "A GPU session").
+# warm machine, `--stages vram,sanitize` (~7 min) (docs/gpu.md, "A GPU session").
 # Environment: JOBS (default: all cores), GPU_CHECK_DIR (default build-gpu: where the bundle is
 # unpacked and models are written), BENCH_REPS (default 3), GPU_CHECK_LLAMA=0 (no llama.cpp).
 # shellcheck disable=SC2317  # the stage_* functions are called by name ("stage_$s")
@@ -35,7 +36,7 @@ while (($#)); do
   case $1 in
     --stages) stages=$2; shift 2 ;;
     --stages=*) stages=${1#--stages=}; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) logdir=$1; shift ;;
   esac
@@ -256,7 +257,7 @@ stage_bench() {
 # same bytes to move per token, minutes less of generation).
 vram_rows=()  # "model|vram|moeflow pp|moeflow tg|llama N|llama pp|llama tg|copy/pinned GB/s"
 stage_vram() {
-  STAGE_END=$((SECONDS + 210))
+  STAGE_END=$((SECONDS + 270))
   bench_tools vram || return
   local mf=$MF lb=$LB
   local models=("mixtral8x7b-q4k:16:32:--arch mixtral --preset 8x7b --type Q4_K --repeat-experts"
@@ -292,6 +293,22 @@ stage_vram() {
         record vram "moeflow $name in ${vram} GiB, $variant" FAIL "see $vlog.log"
       fi
     done
+    # The same budget with a real Mixtral-8x7B routing replayed (--routing-trace: real temporal
+    # locality instead of the random routers'), request 1 (255 decode tokens).
+    local trace_xz=$CARRY/mixtral-humaneval_2_routing.jsonl.xz
+    if [ "$name" = mixtral8x7b-q4k ]; then
+      local rlog=vram-moeflow-$name-replay
+      if out_of_time; then record vram "moeflow $name in ${vram} GiB, routing replayed" SKIP "stage budget spent"
+      elif [ ! -f "$trace_xz" ]; then record vram "moeflow $name in ${vram} GiB, routing replayed" SKIP "no trace in the bundle"
+      elif xz -dc "$trace_xz" > "$BUILD/replay.jsonl" &&
+           logged "$rlog" 60 "$mf" bench --backend cuda -m "$path" -p 128 -n 128 --reps 1 \
+             --vram-limit "${vram}GiB" --routing-trace "$BUILD/replay.jsonl" --routing-request 1 --json; then
+        record vram "moeflow $name in ${vram} GiB, routing replayed" PASS \
+          "pp128 $(json_field "$logdir/$rlog.log" prefill_tps), tg128 $(json_field "$logdir/$rlog.log" decode_tps) tok/s"
+      else
+        record vram "moeflow $name in ${vram} GiB, routing replayed" FAIL "see $rlog.log"
+      fi
+    fi
     local n=- lpp=- ltg=-
     if [ -n "$lb" ]; then
       n=$(llama_cpu_layers "$logdir/$log.log" "$vram" "$layers")

@@ -18,6 +18,7 @@
 #include "gguf/gguf_file.h"
 #include "runtime/engine.h"
 #include "trace/recorder.h"
+#include "trace/routing_replay.h"
 #include "trace/trace.h"
 
 namespace moeflow::cli {
@@ -104,12 +105,23 @@ int run_bench(const BenchArgs& a) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     t = (int32_t)((s >> 33) % (uint64_t)V);
   }
+  // A replay maps bench's prompt onto the request's rows in recorded order and its decode steps
+  // (from position 0, as llama-bench's tg) onto the decode rows; both checked before any rep.
+  auto replay_prefill = [&] {
+    if (loaded.replay) loaded.replay->begin_sequence(a.n_prompt, fmt::format("-p {}", a.n_prompt));
+  };
+  auto replay_decode = [&] {
+    if (loaded.replay) loaded.replay->begin_decode(a.n_gen, fmt::format("-n {}", a.n_gen));
+  };
+  if (a.n_prompt > 0) replay_prefill();
+  if (a.n_gen > 0) replay_decode();
   std::vector<double> pp, tg;
   StandInCounts decode_counts;  // the stand-in device's work over the last decode rep
   CudaGraphCounts cuda_decode;  // the CUDA backend's, likewise
   for (int r = 0; r < a.reps; ++r) {
     if (a.n_prompt > 0) {
       eng.reset();
+      replay_prefill();
       if (rec) rec->begin_request(trace::Phase::prefill);
       const double t0 = now_seconds();
       eng.prefill(std::span<const int32_t>(toks.data(), a.n_prompt), false, nullptr);
@@ -120,6 +132,7 @@ int run_bench(const BenchArgs& a) {
     }
     if (a.n_gen > 0) {
       eng.reset();
+      replay_decode();
       if (offload.provider) offload.provider->reset_stats();  // report decode only
       if (rec) rec->begin_request(trace::Phase::decode);
       const StandInCounts c0 = standin_counts();
@@ -190,6 +203,7 @@ int run_bench(const BenchArgs& a) {
                       {"pins_refused_per_token", c.pins_refused / n}};
     }
     j["memory"] = memory_json(loaded.plan);
+    if (loaded.replay) j["routing_replay"] = trace::replay_json(*loaded.replay);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s (%s, %.1f MiB), %d threads, %s, backend %s\n", a.model.c_str(),
@@ -197,6 +211,7 @@ int run_bench(const BenchArgs& a) {
                 eng.backend().name().c_str());
     std::printf("prefill pp%d: %.2f tok/s\n", a.n_prompt, prefill_tps);
     std::printf("decode  tg%d: %.2f tok/s\n", a.n_gen, decode_tps);
+    if (loaded.replay) std::printf("%s\n", loaded.replay->describe().c_str());
   }
   return 0;
 }
@@ -217,6 +232,7 @@ const bool registered_bench =
           "record the routing of the timed passes to this trace file (moeflow sim replays "
           "it, e.g. for Belady's bytes on the same routing)");
       add_offload_options(app, a->offload, &a->backend);
+      add_routing_replay_options(app, a->offload);
       add_backend_option(app, a->backend);
       return CommandMain([a] { return run_bench(*a); });
     });

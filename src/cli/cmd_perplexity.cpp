@@ -21,6 +21,7 @@
 #include "runtime/engine.h"
 #include "runtime/logits_file.h"
 #include "runtime/perplexity.h"
+#include "trace/routing_replay.h"
 
 namespace moeflow::cli {
 namespace {
@@ -72,6 +73,8 @@ int run_perplexity_cmd(PplArgs& a) {
   LoadedEngine loaded = load_engine(file, opt, a.offload, opt.batch);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
+  // Every chunk starts at position 0 and replays the request's rows from its first.
+  if (loaded.replay) loaded.replay->begin_sequence(plan.n_ctx, fmt::format("-c {}", plan.n_ctx));
 
   const HParams& hp = eng.model().hparams();
   LogitsFileHeader now;
@@ -137,9 +140,11 @@ int run_perplexity_cmd(PplArgs& a) {
       j["ppl_delta"] = r.ppl() - kl.ppl_exact();
     }
     if (offload.provider) j["offload"] = offload_stats_json(offload);
+    if (loaded.replay) j["routing_replay"] = trace::replay_json(*loaded.replay);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
+  if (loaded.replay) std::fprintf(stderr, "%s\n", loaded.replay->describe().c_str());
   std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", r.ppl(), r.ppl_stderr());
   if (base) {
     std::printf("KL divergence against '%s' (exact run of %s):\n", a.kl_base.c_str(),
@@ -181,6 +186,7 @@ const bool registered_perplexity = register_command(
       app.add_option("--kl-divergence", a->kl_base,
                      "compare with logits saved by --save-logits (same text, -c and --chunks)");
       add_offload_options(app, a->offload, &a->backend);
+      add_routing_replay_options(app, a->offload);
       add_backend_option(app, a->backend);
       return CommandMain([a] { return run_perplexity_cmd(*a); });
     });

@@ -21,6 +21,7 @@
 #include "runtime/token_list.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/routing_replay.h"
 
 namespace moeflow::cli {
 namespace {
@@ -112,6 +113,7 @@ int run_run(RunArgs& a) {
   }
   if (tok && !tok->warning().empty())
     std::fprintf(stderr, "moeflow: warning: %s\n", tok->warning().c_str());
+  if (loaded.replay) loaded.replay->begin_generation((int64_t)prompt.size(), a.n_predict);
   Sampler sampler(a.sp);
   std::unique_ptr<GrammarConstraint> constraint;
   if (auto g = output_grammar(a)) {
@@ -146,8 +148,10 @@ int run_run(RunArgs& a) {
     nlohmann::json j = nlohmann::json::parse(s.to_json());
     if (offload.provider) j["offload"] = offload_stats_json(offload);
     j["memory"] = memory_json(loaded.plan);
+    if (loaded.replay) j["routing_replay"] = trace::replay_json(*loaded.replay);
     std::fprintf(stderr, "%s\n", j.dump().c_str());
   } else if (a.stats == "text") {
+    if (loaded.replay) std::fprintf(stderr, "%s\n", loaded.replay->describe().c_str());
     if (offload.provider) print_offload_summary(offload);
     const ProcessMemory pm = read_process_memory();
     std::fprintf(stderr, "memory: %s | RSS %s, peak %s\n", loaded.plan.fit.reason.c_str(),
@@ -181,6 +185,7 @@ const bool registered_run =
       app.add_option("--grammar", a->grammar, "constrain the output to this GBNF grammar file");
       add_phase_lines_flag(app);
       add_offload_options(app, a->offload, &a->backend);
+      add_routing_replay_options(app, a->offload);
       add_backend_option(app, a->backend);
       return CommandMain([a] { return run_run(*a); });
     });

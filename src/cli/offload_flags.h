@@ -174,17 +174,36 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
                  "hobbit + offload: low-precision part as a fraction of all low-copy bytes");
   // The rules between options, once every flag is read (still before any file is opened); a
   // preset first becomes the policy and predictor it names.
-  app.callback([&o, backend] {
+  app.callback([&o, backend, prefetch] {
     if (!o.preset.empty()) {
+      // Under a routing replay the hidden states do not follow the routing: a preset then
+      // falls back to its routing-history predictor, as on a trace without hidden states.
+      const bool hidden = o.routing_trace.empty();
       const trace::Preset p = trace::resolve_preset(
-          o.preset,
-          trace::PresetInputs{/*hidden=*/true, /*router=*/true, !o.predictor_model.empty()});
+          o.preset, trace::PresetInputs{hidden, /*router=*/hidden, !o.predictor_model.empty()});
       o.policy = p.policy;
       o.prefetch = p.predictor;
     }
+    // The default predictor (lookahead) reads hidden states; under a replay the default is none.
+    if (!o.routing_trace.empty() && o.preset.empty() && prefetch->count() == 0) o.prefetch = "none";
     if (auto e = check_offload_options(o, backend ? *backend : BackendKind::Cpu))
       throw CLI::ValidationError(*e);
   });
+}
+
+// --routing-trace / --routing-request (run, bench, perplexity: one sequence at a time, whose
+// positions the replay maps onto the trace's rows; trace/routing_replay.h).
+inline void add_routing_replay_options(CLI::App& app, OffloadOptions& o) {
+  app.add_option("--routing-trace", o.routing_trace,
+                 "replay recorded routing (a moeflow trace, or speculative-moe / vLLM-logger "
+                 "JSONL; comma-separated for one file per layer): the routers' choices come from "
+                 "it, the experts, cache, prefetcher and reads run for real. The model must have "
+                 "the trace's shape; the default --prefetch becomes none (lookahead reads hidden "
+                 "states, which do not follow a replay)")
+      ->delimiter(',')
+      ->check(CLI::ExistingFile);
+  app.add_option("--routing-request", o.routing_request,
+                 "which request of --routing-trace to replay (0-based, default 0)");
 }
 
 }  // namespace moeflow::cli

@@ -16,6 +16,11 @@ class RoutingOverride {
   // router rank order, to overwrite in place. Throws moeflow::Error when it has no routing for
   // them (a trace shorter than the run, another model's shape).
   virtual void apply(int layer, int64_t pos0, int n, int k, int32_t* experts, float* weights) = 0;
+  // The token ids that observers of the routing (predictors, recorders) see for those tokens,
+  // written to `ids`; false keeps the run's own. A replay gives the ids recorded with the routing
+  // (-1 where the trace has none), so a predictor that learns token -> experts learns the
+  // recorded pairs, as the simulator does on the same trace.
+  virtual bool observed_tokens(int64_t /*pos0*/, int /*n*/, int32_t* /*ids*/) { return false; }
 };
 
 }  // namespace moeflow

@@ -64,5 +64,8 @@ struct PredictorOptions {
 
 std::unique_ptr<Predictor> make_predictor(const std::string& name, const PredictorOptions& opt);
 std::vector<std::string> predictor_names();
+// Whether the predictor guesses from hidden states (rather than from routing history alone): its
+// guesses then follow the model's own routers, not a routing replayed from a trace.
+bool predictor_reads_hidden_states(const std::string& name);
 
 }  // namespace moeflow

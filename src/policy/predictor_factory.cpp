@@ -28,6 +28,12 @@ std::unique_ptr<Predictor> make_predictor(const std::string& name, const Predict
   fail("unknown predictor '{}' (known: {})", name, known);
 }
 
+bool predictor_reads_hidden_states(const std::string& name) {
+  // lookahead and gate apply later layers' routers to this layer's hidden state, stacked and
+  // promoe run trained models on it; token, duoserve and eamc learn from routing history only.
+  return name == "lookahead" || name == "gate" || name == "stacked" || name == "promoe";
+}
+
 std::vector<std::string> predictor_names() {
   std::vector<std::string> v;
   for (auto& [n, make] : predictor_table()) v.push_back(n);

@@ -8,6 +8,7 @@
 #include "runtime/backend_choice.h"
 #include "runtime/hybrid_costs.h"
 #include "runtime/memory_facts.h"
+#include "trace/importers.h"
 
 namespace moeflow {
 
@@ -54,6 +55,22 @@ LoadedEngine load_device_engine(std::shared_ptr<const GgufFile> file, EngineOpti
   return le;
 }
 
+// The trace of --routing-trace, matched to the model's routing shape (an Error naming both
+// shapes otherwise), or null.
+std::unique_ptr<trace::RoutingReplay> load_replay(const GgufFile& file, const OffloadOptions& o) {
+  if (o.routing_trace.empty()) return nullptr;
+  const HParams hp = load_hparams(file);
+  std::string name;
+  for (const std::string& p : o.routing_trace) name += (name.empty() ? "" : ",") + p;
+  return std::make_unique<trace::RoutingReplay>(
+      trace::load_any(o.routing_trace), name,
+      trace::ReplayShape{hp.n_layer, hp.n_expert, hp.n_expert_used}, o.routing_request);
+}
+
+void attach_replay(LoadedEngine& le) {
+  if (le.replay) le.engine->context().moe().set_routing_override(le.replay.get());
+}
+
 }  // namespace
 
 LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
@@ -66,7 +83,13 @@ LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt
   fc.threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
   fc.logits_rows = logits_rows;
   fc.per_layer = offload.per_layer;
-  if (opt.backend != BackendKind::Cpu) return load_device_engine(std::move(file), opt, offload, fc);
+  std::unique_ptr<trace::RoutingReplay> replay = load_replay(*file, offload);
+  if (opt.backend != BackendKind::Cpu) {
+    LoadedEngine dev = load_device_engine(std::move(file), opt, offload, fc);
+    dev.replay = std::move(replay);
+    attach_replay(dev);
+    return dev;
+  }
   le.plan = plan_offload(offload, *file, fc, read_memory_facts());
   if (le.plan.how == "auto" && le.plan.offload())
     std::fprintf(stderr, "moeflow: %s\n", le.plan.fit.reason.c_str());
@@ -87,6 +110,8 @@ LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt
   opt.resident_weights = le.offload.provider != nullptr;
   le.engine = std::make_unique<Engine>(std::move(file), opt, le.offload.provider);
   le.offload.attach(le.engine->context(), le.engine->model());
+  le.replay = std::move(replay);
+  attach_replay(le);
   return le;
 }
 

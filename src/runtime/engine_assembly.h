@@ -12,6 +12,7 @@
 #include "runtime/offload_plan.h"
 #include "runtime/offload_session.h"
 #include "runtime/vram_plan.h"
+#include "trace/routing_replay.h"
 
 namespace moeflow {
 
@@ -20,6 +21,8 @@ struct LoadedEngine {
   OffloadPlan plan;
   VramPlan vram;  // a device backend's plan
   OffloadSession offload;
+  // --routing-trace: the replay the engine's MoE block takes its routing from, or null.
+  std::unique_ptr<trace::RoutingReplay> replay;
   std::unique_ptr<Engine> engine;
 };
 
@@ -29,8 +32,10 @@ struct LoadedEngine {
 // with its predictor plugged into the forward pass and the non-expert weights and KV cache held
 // in the process's own memory. On a device backend: every expert in VRAM, or a VRAM expert cache
 // (runtime/vram_plan.h, announced on stderr). `logits_rows`: rows of logits a forward keeps
-// (perplexity keeps the whole batch), for the activation estimate. Throws moeflow::Error naming
-// the option at fault (the options are checked before anything is planned).
+// (perplexity keeps the whole batch), for the activation estimate. With --routing-trace the
+// trace is read and matched to the model's shape before the engine is built, and replayed by
+// its MoE block (the caller says where each sequence starts: RoutingReplay::begin_*). Throws
+// moeflow::Error naming the option at fault (the options are checked before anything is planned).
 LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt,
                          const OffloadOptions& offload, int logits_rows = 1);
 // The same, opening `path` after the options are checked.

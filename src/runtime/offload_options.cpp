@@ -140,6 +140,17 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
       !(o.policy != "auto" && eviction_policy_needs_calibration(o.policy)))
     return err("--policy-calib calibrates --cache-policy static or daop (the policy is {})",
                o.policy);
+  // A replayed routing is not what the hidden states would route to: a predictor reading them
+  // would be measured guessing another routing than the one the cache serves.
+  if (!o.routing_trace.empty() && o.prefetch != "none" && predictor_reads_hidden_states(o.prefetch))
+    return err(
+        "--prefetch {} guesses from hidden states, which do not follow a routing replayed by "
+        "--routing-trace: not meaningful under replay (use token, duoserve, eamc or none)",
+        o.prefetch);
+  if (o.routing_request < 0)
+    return err("--routing-request must be >= 0, got {}", o.routing_request);
+  if (o.routing_request != 0 && o.routing_trace.empty())
+    return err("--routing-request picks a request of --routing-trace, which is not given");
   // The thresholds' own ranges (model/moe/precision_mode.h).
   try {
     validate(mode_config(o));

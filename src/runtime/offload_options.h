@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "experts/device_transfer.h"
 #include "model/moe/precision_mode.h"
@@ -54,6 +55,11 @@ struct OffloadOptions {
   std::optional<DeviceSource> expert_source;  // where a VRAM cache copies from; nullopt: auto
   bool cpu_experts = false;  // --cpu-experts auto: the CPU/GPU hybrid (experts/hybrid_rule.h)
   std::optional<uint64_t> mem_limit;  // auto-fit plans for at most this much memory
+  // --routing-trace: recorded routing the engine replays instead of its routers' choice
+  // (trace/routing_replay.h); several files for a trace logged one layer per file. Empty: the
+  // model routes. --routing-request: which of the trace's requests.
+  std::vector<std::string> routing_trace;
+  int routing_request = 0;
 
   bool is_auto() const { return !expert_cache; }
   // A budget is given (explicitly or filled in by auto-fit).

@@ -160,8 +160,12 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
   if (L.gate_inp_bias) be_.add(logits, L.gate_inp_bias);
   be_.route(logits, spec.moe.routing, L.exp_probs_bias.as<float>(), k_, planner_.experts(),
             planner_.weights(), planner_.probs());
-  if (routing_override_)
+  if (routing_override_) {
     routing_override_->apply(layer, pos0, n, k_, planner_.experts(), planner_.weights());
+    observed_tokens_.resize(n);
+    if (routing_override_->observed_tokens(pos0, n, observed_tokens_.data()))
+      tokens = observed_tokens_.data();
+  }
   std::span<const float> hidden;
   if (observer) hidden = {be_.read_f32(xn, hidden_staging_), (size_t)n * hp_.n_embd};
   planner_.plan(layer, n, tokens, pos0, hidden, provider, observer);

@@ -78,6 +78,7 @@ class MoeBlock {
 
  private:
   RoutingOverride* routing_override_ = nullptr;
+  std::vector<int32_t> observed_tokens_;  // the override's token ids for observers
   // acquire (streamed), check the slice's shape, add the expert's resident bias rows from L,
   // compute(view, ready) (ready(proj) awaits a matrix), release (also when compute throws).
   template <typename Fn>
