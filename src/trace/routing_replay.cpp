@@ -21,8 +21,8 @@ RoutingReplay::RoutingReplay(const Trace& t, std::string name, ReplayShape model
   for (const TokenStep& s : t.steps)
     if (std::find(ids.begin(), ids.end(), s.request) == ids.end()) ids.push_back(s.request);
   if (request >= (int)ids.size())
-    fail("--routing-request {}: the trace {} has {} request{} (0..{})", request, name_,
-         ids.size(), ids.size() == 1 ? "" : "s", (int)ids.size() - 1);
+    fail("--routing-request {}: the trace {} has {} request{} (0..{})", request, name_, ids.size(),
+         ids.size() == 1 ? "" : "s", (int)ids.size() - 1);
   for (const TokenStep& s : t.steps)
     if (s.request == ids[request]) steps_.push_back(s);
   // Prompt rows before decode rows, each in recorded order (a trace lists a request's steps
@@ -42,8 +42,8 @@ RoutingReplay::RoutingReplay(const Trace& t, std::string name, ReplayShape model
              name_, r.layer, r.experts.size(), model.top_k);
       for (int e : r.experts)
         if (e < 0 || e >= model.n_expert)
-          fail("--routing-trace {}: expert id {} at layer {} (the model has {} experts)", name_,
-               e, r.layer, model.n_expert);
+          fail("--routing-trace {}: expert id {} at layer {} (the model has {} experts)", name_, e,
+               r.layer, model.n_expert);
       row.by_layer[r.layer] = &r;
     }
     row.token_id = s.token_id;
@@ -92,8 +92,7 @@ void RoutingReplay::begin_sequence(int64_t n_positions, const std::string& what)
   own_until_ = 0;
 }
 
-void RoutingReplay::apply(int layer, int64_t pos0, int n, int k, int32_t* experts,
-                          float* weights) {
+void RoutingReplay::apply(int layer, int64_t pos0, int n, int k, int32_t* experts, float* weights) {
   if (k != shape_.top_k || layer < 0 || layer >= shape_.n_layer)
     fail("--routing-trace {}: layer {} routes to {} experts, the trace has top-{} over {} layers",
          name_, layer, k, shape_.top_k, shape_.n_layer);

@@ -115,8 +115,7 @@ TEST(RoutingReplay, DecodeOnlyAndSequenceRuns) {
   EXPECT_EQ(route(r, 0, 0, 1), (std::vector<int32_t>{3, 4}));
   EXPECT_EQ(route(r, 0, 3, 1), (std::vector<int32_t>{0, 1}));  // row 6
   r.begin_sequence(7, "-p 7");  // bench pp / perplexity: every row in recorded order
-  EXPECT_EQ(route(r, 0, 0, 7),
-            (std::vector<int32_t>{0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 0, 1}));
+  EXPECT_EQ(route(r, 0, 0, 7), (std::vector<int32_t>{0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 0, 1}));
 }
 
 TEST(RoutingReplay, RunsLongerThanTheRequestAreRefusedUpFront) {
