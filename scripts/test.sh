@@ -73,7 +73,10 @@ STANDIN_SANITIZER_EXCLUDE='/standin_[a-z0-9_]+_(F16|BF16|Q4_0|Q4_1|Q5_0|Q5_1|Q4_
 #    only; the simulator's code runs under the sanitizers in tests/trace's shorter cases.
 #  - Presets.AutoChosenOnOnePromptHoldsOnAnother: auto's search on two real Mixtral traces at 2
 #    settings (~30 s), arithmetic only, likewise.
-SANITIZER_RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu|Presets\.AutoChosenOnOnePromptHoldsOnAnother)'
+#  - ReplayParity.*: 20 `moeflow bench` runs under a replayed routing against `moeflow sim` (~15 s
+#    here), the same logical property one level up; the replay's own code runs under the
+#    sanitizers in RoutingReplay.* and ReplayCli.*.
+SANITIZER_RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu|Presets\.AutoChosenOnOnePromptHoldsOnAnother|ReplayParity\.)'
 
 # Left out of the TSan run only (they run in the release build, the scalar pass and under ASan):
 # whole-model runs whose threads are the engine's thread pool and expert I/O that the shorter
