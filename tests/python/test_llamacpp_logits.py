@@ -121,7 +121,9 @@ require(om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen
 # its MTP block), a dense layer then two MoE layers. (DeepSeek with two MoE layers: see above.)
 MODELS = [(a, a, "small", 2) for a in om.ARCHS if a != "phimoe"] + [
     ("deepseek2", "deepseek2", "small", 2), ("deepseek3", "deepseek2", "small-v3", 2),
-    ("glm4moe", "glm4moe", "small", 3)]
+    ("glm4moe", "glm4moe", "small", 3),
+    # Gated DeltaNet hybrids: three DeltaNet layers then gated full attention (4 layers).
+    ("qwen3next", "qwen3next", "small", 4), ("qwen35moe", "qwen35moe", "small", 4)]
 ARCHS = [m[0] for m in MODELS]
 N_TOKENS, N_SEQS, N_VOCAB, ROUTER_SCALE, SEED = 64, 4, 512, 8.0, 7
 EXACT = 1e-5  # a row "agrees exactly" below this relative error (float32 summation order only)
@@ -134,6 +136,7 @@ ARCH_BOUNDS = {
     "mixtral": (0.960, 0.10), "qwen2moe": (0.950, 0.05), "qwen3moe": (0.950, 0.07),
     "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
     "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05),
+    "qwen3next": (0.980, 0.0), "qwen35moe": (0.980, 0.0),
 }
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
