@@ -39,6 +39,15 @@ error F32 / F16 at avx512 | avx2 | scalar:
   deepseek3      8.2e-7 / 7.2e-7 | 7.6e-7 / 6.7e-7 | 6.1e-7 / 7.6e-7
   glm4moe+mtp    5.3e-7 / 5.2e-7 | 5.3e-7 / 5.1e-7 | 5.8e-7 / 5.1e-7
   phimoe long    6.4e-7 (F32)    | 5.6e-7          | 7.2e-7
+Gated DeltaNet hybrids (4 layers: 3 DeltaNet + gated full attention; 150-token prompt, i.e.
+transformers' chunked delta rule over 3 chunks of 64, then 16 recurrent decode steps; the
+qwen35moe file carries an MTP block that must not change the logits), measured 2026-11-27 at
+avx512 only (moeflow deltanet branch, same machine; avx2 / scalar not yet measured):
+  qwen3next      7.1e-6 / 9.1e-6
+  qwen35moe+mtp  5.2e-6 / 8.6e-6
+The larger error than the attention-only models is the state recurrence in float32 (moeflow)
+against float64 (transformers) over 166 positions; a broken feature is >= 1e-3 (see the
+module's checks in the commit message).
 (`pytest -s` prints a MEASURE line per case.)
 """
 from __future__ import annotations
@@ -74,8 +83,8 @@ TOL = {
     ("deepseek3", "f32"): 9e-6, ("deepseek3", "f16"): 8e-6,
     ("glm4moe+mtp", "f32"): 6e-6, ("glm4moe+mtp", "f16"): 6e-6,
     ("phimoe-long", "f32"): 8e-6,
-    ("qwen3next", "f32"): 1e-5, ("qwen3next", "f16"): 1e-5,
-    ("qwen35moe+mtp", "f32"): 1e-5, ("qwen35moe+mtp", "f16"): 1e-5,
+    ("qwen3next", "f32"): 1e-4, ("qwen3next", "f16"): 1e-4,
+    ("qwen35moe+mtp", "f32"): 1e-4, ("qwen35moe+mtp", "f16"): 1e-4,
 }
 
 
