@@ -46,8 +46,9 @@ avx512 only (moeflow deltanet branch, same machine; avx2 / scalar not yet measur
   qwen3next      7.1e-6 / 9.1e-6
   qwen35moe+mtp  5.2e-6 / 8.6e-6
 The larger error than the attention-only models is the state recurrence in float32 (moeflow)
-against float64 (transformers) over 166 positions; a broken feature is >= 1e-3 (see the
-module's checks in the commit message).
+against float64 (transformers) over 166 positions. Checked to fail (greedy tokens differ) with
+the attention output gate left out, the convolution left out (qkv passed through), and
+qwen35moe's value heads read in qwen3next's grouped order instead of tiled.
 (`pytest -s` prints a MEASURE line per case.)
 """
 from __future__ import annotations
