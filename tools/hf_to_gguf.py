@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert a transformers MoE model (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
-GLM-4.5, gpt-oss, Phi-3.5-MoE) to GGUF.
+GLM-4.5, gpt-oss, Phi-3.5-MoE, Qwen3-Next, Qwen3.5/3.6 MoE) to GGUF.
 
 An independent converter (written for moeflow, on the `gguf` python package) that lays out
 tensors and metadata the way llama.cpp expects them, so the same file can be run by moeflow,
@@ -16,6 +16,13 @@ key_length_mla / value_length_mla, and kv_b_proj split into attn_k_b (each head'
 transposed) and attn_v_b; --mla-kv-b writes the older layout (attn_kv_b, per-head sizes in
 key_length / value_length). GLM-4.5 ("glm4moe") files can carry --mtp N next-token-prediction
 blocks after the trunk (random weights, as a real checkpoint's would be unused by generation).
+
+Qwen3-Next ("qwen3next") and Qwen3.5/3.6 MoE ("qwen35moe") are written as llama.cpp's converter
+writes them: zero-centred RMSNorm weights stored + 1 (not the gated norm of the DeltaNet layers),
+A_log stored as ssm_a = -exp(A_log), in_proj_qkvz split into attn_qkv (all q, all k, all v) and
+attn_gate (z), in_proj_ba kept as ssm_ba; for Qwen3.5 the value heads reordered from grouped by
+key head to tiled (in attn_qkv's v rows, attn_gate, ssm_beta/alpha, ssm_a, ssm_dt, the conv
+kernel's v channels and ssm_out's columns). --mtp N appends N random MTP blocks.
 """
 from __future__ import annotations
 
@@ -37,11 +44,13 @@ ARCHS = {
     "glm4_moe": ("glm4moe", False, False),
     "gpt_oss": ("gpt-oss", False, False),
     "phimoe": ("phimoe", False, False),
+    "qwen3_next": ("qwen3next", True, False),
+    "qwen3_5_moe_text": ("qwen35moe", True, False),
 }
 LLAMA_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
 # Kept F32 in F16 files, as llama.cpp keeps them: routers decide discrete choices.
-F32_ALWAYS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
+F32_ALWAYS = ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight", "ssm_conv1d.weight")
 
 
 # outtype -> (type of the matrices, type of the routed experts). The block types are what the
@@ -428,6 +437,150 @@ def _gpt_oss_tensors(sd: dict, n_layer: int, n_ff: int):
         yield b + "ffn_down_exps.bias", sd[mp + "experts.down_proj_bias"]
 
 
+def _reorder_v_heads(a: np.ndarray, axis: int, nk: int, per: int, hd: int) -> np.ndarray:
+    """Value heads from grouped by key head [K0: v0..v{per-1}, K1: ...] to tiled order
+    [K0 v0, K1 v0, ..., K0 v1, ...] along `axis` (llama.cpp's qwen35 converter)."""
+    a = np.moveaxis(a, axis, 0)
+    rest = a.shape[1:]
+    a = a.reshape(nk, per, hd, *rest).swapaxes(0, 1).reshape(nk * per * hd, *rest)
+    return np.moveaxis(a, 0, axis)
+
+
+def convert_qwen_hybrid(cfg, sd: dict, path: str, outtype: str = "f32", mtp: int = 0,
+                        seed: int = 0) -> None:
+    """Qwen3-Next (qwen3_next) / Qwen3.5 MoE (qwen3_5_moe_text) -> "qwen3next" / "qwen35moe"."""
+    v35 = cfg.model_type == "qwen3_5_moe_text"
+    arch = "qwen35moe" if v35 else "qwen3next"
+    n_head, n_layer, e = cfg.num_attention_heads, cfg.num_hidden_layers, cfg.hidden_size
+    head_dim = _cfg(cfg, "head_dim", default=e // n_head)
+    nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    hk, hv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    per = nv // nk
+    rp = _rope_params(cfg)
+    if rp.get("rope_type", "default") not in (None, "default"):
+        raise ValueError(f"{cfg.model_type}: rope type '{rp.get('rope_type')}' is not supported by this converter")
+    layer_types = list(cfg.layer_types)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"hf-converted {cfg.model_type}")
+    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "mxfp4": 38}[outtype])
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer + mtp)
+    if _cfg(cfg, "intermediate_size") is not None:
+        w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(int(head_dim * rp.get("partial_rotary_factor", 0.25)))
+    w.add_rope_freq_base(_rope_theta(cfg))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+    w.add_ssm_conv_kernel(cfg.linear_conv_kernel_dim)
+    w.add_ssm_state_size(hk)
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(hv * nv)
+    w.add_array(f"{arch}.attention.recurrent_layers",
+                [t == "linear_attention" for t in layer_types] + [False] * mtp)
+    w.add_full_attention_interval(_cfg(cfg, "full_attention_interval", default=4))
+    if v35:
+        w.add_rope_dimension_sections(list(rp.get("mrope_section", [11, 11, 10])) + [0])
+    if mtp:
+        w.add_nextn_predict_layers(mtp)
+    _write_synth_vocab(w, cfg.vocab_size)
+
+    put = _putter(w, outtype)
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    for l in range(n_layer):
+        for name, a in _qwen_hybrid_layer(sd, cfg, l, layer_types[l] == "linear_attention", v35):
+            put(f"blk.{l}." + name, a)
+    # MTP blocks: a full-attention MoE block (the last full-attention layer's shapes, redrawn)
+    # plus the nextn tensors, as llama.cpp's converter stores real ones.
+    rng = np.random.default_rng(seed + 4242)
+    last_full = max(i for i, t in enumerate(layer_types) if t != "linear_attention")
+    for k in range(mtp):
+        b = f"blk.{n_layer + k}."
+        extra = [("nextn.eh_proj.weight", np.zeros((e, 2 * e))), ("nextn.enorm.weight", np.zeros(e)),
+                 ("nextn.hnorm.weight", np.zeros(e)), ("nextn.shared_head_norm.weight", np.zeros(e))]
+        for name, a in list(_qwen_hybrid_layer(sd, cfg, last_full, False, v35)) + extra:
+            v = rng.standard_normal(a.shape) / np.sqrt(a.shape[-1]) if a.ndim >= 2 else 1 + 0.1 * rng.standard_normal(a.shape)
+            put(b + name, v)
+    put("output_norm.weight", sd["model.norm.weight"] + 1)
+    lm = sd.get("lm_head.weight")
+    put("output.weight", lm if lm is not None else sd["model.embed_tokens.weight"])
+    _finish(w)
+
+
+def _qwen_hybrid_layer(sd, cfg, l: int, linear: bool, v35: bool):
+    """(GGUF name without blk.N., array) of one Qwen3-Next / Qwen3.5 layer."""
+    out = []
+    hp = f"model.layers.{l}."
+    put = lambda name, arr: out.append((name, arr))
+    # Zero-centred RMSNorm (1 + weight) stored as llama.cpp's converter stores it.
+    put("attn_norm.weight", sd[hp + "input_layernorm.weight"] + 1)
+    put("post_attention_norm.weight", sd[hp + "post_attention_layernorm.weight"] + 1)
+    nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    hk, hv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    per = nv // nk
+    if linear:
+        a = hp + "linear_attn."
+        conv = sd[a + "conv1d.weight"].reshape(sd[a + "conv1d.weight"].shape[0], -1)
+        A, dt, out_w = sd[a + "A_log"], sd[a + "dt_bias"], sd[a + "out_proj.weight"]
+        if v35:
+            qkv, z = sd[a + "in_proj_qkv.weight"], sd[a + "in_proj_z.weight"]
+            beta, alpha = sd[a + "in_proj_b.weight"], sd[a + "in_proj_a.weight"]
+            if nk != nv:  # tiled value heads
+                kd = 2 * nk * hk
+                qkv = np.concatenate([qkv[:kd], _reorder_v_heads(qkv[kd:], 0, nk, per, hv)])
+                z = _reorder_v_heads(z, 0, nk, per, hv)
+                beta, alpha = (_reorder_v_heads(x, 0, nk, per, 1) for x in (beta, alpha))
+                A, dt = (_reorder_v_heads(x, 0, nk, per, 1) for x in (A, dt))
+                conv = np.concatenate([conv[:kd], _reorder_v_heads(conv[kd:], 0, nk, per, hv)])
+                out_w = _reorder_v_heads(out_w, 1, nk, per, hv)
+            put("attn_qkv.weight", qkv)
+            put("attn_gate.weight", z)
+            put("ssm_beta.weight", beta)
+            put("ssm_alpha.weight", alpha)
+        else:
+            # in_proj_qkvz: per key head [q | k | v of its value heads | z of them].
+            w = sd[a + "in_proj_qkvz.weight"]
+            g = w.reshape(nk, 2 * hk + 2 * per * hv, -1)
+            q, k = g[:, :hk], g[:, hk:2 * hk]
+            v, zz = g[:, 2 * hk:2 * hk + per * hv], g[:, 2 * hk + per * hv:]
+            flat = lambda x: x.reshape(-1, w.shape[-1])
+            put("attn_qkv.weight", np.concatenate([flat(q), flat(k), flat(v)]))
+            put("attn_gate.weight", flat(zz))
+            put("ssm_ba.weight", sd[a + "in_proj_ba.weight"])
+        put("ssm_conv1d.weight", conv)
+        put("ssm_dt.bias", dt)
+        put("ssm_a", -np.exp(A))
+        put("ssm_norm.weight", sd[a + "norm.weight"])
+        put("ssm_out.weight", out_w)
+    else:
+        a = hp + "self_attn."
+        for t in ("q", "k", "v"):
+            put(f"attn_{t}.weight", sd[a + f"{t}_proj.weight"])
+        put("attn_q_norm.weight", sd[a + "q_norm.weight"] + 1)
+        put("attn_k_norm.weight", sd[a + "k_norm.weight"] + 1)
+        put("attn_output.weight", sd[a + "o_proj.weight"])
+    mp = hp + "mlp."
+    put("ffn_gate_inp.weight", sd[mp + "gate.weight"])
+    gate, up, down = _experts(sd, mp, cfg.num_experts, cfg.moe_intermediate_size)
+    put("ffn_gate_exps.weight", gate)
+    put("ffn_up_exps.weight", up)
+    put("ffn_down_exps.weight", down)
+    put("ffn_gate_inp_shexp.weight", sd[mp + "shared_expert_gate.weight"].reshape(-1))
+    put("ffn_gate_shexp.weight", sd[mp + "shared_expert.gate_proj.weight"])
+    put("ffn_up_shexp.weight", sd[mp + "shared_expert.up_proj.weight"])
+    put("ffn_down_shexp.weight", sd[mp + "shared_expert.down_proj.weight"])
+    return out
+
+
 def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -> None:
     """sd: name -> float numpy array (HF names). Writes GGUF to `path`. opts: kv_b (DeepSeek's
     older attn_kv_b layout), mtp (GLM-4.5 next-token-prediction blocks)."""
@@ -438,6 +591,10 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
         return convert_deepseek(cfg, sd, path, outtype, kv_b=opts.get("kv_b", False))
     if mt == "glm4_moe":
         return convert_glm4moe(cfg, sd, path, outtype, mtp=opts.get("mtp", 0))
+    if mt in ("qwen3_next", "qwen3_5_moe_text"):
+        if not _cfg(cfg, "norm_topk_prob", default=True):
+            raise ValueError(f"{mt}: norm_topk_prob=False but llama.cpp always renormalises the top-k weights")
+        return convert_qwen_hybrid(cfg, sd, path, outtype, mtp=opts.get("mtp", 0))
     arch, renorm, permute = ARCHS[mt]
     norm_topk = bool(_cfg(cfg, "norm_topk_prob", default=(mt == "mixtral")))
     if mt != "mixtral" and norm_topk != renorm:
@@ -555,7 +712,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", help="output .gguf path")
     ap.add_argument("--outtype", choices=tuple(OUTTYPES), default="f32")
     ap.add_argument("--mla-kv-b", action="store_true", help="DeepSeek: the older attn_kv_b layout")
-    ap.add_argument("--mtp", type=int, default=0, help="GLM-4.5: next-token-prediction blocks to append")
+    ap.add_argument("--mtp", type=int, default=0, help="GLM-4.5, Qwen3-Next/3.5: next-token-prediction blocks to append")
     args = ap.parse_args(argv)
     import torch
     from transformers import AutoModelForCausalLM

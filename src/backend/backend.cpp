@@ -144,4 +144,18 @@ TensorView BackendScratch::f32(int64_t cols, int64_t rows) {
   return matrix_view(buf_.data(), GgmlType::F32, cols, rows, buf_.space());
 }
 
+void Backend::sigmoid_mul(TensorView, const TensorView&) {
+  fail("the {} backend has no sigmoid_mul (the attention output gate)", name());
+}
+
+void Backend::conv1d_silu(const TensorView&, TensorView, const TensorView&, TensorView) {
+  fail("the {} backend has no conv1d_silu (gated DeltaNet layers)", name());
+}
+
+void Backend::gated_delta_net(const TensorView&, const TensorView&, const TensorView&,
+                              const TensorView&, const TensorView&, TensorView, TensorView,
+                              const DeltaNetParams&) {
+  fail("the {} backend has no gated_delta_net (gated DeltaNet layers)", name());
+}
+
 }  // namespace moeflow

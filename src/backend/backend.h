@@ -101,6 +101,23 @@ struct RoutingSpec {
 
 enum class GateFn : uint8_t { None, Sigmoid };
 
+// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): n_v_heads heads, each a state matrix
+// S [head_k][head_v] per sequence; query/key heads (n_k_heads, head_k dims) serve several value
+// heads (head_v dims). Per token t and value head h, with kh its key head:
+//   q, k = L2-normalised (x * rsqrt(sum x^2 + l2_eps)), q *= 1/sqrt(head_k)
+//   beta = sigmoid(b[h]), g = A[h] * softplus(a[h] + dt_bias[h])   (A = -exp(A_log) < 0)
+//   S *= exp(g);  S += k (x) ((v - S^T k) * beta);  out = S^T q
+struct DeltaNetParams {
+  int n_k_heads = 0, n_v_heads = 0;
+  int64_t head_k = 0, head_v = 0;
+  // Which key head value head h reads: h / (n_v / n_k) (grouped: transformers' repeat_interleave,
+  // qwen3next files) or h % n_k (tiled: qwen35moe files, whose converter reorders value heads).
+  bool tiled = false;
+  float l2_eps = 1e-6f;
+  const float* A = nullptr;        // n_v_heads floats, backend space: -exp(A_log)
+  const float* dt_bias = nullptr;  // n_v_heads floats, backend space
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -159,6 +176,24 @@ class Backend {
   virtual void scale_add(TensorView acc, const TensorView& x, float s) = 0;
   // acc[t] += f(gate[t]) * x[t]; gate is [n][1] (a shared expert's gate logit per token).
   virtual void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) = 0;
+  // x *= sigmoid(gate), element by element ([m][d] each; the attention output gate).
+  virtual void sigmoid_mul(TensorView x, const TensorView& gate);
+
+  // --- recurrent layers (gated DeltaNet). A backend that has them says so; the others fail
+  // naming the op, and ForwardContext refuses a model with such layers on them up front. ---
+  virtual bool has_recurrent_ops() const { return false; }
+  // Causal depthwise convolution of kernel K over the channels of x ([n][C]) continuing from
+  // `state` ([K-1][C], the previous inputs, oldest first), then silu:
+  //   out[t][c] = silu(sum_j w[c][j] * xx[t+j][c]), xx = state rows then x rows;
+  // `state` becomes the last K-1 rows of xx. w is float32 [C][K]. out may not alias x.
+  virtual void conv1d_silu(const TensorView& x, TensorView state, const TensorView& w,
+                           TensorView out);
+  // The gated delta rule over n tokens, one token after the other (module comment of
+  // DeltaNetParams): q, k [n][n_k_heads*head_k], v [n][n_v_heads*head_v], a, b [n][n_v_heads],
+  // state [n_v_heads*head_k][head_v] (updated), out [n][n_v_heads*head_v].
+  virtual void gated_delta_net(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& a, const TensorView& b, TensorView state,
+                               TensorView out, const DeltaNetParams& p);
 
   // --- mixture of experts ---
   // Each token's experts and weights from its router logits (n x n_expert): experts/weights get

@@ -123,12 +123,20 @@ int run_info(const InfoOptions& o) {
   for (uint32_t s = 0; s < f->split_paths().size(); ++s) total_size += f->file_size(s);
   // The KV cache a run would keep, when moeflow can load the model (info also inspects files
   // it cannot run).
-  uint64_t kv_token = 0, kv_token_per_head = 0;
+  uint64_t kv_token = 0, kv_token_per_head = 0, recurrent_bytes = 0;
+  int recurrent_layers = 0, trunk_layers = 0, nextn_layers = 0;
   std::string load_error;
   try {
     Model m(*f);
     kv_token = m.kv_bytes_per_token();
     kv_token_per_head = m.kv_bytes_per_token_per_head();
+    // Hybrid models: the gated DeltaNet layers keep a fixed-size state per sequence instead of
+    // cache rows; MTP blocks after the trunk are loaded by nobody and never run.
+    recurrent_bytes = m.recurrent_state_bytes();
+    for (const LayerSpec& s : m.specs())
+      recurrent_layers += s.attn.kind == AttentionKind::GatedDeltaNet;
+    trunk_layers = m.hparams().n_layer;
+    nextn_layers = m.hparams().n_layer_nextn;
   } catch (const Error& e) {
     load_error = e.what();
   }
@@ -159,6 +167,9 @@ int run_info(const InfoOptions& o) {
     if (load_error.empty()) {
       j["kv_bytes_per_token"] = kv_token;
       j["kv_bytes_per_token_per_head"] = kv_token_per_head;
+      j["recurrent_layers"] = recurrent_layers;
+      j["recurrent_state_bytes"] = recurrent_bytes;
+      j["nextn_layers_skipped"] = nextn_layers;
     } else {
       j["load_error"] = load_error;
     }
@@ -199,8 +210,15 @@ int run_info(const InfoOptions& o) {
   if (load_error.empty())
     std::printf("kv cache:     %s per token (%s with every head's keys and values)\n",
                 human_bytes(kv_token).c_str(), human_bytes(kv_token_per_head).c_str());
-  else
-    std::printf("model:        not loadable: %s\n", load_error.c_str());
+  if (load_error.empty() && recurrent_layers > 0)
+    std::printf(
+        "recurrent:    %d gated DeltaNet layer(s) of %d, %s of state per sequence (a sequence "
+        "cannot be rewound: prefix reuse only extends it)\n",
+        recurrent_layers, trunk_layers, human_bytes(recurrent_bytes).c_str());
+  if (load_error.empty() && nextn_layers > 0)
+    std::printf("mtp:          %d next-token-prediction block(s) after the trunk, not run\n",
+                nextn_layers);
+  if (!load_error.empty()) std::printf("model:        not loadable: %s\n", load_error.c_str());
   if (o.tensors) {
     std::printf("\n%-48s %-8s %-28s %14s %14s\n", "name", "type", "dims", "offset", "bytes");
     for (const auto& t : f->tensors()) {

@@ -43,6 +43,13 @@ struct MlaDims {
   bool split_kv_b = true;    // attn_k_b/attn_v_b (current converters) or one attn_kv_b (older)
 };
 
+// Gated DeltaNet (linear attention) sizes from <arch>.ssm.* (llama.cpp's names for Qwen3-Next /
+// Qwen3.5): conv_kernel, state_size (key/value head dims), group_count (key heads),
+// time_step_rank (value heads), inner_size (value heads * value head dims).
+struct SsmDims {
+  int64_t d_conv = 0, d_state = 0, n_group = 0, dt_rank = 0, d_inner = 0;
+};
+
 struct HParams {
   std::string arch_name;
   const ArchDef* arch = nullptr;
@@ -75,6 +82,12 @@ struct HParams {
   int64_t n_swa = 0;
   std::vector<uint8_t> swa_layers;
   float rope_base_swa = 0.0f;  // rope.freq_base_swa (default: rope.freq_base)
+  // Hybrid models (qwen3next, qwen35moe): which layers are recurrent (gated DeltaNet), their
+  // sizes, and the multimodal RoPE sections (rope.dimension_sections; text positions make them
+  // plain RoPE).
+  std::vector<uint8_t> recurrent_layers;
+  SsmDims ssm;
+  std::vector<int64_t> rope_sections;
 
   bool is_swa(int layer) const {
     return n_swa > 0 && layer >= 0 && layer < (int)swa_layers.size() && swa_layers[layer];

@@ -21,9 +21,25 @@ enum class QkNorm : uint8_t {
 };
 
 enum class AttentionKind : uint8_t {
-  Gqa,  // q/k/v projections, a K and a V row per kv head in the cache (layers/attention)
-  Mla,  // multi-head latent attention: the cache holds one compressed row per position
-        // (layers/mla_attention)
+  Gqa,            // q/k/v projections, a K and a V row per kv head in the cache (layers/attention)
+  Mla,            // multi-head latent attention: the cache holds one compressed row per position
+                  // (layers/mla_attention)
+  GatedDeltaNet,  // linear attention with a recurrent state instead of cache rows
+                  // (layers/delta_net, model/recurrent_state.h)
+};
+
+// Sizes of a gated DeltaNet layer (Qwen3-Next, Qwen3.5): q/k of n_k_heads heads of head_k dims
+// and v/z of n_v_heads heads of head_v dims come from one projection each (attn_qkv, attn_gate),
+// pass a causal depthwise convolution of d_conv taps (q, k, v only), and the delta rule keeps a
+// [head_k][head_v] state per value head (backend.h DeltaNetParams).
+struct DeltaNetSpec {
+  int n_k_heads = 0, n_v_heads = 0;
+  int64_t head_k = 0, head_v = 0;
+  int64_t d_conv = 0;
+  bool tiled = false;     // value head h reads key head h % n_k_heads (else h / (n_v / n_k))
+  bool fused_ba = false;  // qwen3next: ssm_ba holds [beta | alpha] per key head
+  int64_t conv_channels() const { return 2 * n_k_heads * head_k + n_v_heads * head_v; }
+  int64_t state_floats() const { return (int64_t)n_v_heads * head_k * head_v; }
 };
 
 // Sizes of multi-head latent attention (DeepSeek-V2/V3). Each head's query is [nope | rope];
@@ -40,8 +56,12 @@ struct MlaSpec {
 
 struct AttentionSpec {
   AttentionKind kind = AttentionKind::Gqa;
-  MlaSpec mla;  // kind == Mla
+  MlaSpec mla;         // kind == Mla
+  DeltaNetSpec delta;  // kind == GatedDeltaNet
   QkNorm qk_norm = QkNorm::None;
+  // Qwen3-Next's output gate: attn_q is twice as wide, each head [q | gate]; the attention
+  // output is multiplied by sigmoid(gate) before attn_output.
+  bool output_gate = false;
   RopeParams rope;
   // Heads, sizes, scale and window; the sink logits (when `sinks`) come from the layer's weights.
   AttentionParams params;
@@ -65,6 +85,7 @@ struct KvWidths {
   int64_t k = 0, v = 0;
 };
 inline KvWidths kv_widths(const AttentionSpec& a) {
+  if (a.kind == AttentionKind::GatedDeltaNet) return {0, 0};  // a recurrent state, no rows
   if (a.kind == AttentionKind::Mla) return {a.mla.rope + a.mla.kv_lora_rank, 0};
   return {(int64_t)a.params.n_head_kv * a.params.head_dim,
           (int64_t)a.params.n_head_kv * a.params.head_dim_v};

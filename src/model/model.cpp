@@ -76,6 +76,37 @@ uint64_t Model::active_expert_bytes_per_token() const {
   return total_expert_bytes() / hp_.n_expert * hp_.n_expert_used;
 }
 
+bool Model::has_recurrent_layers() const {
+  return std::any_of(specs_.begin(), specs_.end(), [](const LayerSpec& s) {
+    return s.attn.kind == AttentionKind::GatedDeltaNet;
+  });
+}
+
+uint64_t Model::recurrent_state_bytes() const {
+  uint64_t floats = 0;
+  for (const LayerSpec& s : specs_)
+    if (s.attn.kind == AttentionKind::GatedDeltaNet)
+      floats += (uint64_t)((s.attn.delta.d_conv - 1) * s.attn.delta.conv_channels() +
+                           s.attn.delta.state_floats());
+  return floats * sizeof(float);
+}
+
+namespace {
+
+// The recurrent state, on a backend that has the ops of recurrent layers: refused up front,
+// naming the architecture, rather than failing at the first token.
+RecurrentState make_recurrent_state(const Model& m, Backend& be) {
+  if (!m.has_recurrent_layers()) return {};
+  if (!be.has_recurrent_ops())
+    fail(
+        "the {} backend does not implement the gated DeltaNet (linear attention) layers of {} "
+        "({}): run it on the CPU backend",
+        be.name(), m.hparams().arch_name, m.hparams().arch ? m.hparams().arch->models : "");
+  return RecurrentState(m.specs(), be.allocator());
+}
+
+}  // namespace
+
 ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int64_t n_ctx,
                                int max_batch, ThreadPool* pool)
     : ForwardContext(model, provider, n_ctx, max_batch, std::make_unique<CpuBackend>(pool),
@@ -94,10 +125,13 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       be_(backend ? *backend : *own_backend_),
       w_(model.weights()),
       max_batch_(std::max(1, max_batch)),
-      kv_(hp_.n_layer, n_ctx, model.kv_widths().k, model.kv_widths().v, be_.allocator()),
+      kv_(hp_.n_layer, n_ctx, std::max<int64_t>(1, model.kv_widths().k), model.kv_widths().v,
+          be_.allocator()),
+      rs_(make_recurrent_state(model, be_)),
       moe_(be_, hp_, hp_.n_expert > 0 ? max_batch_ : 1),
       attn_scratch_(be_),
       mla_scratch_(be_),
+      delta_scratch_(be_),
       ffn_scratch_(be_),
       x_(be_),
       xn_(be_),
@@ -127,6 +161,11 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
 
 void ForwardContext::truncate(int64_t p) {
   if (p < 0 || p > pos_) fail("cannot rewind to position {} (at {})", p, pos_);
+  if (!can_rewind() && p != pos_ && p != 0)
+    fail(
+        "cannot rewind to position {} (at {}): {} has recurrent (gated DeltaNet) layers whose "
+        "state cannot go back to an earlier position; start the sequence again from 0",
+        p, pos_, hp_.arch_name);
   pos_ = p;
 }
 
@@ -152,7 +191,10 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
       fail("token id {} is out of range (vocabulary has {} tokens)", tokens[t], n_vocab);
 
   if (observer_) observer_->on_step_begin(pos_, n);
-  if (pos_ == 0) provider_.begin_sequence();
+  if (pos_ == 0) {
+    provider_.begin_sequence();
+    if (!rs_.empty()) rs_.clear(be_);  // a new sequence starts from a zero state
+  }
 
   const std::vector<LayerSpec>& specs = model_.specs();
   const TensorView x = x_.f32(d, n), xn = xn_.f32(d, n), tmp = tmp_.f32(d, n);
@@ -163,7 +205,9 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
     const LayerWeights& L = w_.layers[il];
     const LayerSpec& spec = specs[il];
     norm(spec, x, L.attn_norm, L.attn_norm_bias, xn);
-    if (spec.attn.kind == AttentionKind::Mla) {
+    if (spec.attn.kind == AttentionKind::GatedDeltaNet) {
+      delta_net_attention(be_, L, spec.attn.delta, hp_.rms_eps, xn, rs_, il, tmp, delta_scratch_);
+    } else if (spec.attn.kind == AttentionKind::Mla) {
       mla_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, tmp, mla_scratch_);
     } else {
       const TensorView& freqs = long_rope_ && L.rope_freqs_long ? L.rope_freqs_long : L.rope_freqs;

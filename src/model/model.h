@@ -16,11 +16,13 @@
 #include "model/kv_cache.h"
 #include "model/layer_spec.h"
 #include "model/layers/attention.h"
+#include "model/layers/delta_net.h"
 #include "model/layers/ffn.h"
 #include "model/layers/mla_attention.h"
 #include "model/moe/expert_provider.h"
 #include "model/moe/moe_block.h"
 #include "model/observer.h"
+#include "model/recurrent_state.h"
 #include "model/weights.h"
 
 namespace moeflow {
@@ -55,6 +57,10 @@ class Model {
   // What a cache of every head's keys and values would take per position (the same as
   // kv_bytes_per_token for GQA; multi-head latent attention keeps only its latent).
   uint64_t kv_bytes_per_token_per_head() const;
+  // Layers whose state is recurrent (gated DeltaNet): the sequence cannot be rewound.
+  bool has_recurrent_layers() const;
+  // Bytes of the recurrent state of one sequence (0 without recurrent layers).
+  uint64_t recurrent_state_bytes() const;
 
  private:
   const GgufFile& file_;
@@ -80,8 +86,13 @@ class ForwardContext {
 
   const float* logits() const { return logits_host_; }
   int64_t pos() const { return pos_; }
+  // Starts a new sequence (the recurrent state, if any, is cleared by the next forward()).
   void reset() { pos_ = 0; }
-  // Drop cached positions >= p (rewind).
+  // Whether truncate() can go back to any earlier position: false when the model has recurrent
+  // layers, whose state summarises the whole prefix (only truncate(0) / reset() then).
+  bool can_rewind() const { return rs_.empty(); }
+  // Drop cached positions >= p (rewind). With recurrent layers only p == pos() and p == 0 are
+  // possible; any other p throws naming the architecture (never a silently wrong state).
   void truncate(int64_t p);
   int64_t n_ctx() const { return kv_.n_ctx(); }
   int max_batch() const { return max_batch_; }
@@ -111,9 +122,11 @@ class ForwardContext {
   bool long_rope_ = false;  // LongRoPE long factors (the context exceeds the original one)
   int64_t pos_ = 0;
   KvCache kv_;
+  RecurrentState rs_;  // gated DeltaNet layers' conv + delta-rule states (empty otherwise)
   MoeBlock moe_;
   AttentionScratch attn_scratch_;
   MlaScratch mla_scratch_;
+  DeltaNetScratch delta_scratch_;
   FfnScratch ffn_scratch_;
   BackendScratch x_, xn_, tmp_, logits_;
   const float* logits_host_ = nullptr;

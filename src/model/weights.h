@@ -37,6 +37,13 @@ struct LayerWeights {
   TensorView wkv_a, kv_a_norm;  // [kv_lora + rope][n_embd], RMSNorm of kv_lora
   TensorView wk_b;              // n_head stacked [kv_lora][nope]: q_nope -> latent space
   TensorView wv_b;              // n_head stacked [head_dim_v][kv_lora]: latent -> values
+  // Gated DeltaNet (layer_spec.h DeltaNetSpec): attn_qkv [conv channels][n_embd] and attn_gate
+  // (z) [n_v*head_v][n_embd]; the beta / decay logits from ssm_beta + ssm_alpha ([n_v][n_embd]
+  // each) or one ssm_ba ([2*n_v][n_embd], [beta | alpha] per key head); the convolution kernel
+  // as float rows [channels][d_conv]; ssm_a = -exp(A_log) and ssm_dt (dt_bias) per value head;
+  // the gated RMSNorm's weight (head_v) and ssm_out [n_embd][n_v*head_v].
+  TensorView ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_ba, ssm_conv1d, ssm_a, ssm_dt, ssm_norm,
+      ssm_out;
   // RoPE frequency divisors (n_rot / 2 floats): LongRoPE's short factors (rope_freqs_long
   // replaces them when the context exceeds the original one) or an architecture's own ramp.
   TensorView rope_freqs, rope_freqs_long;
@@ -103,7 +110,17 @@ void for_each_view(ModelWeights& w, F&& f) {
                           &L.wkv_a,
                           &L.kv_a_norm,
                           &L.wk_b,
-                          &L.wv_b})
+                          &L.wv_b,
+                          &L.ssm_qkv,
+                          &L.ssm_z,
+                          &L.ssm_beta,
+                          &L.ssm_alpha,
+                          &L.ssm_ba,
+                          &L.ssm_conv1d,
+                          &L.ssm_a,
+                          &L.ssm_dt,
+                          &L.ssm_norm,
+                          &L.ssm_out})
       f(*v);
     for (FfnWeights* ffn : {&L.shexp, &L.ffn})
       for (TensorView* v :

@@ -7,6 +7,8 @@
 // Exact: the keys and values of a position depend only on the tokens up to it, and prefill row t
 // is bit-identical whichever chunk it ran in (the kernels' matmul/matvec contract), so logits and
 // greedy tokens after a hit equal a cold run's (tested in tests/runtime/test_prefix_cache.cpp).
+// Models with recurrent layers (qwen3next, qwen35moe) cannot rewind: their cache is reused only
+// when everything it holds is a prefix of the new prompt, otherwise the engine starts over.
 #include <cstddef>
 #include <cstdint>
 #include <span>

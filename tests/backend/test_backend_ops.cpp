@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend_cases.h"
+#include "core/error.h"
 #include "ref_formats.h"
 
 namespace moeflow::test {
@@ -688,6 +689,139 @@ TEST_P(BackendOps, CopyStridedRowsBothWays) {
       const double e = (i >= 5 && i < 5 + cols) ? x[r * wide + 3 + (i - 5)] : x[r * wide + i];
       ASSERT_EQ(w2[r * wide + i], e) << "copy packed -> strided row " << r << " col " << i;
     }
+}
+
+// ---------------------------------------------------------------- recurrent layers (DeltaNet)
+
+// Columns [c0, c0 + cols) of every row of v, as the DeltaNet layer slices q / k / v out of the
+// convolution's output.
+TensorView column_slice(const TensorView& v, int64_t c0, int64_t cols) {
+  return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, cols, v.rows(), v.nb[1],
+                             v.space);
+}
+
+TEST_P(BackendOps, SigmoidMulOnStridedGate) {
+  const int64_t n = 6, d = 37;
+  const auto x = rnd(n * d), g = rnd(n * 2 * d, 2.f);
+  DeviceTensor X = upload(be(), x, d, n), G = upload(be(), g, 2 * d, n);
+  if (!be().has_recurrent_ops()) return;                 // sigmoid_mul belongs to the hybrids' ops
+  be().sigmoid_mul(X.view, column_slice(G.view, d, d));  // the second half of each row
+  const auto out = download(be(), X.view);
+  std::vector<double> want(out.size());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < d; ++i)
+      want[t * d + i] = x[t * d + i] / (1 + std::exp(-(double)g[t * 2 * d + d + i]));
+  expect_close(out, want, 4 * tol(), 1e-6, "sigmoid_mul");
+}
+
+TEST_P(BackendOps, Conv1dSiluContinuesItsState) {
+  const int64_t C = 70, K = 4;
+  const auto w = rnd(C * K, 0.5f), x1 = rnd(5 * C), x2 = rnd(1 * C), x3 = rnd(3 * C);
+  DeviceTensor W = upload(be(), w, K, C),
+               S = upload(be(), std::vector<float>((K - 1) * C, 0.f), C, K - 1);
+  if (!be().has_recurrent_ops()) {
+    // A backend without the recurrent ops refuses them by name.
+    DeviceTensor X = upload(be(), x1, C, 5), O = poisoned(be(), C, 5);
+    EXPECT_THROW(be().conv1d_silu(X.view, S.view, W.view, O.view), Error);
+    return;
+  }
+  // The reference: one convolution over the whole history x1 x2 x3 with K-1 zero rows before.
+  std::vector<double> hist((K - 1) * C, 0.0);
+  for (const auto* x : {&x1, &x2, &x3}) hist.insert(hist.end(), x->begin(), x->end());
+  int64_t t0 = 0;
+  for (const auto* x : {&x1, &x2, &x3}) {
+    const int64_t n = (int64_t)x->size() / C;
+    DeviceTensor X = upload(be(), *x, C, n), O = poisoned(be(), C, n);
+    be().conv1d_silu(X.view, S.view, W.view, O.view);
+    const auto out = download(be(), O.view);
+    std::vector<double> want(out.size());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double s = 0;
+        for (int64_t j = 0; j < K; ++j) s += (double)w[c * K + j] * hist[(t0 + t + j) * C + c];
+        want[t * C + c] = s / (1 + std::exp(-s));
+      }
+    expect_close(out, want, 4 * tol(), 1e-6, "conv1d_silu");
+    t0 += n;
+  }
+  // The state holds the last K-1 inputs.
+  const auto st = download(be(), S.view);
+  std::vector<double> want_st(hist.end() - (K - 1) * C, hist.end());
+  expect_close(st, want_st, 0, 0, "conv1d_silu state");
+}
+
+// The gated delta rule token by token in float64 (backend.h DeltaNetParams), continuing `S`.
+void delta_rule_ref(const std::vector<float>& qkv, int64_t n, int64_t width, int nk, int nv,
+                    int64_t hk, int64_t hv, bool tiled, const std::vector<float>& a,
+                    const std::vector<float>& b, const std::vector<float>& A,
+                    const std::vector<float>& dt, std::vector<double>& S,
+                    std::vector<double>& out) {
+  out.assign((size_t)(n * nv * hv), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < nv; ++h) {
+      const int kh = tiled ? h % nk : h / (nv / nk);
+      const float* row = qkv.data() + t * width;
+      std::vector<double> q(hk), k(hk);
+      double qs = 0, ks = 0;
+      for (int64_t i = 0; i < hk; ++i) {
+        q[i] = row[kh * hk + i];
+        k[i] = row[nk * hk + kh * hk + i];
+        qs += q[i] * q[i];
+        ks += k[i] * k[i];
+      }
+      for (int64_t i = 0; i < hk; ++i) {
+        q[i] /= std::sqrt(qs + 1e-6) * std::sqrt((double)hk);
+        k[i] /= std::sqrt(ks + 1e-6);
+      }
+      const double* v = nullptr;
+      std::vector<double> vv(hv);
+      for (int64_t j = 0; j < hv; ++j) vv[j] = row[2 * nk * hk + h * hv + j];
+      v = vv.data();
+      const double x = (double)a[t * nv + h] + dt[h];
+      const double g = A[h] * (x > 20 ? x : std::log1p(std::exp(x)));
+      const double beta = 1 / (1 + std::exp(-(double)b[t * nv + h]));
+      double* Sh = S.data() + (size_t)h * hk * hv;
+      for (int64_t i = 0; i < hk * hv; ++i) Sh[i] *= std::exp(g);
+      for (int64_t j = 0; j < hv; ++j) {
+        double mem = 0;
+        for (int64_t i = 0; i < hk; ++i) mem += Sh[i * hv + j] * k[i];
+        const double delta = (v[j] - mem) * beta;
+        for (int64_t i = 0; i < hk; ++i) Sh[i * hv + j] += k[i] * delta;
+      }
+      for (int64_t j = 0; j < hv; ++j) {
+        double o = 0;
+        for (int64_t i = 0; i < hk; ++i) o += Sh[i * hv + j] * q[i];
+        out[(size_t)(t * nv * hv + h * hv + j)] = o;
+      }
+    }
+}
+
+TEST_P(BackendOps, GatedDeltaNetGroupedAndTiledHeadsOverTwoCalls) {
+  if (!be().has_recurrent_ops()) return;  // refusal checked by Conv1dSiluContinuesItsState
+  const int nk = 2, nv = 6;
+  const int64_t hk = 12, hv = 10, width = 2 * nk * hk + nv * hv;
+  for (bool tiled : {false, true}) {
+    std::vector<float> A(nv), dt = rnd(nv, 0.5f);
+    for (int h = 0; h < nv; ++h) A[h] = -std::exp(0.5f * (float)h - 1.5f);
+    DeviceTensor Ad = upload(be(), A, nv, 1), Dd = upload(be(), dt, nv, 1);
+    DeviceTensor S = upload(be(), std::vector<float>(nv * hk * hv, 0.f), hv, nv * hk);
+    std::vector<double> Sref((size_t)(nv * hk * hv), 0.0), want;
+    for (int64_t n : {7, 1, 3}) {
+      const auto qkv = rnd(n * width), a = rnd(n * nv), b = rnd(n * nv, 2.f);
+      DeviceTensor X = upload(be(), qkv, width, n), Ad2 = upload(be(), a, nv, n),
+                   Bd = upload(be(), b, nv, n), O = poisoned(be(), nv * hv, n);
+      DeltaNetParams p;
+      p.n_k_heads = nk, p.n_v_heads = nv, p.head_k = hk, p.head_v = hv, p.tiled = tiled;
+      p.A = Ad.view.as<float>(), p.dt_bias = Dd.view.as<float>();
+      be().gated_delta_net(column_slice(X.view, 0, nk * hk), column_slice(X.view, nk * hk, nk * hk),
+                           column_slice(X.view, 2 * nk * hk, nv * hv), Ad2.view, Bd.view, S.view,
+                           O.view, p);
+      delta_rule_ref(qkv, n, width, nk, nv, hk, hv, tiled, a, b, A, dt, Sref, want);
+      expect_close(download(be(), O.view), want, 20 * tol(), max_abs(want),
+                   tiled ? "gated_delta_net tiled" : "gated_delta_net grouped");
+    }
+    expect_close(download(be(), S.view), Sref, 20 * tol(), max_abs(Sref), "gated_delta_net state");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendOps, ::testing::ValuesIn(backend_cases()),

@@ -250,7 +250,8 @@ TEST_P(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
 
 // The DeepSeek and GLM layouts (leading dense layer, shared experts, sigmoid routing with a
 // selection bias and expert groups, MLA's latent cache, GLM's MTP block whose experts are never
-// indexed) under budgets from exactly top-k experts to all of them.
+// indexed; the hybrids' recurrent layers) under budgets from exactly top-k experts to all of
+// them.
 class OffloadExactArch : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
@@ -307,7 +308,11 @@ TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
 INSTANTIATE_TEST_SUITE_P(DeepseekGlm, OffloadExactArch,
                          ::testing::Values(std::pair{"deepseek2", "tiny"},
                                            std::pair{"deepseek2", "tiny-v3"},
-                                           std::pair{"glm4moe", "tiny"}),
+                                           std::pair{"glm4moe", "tiny"},
+                                           // gated DeltaNet hybrids: a recurrent state beside
+                                           // the KV cache, sigmoid-gated shared experts
+                                           std::pair{"qwen3next", "tiny"},
+                                           std::pair{"qwen35moe", "tiny"}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.first) + "_" + info.param.second;
                            for (char& ch : n)

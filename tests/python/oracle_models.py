@@ -26,6 +26,10 @@ ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe")
 # a leading dense layer and shared experts. glm4moe: GLM-4.5 (partial NeoX RoPE, q/k/v biases,
 # q/k norms, sigmoid routing with bias, one shared expert, a leading dense layer).
 NEW_ARCHS = ("deepseek2", "deepseek3", "glm4moe")
+# Gated DeltaNet hybrids: Qwen3-Next and Qwen3.5 MoE, four layers (three DeltaNet, then full
+# attention with the output gate), a sigmoid-gated shared expert. Value heads are twice the key
+# heads, so the grouped (qwen3next) and tiled (qwen35moe) head orders differ.
+HYBRID_ARCHS = ("qwen3next", "qwen35moe")
 # Selection-bias buffers (not parameters) redrawn like the weights: N(0, BIAS_STD^2), so they
 # change which experts are picked without deciding alone (sigmoid scores are in (0, 1)).
 BIAS_STD = 0.1
@@ -133,6 +137,21 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512, hidden: int = 64)
         cfg = T.GptOssConfig(**common, intermediate_size=32, num_key_value_heads=2, head_dim=32,
                              num_local_experts=8, num_experts_per_tok=4, sliding_window=8,
                              rms_norm_eps=1e-5)
+    elif arch in HYBRID_ARCHS:
+        hybrid = dict(common, intermediate_size=96, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=64, num_key_value_heads=2, head_dim=32,
+                      num_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-6,
+                      linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                      linear_num_key_heads=2, linear_num_value_heads=4,
+                      layer_types=["linear_attention" if (i + 1) % 4 else "full_attention"
+                                   for i in range(n_layer)])
+        rope = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}
+        if arch == "qwen3next":
+            cfg = T.Qwen3NextConfig(**hybrid, norm_topk_prob=True, rope_parameters=rope)
+        else:
+            del hybrid["intermediate_size"]  # Qwen3.5's MoE config has no dense FFN size
+            cfg = T.Qwen3_5MoeTextConfig(**hybrid, rope_parameters=dict(
+                rope, mrope_section=[1, 1, 2], mrope_interleaved=True))
     elif arch == "phimoe":
         cfg = T.PhimoeConfig(**common, intermediate_size=32, num_key_value_heads=2,
                              num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5,
@@ -164,23 +183,27 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
     import torch
     import transformers as T
     if n_layer is None:
-        n_layer = 3 if arch in NEW_ARCHS else 2
+        n_layer = 3 if arch in NEW_ARCHS else 4 if arch in HYBRID_ARCHS else 2
     cfg = make_config(arch, n_layer, vocab, hidden)
     if arch not in NEW_ARCHS:
-        _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4}.get(arch, 1e6))
+        _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4, "qwen3next": 1e7,
+                          "qwen35moe": 1e7}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
            "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM,
            "deepseek2": T.DeepseekV2ForCausalLM, "deepseek3": T.DeepseekV3ForCausalLM,
            "glm4moe": T.Glm4MoeForCausalLM, "gpt-oss": T.GptOssForCausalLM,
-           "phimoe": T.PhimoeForCausalLM}[arch]
+           "phimoe": T.PhimoeForCausalLM, "qwen3next": T.Qwen3NextForCausalLM,
+           "qwen35moe": T.Qwen3_5MoeForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             shape = p.shape
+            zero_centred = arch in HYBRID_ARCHS and not name.endswith("linear_attn.norm.weight")
             if (name.endswith("norm.weight") or "layernorm" in name) and not name.endswith("bias"):
-                v = 1.0 + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
+                # The hybrids' RMSNorm multiplies by 1 + weight (all but the DeltaNet's gated norm).
+                v = (0.0 if zero_centred else 1.0) + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
             elif name.endswith("bias"):
                 v = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
             elif "embed_tokens" in name:
@@ -208,7 +231,8 @@ def is_router(hf_name: str) -> bool:
 def _gguf_type(hf_name: str, outtype: str) -> str:
     """The GGUF type tools/hf_to_gguf.py stores HF parameter `hf_name` in."""
     from hf_to_gguf import OUTTYPES
-    if is_router(hf_name) or hf_name.endswith("bias") or "norm" in hf_name or hf_name.endswith("sinks"):
+    if (is_router(hf_name) or hf_name.endswith("bias") or "norm" in hf_name or hf_name.endswith("sinks")
+            or "conv1d" in hf_name):
         return "F32"
     dense, experts = OUTTYPES[outtype]
     return experts if ".experts." in hf_name else dense

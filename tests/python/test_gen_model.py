@@ -450,3 +450,87 @@ def test_repeat_experts_copies_the_first_moe_layers_experts_only(tmp_path):
     for layer in layers[1:]:
         assert not np.array_equal(rep[f"blk.{layer}.ffn_gate_inp.weight"].data,
                                   rep[f"blk.{layers[0]}.ffn_gate_inp.weight"].data)
+
+
+# --- qwen3next / qwen35moe: layout written from llama.cpp's tensor tables (llama-model loaders) ---
+def expected_qwen_hybrid(arch, n_layer, e=64, h=4, kv=2, hd=32, ff_exp=32, sh=64, ne=8, v=512,
+                         nk=2, nv=4, hs=16, conv=4):
+    t = {"token_embd.weight": [e, v], "output_norm.weight": [e], "output.weight": [e, v]}
+    for l in range(n_layer):
+        b = f"blk.{l}."
+        t.update({b + "attn_norm.weight": [e], b + "post_attention_norm.weight": [e],
+                  b + "ffn_gate_inp.weight": [e, ne], b + "ffn_gate_exps.weight": [e, ff_exp, ne],
+                  b + "ffn_up_exps.weight": [e, ff_exp, ne], b + "ffn_down_exps.weight": [ff_exp, e, ne],
+                  b + "ffn_gate_inp_shexp.weight": [e], b + "ffn_gate_shexp.weight": [e, sh],
+                  b + "ffn_up_shexp.weight": [e, sh], b + "ffn_down_shexp.weight": [sh, e]})
+        if (l + 1) % 4:  # gated DeltaNet
+            c = 2 * nk * hs + nv * hs
+            t.update({b + "attn_qkv.weight": [e, c], b + "attn_gate.weight": [e, nv * hs],
+                      b + "ssm_conv1d.weight": [conv, c], b + "ssm_dt.bias": [nv], b + "ssm_a": [nv],
+                      b + "ssm_norm.weight": [hs], b + "ssm_out.weight": [nv * hs, e]})
+            if arch == "qwen3next":
+                t[b + "ssm_ba.weight"] = [e, 2 * nv]
+            else:
+                t.update({b + "ssm_beta.weight": [e, nv], b + "ssm_alpha.weight": [e, nv]})
+        else:  # full attention, q of [q | gate] per head
+            t.update({b + "attn_q.weight": [e, 2 * h * hd], b + "attn_k.weight": [e, kv * hd],
+                      b + "attn_v.weight": [e, kv * hd], b + "attn_q_norm.weight": [hd],
+                      b + "attn_k_norm.weight": [hd], b + "attn_output.weight": [h * hd, e]})
+    return t
+
+
+@pytest.mark.parametrize("arch", ["qwen3next", "qwen35moe"])
+def test_qwen_hybrid_layout_and_metadata(tmp_path, arch):
+    r = gguf.GGUFReader(str(gen(tmp_path, arch, "tiny", "--layers", "5")))
+    tt = tensors(r)
+    got = {n: [int(x) for x in t.shape] for n, t in tt.items()}
+    assert got == expected_qwen_hybrid(arch, 5)
+    f = fields(r)
+    a = arch + "."
+    assert f[a + "block_count"] == 5 and f[a + "full_attention_interval"] == 4
+    assert f[a + "ssm.conv_kernel"] == 4 and f[a + "ssm.state_size"] == 16
+    assert f[a + "ssm.group_count"] == 2 and f[a + "ssm.time_step_rank"] == 4
+    assert f[a + "ssm.inner_size"] == 64
+    assert f[a + "rope.dimension_count"] == 8 and f[a + "attention.key_length"] == 32
+    assert f[a + "expert_shared_feed_forward_length"] == 64
+    assert (a + "feed_forward_length" in f) == (arch == "qwen3next")
+    if arch == "qwen35moe":
+        assert list(f[a + "rope.dimension_sections"]) == [1, 1, 2, 0]
+    # The decay rates are negative (ssm_a = -exp(A_log)) and the kernel stays F32.
+    assert (np.asarray(tt["blk.0.ssm_a"].data) < 0).all()
+    assert tt["blk.0.ssm_conv1d.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+
+
+def _hf_hybrid_params(preset):
+    """Parameters of the released Qwen3-Next-80B-A3B / Qwen3.6-35B-A3B text models as transformers
+    builds them from their config.json values (meta device: no memory)."""
+    from oracle_import import require_module
+    torch = require_module("torch", "meta-device configs of the released models")
+    T = require_module("transformers", "the released models' configs")
+    common = dict(hidden_size=2048, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                  moe_intermediate_size=512, shared_expert_intermediate_size=512,
+                  linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                  linear_num_key_heads=16, linear_num_value_heads=32, tie_word_embeddings=False)
+    if preset == "80b-a3b":
+        cfg = T.Qwen3NextConfig(vocab_size=151936, num_hidden_layers=48, intermediate_size=5632,
+                                num_experts=512, num_experts_per_tok=10, **common)
+        cls = T.Qwen3NextForCausalLM
+    else:
+        cfg = T.Qwen3_5MoeTextConfig(vocab_size=248320, num_hidden_layers=40, num_experts=256,
+                                     num_experts_per_tok=8, **common)
+        cls = T.Qwen3_5MoeForCausalLM
+    with torch.device("meta"):
+        m = cls(cfg)
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("arch,preset,published", [("qwen3next", "80b-a3b", 80e9),
+                                                   ("qwen35moe", "35b-a3b", 35e9)])
+def test_qwen_hybrid_presets_match_the_released_configs(arch, preset, published):
+    import json
+    r = subprocess.run([BIN, "gen-model", "--arch", arch, "--preset", preset, "-o", "/dev/null",
+                        "--dry-run", "--type", "Q4_K"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    n = json.loads(r.stdout)["n_params"]
+    assert n == _hf_hybrid_params(preset)
+    assert abs(n / published - 1) < 0.03, f"{preset}: {n} vs published ~{published:.3g}"

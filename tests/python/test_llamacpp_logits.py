@@ -90,6 +90,12 @@ types at MOEFLOW_SIMD=avx512 | at scalar, and the bounds (3x margin):
   deepseek2 1.9e-2 97.7% Q8_0   10.9% Q4_1  | 1.9e-2 98.0% Q4_K   10.5% Q4_K  -> 93.0%, 3%
   deepseek3 2.1e-2 96.1% Q3_K    4.3% Q5_1  | 2.2e-2 96.1% Q3_K    4.3% Q5_1  -> 88.0%, 1%
   glm4moe   2.3e-2 97.3% Q5_1   17.6% Q4_1  | 2.5e-2 97.3% Q5_1   17.6% Q4_1  -> 91.5%, 5%
+  qwen3next / qwen35moe (4 layers: 3 gated DeltaNet + gated full attention), 2026-11-27,
+  avx512 only: F32 p95 2.1e-6 / 3.5e-6, every row within 7e-6 (the same function, the
+  converter's value-head orders included); over the 13 types worst p95 2.7e-2 / 3.4e-2 (Q5_K),
+  least top-1 96.9% (Q5_K) / 96.9% (Q5_1), other types 98.0..99.6%, least exact 11% (Q5_1) /
+  5.9% (Q5_1)  -> 90.0%, 2%, p95 bound 5e-2 (P95_ARCH): the recurrent state carries a flipped
+  activation rounding to every later position, as the KV cache does, in 3 of 4 layers.
 The p95 bound (3e-2) is 1.2x glm4moe's worst (scalar), 2x mixtral's: these are the activation
 quantization noise itself, and a different model gives p95 >= 0.39. ~9 min on the loaded 2-core
 machine (eight archs, 13 types), most of it generating the K-quant models.
@@ -121,7 +127,9 @@ require(om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen
 # its MTP block), a dense layer then two MoE layers. (DeepSeek with two MoE layers: see above.)
 MODELS = [(a, a, "small", 2) for a in om.ARCHS if a != "phimoe"] + [
     ("deepseek2", "deepseek2", "small", 2), ("deepseek3", "deepseek2", "small-v3", 2),
-    ("glm4moe", "glm4moe", "small", 3)]
+    ("glm4moe", "glm4moe", "small", 3),
+    # Gated DeltaNet hybrids: three DeltaNet layers then gated full attention (4 layers).
+    ("qwen3next", "qwen3next", "small", 4), ("qwen35moe", "qwen35moe", "small", 4)]
 ARCHS = [m[0] for m in MODELS]
 N_TOKENS, N_SEQS, N_VOCAB, ROUTER_SCALE, SEED = 64, 4, 512, 8.0, 7
 EXACT = 1e-5  # a row "agrees exactly" below this relative error (float32 summation order only)
@@ -134,7 +142,12 @@ ARCH_BOUNDS = {
     "mixtral": (0.960, 0.10), "qwen2moe": (0.950, 0.05), "qwen3moe": (0.950, 0.07),
     "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
     "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05),
+    "qwen3next": (0.900, 0.02), "qwen35moe": (0.900, 0.02),
 }
+# The hybrids' p95 (worst measured 3.4e-2, qwen35moe Q5_K): the recurrent state carries a
+# flipped activation rounding into every later position of every DeltaNet layer. 1.5x margin;
+# a different model is >= 0.39.
+P95_ARCH = {"qwen3next": 5e-2, "qwen35moe": 5e-2}
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
 
@@ -217,8 +230,9 @@ def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
     failed = []
     for arch, st in stats.items():
         top1_min, exact_min = ARCH_BOUNDS[arch]
-        if st["p95"] >= P95:
-            failed.append(f"{arch}: 95th percentile of row errors {st['p95']:.2e} >= {P95:.0e}")
+        p95 = P95_ARCH.get(arch, P95)
+        if st["p95"] >= p95:
+            failed.append(f"{arch}: 95th percentile of row errors {st['p95']:.2e} >= {p95:.0e}")
         if st["top1"] < top1_min:
             failed.append(f"{arch}: top-1 agreement {st['top1']:.4f} < {top1_min}")
         if st["exact"] < exact_min:

@@ -153,6 +153,42 @@ TEST(Perplexity, EqualsExpMeanNllOfTheEvalPathLogits) {
               1e-5);
 }
 
+// A gated DeltaNet hybrid keeps a recurrent state that no rewind can undo: every chunk must start
+// from a zero state, as a fresh engine does (the reference: one new engine per chunk).
+TEST(Perplexity, HybridRecurrentModelStartsEveryChunkFromAFreshState) {
+  const std::string m = temp_path("ppl_hybrid.gguf");
+  const Cmd g = run_moeflow(
+      "gen-model --arch qwen35moe --preset tiny --vocab 320 --seed 42 -t 1 "
+      "-q -o " +
+      m);
+  ASSERT_EQ(g.rc, 0) << g.out;
+  const std::string text = sample_text();
+  const std::string tf = write_file("ppl_hybrid_text.txt", text);
+  const int64_t ctx = 32;
+  const auto j = ppl_json("-m " + m + " -f " + tf + " -c 32 --chunks 3 -b 5 -t 2");
+  ASSERT_EQ(j["n_chunks"], 3);
+  auto file = std::shared_ptr<const GgufFile>(GgufFile::open(m));
+  auto tok = Tokenizer::from_gguf(*file);
+  const std::vector<int32_t> toks = tok->encode(text, true, false);
+  Scored ref;
+  for (int64_t c = 0; c < 3; ++c) {
+    std::vector<int32_t> chunk(toks.begin() + c * ctx, toks.begin() + (c + 1) * ctx);
+    chunk[0] = tok->bos_id();
+    EngineOptions opt;
+    opt.n_threads = 1;
+    opt.n_ctx = ctx;
+    Engine fresh(file, opt);
+    std::vector<float> logits;
+    fresh.prefill(chunk, true, &logits);
+    const int64_t V = fresh.n_vocab();
+    for (int64_t p = ctx / 2; p + 1 < ctx; ++p) {
+      ref.rows.emplace_back(logits.begin() + p * V, logits.begin() + (p + 1) * V);
+      ref.targets.push_back(chunk[p + 1]);
+    }
+  }
+  EXPECT_NEAR(j["perplexity"].get<double>() / reference_ppl(ref), 1.0, 1e-9);
+}
+
 TEST(Perplexity, TextReportEndsWithLlamaCppFinalEstimate) {
   const std::string m = gen_model("ppl_a.gguf");
   const std::string tf = write_file("ppl_text.txt", sample_text());

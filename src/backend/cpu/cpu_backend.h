@@ -59,6 +59,14 @@ class CpuBackend final : public Backend {
   void add(TensorView x, const TensorView& y) override;
   void scale_add(TensorView acc, const TensorView& x, float s) override;
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override;
+  // recurrent_ops.cpp
+  void sigmoid_mul(TensorView x, const TensorView& gate) override;
+  bool has_recurrent_ops() const override { return true; }
+  void conv1d_silu(const TensorView& x, TensorView state, const TensorView& w,
+                   TensorView out) override;
+  void gated_delta_net(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& a, const TensorView& b, TensorView state, TensorView out,
+                       const DeltaNetParams& p) override;
   void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) override;
   void scatter_rows(TensorView dst, std::span<const int32_t> idx, const TensorView& src) override;
   void moe_combine(TensorView out, const TensorView& slots, std::span<const float> weights,

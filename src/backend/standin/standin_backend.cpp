@@ -157,6 +157,32 @@ class StandInBackend final : public Backend {
         need("gated_add", "gate", gate);
     enqueue([=, this] { cpu_.gated_add(cpu_view(acc), cpu_view(x), cpu_view(gate), f); });
   }
+  void sigmoid_mul(TensorView x, const TensorView& gate) override {
+    need("sigmoid_mul", "tensor", x), need("sigmoid_mul", "gate", gate);
+    enqueue([=, this] { cpu_.sigmoid_mul(cpu_view(x), cpu_view(gate)); });
+  }
+  bool has_recurrent_ops() const override { return true; }
+  void conv1d_silu(const TensorView& x, TensorView state, const TensorView& w,
+                   TensorView out) override {
+    need("conv1d_silu", "input", x), need("conv1d_silu", "state", state);
+    need("conv1d_silu", "kernel", w), need("conv1d_silu", "output", out);
+    enqueue(
+        [=, this] { cpu_.conv1d_silu(cpu_view(x), cpu_view(state), cpu_view(w), cpu_view(out)); });
+  }
+  void gated_delta_net(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& a, const TensorView& b, TensorView state, TensorView out,
+                       const DeltaNetParams& p) override {
+    need("gated_delta_net", "queries", q), need("gated_delta_net", "keys", k);
+    need("gated_delta_net", "values", v), need("gated_delta_net", "decay logits", a);
+    need("gated_delta_net", "beta logits", b), need("gated_delta_net", "state", state);
+    need("gated_delta_net", "output", out);
+    need_ptr("gated_delta_net", "A", p.A, p.n_v_heads * sizeof(float));
+    need_ptr("gated_delta_net", "dt_bias", p.dt_bias, p.n_v_heads * sizeof(float));
+    enqueue([=, this] {
+      cpu_.gated_delta_net(cpu_view(q), cpu_view(k), cpu_view(v), cpu_view(a), cpu_view(b),
+                           cpu_view(state), cpu_view(out), p);
+    });
+  }
   void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) override {
     need("gather_rows", "source", src), need("gather_rows", "destination", dst);
     enqueue([this, src, i = vec(idx), dst] { cpu_.gather_rows(cpu_view(src), i, cpu_view(dst)); });

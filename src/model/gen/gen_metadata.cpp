@@ -50,7 +50,8 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
   u32("context_length", s.n_ctx);
   u32("embedding_length", s.n_embd);
   u32("block_count", s.n_layer + s.n_nextn);
-  u32("feed_forward_length", s.n_ff);
+  // qwen35moe's config has no dense FFN size, and its converter writes none.
+  if (s.n_ff > 0 || !s.hybrid()) u32("feed_forward_length", s.n_ff);
   u32("attention.head_count", s.n_head);
   if (s.mla()) {
     // MLA as MQA over the latent: one kv head of kv_lora_rank + rope dims; per-head sizes in *_mla.
@@ -85,6 +86,17 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
     u32("expert_group_used_count", s.topk_group);
   }
   if (s.n_nextn > 0) u32("nextn_predict_layers", s.n_nextn);
+  if (s.hybrid()) {  // as llama.cpp's Qwen3-Next / Qwen3.5 converter writes them
+    u32("ssm.conv_kernel", s.ssm_conv);
+    u32("ssm.state_size", s.ssm_state);
+    u32("ssm.group_count", s.ssm_k_heads);
+    u32("ssm.time_step_rank", s.ssm_v_heads);
+    u32("ssm.inner_size", s.ssm_v_heads * s.ssm_state);
+    u32("full_attention_interval", s.full_attn_interval);
+    if (!s.rope_sections.empty())
+      w.set(key("rope.dimension_sections"), GgufValue::make_i32_array(std::vector<int32_t>(
+                                                s.rope_sections.begin(), s.rope_sections.end())));
+  }
   if (s.n_swa > 0) u32("attention.sliding_window", s.n_swa);
   if (s.yarn_factor > 0) {  // as llama.cpp's converters write a YaRN model
     w.set_string(key("rope.scaling.type"), "yarn");

@@ -155,6 +155,40 @@ void plan_mla(Planner& p, const ModelShape& s, GgmlType wt,
         inv_sqrt(s.n_head * s.v_head_dim));
 }
 
+// A gated DeltaNet layer as llama.cpp's converters store it (qwen3next: one ssm_ba of
+// [beta | alpha] per key head; qwen35moe: ssm_beta and ssm_alpha). The convolution kernel and
+// the per-head vectors stay F32, as llama.cpp keeps them.
+void plan_delta_net(Planner& p, const ModelShape& s, GgmlType wt,
+                    const std::function<std::string(const char*)>& n) {
+  const int64_t key_dim = s.ssm_k_heads * s.ssm_state, value_dim = s.ssm_v_heads * s.ssm_state;
+  const int64_t channels = 2 * key_dim + value_dim;
+  p.add(n("attn_qkv.weight"), wt, {s.n_embd, channels}, inv_sqrt(s.n_embd));
+  p.add(n("attn_gate.weight"), wt, {s.n_embd, value_dim}, inv_sqrt(s.n_embd));
+  if (s.arch == GenArch::Qwen3Next) {
+    p.add(n("ssm_ba.weight"), wt, {s.n_embd, 2 * s.ssm_v_heads}, inv_sqrt(s.n_embd));
+  } else {
+    p.add(n("ssm_beta.weight"), wt, {s.n_embd, s.ssm_v_heads}, inv_sqrt(s.n_embd));
+    p.add(n("ssm_alpha.weight"), wt, {s.n_embd, s.ssm_v_heads}, inv_sqrt(s.n_embd));
+  }
+  p.add(n("ssm_conv1d.weight"), GgmlType::F32, {s.ssm_conv, channels}, inv_sqrt(s.ssm_conv));
+  p.bias(n("ssm_dt.bias"), s.ssm_v_heads);
+  p.add(n("ssm_a"), GgmlType::F32, {s.ssm_v_heads}, 0.5f, InitKind::SsmDecay);
+  p.gain(n("ssm_norm.weight"), s.ssm_state);
+  p.add(n("ssm_out.weight"), wt, {value_dim, s.n_embd}, inv_sqrt(value_dim));
+}
+
+// The full-attention layer of the hybrids: attn_q holds [q | gate] per head.
+void plan_gated_attention(Planner& p, const ModelShape& s, GgmlType wt,
+                          const std::function<std::string(const char*)>& n) {
+  const int64_t q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+  p.add(n("attn_q.weight"), wt, {s.n_embd, 2 * q_dim}, inv_sqrt(s.n_embd));
+  p.add(n("attn_k.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+  p.add(n("attn_v.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+  p.gain(n("attn_q_norm.weight"), s.head_dim);
+  p.gain(n("attn_k_norm.weight"), s.head_dim);
+  p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
+}
+
 // Router (+ selection bias), stacked experts and the shared expert(s) of MoE layer l.
 void plan_moe(Planner& p, const GenOptions& opt, int64_t l,
               const std::function<std::string(const char*)>& n) {
@@ -202,9 +236,13 @@ void plan_block(Planner& p, const GenOptions& opt, int64_t l) {
   if (phi) p.bias(n("attn_norm.bias"), s.n_embd);
   if (s.mla())
     plan_mla(p, s, wt, n);
+  else if (s.recurrent_layer(l))
+    plan_delta_net(p, s, wt, n);
+  else if (s.hybrid())
+    plan_gated_attention(p, s, wt, n);
   else
     plan_gqa(p, s, wt, n);
-  const bool post_attn_norm = s.arch == GenArch::Glm4Moe || s.arch == GenArch::GptOss;
+  const bool post_attn_norm = s.arch == GenArch::Glm4Moe || s.arch == GenArch::GptOss || s.hybrid();
   p.gain(n(post_attn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd);
   if (phi) p.bias(n("ffn_norm.bias"), s.n_embd);
   if (s.moe_layer(l)) {
@@ -258,6 +296,8 @@ void generate_row(const PlannedTensor& t, uint64_t seed, int64_t row, float* out
   const uint64_t st = row_stream_seed(seed, stable_hash(t.name), row);
   const float mean = t.init == InitKind::Gain ? 1.0f : 0.0f;
   fill_normal(st, out, t.row_len(), mean, t.std);
+  if (t.init == InitKind::SsmDecay)
+    for (int64_t i = 0; i < t.row_len(); ++i) out[i] = -std::exp(out[i]);
 }
 
 namespace {

@@ -34,7 +34,8 @@ struct GenOptions {
 
 // Gain: 1 + N(0, std^2), for norm weights. LongRope/ShortRope: fixed LongRoPE factor ramps
 // (phimoe), no randomness.
-enum class InitKind { Normal, Gain, LongRope, ShortRope };
+// SsmDecay: -exp(N(0, std^2)), the negative per-head decay rates (ssm_a = -exp(A_log)).
+enum class InitKind { Normal, Gain, LongRope, ShortRope, SsmDecay };
 
 struct PlannedTensor {
   std::string name;

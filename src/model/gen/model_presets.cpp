@@ -109,6 +109,24 @@ ModelShape phi(ModelShape s, int64_t window, int64_t n_ctx_orig) {
   return s;
 }
 
+// Qwen3-Next / Qwen3.5 layout: 3 DeltaNet layers per full-attention layer, a quarter of each
+// head rotating, a gated shared expert; qwen35moe's IMRoPE sections split the rotated pairs
+// 11:11:10 as the released config's mrope_section [11, 11, 10] does.
+ModelShape qwen_hybrid(ModelShape s, int64_t conv, int64_t state, int64_t k_heads,
+                       int64_t v_heads) {
+  s.ssm_conv = conv;
+  s.ssm_state = state;
+  s.ssm_k_heads = k_heads;
+  s.ssm_v_heads = v_heads;
+  s.full_attn_interval = 4;
+  s.n_rot = s.head_dim / 4;
+  if (s.arch == GenArch::Qwen35Moe) {
+    const int pairs = (int)(s.n_rot / 2), a = pairs * 11 / 32;
+    s.rope_sections = {a, a, pairs - 2 * a, 0};
+  }
+  return s;
+}
+
 // tiny: fast unit tests (n_embd 64: K-quants fall back, as llama.cpp does for such rows).
 // small: every row a multiple of 256 so all K-quants apply. The named presets are the released
 // models' config.json values.
@@ -184,6 +202,29 @@ const std::vector<PresetRow>& table() {
        oss(make(A::GptOss, 201088, 2880, 36, 64, 8, 64, 2880, 2880, 0, 128, 4, 131072, 150000,
                 1e-5),
            128)},
+      // Qwen3-Next-80B-A3B and Qwen3.6-35B-A3B: the released config.json values (rope_theta 1e7,
+      // 262144 positions); tiny/small: one full-attention layer after three DeltaNet ones.
+      {A::Qwen3Next, "tiny",
+       qwen_hybrid(make(A::Qwen3Next, 512, 64, 4, 4, 2, 32, 128, 32, 64, 8, 2, 512, 1e7, 1e-6), 4,
+                   16, 2, 4)},
+      {A::Qwen3Next, "small",
+       qwen_hybrid(
+           make(A::Qwen3Next, 1024, 256, 4, 8, 2, 64, 512, 256, 256, 16, 4, 2048, 1e7, 1e-6), 4, 64,
+           2, 4)},
+      {A::Qwen3Next, "80b-a3b",
+       qwen_hybrid(make(A::Qwen3Next, 151936, 2048, 48, 16, 2, 256, 5632, 512, 512, 512, 10, 262144,
+                        1e7, 1e-6),
+                   4, 128, 16, 32)},
+      {A::Qwen35Moe, "tiny",
+       qwen_hybrid(make(A::Qwen35Moe, 512, 64, 4, 4, 2, 32, 0, 32, 64, 8, 2, 512, 1e7, 1e-6), 4, 16,
+                   2, 4)},
+      {A::Qwen35Moe, "small",
+       qwen_hybrid(make(A::Qwen35Moe, 1024, 256, 4, 8, 2, 64, 0, 256, 256, 16, 4, 2048, 1e7, 1e-6),
+                   4, 64, 2, 4)},
+      {A::Qwen35Moe, "35b-a3b",
+       qwen_hybrid(
+           make(A::Qwen35Moe, 248320, 2048, 40, 16, 2, 256, 0, 512, 512, 256, 8, 262144, 1e7, 1e-6),
+           4, 128, 16, 32)},
       {A::PhiMoe, "tiny",
        phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
       {A::PhiMoe, "small",
@@ -199,7 +240,9 @@ const std::vector<PresetRow>& table() {
 
 QkNorm ModelShape::qk_norm() const {
   switch (arch) {
-    case GenArch::Qwen3Moe: return QkNorm::PerHead;
+    case GenArch::Qwen3Moe:
+    case GenArch::Qwen3Next:
+    case GenArch::Qwen35Moe: return QkNorm::PerHead;
     case GenArch::Olmoe: return QkNorm::Full;
     case GenArch::Glm4Moe: return glm_qk_norm ? QkNorm::PerHead : QkNorm::None;
     default: return QkNorm::None;
@@ -255,6 +298,18 @@ void ModelShape::validate() const {
     positive(v_head_dim, "v_head_dim");
     if (q_lora_rank < 0) fail("gen-model --arch {}: q_lora_rank must not be negative", a);
   }
+  if (hybrid()) {
+    positive(ssm_conv, "DeltaNet convolution taps");
+    positive(ssm_state, "DeltaNet head size");
+    positive(ssm_k_heads, "DeltaNet key heads");
+    positive(ssm_v_heads, "DeltaNet value heads");
+    positive(full_attn_interval, "full-attention interval");
+    if (ssm_conv < 2) fail("gen-model --arch {}: the convolution needs at least 2 taps", a);
+    if (ssm_v_heads % ssm_k_heads != 0)
+      fail("gen-model --arch {}: {} DeltaNet value heads are not a multiple of {} key heads", a,
+           ssm_v_heads, ssm_k_heads);
+    positive(n_ff_shexp, "shared expert feed-forward length");
+  }
   if (arch == GenArch::PhiMoe && (n_head * head_dim != n_embd || n_ff != n_ff_exp))
     fail(
         "gen-model --arch phimoe: llama.cpp needs n_head*head_dim == n_embd and "
@@ -270,9 +325,11 @@ GenArch parse_arch(const std::string& name) {
   if (name == "glm4moe") return GenArch::Glm4Moe;
   if (name == "gpt-oss" || name == "gpt_oss") return GenArch::GptOss;
   if (name == "phimoe") return GenArch::PhiMoe;
+  if (name == "qwen3next") return GenArch::Qwen3Next;
+  if (name == "qwen35moe") return GenArch::Qwen35Moe;
   fail(
       "gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, "
-      "glm4moe, gpt-oss or phimoe)",
+      "glm4moe, gpt-oss, phimoe, qwen3next or qwen35moe)",
       name);
 }
 
@@ -286,6 +343,8 @@ const char* arch_cli_name(GenArch a) {
     case GenArch::Glm4Moe: return "glm4moe";
     case GenArch::GptOss: return "gpt-oss";
     case GenArch::PhiMoe: return "phimoe";
+    case GenArch::Qwen3Next: return "qwen3next";
+    case GenArch::Qwen35Moe: return "qwen35moe";
   }
   return "?";
 }
@@ -300,6 +359,8 @@ const char* arch_gguf_name(GenArch a) {
     case GenArch::Glm4Moe: return "glm4moe";
     case GenArch::GptOss: return "gpt-oss";
     case GenArch::PhiMoe: return "phimoe";
+    case GenArch::Qwen3Next: return "qwen3next";
+    case GenArch::Qwen35Moe: return "qwen35moe";
   }
   return "?";
 }

@@ -7,7 +7,18 @@
 
 namespace moeflow::gen {
 
-enum class GenArch { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe, Deepseek2, Glm4Moe, GptOss, PhiMoe };
+enum class GenArch {
+  Mixtral,
+  Qwen2Moe,
+  Qwen3Moe,
+  Olmoe,
+  Deepseek2,
+  Glm4Moe,
+  GptOss,
+  PhiMoe,
+  Qwen3Next,
+  Qwen35Moe
+};
 
 // Where the attention has q/k RMS norms: none, per head (Qwen3: weight of head_dim), or over the
 // whole projection (OLMoE: weight of n_head*head_dim).
@@ -52,6 +63,17 @@ struct ModelShape {
   int64_t yarn_orig_ctx = 0;
   double yarn_mscale_all_dim = 0;
 
+  // Gated DeltaNet hybrids (qwen3next, qwen35moe): every full_attn_interval-th layer is full
+  // attention, the others DeltaNet with ssm_k_heads key heads and ssm_v_heads value heads of
+  // ssm_state dims and a ssm_conv-tap convolution; rope_sections are qwen35moe's IMRoPE
+  // sections (rope.dimension_sections).
+  int64_t ssm_conv = 0, ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0, full_attn_interval = 0;
+  std::vector<int> rope_sections;
+
+  bool hybrid() const { return arch == GenArch::Qwen3Next || arch == GenArch::Qwen35Moe; }
+  bool recurrent_layer(int64_t l) const {
+    return hybrid() && l < n_layer && (l + 1) % full_attn_interval != 0;
+  }
   QkNorm qk_norm() const;
   bool qkv_bias() const {
     return arch == GenArch::Qwen2Moe || arch == GenArch::Glm4Moe || arch == GenArch::GptOss ||
@@ -60,7 +82,7 @@ struct ModelShape {
   // attn_output.bias (gpt-oss, phimoe)
   bool out_bias() const { return arch == GenArch::GptOss || arch == GenArch::PhiMoe; }
   bool shared_expert() const { return n_ff_shexp > 0; }
-  bool gated_shared_expert() const { return arch == GenArch::Qwen2Moe; }
+  bool gated_shared_expert() const { return arch == GenArch::Qwen2Moe || hybrid(); }
   bool mla() const { return arch == GenArch::Deepseek2; }
   bool moe_layer(int64_t l) const { return l >= n_layer_dense_lead; }
   // Throws moeflow::Error naming the setting when the shape cannot make a valid model.

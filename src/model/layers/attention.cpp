@@ -15,10 +15,25 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
                    const TensorView& rope_freqs, TensorView out, AttentionScratch& s) {
   const AttentionParams& p = spec.params;
   const int64_t n = xn.rows();
-  const TensorView q = s.q.f32(L.wq.rows(), n);
+  const int64_t hd = p.head_dim;
+  const TensorView q = s.q.f32(spec.output_gate ? L.wq.rows() / 2 : L.wq.rows(), n);
   const TensorView k = s.k.f32(L.wk.rows(), n);
   const TensorView v = s.v.f32(L.wv.rows(), n);
-  be.matmul(L.wq, xn, q);
+  // With the output gate each head's projection is [q | gate]: rows of the product viewed as
+  // n*n_head rows of 2*head_dim, whose first halves are copied out as q.
+  TensorView gate;
+  if (spec.output_gate) {
+    const TensorView qg = s.qg.f32(L.wq.rows(), n);
+    be.matmul(L.wq, xn, qg);
+    const int64_t heads = n * p.n_head;
+    const size_t stride = 2 * hd * sizeof(float);
+    be.copy(as_rows_of(q, hd),
+            strided_matrix_view(qg.data, GgmlType::F32, hd, heads, stride, qg.space));
+    gate = strided_matrix_view(qg.data + hd * sizeof(float), GgmlType::F32, hd, heads, stride,
+                               qg.space);
+  } else {
+    be.matmul(L.wq, xn, q);
+  }
   be.matmul(L.wk, xn, k);
   be.matmul(L.wv, xn, v);
   if (L.bq) be.add(q, L.bq);
@@ -43,6 +58,7 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   if (spec.sinks) ap.sinks = L.sinks.as<float>();
   const TensorView att = s.att.f32((int64_t)p.n_head * p.head_dim_v, n);
   be.attention(q, kv.k_view(layer), kv.v_view(layer), att, pos0, ap);
+  if (gate) be.sigmoid_mul(as_rows_of(att, hd), gate);
   be.matmul(L.wo, att, out);
   if (L.bo) be.add(out, L.bo);
 }

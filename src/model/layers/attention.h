@@ -2,7 +2,8 @@
 // Grouped-query attention with RoPE over the KV cache, the attention every supported
 // architecture uses so far: q/k/v projections (+ biases), optional RMSNorm of q and k (per
 // head or whole), RoPE, append k/v at the step's positions, causal attention (sliding window
-// and sinks per the spec), output projection (+ bias).
+// and sinks per the spec), the output gate (sigmoid of a second half of each q head, Qwen3-Next),
+// output projection (+ bias).
 #include "backend/backend.h"
 #include "model/kv_cache.h"
 #include "model/layer_spec.h"
@@ -11,8 +12,9 @@
 namespace moeflow {
 
 struct AttentionScratch {
-  explicit AttentionScratch(Backend& be) : q(be), k(be), v(be), att(be) {}
+  explicit AttentionScratch(Backend& be) : q(be), k(be), v(be), att(be), qg(be) {}
   BackendScratch q, k, v, att;
+  BackendScratch qg;  // [q | gate] per head (AttentionSpec::output_gate)
 };
 
 // out[n][n_embd] = attention of the n rows of xn (normalised input) at positions pos0..

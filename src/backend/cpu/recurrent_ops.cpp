@@ -1,0 +1,153 @@
+// The CPU backend's ops of recurrent (gated DeltaNet) layers and the attention output gate.
+// Plain scalar loops: per token a DeltaNet layer reads its state (n_v_heads * head_k * head_v
+// floats) twice, which the inner loops over head_v stream contiguously; the work is split over
+// value heads, each owned by one thread, so results do not depend on the thread count.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace moeflow {
+namespace {
+
+void need_f32(const TensorView& v, const char* op, const char* what) {
+  if (v.space == MemSpace::Device) fail("cpu backend: {} got its {} in device memory", op, what);
+  if (v.type != GgmlType::F32)
+    fail("cpu backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
+}
+
+float* frow(const TensorView& v, int64_t r) { return reinterpret_cast<float*>(v.row(r)); }
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// torch.nn.functional.softplus (beta 1, threshold 20): linear above the threshold.
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// x * rsqrt(sum x^2 + eps) into out (n floats).
+void l2_normalize(const float* x, float* out, int64_t n, float eps, float scale) {
+  float ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = scale / std::sqrt(ss + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv;
+}
+
+}  // namespace
+
+void CpuBackend::sigmoid_mul(TensorView x, const TensorView& gate) {
+  need_f32(x, "sigmoid_mul", "tensor");
+  need_f32(gate, "sigmoid_mul", "gate");
+  MOEFLOW_CHECK(x.rows() == gate.rows() && x.cols() == gate.cols(),
+                "sigmoid_mul: gate {}x{} for a tensor {}x{}", gate.rows(), gate.cols(), x.rows(),
+                x.cols());
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    float* o = frow(x, t);
+    const float* g = frow(gate, t);
+    for (int64_t i = 0; i < x.cols(); ++i) o[i] *= sigmoid(g[i]);
+  }
+}
+
+void CpuBackend::conv1d_silu(const TensorView& x, TensorView state, const TensorView& w,
+                             TensorView out) {
+  need_f32(x, "conv1d_silu", "input");
+  need_f32(state, "conv1d_silu", "state");
+  need_f32(w, "conv1d_silu", "kernel");
+  need_f32(out, "conv1d_silu", "output");
+  const int64_t n = x.rows(), C = x.cols(), K = w.cols();
+  MOEFLOW_CHECK(w.rows() == C && state.cols() == C && state.rows() == K - 1 && out.cols() == C &&
+                    out.rows() == n,
+                "conv1d_silu: input {}x{}, state {}x{}, kernel {}x{}, output {}x{} disagree", n, C,
+                state.rows(), state.cols(), w.rows(), w.cols(), out.rows(), out.cols());
+  // Row r of the history: state rows first (r < K-1), then the inputs.
+  auto hist = [&](int64_t r) -> const float* {
+    return r < K - 1 ? frow(state, r) : frow(x, r - (K - 1));
+  };
+  auto body = [&](int64_t c0, int64_t c1, int) {
+    for (int64_t t = 0; t < n; ++t) {
+      float* o = frow(out, t);
+      for (int64_t c = c0; c < c1; ++c) {
+        const float* wc = frow(w, c);
+        float s = 0;
+        for (int64_t j = 0; j < K; ++j) s += wc[j] * hist(t + j)[c];
+        o[c] = s * sigmoid(s);
+      }
+    }
+    // The new state: the last K-1 rows of the history, written after every read of the old one
+    // (each thread owns its channels).
+    std::vector<float> keep((size_t)(K - 1) * (c1 - c0));
+    for (int64_t r = 0; r < K - 1; ++r)
+      std::memcpy(keep.data() + r * (c1 - c0), hist(n + r) + c0, (c1 - c0) * sizeof(float));
+    for (int64_t r = 0; r < K - 1; ++r)
+      std::memcpy(frow(state, r) + c0, keep.data() + r * (c1 - c0), (c1 - c0) * sizeof(float));
+  };
+  if (pool_ && C >= 256)
+    pool_->parallel_for(C, body, 64);
+  else
+    body(0, C, 0);
+}
+
+void CpuBackend::gated_delta_net(const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& a, const TensorView& b, TensorView state,
+                                 TensorView out, const DeltaNetParams& p) {
+  for (auto [view, what] : {std::pair{&q, "queries"},
+                            {&k, "keys"},
+                            {&v, "values"},
+                            {&a, "decay logits"},
+                            {&b, "beta logits"},
+                            {&out, "output"}})
+    need_f32(*view, "gated_delta_net", what);
+  need_f32(state, "gated_delta_net", "state");
+  const int64_t n = q.rows(), hk = p.head_k, hv = p.head_v;
+  const int NK = p.n_k_heads, NV = p.n_v_heads;
+  MOEFLOW_CHECK(NK > 0 && NV % NK == 0 && q.cols() == NK * hk && k.cols() == NK * hk &&
+                    v.cols() == NV * hv && a.cols() == NV && b.cols() == NV &&
+                    out.cols() == NV * hv && state.rows() == NV * hk && state.cols() == hv &&
+                    state.rows_contiguous() && k.rows() == n && v.rows() == n && out.rows() == n,
+                "gated_delta_net: shapes disagree with {} key heads of {} and {} value heads of {}",
+                NK, hk, NV, hv);
+  MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
+  const int per = NV / NK;
+  const float scale = 1.0f / std::sqrt((float)hk);
+  auto body = [&](int64_t h0, int64_t h1, int) {
+    std::vector<float> qn(hk), kn(hk), mem(hv);
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t kh = p.tiled ? h % NK : h / per;
+      float* S = state.as<float>() + h * hk * hv;  // [hk][hv]
+      for (int64_t t = 0; t < n; ++t) {
+        l2_normalize(frow(q, t) + kh * hk, qn.data(), hk, p.l2_eps, scale);
+        l2_normalize(frow(k, t) + kh * hk, kn.data(), hk, p.l2_eps, 1.0f);
+        const float beta = sigmoid(frow(b, t)[h]);
+        const float decay = std::exp(p.A[h] * softplus(frow(a, t)[h] + p.dt_bias[h]));
+        const float* vt = frow(v, t) + h * hv;
+        // S *= decay, then mem = S^T k (what the state recalls for this key).
+        std::fill(mem.begin(), mem.end(), 0.0f);
+        for (int64_t i = 0; i < hk; ++i) {
+          float* Si = S + i * hv;
+          const float ki = kn[i];
+          for (int64_t j = 0; j < hv; ++j) {
+            Si[j] *= decay;
+            mem[j] += Si[j] * ki;
+          }
+        }
+        for (int64_t j = 0; j < hv; ++j) mem[j] = (vt[j] - mem[j]) * beta;  // the delta
+        float* o = frow(out, t) + h * hv;
+        std::fill(o, o + hv, 0.0f);
+        for (int64_t i = 0; i < hk; ++i) {
+          float* Si = S + i * hv;
+          const float ki = kn[i], qi = qn[i];
+          for (int64_t j = 0; j < hv; ++j) {
+            Si[j] += ki * mem[j];
+            o[j] += Si[j] * qi;
+          }
+        }
+      }
+    }
+  };
+  if (pool_)
+    pool_->parallel_for(NV, body);
+  else
+    body(0, NV, 0);
+}
+
+}  // namespace moeflow
