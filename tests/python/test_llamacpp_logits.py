@@ -133,7 +133,7 @@ P95 = 3e-2  # bound on the 95th percentile of an arch's row errors, every type
 ARCH_BOUNDS = {
     "mixtral": (0.960, 0.10), "qwen2moe": (0.950, 0.05), "qwen3moe": (0.950, 0.07),
     "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
-    "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05),
+    "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05), "minimax-m2": (0.950, 0.05),
 }
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
