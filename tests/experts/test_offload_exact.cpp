@@ -317,8 +317,7 @@ INSTANTIATE_TEST_SUITE_P(DeepseekGlm, OffloadExactArch,
                            return n;
                          });
 INSTANTIATE_TEST_SUITE_P(MinimaxM2, OffloadExactArch,
-                         ::testing::Values(std::pair{"minimax-m2", "tiny"}),
-                         [](const auto& info) {
+                         ::testing::Values(std::pair{"minimax-m2", "tiny"}), [](const auto& info) {
                            std::string n = std::string(info.param.first) + "_" + info.param.second;
                            for (char& ch : n)
                              if (ch == '-') ch = '_';

@@ -23,8 +23,8 @@ namespace {
 
 std::string gen_tiny() {
   const std::string path = temp_path("minimax_m2_tiny.gguf");
-  const Cmd c = run_moeflow("gen-model --arch minimax-m2 --preset tiny --type F32 --seed 5 -q -o " +
-                            path);
+  const Cmd c =
+      run_moeflow("gen-model --arch minimax-m2 --preset tiny --type F32 --seed 5 -q -o " + path);
   EXPECT_EQ(c.rc, 0) << c.out;
   return path;
 }
@@ -146,14 +146,16 @@ TEST(MinimaxM2, BadFilesAndUnsupportedVariantsNameWhatIsWrong) {
        "blk.0.attn_q_norm.weight"},
       {"no_experts", rewrite(src, "mm_no_experts", a + "expert_count", nullptr),
        a + "expert_count"},
-      {"softmax", rewrite(src, "mm_softmax", a + "expert_gating_func",
-                          set_u32(a + "expert_gating_func", 1)),
+      {"softmax",
+       rewrite(src, "mm_softmax", a + "expert_gating_func", set_u32(a + "expert_gating_func", 1)),
        "expert_gating_func"},
-      {"scale", rewrite(src, "mm_scale", "",
-                        [&](GgufWriter& w) { w.set_f32(a + "expert_weights_scale", 2.5f); }),
+      {"scale",
+       rewrite(src, "mm_scale", "",
+               [&](GgufWriter& w) { w.set_f32(a + "expert_weights_scale", 2.5f); }),
        "expert_weights_scale"},
-      {"no_norm", rewrite(src, "mm_no_norm", "",
-                          [&](GgufWriter& w) { w.set_bool(a + "expert_weights_norm", false); }),
+      {"no_norm",
+       rewrite(src, "mm_no_norm", "",
+               [&](GgufWriter& w) { w.set_bool(a + "expert_weights_norm", false); }),
        "expert_weights_norm"},
       {"groups", rewrite(src, "mm_groups", "", set_u32(a + "expert_group_count", 4)),
        "expert_group_count"},
@@ -161,11 +163,12 @@ TEST(MinimaxM2, BadFilesAndUnsupportedVariantsNameWhatIsWrong) {
        "expert_shared_count"},
       {"dense", rewrite(src, "mm_dense", "", set_u32(a + "leading_dense_block_count", 1)),
        "leading_dense_block_count"},
-      {"yarn", rewrite(src, "mm_yarn", "",
-                       [&](GgufWriter& w) {
-                         w.set_string(a + "rope.scaling.type", "yarn");
-                         w.set_f32(a + "rope.scaling.factor", 4.0f);
-                       }),
+      {"yarn",
+       rewrite(src, "mm_yarn", "",
+               [&](GgufWriter& w) {
+                 w.set_string(a + "rope.scaling.type", "yarn");
+                 w.set_f32(a + "rope.scaling.factor", 4.0f);
+               }),
        "rope.scaling.type"},
   };
   for (const Case& c : cases) {

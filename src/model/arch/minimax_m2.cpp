@@ -22,16 +22,18 @@ void load_hparams(const GgufFile& f, HParams& hp) {
     fail("{}: {}expert_gating_func = {} is not supported (MiniMax-M2 routes by sigmoid, 2)",
          f.path(), p, (int)hp.routing.gating);
   if (hp.routing.weights_scale != 1.0f)
-    fail("{}: {}expert_weights_scale = {} is not supported (MiniMax-M2 does not scale the routed "
-         "weights)",
-         f.path(), p, hp.routing.weights_scale);
+    fail(
+        "{}: {}expert_weights_scale = {} is not supported (MiniMax-M2 does not scale the routed "
+        "weights)",
+        f.path(), p, hp.routing.weights_scale);
   if (hp.routing.n_group > 1)
     fail("{}: {}expert_group_count = {} is not supported (MiniMax-M2 has no expert groups)",
          f.path(), p, hp.routing.n_group);
   if (!hp.norm_topk)
-    fail("{}: {}expert_weights_norm = false is not supported (MiniMax-M2 renormalises the top-k "
-         "weights)",
-         f.path(), p);
+    fail(
+        "{}: {}expert_weights_norm = false is not supported (MiniMax-M2 renormalises the top-k "
+        "weights)",
+        f.path(), p);
   if (hparam_count(f, hp, "expert_shared_count", 0) > 0)
     fail("{}: {}expert_shared_count is not supported (MiniMax-M2 has no shared expert)", f.path(),
          p);

@@ -206,8 +206,7 @@ const std::vector<PresetRow>& table() {
       // MiniMax-M2: q is n_head * head_dim wide (128 in tiny with n_embd 64, 6144 in m2 with 3072).
       {A::MinimaxM2, "tiny", minimax(512, 64, 4, 4, 2, 32, 16, 64, 8, 2, 512, 5e6)},
       {A::MinimaxM2, "small", minimax(1024, 256, 4, 8, 4, 64, 32, 256, 16, 4, 2048, 5e6)},
-      {A::MinimaxM2, "m2",
-       minimax(200064, 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 196608, 5e6)},
+      {A::MinimaxM2, "m2", minimax(200064, 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 196608, 5e6)},
       {A::PhiMoe, "3.5-moe",
        phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5),
            131072, 4096)},
