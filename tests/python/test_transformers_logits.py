@@ -39,6 +39,10 @@ error F32 / F16 at avx512 | avx2 | scalar:
   deepseek3      8.2e-7 / 7.2e-7 | 7.6e-7 / 6.7e-7 | 6.1e-7 / 7.6e-7
   glm4moe+mtp    5.3e-7 / 5.2e-7 | 5.3e-7 / 5.1e-7 | 5.8e-7 / 5.1e-7
   phimoe long    6.4e-7 (F32)    | 5.6e-7          | 7.2e-7
+  minimax-m2     3.0e-7 / 3.6e-7 | 3.1e-7 / 3.2e-7 | 3.0e-7 / 3.6e-7   (2026-11-27, 14c6570+)
+minimax-m2: the test fails when a feature is lost: the same model's file with full RoPE instead
+of rotary_dim 16 gives max 1.7 and other greedy tokens, the file without the selection bias
+max 1.8 (other greedy tokens).
 (`pytest -s` prints a MEASURE line per case.)
 """
 from __future__ import annotations
@@ -74,7 +78,7 @@ TOL = {
     ("deepseek3", "f32"): 9e-6, ("deepseek3", "f16"): 8e-6,
     ("glm4moe+mtp", "f32"): 6e-6, ("glm4moe+mtp", "f16"): 6e-6,
     ("phimoe-long", "f32"): 8e-6,
-    ("minimax-m2", "f32"): 1e-5, ("minimax-m2", "f16"): 1e-5,
+    ("minimax-m2", "f32"): 4e-6, ("minimax-m2", "f16"): 4e-6,
 }
 
 
