@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert a transformers MoE model (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
-GLM-4.5, gpt-oss, Phi-3.5-MoE, Qwen3-Next, Qwen3.5/3.6 MoE) to GGUF.
+GLM-4.5, gpt-oss, Phi-3.5-MoE, Qwen3-Next, Qwen3.5/3.6 MoE, MiniMax-M2) to GGUF.
 
 An independent converter (written for moeflow, on the `gguf` python package) that lays out
 tensors and metadata the way llama.cpp expects them, so the same file can be run by moeflow,
@@ -46,6 +46,7 @@ ARCHS = {
     "phimoe": ("phimoe", False, False),
     "qwen3_next": ("qwen3next", True, False),
     "qwen3_5_moe_text": ("qwen35moe", True, False),
+    "minimax_m2": ("minimax-m2", True, False),
 }
 LLAMA_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
@@ -376,6 +377,63 @@ def _glm4moe_layer(sd, cfg, l: int):
     return out
 
 
+def convert_minimax_m2(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
+    """MiniMax-M2 (transformers minimax_m2) -> GGUF arch "minimax-m2", as llama.cpp's converter
+    writes it: rope.dimension_count from rotary_dim (partial NeoX RoPE), expert and dense FFN
+    lengths both intermediate_size, sigmoid gating and no other routing key (llama.cpp's graph
+    always renormalises the top-k weights, never scales them), the q/k norms over the whole
+    projections, the selection bias as exp_probs_b."""
+    n_head, n_layer = cfg.num_attention_heads, cfg.num_hidden_layers
+    head_dim = _cfg(cfg, "head_dim", default=cfg.hidden_size // n_head)
+    partial = _rope_params(cfg).get("partial_rotary_factor", 1.0)
+    n_rot = int(_cfg(cfg, "rotary_dim", default=head_dim * partial))
+    if _rope_params(cfg).get("rope_type", "default") not in (None, "default"):
+        raise ValueError("minimax_m2: RoPE scaling is not supported by this converter")
+    w = gguf.GGUFWriter(path, "minimax-m2")
+    w.add_name("hf-converted minimax_m2")
+    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2}[outtype])
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(n_rot)
+    w.add_rope_freq_base(_rope_theta(cfg))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    w.add_expert_count(cfg.num_local_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.intermediate_size)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    _write_synth_vocab(w, cfg.vocab_size)
+
+    put = _putter(w, outtype)
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    for l in range(n_layer):
+        hp, b = f"model.layers.{l}.", f"blk.{l}."
+        a, mp = hp + "self_attn.", hp + "mlp."
+        put(b + "attn_norm.weight", sd[hp + "input_layernorm.weight"])
+        for t in ("q", "k", "v"):
+            put(b + f"attn_{t}.weight", sd[a + f"{t}_proj.weight"])
+        put(b + "attn_q_norm.weight", sd[a + "q_norm.weight"])  # n_head * head_dim
+        put(b + "attn_k_norm.weight", sd[a + "k_norm.weight"])  # n_head_kv * head_dim
+        put(b + "attn_output.weight", sd[a + "o_proj.weight"])
+        put(b + "ffn_norm.weight", sd[hp + "post_attention_layernorm.weight"])
+        put(b + "ffn_gate_inp.weight", sd[mp + "gate.weight"])
+        put(b + "exp_probs_b.bias", sd[mp + "e_score_correction_bias"])
+        gate, up, down = _experts(sd, mp, cfg.num_local_experts, cfg.intermediate_size)
+        put(b + "ffn_gate_exps.weight", gate)
+        put(b + "ffn_up_exps.weight", up)
+        put(b + "ffn_down_exps.weight", down)
+    put("output_norm.weight", sd["model.norm.weight"])
+    lm = sd.get("lm_head.weight")
+    put("output.weight", lm if lm is not None else sd["model.embed_tokens.weight"])
+    _finish(w)
+
+
 def _gpt_oss_metadata(cfg, w, n_layer: int) -> None:
     """llama.cpp's keys for gpt-oss: the window (its layer pattern is fixed: even layers slide)
     and YaRN as llama.cpp's converter writes it."""
@@ -595,6 +653,8 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
         if not _cfg(cfg, "norm_topk_prob", default=True):
             raise ValueError(f"{mt}: norm_topk_prob=False but llama.cpp always renormalises the top-k weights")
         return convert_qwen_hybrid(cfg, sd, path, outtype, mtp=opts.get("mtp", 0))
+    if mt == "minimax_m2":
+        return convert_minimax_m2(cfg, sd, path, outtype)
     arch, renorm, permute = ARCHS[mt]
     norm_topk = bool(_cfg(cfg, "norm_topk_prob", default=(mt == "mixtral")))
     if mt != "mixtral" and norm_topk != renorm:

@@ -248,10 +248,10 @@ TEST_P(OffloadExact, PackedModelIsAlignedAndRunsToTheSameLogits) {
   std::filesystem::remove(out);
 }
 
-// The DeepSeek and GLM layouts (leading dense layer, shared experts, sigmoid routing with a
-// selection bias and expert groups, MLA's latent cache, GLM's MTP block whose experts are never
-// indexed; the hybrids' recurrent layers) under budgets from exactly top-k experts to all of
-// them.
+// The DeepSeek, GLM and MiniMax-M2 layouts (leading dense layer, shared experts, sigmoid routing
+// with a selection bias and expert groups, MLA's latent cache, GLM's MTP block whose experts are
+// never indexed, MiniMax's full-width q/k norms and partial RoPE; the hybrids' recurrent layers)
+// under budgets from exactly top-k experts to all of them.
 class OffloadExactArch : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
@@ -266,7 +266,8 @@ TEST_P(OffloadExactArch, LogitsBitIdenticalToResidentAtEveryBudget) {
   const int top_k = (int)file->get_int(std::string(arch) + ".expert_used_count");
   // Budgets in expert slots (tiny experts are small next to the O_DIRECT alignment of a slot):
   // exactly top-k, a few more, half the MoE layers' experts per layer, everything.
-  const int n_moe = (int)probe.index().layers.size() - 1;  // layer 0 is dense
+  int n_moe = 0;  // deepseek2 / glm4moe: layer 0 is dense; minimax-m2: every layer is MoE
+  for (const auto& l : probe.index().layers) n_moe += l.n_expert > 0;
   const int n_exp = (int)file->get_int(std::string(arch) + ".expert_count");
   struct Case {
     int slots;
@@ -314,6 +315,13 @@ INSTANTIATE_TEST_SUITE_P(DeepseekGlm, OffloadExactArch,
                                            std::pair{"qwen3next", "tiny"},
                                            std::pair{"qwen35moe", "tiny"}),
                          [](const auto& info) {
+                           std::string n = std::string(info.param.first) + "_" + info.param.second;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+INSTANTIATE_TEST_SUITE_P(MinimaxM2, OffloadExactArch,
+                         ::testing::Values(std::pair{"minimax-m2", "tiny"}), [](const auto& info) {
                            std::string n = std::string(info.param.first) + "_" + info.param.second;
                            for (char& ch : n)
                              if (ch == '-') ch = '_';

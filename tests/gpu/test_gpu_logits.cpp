@@ -1,7 +1,7 @@
 // A device backend against the CPU backend on whole models: every architecture (Mixtral,
-// Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, gpt-oss, Phi-3.5-MoE, DeepSeek-V2; `moeflow gen-model`'s
-// "small" shapes, every row a multiple of 256 so every block format applies) in every block
-// format, exact expert mode, on each device of device_kinds.h.
+// Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, gpt-oss, Phi-3.5-MoE, DeepSeek-V2, MiniMax-M2;
+// `moeflow gen-model`'s "small" shapes, every row a multiple of 256 so every block format
+// applies) in every block format, exact expert mode, on each device of device_kinds.h.
 //   - prompt logits (batched prefill) and decode logits (teacher-forced on the CPU's greedy
 //     tokens): on the stand-in device bit for bit the CPU's (same arithmetic: any difference is
 //     the device path's plumbing: weights, experts, copies, ordering); on CUDA within a stated
@@ -309,8 +309,8 @@ std::vector<Case> cases() {
   // deepseek2: MLA heads of kv_lora_rank + rope dims (288 in "small", 576 in the released
   // models) take the attention kernels' wide variant.
   for (BackendKind d : device_kinds())
-    for (const char* arch :
-         {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "gpt-oss", "phimoe", "deepseek2"})
+    for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "gpt-oss",
+                             "phimoe", "deepseek2", "minimax-m2"})
       for (T t : {T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::IQ4_NL,
                   T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS})
         out.push_back({d, arch, t});

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 ROUTER_SCALE = 4.0
-ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe")
+# minimax-m2: MiniMax-M2 (partial NeoX RoPE, q/k RMSNorm over the whole projections, sigmoid
+# routing with the selection bias, renormalised weights, no shared expert), two MoE layers.
+ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe", "minimax-m2")
 # deepseek2: DeepSeek-V2(-Lite) (MLA without q_lora, softmax routing, group-limited greedy,
 # YaRN with mscale == mscale_all_dim); deepseek3: DeepSeek-V3 (q_lora, sigmoid routing with the
 # selection bias, groups scored by their best two, renormalised and scaled weights); both with
@@ -129,6 +131,12 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512, hidden: int = 64)
                               norm_topk_prob=True, n_group=1, topk_group=1, rms_norm_eps=1e-5,
                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                "partial_rotary_factor": 0.5})
+    elif arch == "minimax-m2":
+        # head_dim 32 with 4 heads (q is 128 wide, n_embd 64); rotary_dim 16 (half of each head,
+        # the released config's legacy field, as llama.cpp's converter reads it); top-3 of 8.
+        cfg = T.MiniMaxM2Config(**common, intermediate_size=32, num_key_value_heads=2, head_dim=32,
+                                rotary_dim=16, num_local_experts=8, num_experts_per_tok=3,
+                                rms_norm_eps=1e-6, rope_theta=5e6)
     elif arch == "gpt-oss":
         # The real model's YaRN (factor 32 over 4096 positions, base 150000, truncate=false) and
         # clamp; head_dim 32 so q is wider than n_embd; an 8-token window on layers 0, 2, ...
@@ -187,13 +195,13 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
     cfg = make_config(arch, n_layer, vocab, hidden)
     if arch not in NEW_ARCHS:
         _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4, "qwen3next": 1e7,
-                          "qwen35moe": 1e7}.get(arch, 1e6))
+                          "qwen35moe": 1e7, "minimax-m2": 5e6}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
            "qwen3moe": T.Qwen3MoeForCausalLM, "olmoe": T.OlmoeForCausalLM,
            "deepseek2": T.DeepseekV2ForCausalLM, "deepseek3": T.DeepseekV3ForCausalLM,
            "glm4moe": T.Glm4MoeForCausalLM, "gpt-oss": T.GptOssForCausalLM,
            "phimoe": T.PhimoeForCausalLM, "qwen3next": T.Qwen3NextForCausalLM,
-           "qwen35moe": T.Qwen3_5MoeForCausalLM}[arch]
+           "qwen35moe": T.Qwen3_5MoeForCausalLM, "minimax-m2": T.MiniMaxM2ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()
     g = torch.Generator().manual_seed(seed)

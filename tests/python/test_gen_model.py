@@ -359,6 +359,39 @@ def test_glm4moe_layout_and_metadata(tmp_path):
     assert f[a + "expert_shared_count"] == 1 and f[a + "leading_dense_block_count"] == 1
 
 
+def expected_minimax_m2(n_layer, e=64, h=4, kv=2, hd=32, ff=64, ne=8, v=512):
+    """llama.cpp's minimax-m2 loader: q/k norms over the whole projections, every layer MoE with
+    the selection bias, no shared expert."""
+    t = {"token_embd.weight": [e, v], "output_norm.weight": [e], "output.weight": [e, v]}
+    for l in range(n_layer):
+        b = f"blk.{l}."
+        t.update({b + "attn_norm.weight": [e], b + "attn_q.weight": [e, h * hd],
+                  b + "attn_k.weight": [e, kv * hd], b + "attn_v.weight": [e, kv * hd],
+                  b + "attn_q_norm.weight": [h * hd], b + "attn_k_norm.weight": [kv * hd],
+                  b + "attn_output.weight": [h * hd, e], b + "ffn_norm.weight": [e],
+                  b + "ffn_gate_inp.weight": [e, ne], b + "exp_probs_b.bias": [ne],
+                  b + "ffn_gate_exps.weight": [e, ff, ne], b + "ffn_up_exps.weight": [e, ff, ne],
+                  b + "ffn_down_exps.weight": [ff, e, ne]})
+    return t
+
+
+def test_minimax_m2_layout_and_metadata(tmp_path):
+    r = gguf.GGUFReader(str(gen(tmp_path, "minimax-m2", "tiny", "--layers", "3")))
+    got = {n: [int(x) for x in t.shape] for n, t in tensors(r).items()}
+    assert got == expected_minimax_m2(3)
+    f = fields(r)
+    a = "minimax-m2."
+    assert f["general.architecture"] == "minimax-m2" and f[a + "block_count"] == 3
+    assert f[a + "rope.dimension_count"] == 16 and f[a + "attention.key_length"] == 32
+    assert f[a + "attention.head_count"] == 4 and f[a + "attention.head_count_kv"] == 2
+    assert f[a + "expert_feed_forward_length"] == 64 == f[a + "feed_forward_length"]
+    assert f[a + "expert_gating_func"] == 2
+    # As llama.cpp's converter: no routing key beyond the gating function.
+    for k in ("expert_weights_norm", "expert_weights_scale", "expert_shared_count",
+              "expert_group_count", "leading_dense_block_count"):
+        assert a + k not in f, k
+
+
 def _hf_params(arch, preset):
     """Parameters of the released model's transformers config (meta device, no memory), plus what
     the GGUF holds beyond it: the selection-bias buffers of sigmoid routing and, for GLM, the MTP
@@ -400,6 +433,10 @@ def _hf_params(arch, preset):
             num_attention_heads=96, num_key_value_heads=8, head_dim=128, intermediate_size=12288,
             moe_intermediate_size=1536, n_routed_experts=160, n_shared_experts=1, num_experts_per_tok=8,
             first_k_dense_replace=3, attention_bias=True, use_qk_norm=True), T.Glm4MoeForCausalLM),
+        "m2": (lambda: T.MiniMaxM2Config(vocab_size=200064, hidden_size=3072, num_hidden_layers=62,
+            num_attention_heads=48, num_key_value_heads=8, head_dim=128, rotary_dim=64,
+            intermediate_size=1536, num_local_experts=256, num_experts_per_tok=8),
+            T.MiniMaxM2ForCausalLM),
     }[preset]
     cfg = cfg()
     with torch.device("meta"):
@@ -415,7 +452,8 @@ def _hf_params(arch, preset):
 
 # Approximate published totals (model cards), as a sanity check of the transformers arithmetic.
 RELEASED_NEW = [("deepseek2", "v2-lite", 15.7e9), ("deepseek2", "v2", 236e9), ("deepseek2", "v3", 671e9),
-                ("deepseek2", "kimi-k2", 1.03e12), ("glm4moe", "4.5-air", 110e9), ("glm4moe", "4.5", 358e9)]
+                ("deepseek2", "kimi-k2", 1.03e12), ("glm4moe", "4.5-air", 110e9), ("glm4moe", "4.5", 358e9),
+                ("minimax-m2", "m2", 230e9)]
 
 
 @pytest.mark.parametrize("arch,preset,published", RELEASED_NEW)

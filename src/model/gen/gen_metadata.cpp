@@ -85,6 +85,9 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
     u32("expert_group_count", s.n_group);
     u32("expert_group_used_count", s.topk_group);
   }
+  // llama.cpp's MiniMax-M2 converter writes the gating function (from scoring_func) and none of
+  // the other routing keys: its graph always renormalises and never scales.
+  if (s.arch == GenArch::MinimaxM2) u32("expert_gating_func", 2);
   if (s.n_nextn > 0) u32("nextn_predict_layers", s.n_nextn);
   if (s.hybrid()) {  // as llama.cpp's Qwen3-Next / Qwen3.5 converter writes them
     u32("ssm.conv_kernel", s.ssm_conv);

@@ -94,6 +94,21 @@ ModelShape glm(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, int64
   return s;
 }
 
+// MiniMax-M2 layout: GQA with half of each head rotating, RMSNorm over the whole q and k, every
+// layer MoE without a shared expert, sigmoid routing with the selection bias and renormalised
+// weights; feed_forward_length is the expert size (llama.cpp's converter writes both from
+// intermediate_size).
+ModelShape minimax(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, int64_t heads_kv,
+                   int64_t head_dim, int64_t n_rot, int64_t ff_exp, int64_t experts, int64_t used,
+                   int64_t ctx, double rope_base) {
+  ModelShape s = make(GenArch::MinimaxM2, vocab, embd, layers, heads, heads_kv, head_dim, ff_exp,
+                      ff_exp, 0, experts, used, ctx, rope_base, 1e-6);
+  s.n_rot = n_rot;
+  s.sigmoid = true;
+  s.norm_topk = true;
+  return s;
+}
+
 // gpt-oss: the window on every other layer and the model's YaRN (factor 32 over 4096 positions).
 ModelShape oss(ModelShape s, int64_t window) {
   s.n_swa = window;
@@ -229,6 +244,10 @@ const std::vector<PresetRow>& table() {
        phi(make(A::PhiMoe, 512, 64, 4, 4, 2, 16, 128, 128, 0, 8, 2, 2048, 1e4, 1e-5), 16, 64)},
       {A::PhiMoe, "small",
        phi(make(A::PhiMoe, 1024, 256, 4, 8, 2, 32, 512, 512, 0, 16, 2, 8192, 1e4, 1e-5), 32, 256)},
+      // MiniMax-M2: q is n_head * head_dim wide (128 in tiny with n_embd 64, 6144 in m2 with 3072).
+      {A::MinimaxM2, "tiny", minimax(512, 64, 4, 4, 2, 32, 16, 64, 8, 2, 512, 5e6)},
+      {A::MinimaxM2, "small", minimax(1024, 256, 4, 8, 4, 64, 32, 256, 16, 4, 2048, 5e6)},
+      {A::MinimaxM2, "m2", minimax(200064, 3072, 62, 48, 8, 128, 64, 1536, 256, 8, 196608, 5e6)},
       {A::PhiMoe, "3.5-moe",
        phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5),
            131072, 4096)},
@@ -243,7 +262,8 @@ QkNorm ModelShape::qk_norm() const {
     case GenArch::Qwen3Moe:
     case GenArch::Qwen3Next:
     case GenArch::Qwen35Moe: return QkNorm::PerHead;
-    case GenArch::Olmoe: return QkNorm::Full;
+    case GenArch::Olmoe:
+    case GenArch::MinimaxM2: return QkNorm::Full;
     case GenArch::Glm4Moe: return glm_qk_norm ? QkNorm::PerHead : QkNorm::None;
     default: return QkNorm::None;
   }
@@ -327,9 +347,10 @@ GenArch parse_arch(const std::string& name) {
   if (name == "phimoe") return GenArch::PhiMoe;
   if (name == "qwen3next") return GenArch::Qwen3Next;
   if (name == "qwen35moe") return GenArch::Qwen35Moe;
+  if (name == "minimax-m2" || name == "minimax_m2") return GenArch::MinimaxM2;
   fail(
       "gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, "
-      "glm4moe, gpt-oss, phimoe, qwen3next or qwen35moe)",
+      "glm4moe, gpt-oss, phimoe, qwen3next, qwen35moe or minimax-m2)",
       name);
 }
 
@@ -345,6 +366,7 @@ const char* arch_cli_name(GenArch a) {
     case GenArch::PhiMoe: return "phimoe";
     case GenArch::Qwen3Next: return "qwen3next";
     case GenArch::Qwen35Moe: return "qwen35moe";
+    case GenArch::MinimaxM2: return "minimax-m2";
   }
   return "?";
 }
@@ -361,6 +383,7 @@ const char* arch_gguf_name(GenArch a) {
     case GenArch::PhiMoe: return "phimoe";
     case GenArch::Qwen3Next: return "qwen3next";
     case GenArch::Qwen35Moe: return "qwen35moe";
+    case GenArch::MinimaxM2: return "minimax-m2";
   }
   return "?";
 }

@@ -17,7 +17,8 @@ enum class GenArch {
   GptOss,
   PhiMoe,
   Qwen3Next,
-  Qwen35Moe
+  Qwen35Moe,
+  MinimaxM2
 };
 
 // Where the attention has q/k RMS norms: none, per head (Qwen3: weight of head_dim), or over the
@@ -46,15 +47,15 @@ struct ModelShape {
   int64_t n_swa = 0;
   int64_t rope_n_ctx_orig = 0;
 
-  // DeepSeek / GLM layouts (deepseek2, glm4moe); defaults elsewhere.
+  // DeepSeek / GLM / MiniMax layouts (deepseek2, glm4moe, minimax-m2); defaults elsewhere.
   int64_t n_layer_dense_lead = 0;  // leading layers with a dense FFN of n_ff
   int64_t n_expert_shared = 0;     // ungated shared experts of n_ff_exp each (n_ff_shexp = product)
-  int64_t n_rot = 0;               // rotary dims of a head (0: head_dim; glm4moe: half of it)
-  bool glm_qk_norm = false;        // glm4moe: per-head q/k RMSNorm (GLM-4.5, not -Air)
-  int64_t n_nextn = 0;             // glm4moe: next-token-prediction blocks after the trunk
-  bool sigmoid = false;            // sigmoid routing with a selection bias (exp_probs_b)
-  bool norm_topk = false;          // expert_weights_norm
-  double weights_scale = 1.0;      // expert_weights_scale
+  int64_t n_rot = 0;         // rotary dims of a head (0: head_dim; glm4moe, minimax-m2: half of it)
+  bool glm_qk_norm = false;  // glm4moe: per-head q/k RMSNorm (GLM-4.5, not -Air)
+  int64_t n_nextn = 0;       // glm4moe: next-token-prediction blocks after the trunk
+  bool sigmoid = false;      // sigmoid routing with a selection bias (exp_probs_b)
+  bool norm_topk = false;    // expert_weights_norm
+  double weights_scale = 1.0;  // expert_weights_scale
   int64_t n_group = 1, topk_group = 1;
   // Multi-head latent attention (deepseek2): q_lora_rank 0 = a single attn_q.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v_head_dim = 0;
