@@ -74,6 +74,7 @@ TOL = {
     ("deepseek3", "f32"): 9e-6, ("deepseek3", "f16"): 8e-6,
     ("glm4moe+mtp", "f32"): 6e-6, ("glm4moe+mtp", "f16"): 6e-6,
     ("phimoe-long", "f32"): 8e-6,
+    ("gemma4", "f32"): 5e-5, ("gemma4", "f16"): 5e-5,
 }
 
 
