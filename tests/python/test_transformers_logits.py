@@ -15,6 +15,11 @@ layers. DeepSeek files are written in the current layout (attn_k_b / attn_v_b) a
 "deepseek2-kv_b", in the older one (attn_kv_b); the GLM file carries a next-token-prediction
 block after the trunk ("+mtp"), which must not change the logits.
 
+gemma4: Gemma 4 26B-A4B's layout in 4 layers (sliding layers with an 8-token window between
+global layers of another head size whose keys are their values, proportional RoPE, a dense FFN
+beside the experts, router scale, per-expert scale, layer scale, embedding scale, soft-capped
+logits).
+
 gpt-oss: the real YaRN (factor 32 over 4096 positions, unrounded ramp), an 8-token window on
 every other layer, sinks, biases everywhere, pre-activations scaled past the clamp. phimoe:
 LayerNorm, SparseMixer routing, LongRoPE short factors (the 48 positions stay below the original
@@ -39,6 +44,10 @@ error F32 / F16 at avx512 | avx2 | scalar:
   deepseek3      8.2e-7 / 7.2e-7 | 7.6e-7 / 6.7e-7 | 6.1e-7 / 7.6e-7
   glm4moe+mtp    5.3e-7 / 5.2e-7 | 5.3e-7 / 5.1e-7 | 5.8e-7 / 5.1e-7
   phimoe long    6.4e-7 (F32)    | 5.6e-7          | 7.2e-7
+  gemma4         3.3e-6 / 3.5e-6 | 3.9e-6 / 4.0e-6 | 4.8e-6 / 4.2e-6   (2026-11-27, moeflow 1b52934+)
+(gemma4's reference is not all float64: transformers' Gemma4RMSNorm normalises in float32, and a
+layer has eight of them; a broken feature is far above: soft-capping off 1.1e-2, the sliding
+window off changes the greedy tokens.)
 (`pytest -s` prints a MEASURE line per case.)
 """
 from __future__ import annotations
