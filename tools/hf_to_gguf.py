@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert a transformers MoE model (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
-GLM-4.5, gpt-oss, Phi-3.5-MoE, Qwen3-Next, Qwen3.5/3.6 MoE, MiniMax-M2) to GGUF.
+GLM-4.5, gpt-oss, Phi-3.5-MoE, Qwen3-Next, Qwen3.5/3.6 MoE, MiniMax-M2, Gemma 4 MoE) to GGUF.
 
 An independent converter (written for moeflow, on the `gguf` python package) that lays out
 tensors and metadata the way llama.cpp expects them, so the same file can be run by moeflow,
@@ -47,6 +47,7 @@ ARCHS = {
     "qwen3_next": ("qwen3next", True, False),
     "qwen3_5_moe_text": ("qwen35moe", True, False),
     "minimax_m2": ("minimax-m2", True, False),
+    "gemma4_text": ("gemma4", True, False),
 }
 LLAMA_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
@@ -639,6 +640,88 @@ def _qwen_hybrid_layer(sd, cfg, l: int, linear: bool, v35: bool):
     return out
 
 
+def convert_gemma4(cfg, sd: dict, path: str, outtype: str = "f32") -> None:
+    """Gemma 4 MoE (transformers gemma4_text, the 26B-A4B layout) -> GGUF arch "gemma4", as
+    llama.cpp's converter writes it: per-layer kv heads, the global layers' head size in
+    key_length and the sliding ones' in key_length_swa, proportional RoPE as rope_freqs
+    divisors (1e30 for the pairs that do not rotate), norms unshifted, the router's scale and
+    per-expert scale as ffn_gate_inp.scale / ffn_down_exps.scale, experts with gate and up fused,
+    the output head tied to the embedding."""
+    n_layer, n_embd = cfg.num_hidden_layers, cfg.hidden_size
+    if _cfg(cfg, "hidden_size_per_layer_input", default=0):
+        raise ValueError("gemma4: per-layer input embeddings (E2B/E4B) are not supported")
+    if _cfg(cfg, "num_kv_shared_layers", default=0):
+        raise ValueError("gemma4: layers sharing another layer's KV (E2B/E4B) are not supported")
+    if not cfg.enable_moe_block:
+        raise ValueError("gemma4: dense models are not supported (enable_moe_block is false)")
+    if not cfg.tie_word_embeddings:
+        raise ValueError("gemma4: an output head of its own has no llama.cpp layout")
+    swa = [t == "sliding_attention" for t in cfg.layer_types]
+    rp = cfg.rope_parameters
+    full, slide = rp["full_attention"], rp["sliding_attention"]
+    if full["rope_type"] != "proportional" or slide.get("rope_type", "default") != "default":
+        raise ValueError(f"gemma4: rope types {full['rope_type']} / {slide.get('rope_type')} "
+                         "(proportional / default expected)")
+    layers = [cfg.per_layer_config[l] for l in range(n_layer)]
+    hd_full = next(c.head_dim for c, s in zip(layers, swa) if not s)
+    hd_swa = next(c.head_dim for c, s in zip(layers, swa) if s)
+    w = gguf.GGUFWriter(path, "gemma4")
+    w.add_name("hf-converted gemma4_text")
+    w.add_file_type(1 if outtype == "f16" else 0)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv([int(c.num_key_value_heads) for c in layers])
+    w.add_key_length(hd_full)
+    w.add_value_length(hd_full)
+    w.add_key_length_swa(hd_swa)
+    w.add_value_length_swa(hd_swa)
+    w.add_rope_dimension_count(hd_full)  # the whole head, with rope_freqs below
+    w.add_rope_dimension_count_swa(int(hd_swa * slide.get("partial_rotary_factor", 1.0)))
+    w.add_rope_freq_base(float(full["rope_theta"]))
+    w.add_rope_freq_base_swa(float(slide["rope_theta"]))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_sliding_window_pattern(swa)
+    if cfg.final_logit_softcapping:
+        w.add_final_logit_softcapping(float(cfg.final_logit_softcapping))
+    w.add_shared_kv_layers(0)
+    w.add_embedding_length_per_layer_input(0)
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.top_k_experts)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    _write_synth_vocab(w, cfg.vocab_size)
+
+    put = _putter(w, outtype)
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    rot = int(hd_full * full["partial_rotary_factor"] / 2)
+    put("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (hd_full // 2 - rot), dtype=np.float32))
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+             "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+             "post_feedforward_layernorm_1": "post_ffw_norm_1",
+             "pre_feedforward_layernorm_2": "pre_ffw_norm_2",
+             "post_feedforward_layernorm_2": "post_ffw_norm_2",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "router.proj": "ffn_gate_inp"}
+    for l in range(n_layer):
+        hp, b = f"model.layers.{l}.", f"blk.{l}."
+        for hf, gg in names.items():
+            if hp + hf + ".weight" in sd:  # v_proj is absent on the global layers (k_eq_v)
+                put(b + gg + ".weight", sd[hp + hf + ".weight"])
+        put(b + "ffn_gate_inp.scale", sd[hp + "router.scale"])
+        put(b + "ffn_gate_up_exps.weight", sd[hp + "experts.gate_up_proj"])  # (E, 2 ff, embd)
+        put(b + "ffn_down_exps.weight", sd[hp + "experts.down_proj"])        # (E, embd, ff)
+        put(b + "ffn_down_exps.scale", sd[hp + "router.per_expert_scale"])
+        put(b + "layer_output_scale.weight", sd[hp + "layer_scalar"])
+    put("output_norm.weight", sd["model.norm.weight"])
+    _finish(w)
+
+
 def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -> None:
     """sd: name -> float numpy array (HF names). Writes GGUF to `path`. opts: kv_b (DeepSeek's
     older attn_kv_b layout), mtp (GLM-4.5 next-token-prediction blocks)."""
@@ -655,6 +738,8 @@ def convert_state_dict(cfg, sd: dict, path: str, outtype: str = "f32", **opts) -
         return convert_qwen_hybrid(cfg, sd, path, outtype, mtp=opts.get("mtp", 0))
     if mt == "minimax_m2":
         return convert_minimax_m2(cfg, sd, path, outtype)
+    if mt == "gemma4_text":
+        return convert_gemma4(cfg, sd, path, outtype)
     arch, renorm, permute = ARCHS[mt]
     norm_topk = bool(_cfg(cfg, "norm_topk_prob", default=(mt == "mixtral")))
     if mt != "mixtral" and norm_topk != renorm:

@@ -174,6 +174,10 @@ class Backend {
   virtual void add(TensorView x, const TensorView& y) = 0;
   // acc += s * x
   virtual void scale_add(TensorView acc, const TensorView& x, float s) = 0;
+  // x *= s (Gemma's embedding scale and per-layer output scale).
+  virtual void scale(TensorView x, float s) = 0;
+  // x = cap * tanh(x / cap): Gemma's soft-capping of the final logits (cap > 0).
+  virtual void softcap(TensorView x, float cap) = 0;
   // acc[t] += f(gate[t]) * x[t]; gate is [n][1] (a shared expert's gate logit per token).
   virtual void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) = 0;
   // x *= sigmoid(gate), element by element ([m][d] each; the attention output gate).

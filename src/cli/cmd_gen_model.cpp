@@ -129,12 +129,12 @@ const bool registered_gen_model = register_command(
       sub.add_option(
              "--arch", a->arch,
              "mixtral | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe | gpt-oss | phimoe | "
-             "qwen3next | qwen35moe | minimax-m2")
+             "qwen3next | qwen35moe | minimax-m2 | gemma4")
           ->required();
       sub.add_option("--preset", a->preset,
                      "tiny | small | 8x7b (mixtral) | a2.7b (qwen2moe) | 30b-a3b (qwen3moe) | "
                      "1b-7b (olmoe) | 20b, 120b (gpt-oss) | 3.5-moe (phimoe) | 80b-a3b "
-                     "(qwen3next) | 35b-a3b (qwen35moe) | m2 (minimax-m2)");
+                     "(qwen3next) | 35b-a3b (qwen35moe) | m2 (minimax-m2) | 26b-a4b (gemma4)");
       sub.add_option("-o,--output", a->out, "output GGUF path")->required();
       sub.add_option("--layers", a->layers, "override the layer count");
       sub.add_option("--type", a->type, "weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...)");

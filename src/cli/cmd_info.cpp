@@ -21,6 +21,8 @@ using ojson = nlohmann::ordered_json;
 
 // Arrays longer than this are summarised unless --full (vocabularies have 100k+ entries).
 constexpr size_t kShortArray = 16;
+// Numeric arrays up to this long are printed whole in the text form (one entry per layer).
+constexpr size_t kPerLayerArray = 256;
 
 ojson value_json(const GgufValue& v, bool full) {
   switch (v.type) {
@@ -67,8 +69,13 @@ std::string value_text(const GgufValue& v) {
       return "\"" + s + "\"";
     }
     case GgufType::ARRAY: {
-      std::string s = fmt::format("[{} x {}]", gguf_type_name(v.elem_type), v.arr.size());
-      return s;
+      // Per-layer values (kv heads, which layers slide) are short: shown; vocabularies are not.
+      if (v.elem_type == GgufType::STRING || v.elem_type == GgufType::ARRAY ||
+          v.arr.size() > kPerLayerArray)
+        return fmt::format("[{} x {}]", gguf_type_name(v.elem_type), v.arr.size());
+      std::string s = "[";
+      for (size_t k = 0; k < v.arr.size(); ++k) s += (k ? ", " : "") + value_text(v.arr[k]);
+      return s + "]";
     }
     case GgufType::BOOL: return v.b ? "true" : "false";
     case GgufType::FLOAT32:
@@ -113,12 +120,13 @@ int run_info(const InfoOptions& o) {
   std::string arch;
   if (const GgufValue* a = f->find("general.architecture"); a && a->type == GgufType::STRING)
     arch = a->s;
-  // Hyper-parameters are the scalar "<arch>.*" keys: whatever the architecture defines.
+  // Hyper-parameters are the "<arch>.*" keys: whatever the architecture defines, per-layer
+  // arrays included (Gemma 4's head_count_kv and sliding_window_pattern; the text form
+  // summarises them as [type x length]).
   std::vector<const GgufKV*> hparams;
   if (!arch.empty())
     for (const auto& kv : f->metadata())
-      if (kv.key.rfind(arch + ".", 0) == 0 && kv.value.type != GgufType::ARRAY)
-        hparams.push_back(&kv);
+      if (kv.key.rfind(arch + ".", 0) == 0) hparams.push_back(&kv);
   uint64_t total_size = 0;
   for (uint32_t s = 0; s < f->split_paths().size(); ++s) total_size += f->file_size(s);
   // The KV cache a run would keep, when moeflow can load the model (info also inspects files

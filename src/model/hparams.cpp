@@ -1,5 +1,6 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -126,7 +127,22 @@ HParams load_hparams(const GgufFile& f) {
          hp.n_layer_nextn, hp.n_layer);
   hp.n_layer -= hp.n_layer_nextn;
   hp.n_head = (int)hparam_positive(f, hp, "attention.head_count");
-  hp.n_head_kv = (int)hparam_positive(f, hp, "attention.head_count_kv", hp.n_head);
+  const std::string kv_key = p + "attention.head_count_kv";
+  if (const GgufValue* v = f.find(kv_key); v && v->type == GgufType::ARRAY) {
+    const std::vector<int64_t> a = f.get_int_array(kv_key);
+    if ((int64_t)a.size() != hp.n_layer)
+      fail("{}: {} has {} entries for {} layers", f.path(), kv_key, a.size(), hp.n_layer);
+    bool uniform = true;
+    for (int64_t n : a) {
+      if (n <= 0 || n > hp.n_head || hp.n_head % n != 0)
+        fail("{}: {} entry {} must divide attention.head_count {}", f.path(), kv_key, n, hp.n_head);
+      hp.n_head_kv = std::max(hp.n_head_kv, (int)n);
+      uniform &= n == a[0];
+    }
+    if (!uniform) hp.n_head_kv_layers.assign(a.begin(), a.end());
+  } else {
+    hp.n_head_kv = (int)hparam_positive(f, hp, "attention.head_count_kv", hp.n_head);
+  }
   if (hp.n_head % hp.n_head_kv != 0)
     fail("{}: attention.head_count {} is not a multiple of head_count_kv {}", f.path(), hp.n_head,
          hp.n_head_kv);

@@ -88,6 +88,16 @@ struct HParams {
   std::vector<uint8_t> recurrent_layers;
   SsmDims ssm;
   std::vector<int64_t> rope_sections;
+  // attention.head_count_kv as an array: one entry per layer (Gemma 4's global layers have fewer
+  // kv heads); empty when it is one number. n_head_kv is then the largest entry, and only the
+  // architectures that build their attention per layer accept a non-uniform array.
+  std::vector<int> n_head_kv_layers;
+  // Gemma 4 (read by its file): the sliding layers' head size and rotary dims, the embedding's
+  // scale, and the soft cap of the final logits (0: none).
+  int64_t head_dim_swa = 0;
+  int64_t n_rot_swa = 0;
+  float embd_scale = 1.0f;
+  float logit_softcap = 0.0f;
 
   bool is_swa(int layer) const {
     return n_swa > 0 && layer >= 0 && layer < (int)swa_layers.size() && swa_layers[layer];

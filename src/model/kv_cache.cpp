@@ -22,13 +22,24 @@ void KvCache::prefault() {
   std::memset(v_.data(), 0, v_.size());
 }
 
-TensorView KvCache::k_view(int layer) const {
-  return f32_view(k(layer, 0), k_dim_, n_ctx_, k_.space());
+namespace {
+
+TensorView rows_of(const float* p, int64_t width, int64_t cols, int64_t n_ctx, MemSpace space) {
+  if (cols > width)
+    fail("kv cache: a layer asks for rows of {} floats, the cache holds {}", cols, width);
+  if (cols <= 0 || cols == width) return f32_view(p, width, n_ctx, space);
+  return strided_matrix_view(p, GgmlType::F32, cols, n_ctx, (size_t)width * sizeof(float), space);
 }
 
-TensorView KvCache::v_view(int layer) const {
+}  // namespace
+
+TensorView KvCache::k_view(int layer, int64_t cols) const {
+  return rows_of(k(layer, 0), k_dim_, cols, n_ctx_, k_.space());
+}
+
+TensorView KvCache::v_view(int layer, int64_t cols) const {
   if (v_dim_ == 0) return {};
-  return f32_view(v(layer, 0), v_dim_, n_ctx_, v_.space());
+  return rows_of(v(layer, 0), v_dim_, cols, n_ctx_, v_.space());
 }
 
 }  // namespace moeflow

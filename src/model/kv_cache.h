@@ -40,9 +40,10 @@ class KvCache {
   // Writes zeros over the whole cache (host memory only), so its pages are resident now.
   void prefault();
   // One layer's keys / values as [n_ctx][k_dim] / [n_ctx][v_dim] views (row = position);
-  // v_view is empty when v_dim is 0.
-  TensorView k_view(int layer) const;
-  TensorView v_view(int layer) const;
+  // v_view is empty when v_dim is 0. With `cols` (> 0, <= the width) the leading cols of each
+  // row: a layer whose rows are narrower than the widest layer's (Gemma 4's global layers).
+  TensorView k_view(int layer, int64_t cols = 0) const;
+  TensorView v_view(int layer, int64_t cols = 0) const;
 
  private:
   int n_layer_ = 0;

@@ -66,6 +66,11 @@ struct AttentionSpec {
   // Heads, sizes, scale and window; the sink logits (when `sinks`) come from the layer's weights.
   AttentionParams params;
   bool sinks = false;
+  // Gemma 4: a layer without a value projection takes the key projection's output (before the
+  // key norm and RoPE) as its values (attention_k_eq_v), and values are RMS-normalised per head
+  // without a weight before they are cached.
+  bool v_from_k = false;
+  bool v_norm = false;
 };
 
 enum class FfnKind : uint8_t { Dense, Moe };
@@ -97,6 +102,15 @@ struct LayerSpec {
   FfnKind ffn = FfnKind::Dense;
   GluParams dense_act;  // the dense FFN's gated activation
   MoeSpec moe;
+  // Gemma: RMSNorm of the attention output (attn_post_norm) and of the FFN output
+  // (ffn_post_norm) before each is added to the residual stream.
+  bool post_norms = false;
+  // Gemma 4's MoE layers: a dense FFN (ffn_norm -> GLU -> ffn_post_norm_1) beside the MoE block
+  // (experts on ffn_pre_norm_2 of the residual, the router on router_norm of it, ->
+  // ffn_post_norm_2), the two outputs summed.
+  bool dense_beside_moe = false;
+  // The layer's output (the residual stream after it) times this (Gemma 4's layer scalar).
+  float out_scale = 1.0f;
 };
 
 }  // namespace moeflow

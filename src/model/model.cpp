@@ -136,6 +136,8 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       x_(be_),
       xn_(be_),
       tmp_(be_),
+      router_in_(be_),
+      moe_out_(be_),
       logits_(be_) {
   if (!be_.can_read(provider_.memory_space()))
     fail(
@@ -177,6 +179,26 @@ void ForwardContext::norm(const LayerSpec& spec, const TensorView& x, const Tens
     be_.rms_norm(x, w.as<float>(), out, hp_.rms_eps);
 }
 
+void ForwardContext::dense_beside_moe(int il, const LayerWeights& L, const LayerSpec& spec,
+                                      const int32_t* tokens, const TensorView& x, TensorView xn,
+                                      TensorView out) {
+  const int64_t n = x.rows();
+  const float eps = hp_.rms_eps;
+  FfnMatrices f{L.ffn.gate, L.ffn.up, L.ffn.down, {}, {}, {}};
+  be_.rms_norm(x, L.ffn_norm.as<float>(), xn, eps);
+  glu_ffn(be_, f, xn, out, spec.dense_act, ffn_scratch_);
+  be_.rms_norm(out, L.ffn_post_norm_1.as<float>(), out, eps);
+  const TensorView router_in = router_in_.f32(hp_.n_embd, n), moe = moe_out_.f32(hp_.n_embd, n);
+  be_.rms_norm(x, L.router_norm.as<float>(), router_in, eps);
+  be_.rms_norm(x, L.ffn_pre_norm_2.as<float>(), xn, eps);
+  // No stale-input pre-calculation: it would route the next layer on its expert input, and the
+  // router here reads an input of its own.
+  moe_.set_stale_input(nullptr, nullptr, x);
+  moe_.run(il, L, spec, xn, tokens, pos_, provider_, observer_, moe, router_in);
+  be_.rms_norm(moe, L.ffn_post_norm_2.as<float>(), moe, eps);
+  be_.add(out, moe);
+}
+
 void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
   const int n = (int)tokens.size();
   if (n <= 0) fail("forward: no tokens");
@@ -199,6 +221,7 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
   const std::vector<LayerSpec>& specs = model_.specs();
   const TensorView x = x_.f32(d, n), xn = xn_.f32(d, n), tmp = tmp_.f32(d, n);
   be_.get_rows(w_.token_embd, tokens, x);
+  if (hp_.embd_scale != 1.0f) be_.scale(x, hp_.embd_scale);
 
   for (int il = 0; il < hp_.n_layer; ++il) {
     progress();  // the watchdog's sign of life (core/watchdog.h)
@@ -213,20 +236,27 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
       const TensorView& freqs = long_rope_ && L.rope_freqs_long ? L.rope_freqs_long : L.rope_freqs;
       gqa_attention(be_, L, spec.attn, hp_.rms_eps, xn, kv_, il, pos_, freqs, tmp, attn_scratch_);
     }
+    if (spec.post_norms) be_.rms_norm(tmp, L.attn_post_norm.as<float>(), tmp, hp_.rms_eps);
     be_.add(x, tmp);
 
-    norm(spec, x, L.ffn_norm, L.ffn_norm_bias, xn);
-    if (L.moe) {
-      const bool next_moe = il + 1 < hp_.n_layer && w_.layers[il + 1].moe;
-      moe_.set_stale_input(next_moe ? &w_.layers[il + 1] : nullptr,
-                           next_moe ? &specs[il + 1] : nullptr, x);
-      moe_.run(il, L, spec, xn, tokens.data(), pos_, provider_, observer_, tmp);
+    if (spec.dense_beside_moe) {
+      dense_beside_moe(il, L, spec, tokens.data(), x, xn, tmp);
     } else {
-      FfnMatrices f{L.ffn.gate,      L.ffn.up,      L.ffn.down,
-                    L.ffn.gate_bias, L.ffn.up_bias, L.ffn.down_bias};
-      glu_ffn(be_, f, xn, tmp, spec.dense_act, ffn_scratch_);
+      norm(spec, x, L.ffn_norm, L.ffn_norm_bias, xn);
+      if (L.moe) {
+        const bool next_moe = il + 1 < hp_.n_layer && w_.layers[il + 1].moe;
+        moe_.set_stale_input(next_moe ? &w_.layers[il + 1] : nullptr,
+                             next_moe ? &specs[il + 1] : nullptr, x);
+        moe_.run(il, L, spec, xn, tokens.data(), pos_, provider_, observer_, tmp);
+      } else {
+        FfnMatrices f{L.ffn.gate,      L.ffn.up,      L.ffn.down,
+                      L.ffn.gate_bias, L.ffn.up_bias, L.ffn.down_bias};
+        glu_ffn(be_, f, xn, tmp, spec.dense_act, ffn_scratch_);
+      }
     }
+    if (spec.post_norms) be_.rms_norm(tmp, L.ffn_post_norm.as<float>(), tmp, hp_.rms_eps);
     be_.add(x, tmp);
+    if (spec.out_scale != 1.0f) be_.scale(x, spec.out_scale);
   }
 
   if (mode != LogitsMode::None) {
@@ -238,6 +268,7 @@ void ForwardContext::forward(std::span<const int32_t> tokens, LogitsMode mode) {
     const TensorView lg = logits_.f32(n_vocab, rows);
     be_.matmul(w_.output, xn.slice_rows(first, rows), lg);
     if (w_.output_bias) be_.add(lg, w_.output_bias);
+    if (hp_.logit_softcap > 0.0f) be_.softcap(lg, hp_.logit_softcap);
     logits_host_ = be_.read_f32(lg, logits_staging_);
   }
   pos_ += n;

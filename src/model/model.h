@@ -110,6 +110,10 @@ class ForwardContext {
                  std::unique_ptr<CpuBackend> own, Backend* backend);
   void norm(const LayerSpec& spec, const TensorView& x, const TensorView& w, const TensorView& b,
             TensorView out);
+  // Gemma 4's FFN block of layer il (LayerSpec::dense_beside_moe): out = the dense FFN's and the
+  // MoE block's normalised outputs, summed. xn is scratch of x's shape.
+  void dense_beside_moe(int il, const LayerWeights& L, const LayerSpec& spec, const int32_t* tokens,
+                        const TensorView& x, TensorView xn, TensorView out);
 
   const Model& model_;
   const HParams& hp_;
@@ -128,7 +132,7 @@ class ForwardContext {
   MlaScratch mla_scratch_;
   DeltaNetScratch delta_scratch_;
   FfnScratch ffn_scratch_;
-  BackendScratch x_, xn_, tmp_, logits_;
+  BackendScratch x_, xn_, tmp_, router_in_, moe_out_, logits_;
   const float* logits_host_ = nullptr;
   std::vector<float> logits_staging_;
 };

@@ -180,6 +180,9 @@ void ModelLoader::mla_attention(int il, LayerWeights& L, const MlaSpec& m) {
 
 void ModelLoader::attention(int il, LayerWeights& L, const AttentionOptions& o) {
   const int64_t d = hp_.n_embd;
+  if (!hp_.n_head_kv_layers.empty())
+    fail("{}: {}.attention.head_count_kv differs between layers, which {} does not support",
+         f_.path(), hp_.arch_name, hp_.arch_name);
   L.wq = layer_matrix(il, "attn_q.weight", d, hp_.q_dim());
   L.wk = layer_matrix(il, "attn_k.weight", d, hp_.k_dim());
   L.wv = layer_matrix(il, "attn_v.weight", d, hp_.v_dim());

@@ -61,6 +61,14 @@ struct LayerWeights {
   FfnWeights shexp;  // shared expert(s)
   // dense layer
   FfnWeights ffn;
+  // Gemma: norms after attention / the FFN (LayerSpec::post_norms), and of the dense FFN and MoE
+  // beside each other (LayerSpec::dense_beside_moe): the dense FFN's output norm, the experts'
+  // input and output norms, the router's input norm (its scale / sqrt(n_embd)).
+  TensorView attn_post_norm, ffn_post_norm;
+  TensorView ffn_post_norm_1, ffn_pre_norm_2, ffn_post_norm_2, router_norm;
+  // Per-expert factors of the routing weights (n_expert host floats, the planner's side like
+  // exp_probs_bias; not adopted by backends), or empty.
+  TensorView exp_weight_scale;
 };
 
 struct ModelWeights {
@@ -120,7 +128,13 @@ void for_each_view(ModelWeights& w, F&& f) {
                           &L.ssm_a,
                           &L.ssm_dt,
                           &L.ssm_norm,
-                          &L.ssm_out})
+                          &L.ssm_out,
+                          &L.attn_post_norm,
+                          &L.ffn_post_norm,
+                          &L.ffn_post_norm_1,
+                          &L.ffn_pre_norm_2,
+                          &L.ffn_post_norm_2,
+                          &L.router_norm})
       f(*v);
     for (FfnWeights* ffn : {&L.shexp, &L.ffn})
       for (TensorView* v :

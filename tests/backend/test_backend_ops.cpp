@@ -470,6 +470,27 @@ TEST_P(BackendOps, AddBroadcastScaleAddAndGatedAdd) {
   expect_close(out, want, 4 * tol(), 1e-6, "add/scale_add/gated_add");
 }
 
+// Gemma's embedding / layer-output scale and its final-logit soft-capping, on a row slice so the
+// rows outside it must stay untouched. Values reach |x| ~ 90 so tanh saturates for some.
+TEST_P(BackendOps, ScaleAndSoftcapOnARowSlice) {
+  const int64_t n = 5, d = 131;
+  const auto x = rnd(n * d, 30.f), y = rnd(n * d, 30.f);
+  DeviceTensor X = upload(be(), x, d, n), Y = upload(be(), y, d, n);
+  be().scale(X.view.slice_rows(1, 3), 1.75f);
+  be().softcap(Y.view.slice_rows(1, 3), 30.0f);
+  const auto xs = download(be(), X.view), ys = download(be(), Y.view);
+  std::vector<double> want_x(xs.size()), want_y(ys.size());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < d; ++i) {
+      const bool in = t >= 1 && t < 4;
+      const double xv = x[t * d + i], yv = y[t * d + i];
+      want_x[t * d + i] = in ? 1.75 * xv : xv;
+      want_y[t * d + i] = in ? 30.0 * std::tanh(yv / 30.0) : yv;
+    }
+  expect_close(xs, want_x, 4 * tol(), 1e-6, "scale");
+  expect_close(ys, want_y, 4 * tol(), 1e-6, "softcap");
+}
+
 // ---------------------------------------------------------------- routing
 
 struct RouteRef {

@@ -59,7 +59,11 @@ RunResult run_engine(std::shared_ptr<const GgufFile> file, int threads, const Of
 
 // One tiny model per architecture family the offloading has to serve: plain experts (mixtral),
 // experts with resident biases, MXFP4 experts, sinks and a window (gpt-oss, as the released
-// files: MXFP4 experts, Q8_0 elsewhere, 32 experts), LayerNorm + SparseMixer + LongRoPE (phimoe).
+// files: MXFP4 experts, Q8_0 elsewhere, 32 experts), LayerNorm + SparseMixer + LongRoPE (phimoe),
+// fused gate_up experts with per-expert weight factors beside a dense FFN, a router on its own
+// input, sliding and global layers of different cache widths (gemma4: the small shape, whose
+// experts are large enough that the rate-based budgets hold top-k slots per layer; the tiny
+// one's Q4_K experts are a fraction of an O_DIRECT-aligned slot).
 struct ArchModel {
   const char* name;
   const char* gen_args;
@@ -68,6 +72,7 @@ const ArchModel kModels[] = {
     {"mixtral", "--arch mixtral --preset tiny --type Q4_K"},
     {"gpt_oss", "--arch gpt-oss --preset tiny --experts 32 --type Q8_0 --expert-type MXFP4"},
     {"phimoe", "--arch phimoe --preset tiny --type Q4_K"},
+    {"gemma4", "--arch gemma4 --preset small --layers 2 --type Q4_K"},
 };
 
 class OffloadExact : public ::testing::TestWithParam<ArchModel> {

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 ROUTER_SCALE = 4.0
 # minimax-m2: MiniMax-M2 (partial NeoX RoPE, q/k RMSNorm over the whole projections, sigmoid
 # routing with the selection bias, renormalised weights, no shared expert), two MoE layers.
-ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe", "minimax-m2")
+ARCHS = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss", "phimoe", "minimax-m2", "gemma4")
 # deepseek2: DeepSeek-V2(-Lite) (MLA without q_lora, softmax routing, group-limited greedy,
 # YaRN with mscale == mscale_all_dim); deepseek3: DeepSeek-V3 (q_lora, sigmoid routing with the
 # selection bias, groups scored by their best two, renormalised and scaled weights); both with
@@ -160,6 +160,24 @@ def make_config(arch: str, n_layer: int = 2, vocab: int = 512, hidden: int = 64)
             del hybrid["intermediate_size"]  # Qwen3.5's MoE config has no dense FFN size
             cfg = T.Qwen3_5MoeTextConfig(**hybrid, rope_parameters=dict(
                 rope, mrope_section=[1, 1, 2], mrope_interleaved=True))
+    elif arch == "gemma4":
+        # The 26B-A4B's layout at a tiny size: 8 heads; sliding layers (head 16, 4 kv heads, an
+        # 8-token window the 48 positions cross, RoPE base 1e4) between global ones (head 32, one
+        # kv head whose key projection is also the values: cache rows half as wide; proportional
+        # RoPE over a quarter of each head at base 1e6), a dense GELU FFN beside top-2 of 8 GELU
+        # experts, soft-capped logits, the output head tied to the embedding; no per-layer
+        # embeddings or shared KV (as the 26B).
+        types = ["full_attention" if (i + 1) % 2 == 0 or i == n_layer - 1 else "sliding_attention"
+                 for i in range(n_layer)]
+        common["tie_word_embeddings"] = True
+        common["num_attention_heads"] = 8
+        cfg = T.Gemma4TextConfig(**common, intermediate_size=96, num_key_value_heads=4, head_dim=16,
+                                 global_head_dim=32, num_global_key_value_heads=1,
+                                 attention_k_eq_v=True, sliding_window=8, layer_types=types,
+                                 final_logit_softcapping=30.0, hidden_size_per_layer_input=0,
+                                 num_kv_shared_layers=0, enable_moe_block=True, num_experts=8,
+                                 top_k_experts=2, moe_intermediate_size=32, rms_norm_eps=1e-6,
+                                 hidden_activation="gelu_pytorch_tanh")
     elif arch == "phimoe":
         cfg = T.PhimoeConfig(**common, intermediate_size=32, num_key_value_heads=2,
                              num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-5,
@@ -191,9 +209,9 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
     import torch
     import transformers as T
     if n_layer is None:
-        n_layer = 3 if arch in NEW_ARCHS else 4 if arch in HYBRID_ARCHS else 2
+        n_layer = 3 if arch in NEW_ARCHS else 4 if arch in HYBRID_ARCHS or arch == "gemma4" else 2
     cfg = make_config(arch, n_layer, vocab, hidden)
-    if arch not in NEW_ARCHS:
+    if arch not in NEW_ARCHS and arch != "gemma4":
         _check_rope(cfg, {"olmoe": 1e4, "gpt-oss": 150000.0, "phimoe": 1e4, "qwen3next": 1e7,
                           "qwen35moe": 1e7, "minimax-m2": 5e6}.get(arch, 1e6))
     cls = {"mixtral": T.MixtralForCausalLM, "qwen2moe": T.Qwen2MoeForCausalLM,
@@ -201,7 +219,8 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
            "deepseek2": T.DeepseekV2ForCausalLM, "deepseek3": T.DeepseekV3ForCausalLM,
            "glm4moe": T.Glm4MoeForCausalLM, "gpt-oss": T.GptOssForCausalLM,
            "phimoe": T.PhimoeForCausalLM, "qwen3next": T.Qwen3NextForCausalLM,
-           "qwen35moe": T.Qwen3_5MoeForCausalLM, "minimax-m2": T.MiniMaxM2ForCausalLM}[arch]
+           "qwen35moe": T.Qwen3_5MoeForCausalLM, "minimax-m2": T.MiniMaxM2ForCausalLM,
+           "gemma4": T.Gemma4ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()
     g = torch.Generator().manual_seed(seed)
@@ -209,17 +228,22 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
         for name, p in model.named_parameters():
             shape = p.shape
             zero_centred = arch in HYBRID_ARCHS and not name.endswith("linear_attn.norm.weight")
-            if (name.endswith("norm.weight") or "layernorm" in name) and not name.endswith("bias"):
+            gain = name.endswith(("router.scale", "router.per_expert_scale"))
+            if (name.endswith("norm.weight") or "layernorm" in name or gain) and not name.endswith("bias"):
                 # The hybrids' RMSNorm multiplies by 1 + weight (all but the DeltaNet's gated norm).
                 v = (0.0 if zero_centred else 1.0) + 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
             elif name.endswith("bias"):
                 v = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
             elif "embed_tokens" in name:
-                v = torch.randn(shape, generator=g, dtype=torch.float64)
+                # Gemma scales the embedding by sqrt(hidden): rows of std 1/sqrt(hidden).
+                std = 1.0 / np.sqrt(shape[-1]) if arch == "gemma4" else 1.0
+                v = std * torch.randn(shape, generator=g, dtype=torch.float64)
             else:
                 std = 1.0 / np.sqrt(shape[-1])
                 if is_router(name) and "shared_expert" not in name:
-                    std *= router_scale
+                    # Gemma 4's router reads rms_norm(x) * scale / sqrt(hidden), entries of
+                    # ~1/sqrt(hidden): std router_scale gives logits of std ~router_scale.
+                    std = router_scale if arch == "gemma4" else std * router_scale
                 if name.endswith("experts.gate_up_proj") and arch == "gpt-oss":
                     std *= 5  # pre-activations beyond the clamp at 7, often enough to matter
                 v = std * torch.randn(shape, generator=g, dtype=torch.float64)
@@ -228,12 +252,15 @@ def make_model(arch: str, seed: int = 0, n_layer: int | None = None, vocab: int 
             if name.endswith("e_score_correction_bias"):
                 # float32-exact: the GGUF stores it as F32.
                 b.copy_((BIAS_STD * torch.randn(b.shape, generator=g, dtype=torch.float64)).float())
+            elif name.endswith("layer_scalar"):
+                # Gemma 4's per-layer output scale (ones at init; the real model's are not).
+                b.copy_((1.0 + 0.1 * torch.randn(b.shape, generator=g, dtype=torch.float64)).float())
     return model
 
 
 def is_router(hf_name: str) -> bool:
     return hf_name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight",
-                             "shared_expert_gate.weight", "mlp.router.weight"))
+                             "shared_expert_gate.weight", "mlp.router.weight", "router.proj.weight"))
 
 
 def _gguf_type(hf_name: str, outtype: str) -> str:

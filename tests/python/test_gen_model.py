@@ -572,3 +572,75 @@ def test_qwen_hybrid_presets_match_the_released_configs(arch, preset, published)
     n = json.loads(r.stdout)["n_params"]
     assert n == _hf_hybrid_params(preset)
     assert abs(n / published - 1) < 0.03, f"{preset}: {n} vs published ~{published:.3g}"
+
+
+# --- gemma4: layout written from llama.cpp's tensor tables (src/models/gemma4.cpp) -------------
+def expected_gemma4(n_layer, e=64, h=8, kv=4, kvg=1, hd=16, hdg=32, ff=128, ff_exp=32, ne=8, v=512):
+    t = {"token_embd.weight": [e, v], "output_norm.weight": [e], "rope_freqs.weight": [hdg // 2]}
+    for l in range(n_layer):
+        b = f"blk.{l}."
+        glob = (l + 1) % 2 == 0 or l == n_layer - 1
+        d, k = (hdg, kvg) if glob else (hd, kv)
+        t.update({b + "attn_norm.weight": [e], b + "attn_q.weight": [e, h * d],
+                  b + "attn_k.weight": [e, k * d], b + "attn_output.weight": [h * d, e],
+                  b + "attn_q_norm.weight": [d], b + "attn_k_norm.weight": [d],
+                  b + "post_attention_norm.weight": [e], b + "ffn_norm.weight": [e],
+                  b + "ffn_gate.weight": [e, ff], b + "ffn_up.weight": [e, ff],
+                  b + "ffn_down.weight": [ff, e], b + "post_ffw_norm_1.weight": [e],
+                  b + "pre_ffw_norm_2.weight": [e], b + "post_ffw_norm_2.weight": [e],
+                  b + "post_ffw_norm.weight": [e], b + "ffn_gate_inp.weight": [e, ne],
+                  b + "ffn_gate_inp.scale": [e], b + "ffn_gate_up_exps.weight": [e, 2 * ff_exp, ne],
+                  b + "ffn_down_exps.weight": [ff_exp, e, ne], b + "ffn_down_exps.scale": [ne],
+                  b + "layer_output_scale.weight": [1]})
+        if not glob:  # the global layers' values are their keys (attention_k_eq_v)
+            t[b + "attn_v.weight"] = [e, k * d]
+    return t
+
+
+def test_gemma4_layout_and_metadata(tmp_path):
+    r = gguf.GGUFReader(str(gen(tmp_path, "gemma4", "tiny")))
+    got = {n: [int(x) for x in t.shape] for n, t in tensors(r).items()}
+    assert got == expected_gemma4(4)
+    f = fields(r)
+    a = "gemma4."
+    assert f["general.architecture"] == "gemma4"
+    assert list(f[a + "attention.head_count_kv"]) == [4, 1, 4, 1]
+    assert list(f[a + "attention.sliding_window_pattern"]) == [True, False, True, False]
+    assert f[a + "attention.key_length"] == 32 == f[a + "attention.value_length"]
+    assert f[a + "attention.key_length_swa"] == 16 == f[a + "attention.value_length_swa"]
+    assert f[a + "rope.dimension_count"] == 32 and f[a + "rope.dimension_count_swa"] == 16
+    assert f[a + "rope.freq_base"] == 1e6 and f[a + "rope.freq_base_swa"] == 1e4
+    assert f[a + "attention.sliding_window"] == 8 and f[a + "final_logit_softcapping"] == 30.0
+    assert f[a + "attention.shared_kv_layers"] == 0
+    assert f[a + "embedding_length_per_layer_input"] == 0
+    assert f[a + "feed_forward_length"] == 128 and f[a + "expert_feed_forward_length"] == 32
+    # Proportional RoPE: a quarter of the global head (4 of 16 pairs) rotates.
+    freqs = tensors(r)["rope_freqs.weight"].data
+    assert list(freqs) == [1.0] * 4 + [np.float32(1e30)] * 12
+
+
+def test_gemma4_26b_a4b_preset_matches_the_released_config():
+    """The 26B-A4B's text config (google/gemma-4-26B-A4B; llama.cpp's loader reads the same
+    shapes): transformers' parameters on the meta device, plus what the GGUF holds beyond them:
+    the 30 layer scalars (buffers in transformers) and the global layers' rope_freqs table."""
+    import json
+    torch = require_module("torch", "meta-device configs of the released models")
+    T = require_module("transformers", "the released models' configs")
+    cfg = T.Gemma4TextConfig(
+        vocab_size=262144, hidden_size=2816, num_hidden_layers=30, intermediate_size=2112,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=256, global_head_dim=512,
+        num_global_key_value_heads=2, attention_k_eq_v=True, sliding_window=1024,
+        final_logit_softcapping=30.0, hidden_size_per_layer_input=0, num_kv_shared_layers=0,
+        enable_moe_block=True, num_experts=128, top_k_experts=8, moe_intermediate_size=704,
+        max_position_embeddings=131072, tie_word_embeddings=True)
+    with torch.device("meta"):
+        m = T.Gemma4ForCausalLM(cfg)
+    want = sum(p.numel() for p in m.parameters()) + 30 + 512 // 2
+    r = subprocess.run([BIN, "gen-model", "--arch", "gemma4", "--preset", "26b-a4b", "-o",
+                        "/dev/null", "--dry-run", "--type", "Q4_K"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)["n_params"]
+    assert got == want
+    # The model card's total: 25.2B (the text model; the vision tower adds ~0.55B).
+    assert abs(got / 25.2e9 - 1) < 0.01, got

@@ -41,6 +41,15 @@ files differ by that rounding alone (p95 4e-3, every row past position 0 off by 
 transformers (test_transformers_logits.py), and quantized gpt-oss with YaRN against transformers
 running the dequantized weights (test_quantized_transformers.py).
 
+gemma4 (Gemma 4 26B-A4B's layout, 'small' shape cut to a sliding and a global layer): llama.cpp's
+CPU GELU rounds each input to fp16 and reads a table (ggml-cpu/vec.h, GGML_GELU_FP16), the model
+and moeflow compute gelu_pytorch_tanh in float32 (moeflow agrees with transformers to 5e-6). So
+no row agrees exactly (an F32 file: p95 7.3e-4, max 3.1e-3, top-1 100%), and the quantized files
+add that to the activation quantization noise: measured 2026-11-27 (moeflow ac1ada2, AVX-512
+machine) p95 2.0e-2..2.8e-2 over the 13 types (worst Q2_K 2.83e-2 at avx2, 2.77e-2 at scalar),
+max 8.6e-2, top-1 100% on every type at avx512, avx2 and scalar. Bounds: top-1 98% (the issue's
+bar; 3x the measured 0% disagreement would be 100%), no exact share, p95 4e-2 (1.4x the worst).
+
 phimoe is not compared: llama.cpp 0.3.36 loads it but computes another function — RMSNorm (plus
 the bias) where the model has LayerNorm, a renormalised softmax top-2 where the model's router
 is SparseMixer, no sliding window (measured on an F32 file: p95 0.93, top-1 25%, while moeflow
@@ -94,7 +103,7 @@ types at MOEFLOW_SIMD=avx512 | at scalar, and the bounds (3x margin):
   avx512 only: F32 p95 2.1e-6 / 3.5e-6, every row within 7e-6 (the same function, the
   converter's value-head orders included); over the 13 types worst p95 2.7e-2 / 3.4e-2 (Q5_K),
   least top-1 96.9% (Q5_K) / 96.9% (Q5_1), other types 98.0..99.6%, least exact 11% (Q5_1) /
-  5.9% (Q5_1)  -> 90.0%, 2%, p95 bound 5e-2 (P95_ARCH): the recurrent state carries a flipped
+  5.9% (Q5_1)  -> 90.0%, 2%, p95 bound 5e-2 (ARCH_P95): the recurrent state carries a flipped
   activation rounding to every later position, as the KV cache does, in 3 of 4 layers.
   minimax-m2 1.2e-2 98.4% Q5_K  27.3% Q5_1  | 1.1e-2 99.2% Q5_0   38.3% Q5_1  -> 95.0%, 9%
     (2026-11-27, 14c6570+, same machine and llama.cpp; max row error 0.19, one router flip)
@@ -123,7 +132,8 @@ require(om.moeflow_has_command(BIN, "eval") and om.moeflow_has_command(BIN, "gen
         f"{BIN} lacks the eval or gen-model command")
 
 # (name, gen-model --arch, --preset, --layers): mixtral (GGUF arch "llama" with experts),
-# qwen2moe, qwen3moe, olmoe, gpt-oss, two MoE layers each (not phimoe: above); deepseek2 twice,
+# qwen2moe, qwen3moe, olmoe, gpt-oss, gemma4 (a sliding and a global layer), two MoE layers
+# each (not phimoe: above); deepseek2 twice,
 # V2-Lite-like (MLA without q_lora, softmax, YaRN) and V3-like (q_lora, sigmoid + selection bias,
 # expert groups, renormalised and scaled weights), a dense layer then a MoE layer; glm4moe (with
 # its MTP block), a dense layer then two MoE layers. (DeepSeek with two MoE layers: see above.)
@@ -145,11 +155,15 @@ ARCH_BOUNDS = {
     "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
     "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05), "minimax-m2": (0.950, 0.09),
     "qwen3next": (0.900, 0.02), "qwen35moe": (0.900, 0.02),
+    # gemma4: no row is exact, llama.cpp's GELU is a table of fp16 inputs (module docstring);
+    # top-1 at the issue's 98% (measured 100% on every type).
+    "gemma4": (0.980, 0.0),
 }
-# The hybrids' p95 (worst measured 3.4e-2, qwen35moe Q5_K): the recurrent state carries a
-# flipped activation rounding into every later position of every DeltaNet layer. 1.5x margin;
-# a different model is >= 0.39.
-P95_ARCH = {"qwen3next": 5e-2, "qwen35moe": 5e-2}
+# Per-arch p95 bounds (default P95). The hybrids' (worst measured 3.4e-2, qwen35moe Q5_K): the
+# recurrent state carries a flipped activation rounding into every later position of every
+# DeltaNet layer, 1.5x margin; gemma4's: the engines compute different GELUs on purpose.
+# A different model is >= 0.39.
+ARCH_P95 = {"qwen3next": 5e-2, "qwen35moe": 5e-2, "gemma4": 4e-2}
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
 
@@ -232,7 +246,7 @@ def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
     failed = []
     for arch, st in stats.items():
         top1_min, exact_min = ARCH_BOUNDS[arch]
-        p95 = P95_ARCH.get(arch, P95)
+        p95 = ARCH_P95.get(arch, P95)
         if st["p95"] >= p95:
             failed.append(f"{arch}: 95th percentile of row errors {st['p95']:.2e} >= {p95:.0e}")
         if st["top1"] < top1_min:

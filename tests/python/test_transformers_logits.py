@@ -15,6 +15,11 @@ layers. DeepSeek files are written in the current layout (attn_k_b / attn_v_b) a
 "deepseek2-kv_b", in the older one (attn_kv_b); the GLM file carries a next-token-prediction
 block after the trunk ("+mtp"), which must not change the logits.
 
+gemma4: Gemma 4 26B-A4B's layout in 4 layers (sliding layers with an 8-token window between
+global layers of another head size whose keys are their values, proportional RoPE, a dense FFN
+beside the experts, router scale, per-expert scale, layer scale, embedding scale, soft-capped
+logits).
+
 gpt-oss: the real YaRN (factor 32 over 4096 positions, unrounded ramp), an 8-token window on
 every other layer, sinks, biases everywhere, pre-activations scaled past the clamp. phimoe:
 LayerNorm, SparseMixer routing, LongRoPE short factors (the 48 positions stay below the original
@@ -53,6 +58,10 @@ qwen35moe's value heads read in qwen3next's grouped order instead of tiled.
 minimax-m2: the test fails when a feature is lost: the same model's file with full RoPE instead
 of rotary_dim 16 gives max 1.7 and other greedy tokens, the file without the selection bias
 max 1.8 (other greedy tokens).
+  gemma4         3.3e-6 / 3.5e-6 | 3.9e-6 / 4.0e-6 | 4.8e-6 / 4.2e-6   (2026-11-27, moeflow 1b52934+)
+(gemma4's reference is not all float64: transformers' Gemma4RMSNorm normalises in float32, and a
+layer has eight of them; a broken feature is far above: soft-capping off 1.1e-2, the sliding
+window off changes the greedy tokens.)
 (`pytest -s` prints a MEASURE line per case.)
 """
 from __future__ import annotations
@@ -91,6 +100,7 @@ TOL = {
     ("qwen3next", "f32"): 1e-4, ("qwen3next", "f16"): 1e-4,
     ("qwen35moe+mtp", "f32"): 1e-4, ("qwen35moe+mtp", "f16"): 1e-4,
     ("minimax-m2", "f32"): 4e-6, ("minimax-m2", "f16"): 4e-6,
+    ("gemma4", "f32"): 5e-5, ("gemma4", "f16"): 5e-5,
 }
 
 

@@ -89,6 +89,8 @@ class StandInDevice final : public Backend {
   void scale_add(TensorView acc, const TensorView& x, float s) override {
     cpu_.scale_add(acc, x, s);
   }
+  void scale(TensorView x, float s) override { cpu_.scale(x, s); }
+  void softcap(TensorView x, float cap) override { cpu_.softcap(x, cap); }
   void gated_add(TensorView acc, const TensorView& x, const TensorView& g, GateFn f) override {
     cpu_.gated_add(acc, x, g, f);
   }

@@ -261,6 +261,23 @@ void CpuBackend::scale_add(TensorView acc, const TensorView& x, float s) {
     scale_add_inplace(frow(acc, t), frow(x, t), s, acc.cols());
 }
 
+void CpuBackend::scale(TensorView x, float s) {
+  check_f32(x, "scale", "input");
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    float* r = frow(x, t);
+    for (int64_t i = 0; i < x.cols(); ++i) r[i] *= s;
+  }
+}
+
+void CpuBackend::softcap(TensorView x, float cap) {
+  check_f32(x, "softcap", "input");
+  MOEFLOW_CHECK(cap > 0, "softcap: the cap must be positive, got {}", cap);
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    float* r = frow(x, t);
+    for (int64_t i = 0; i < x.cols(); ++i) r[i] = cap * std::tanh(r[i] / cap);
+  }
+}
+
 void CpuBackend::gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) {
   check_f32(acc, "gated_add", "accumulator");
   check_f32(gate, "gated_add", "gate");

@@ -58,6 +58,8 @@ class CpuBackend final : public Backend {
            const GluParams& p) override;
   void add(TensorView x, const TensorView& y) override;
   void scale_add(TensorView acc, const TensorView& x, float s) override;
+  void scale(TensorView x, float s) override;
+  void softcap(TensorView x, float cap) override;
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override;
   // recurrent_ops.cpp
   void sigmoid_mul(TensorView x, const TensorView& gate) override;

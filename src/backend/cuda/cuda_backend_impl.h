@@ -56,6 +56,8 @@ class CudaBackend final : public Backend, private AllocListener {
            const GluParams& p) override;
   void add(TensorView x, const TensorView& y) override;
   void scale_add(TensorView acc, const TensorView& x, float s) override;
+  void scale(TensorView x, float s) override;
+  void softcap(TensorView x, float cap) override;
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override;
   void route(const TensorView& logits, const RoutingSpec& spec, const float* bias, int k,
              int32_t* experts, float* weights, float* probs) override;

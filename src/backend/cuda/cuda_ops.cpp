@@ -140,6 +140,17 @@ void CudaBackend::scale_add(TensorView acc, const TensorView& x, float s) {
   op(true, shape_key(10, acc), [&] { cuda::scale_add(mat(acc), cmat(x), s, stream_); });
 }
 
+void CudaBackend::scale(TensorView x, float s) {
+  check_f32(x, "scale", "input");
+  op(true, shape_key(18, x), [&] { cuda::scale(mat(x), s, stream_); });
+}
+
+void CudaBackend::softcap(TensorView x, float cap) {
+  check_f32(x, "softcap", "input");
+  MOEFLOW_CHECK(cap > 0, "softcap: the cap must be positive, got {}", cap);
+  op(true, shape_key(19, x), [&] { cuda::softcap(mat(x), cap, stream_); });
+}
+
 void CudaBackend::gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) {
   check_f32(acc, "gated_add", "accumulator");
   check_f32(x, "gated_add", "addend");

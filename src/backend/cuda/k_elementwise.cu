@@ -52,6 +52,19 @@ __global__ void scale_add_kernel(Mat acc, CMat x, float s) {
   acc.p[r * acc.stride + c] += s * x.p[r * x.stride + c];
 }
 
+__global__ void scale_kernel(Mat x, float s) {
+  int64_t r, c;
+  if (!at(x.rows, x.cols, r, c)) return;
+  x.p[r * x.stride + c] *= s;
+}
+
+__global__ void softcap_kernel(Mat x, float cap) {
+  int64_t r, c;
+  if (!at(x.rows, x.cols, r, c)) return;
+  float& v = x.p[r * x.stride + c];
+  v = cap * tanhf(v / cap);
+}
+
 __global__ void gated_add_kernel(Mat acc, CMat x, CMat gate, bool sigmoid) {
   int64_t r, c;
   if (!at(acc.rows, acc.cols, r, c)) return;
@@ -99,6 +112,12 @@ void glu(CMat gate, CMat up, Mat out, Glu kind, float alpha, float limit, cudaSt
 void add(Mat x, CMat y, cudaStream_t s) { launch(add_kernel, x.rows * x.cols, s, x, y); }
 void scale_add(Mat acc, CMat x, float scale, cudaStream_t s) {
   launch(scale_add_kernel, acc.rows * acc.cols, s, acc, x, scale);
+}
+void scale(Mat x, float scale, cudaStream_t s) {
+  launch(scale_kernel, x.rows * x.cols, s, x, scale);
+}
+void softcap(Mat x, float cap, cudaStream_t s) {
+  launch(softcap_kernel, x.rows * x.cols, s, x, cap);
 }
 void gated_add(Mat acc, CMat x, CMat gate, bool sigmoid, cudaStream_t s) {
   launch(gated_add_kernel, acc.rows * acc.cols, s, acc, x, gate, sigmoid);

@@ -99,6 +99,8 @@ enum class Glu : int { SwiGLU = 0, GeGLU = 1, SwiGLUOai = 2 };
 void glu(CMat gate, CMat up, Mat out, Glu kind, float alpha, float limit, cudaStream_t s);
 void add(Mat x, CMat y, cudaStream_t s);  // y of one row: added to every row
 void scale_add(Mat acc, CMat x, float scale, cudaStream_t s);
+void scale(Mat x, float scale, cudaStream_t s);  // x *= scale
+void softcap(Mat x, float cap, cudaStream_t s);  // x = cap * tanh(x / cap)
 void gated_add(Mat acc, CMat x, CMat gate, bool sigmoid, cudaStream_t s);
 void gather_rows(CMat src, const IndexArray& idx, Mat dst, cudaStream_t s);
 void scatter_rows(Mat dst, const IndexArray& idx, CMat src, cudaStream_t s);

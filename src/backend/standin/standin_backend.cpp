@@ -152,6 +152,14 @@ class StandInBackend final : public Backend {
     need("scale_add", "accumulator", acc), need("scale_add", "addend", x);
     enqueue([=, this] { cpu_.scale_add(cpu_view(acc), cpu_view(x), s); });
   }
+  void scale(TensorView x, float s) override {
+    need("scale", "input", x);
+    enqueue([=, this] { cpu_.scale(cpu_view(x), s); });
+  }
+  void softcap(TensorView x, float cap) override {
+    need("softcap", "input", x);
+    enqueue([=, this] { cpu_.softcap(cpu_view(x), cap); });
+  }
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override {
     need("gated_add", "accumulator", acc), need("gated_add", "addend", x),
         need("gated_add", "gate", gate);

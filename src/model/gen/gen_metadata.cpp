@@ -1,6 +1,7 @@
 #include "model/gen/gen_metadata.h"
 
 #include <cmath>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,35 @@ int llama_file_type(GgmlType t) {
     default: return -1;
   }
 }
+
+namespace {
+
+// Gemma 4's per-layer keys as llama.cpp's converter writes them: kv heads per layer, the global
+// layers' head size in key_length and the sliding ones' in key_length_swa, the pattern of
+// sliding layers, both RoPE bases, the soft cap, and no per-layer embeddings or shared KV.
+template <typename Key>
+void write_gemma4(GgufWriter& w, const ModelShape& s, const Key& key) {
+  std::vector<int32_t> kv;
+  std::vector<GgufValue> swa;
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    kv.push_back((int32_t)(s.is_swa_layer(l) ? s.n_head_kv : s.n_head_kv_global));
+    swa.push_back(GgufValue::make_bool(s.is_swa_layer(l)));
+  }
+  w.set(key("attention.head_count_kv"), GgufValue::make_i32_array(kv));
+  w.set(key("attention.sliding_window_pattern"),
+        GgufValue::make_array(GgufType::BOOL, std::move(swa)));
+  w.set_u32(key("attention.key_length"), (uint32_t)s.head_dim);
+  w.set_u32(key("attention.value_length"), (uint32_t)s.head_dim);
+  w.set_u32(key("attention.key_length_swa"), (uint32_t)s.head_dim_swa);
+  w.set_u32(key("attention.value_length_swa"), (uint32_t)s.head_dim_swa);
+  w.set_u32(key("rope.dimension_count_swa"), (uint32_t)s.head_dim_swa);
+  w.set_f32(key("rope.freq_base_swa"), (float)s.rope_base_swa);
+  w.set_f32(key("final_logit_softcapping"), (float)s.logit_softcap);
+  w.set_u32(key("attention.shared_kv_layers"), 0);
+  w.set_u32(key("embedding_length_per_layer_input"), 0);
+}
+
+}  // namespace
 
 void write_metadata(GgufWriter& w, const GenOptions& opt) {
   const ModelShape& s = opt.shape;
@@ -64,6 +94,8 @@ void write_metadata(GgufWriter& w, const GenOptions& opt) {
     // it is written even when 0 (no q compression).
     u32("attention.q_lora_rank", s.q_lora_rank);
     u32("attention.kv_lora_rank", s.kv_lora_rank);
+  } else if (s.gemma4()) {
+    write_gemma4(w, s, key);
   } else {
     u32("attention.head_count_kv", s.n_head_kv);
     u32("attention.key_length", s.head_dim);

@@ -132,6 +132,46 @@ void plan_gqa(Planner& p, const ModelShape& s, GgmlType wt,
   if (s.arch == GenArch::GptOss) p.add(n("attn_sinks.weight"), GgmlType::F32, {s.n_head}, 1.0f);
 }
 
+// Gemma 4's layer l as llama.cpp's converter stores the 26B-A4B: attention at the layer's own
+// head size and kv heads (no attn_v on global layers: the keys are the values), q/k norms, the
+// four norms around attention and FFN, the dense FFN, the router with its input scale, the
+// experts with gate and up fused and a per-expert factor, the three norms of the MoE branch,
+// the layer's output scale.
+void plan_gemma4_block(Planner& p, const GenOptions& opt, int64_t l,
+                       const std::function<std::string(const char*)>& n) {
+  const ModelShape& s = opt.shape;
+  const GgmlType wt = opt.type, et = opt.expert_type.value_or(wt);
+  const bool swa = s.is_swa_layer(l);
+  const int64_t hd = swa ? s.head_dim_swa : s.head_dim;
+  const int64_t q_dim = s.n_head * hd, kv_dim = (swa ? s.n_head_kv : s.n_head_kv_global) * hd;
+  p.gain(n("attn_norm.weight"), s.n_embd);
+  p.add(n("attn_q.weight"), wt, {s.n_embd, q_dim}, inv_sqrt(s.n_embd));
+  p.add(n("attn_k.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+  if (swa) p.add(n("attn_v.weight"), wt, {s.n_embd, kv_dim}, inv_sqrt(s.n_embd));
+  p.add(n("attn_output.weight"), wt, {q_dim, s.n_embd}, inv_sqrt(q_dim));
+  p.gain(n("attn_q_norm.weight"), hd);
+  p.gain(n("attn_k_norm.weight"), hd);
+  p.gain(n("post_attention_norm.weight"), s.n_embd);
+  p.gain(n("ffn_norm.weight"), s.n_embd);
+  p.add(n("ffn_gate.weight"), wt, {s.n_embd, s.n_ff}, inv_sqrt(s.n_embd));
+  p.add(n("ffn_up.weight"), wt, {s.n_embd, s.n_ff}, inv_sqrt(s.n_embd));
+  p.add(n("ffn_down.weight"), wt, {s.n_ff, s.n_embd}, inv_sqrt(s.n_ff));
+  p.gain(n("post_ffw_norm_1.weight"), s.n_embd);
+  p.gain(n("pre_ffw_norm_2.weight"), s.n_embd);
+  p.gain(n("post_ffw_norm_2.weight"), s.n_embd);
+  p.gain(n("post_ffw_norm.weight"), s.n_embd);
+  // The router reads rms_norm(x) * scale / sqrt(n_embd), whose entries are ~1/sqrt(n_embd):
+  // std router_scale (not / sqrt(n_embd)) gives logits of std ~router_scale.
+  p.add(n("ffn_gate_inp.weight"), GgmlType::F32, {s.n_embd, s.n_expert}, opt.router_scale);
+  p.gain(n("ffn_gate_inp.scale"), s.n_embd);
+  p.add(expert_tensor_name((int)l, ExpertTensor::GateUp), et,
+        {s.n_embd, 2 * s.n_ff_exp, s.n_expert}, inv_sqrt(s.n_embd));
+  p.add(expert_tensor_name((int)l, ExpertTensor::Down), et, {s.n_ff_exp, s.n_embd, s.n_expert},
+        inv_sqrt(s.n_ff_exp));
+  p.gain(expert_tensor_name((int)l, ExpertTensor::Down, "scale"), s.n_expert);
+  p.gain(n("layer_output_scale.weight"), 1);
+}
+
 // Multi-head latent attention as current llama.cpp converters store it (attn_kv_b split into
 // attn_k_b, each head's key block transposed, and attn_v_b).
 void plan_mla(Planner& p, const ModelShape& s, GgmlType wt,
@@ -231,6 +271,7 @@ void plan_block(Planner& p, const GenOptions& opt, int64_t l) {
   const std::function<std::string(const char*)> n = [l](const char* what) {
     return fmt::format("blk.{}.{}", l, what);
   };
+  if (s.gemma4()) return plan_gemma4_block(p, opt, l, n);
   const bool phi = s.arch == GenArch::PhiMoe;
   p.gain(n("attn_norm.weight"), s.n_embd);
   if (phi) p.bias(n("attn_norm.bias"), s.n_embd);
@@ -267,8 +308,10 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
   s.validate();
   const GgmlType wt = opt.type;
   Planner p{opt, {}};
-  // Embedding rows are looked up, not multiplied, so unit variance keeps the residual O(1).
-  p.add("token_embd.weight", opt.embd_type.value_or(wt), {s.n_embd, s.n_vocab}, 1.0f);
+  // Embedding rows are looked up, not multiplied, so unit variance keeps the residual O(1);
+  // Gemma multiplies them by sqrt(n_embd), so its rows are drawn that much smaller.
+  p.add("token_embd.weight", opt.embd_type.value_or(wt), {s.n_embd, s.n_vocab},
+        s.gemma4() ? inv_sqrt(s.n_embd) : 1.0f);
   const bool phi = s.arch == GenArch::PhiMoe;
   if (phi) {
     // LongRoPE's per-pair factors (synthetic: 1 for the short context, rising to 32 for the
@@ -276,15 +319,26 @@ std::vector<PlannedTensor> plan_tensors(const GenOptions& opt) {
     p.add("rope_factors_long.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::LongRope);
     p.add("rope_factors_short.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::ShortRope);
   }
+  if (s.gemma4()) {
+    // One table of divisors for the global layers' proportional RoPE.
+    p.add("rope_freqs.weight", GgmlType::F32, {s.head_dim / 2}, 0.0f, InitKind::ProportionalRope);
+    p.out.back().rotated = (int64_t)(s.head_dim * s.rope_partial_global) / 2;
+  }
   for (int64_t l = 0; l < s.n_layer + s.n_nextn; ++l) plan_block(p, opt, l);
   p.gain("output_norm.weight", s.n_embd);
   if (phi) p.bias("output_norm.bias", s.n_embd);
-  p.add("output.weight", opt.output_type.value_or(wt), {s.n_embd, s.n_vocab}, inv_sqrt(s.n_embd));
+  // Gemma ties the output head to the embedding (no output.weight, as in the released files).
+  if (!s.gemma4())
+    p.add("output.weight", opt.output_type.value_or(wt), {s.n_embd, s.n_vocab}, inv_sqrt(s.n_embd));
   if (phi) p.bias("output.bias", s.n_vocab);
   return std::move(p.out);
 }
 
 void generate_row(const PlannedTensor& t, uint64_t seed, int64_t row, float* out) {
+  if (t.init == InitKind::ProportionalRope) {
+    for (int64_t i = 0; i < t.row_len(); ++i) out[i] = i < t.rotated ? 1.0f : 1e30f;
+    return;
+  }
   if (t.init == InitKind::LongRope || t.init == InitKind::ShortRope) {
     const int64_t n = t.row_len();
     for (int64_t i = 0; i < n; ++i) {

@@ -33,9 +33,10 @@ struct GenOptions {
 };
 
 // Gain: 1 + N(0, std^2), for norm weights. LongRope/ShortRope: fixed LongRoPE factor ramps
-// (phimoe), no randomness.
+// (phimoe), no randomness. ProportionalRope: Gemma 4's rope_freqs, 1 for the `rotated` leading
+// pairs and 1e30 (no rotation) for the others, as llama.cpp's converter writes them.
 // SsmDecay: -exp(N(0, std^2)), the negative per-head decay rates (ssm_a = -exp(A_log)).
-enum class InitKind { Normal, Gain, LongRope, ShortRope, SsmDecay };
+enum class InitKind { Normal, Gain, LongRope, ShortRope, SsmDecay, ProportionalRope };
 
 struct PlannedTensor {
   std::string name;
@@ -43,7 +44,8 @@ struct PlannedTensor {
   std::vector<int64_t> dims;  // ggml order
   float std = 0.0f;
   InitKind init = InitKind::Normal;
-  GgmlType requested;  // differs from `type` when the row length forced a fallback
+  GgmlType requested;   // differs from `type` when the row length forced a fallback
+  int64_t rotated = 0;  // ProportionalRope: the pairs that rotate
 
   int64_t row_len() const { return dims[0]; }
   int64_t n_rows() const;

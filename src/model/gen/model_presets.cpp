@@ -142,6 +142,23 @@ ModelShape qwen_hybrid(ModelShape s, int64_t conv, int64_t state, int64_t k_head
   return s;
 }
 
+// Gemma 4 (26B-A4B layout): see ModelShape. heads_kv is the sliding layers' kv heads.
+ModelShape gemma4(int64_t vocab, int64_t embd, int64_t layers, int64_t heads, int64_t heads_kv,
+                  int64_t heads_kv_global, int64_t head_dim_swa, int64_t head_dim, int64_t ff,
+                  int64_t ff_exp, int64_t experts, int64_t used, int64_t window, int64_t period,
+                  int64_t ctx) {
+  ModelShape s = make(GenArch::Gemma4, vocab, embd, layers, heads, heads_kv, head_dim, ff, ff_exp,
+                      0, experts, used, ctx, 1e6, 1e-6);
+  s.head_dim_swa = head_dim_swa;
+  s.n_head_kv_global = heads_kv_global;
+  s.n_swa = window;
+  s.swa_period = period;
+  s.rope_base_swa = 1e4;
+  s.rope_partial_global = 0.25;
+  s.logit_softcap = 30.0;
+  return s;
+}
+
 // tiny: fast unit tests (n_embd 64: K-quants fall back, as llama.cpp does for such rows).
 // small: every row a multiple of 256 so all K-quants apply. The named presets are the released
 // models' config.json values.
@@ -251,6 +268,12 @@ const std::vector<PresetRow>& table() {
       {A::PhiMoe, "3.5-moe",
        phi(make(A::PhiMoe, 32064, 4096, 32, 32, 8, 128, 6400, 6400, 0, 16, 2, 131072, 1e4, 1e-5),
            131072, 4096)},
+      // Gemma 4: tiny/small alternate sliding and global layers, with windows the tests'
+      // prompts cross; the global layers' cache rows are half the sliding ones' (as the 26B's).
+      {A::Gemma4, "tiny", gemma4(512, 64, 4, 8, 4, 1, 16, 32, 128, 32, 8, 2, 8, 2, 512)},
+      {A::Gemma4, "small", gemma4(1024, 256, 4, 8, 4, 1, 64, 128, 512, 256, 16, 4, 16, 2, 2048)},
+      {A::Gemma4, "26b-a4b",
+       gemma4(262144, 2816, 30, 16, 8, 2, 256, 512, 2112, 704, 128, 8, 1024, 6, 131072)},
   };
   return rows;
 }
@@ -330,6 +353,17 @@ void ModelShape::validate() const {
            ssm_v_heads, ssm_k_heads);
     positive(n_ff_shexp, "shared expert feed-forward length");
   }
+  if (gemma4()) {
+    positive(head_dim_swa, "head_dim_swa");
+    positive(n_head_kv_global, "n_head_kv_global");
+    positive(swa_period, "sliding window period");
+    positive(n_ff, "feed_forward_length of the dense FFN");
+    if (n_head % n_head_kv_global != 0 || head_dim_swa % 2 != 0 ||
+        (int64_t)(head_dim * rope_partial_global) % 2 != 0)
+      fail(
+          "gen-model --arch gemma4: the global layers' kv heads must divide n_head and the head "
+          "sizes / rotary dims must be even");
+  }
   if (arch == GenArch::PhiMoe && (n_head * head_dim != n_embd || n_ff != n_ff_exp))
     fail(
         "gen-model --arch phimoe: llama.cpp needs n_head*head_dim == n_embd and "
@@ -348,9 +382,10 @@ GenArch parse_arch(const std::string& name) {
   if (name == "qwen3next") return GenArch::Qwen3Next;
   if (name == "qwen35moe") return GenArch::Qwen35Moe;
   if (name == "minimax-m2" || name == "minimax_m2") return GenArch::MinimaxM2;
+  if (name == "gemma4") return GenArch::Gemma4;
   fail(
       "gen-model: unknown --arch '{}' (choose mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, "
-      "glm4moe, gpt-oss, phimoe, qwen3next, qwen35moe or minimax-m2)",
+      "glm4moe, gpt-oss, phimoe, qwen3next, qwen35moe, minimax-m2 or gemma4)",
       name);
 }
 
@@ -367,6 +402,7 @@ const char* arch_cli_name(GenArch a) {
     case GenArch::Qwen3Next: return "qwen3next";
     case GenArch::Qwen35Moe: return "qwen35moe";
     case GenArch::MinimaxM2: return "minimax-m2";
+    case GenArch::Gemma4: return "gemma4";
   }
   return "?";
 }
@@ -384,6 +420,7 @@ const char* arch_gguf_name(GenArch a) {
     case GenArch::Qwen3Next: return "qwen3next";
     case GenArch::Qwen35Moe: return "qwen35moe";
     case GenArch::MinimaxM2: return "minimax-m2";
+    case GenArch::Gemma4: return "gemma4";
   }
   return "?";
 }

@@ -18,7 +18,8 @@ enum class GenArch {
   PhiMoe,
   Qwen3Next,
   Qwen35Moe,
-  MinimaxM2
+  MinimaxM2,
+  Gemma4
 };
 
 // Where the attention has q/k RMS norms: none, per head (Qwen3: weight of head_dim), or over the
@@ -63,6 +64,18 @@ struct ModelShape {
   double yarn_factor = 0;
   int64_t yarn_orig_ctx = 0;
   double yarn_mscale_all_dim = 0;
+  // Gemma 4: every swa_period-th layer (and the last) is global, the others slide over n_swa
+  // positions with heads of head_dim_swa, n_head_kv kv heads and RoPE base rope_base_swa; the
+  // global ones have heads of head_dim, n_head_kv_global kv heads sharing the key projection as
+  // values, RoPE of base rope_base rotating the leading rope_partial_global of each head
+  // (proportional RoPE, the rope_freqs divisors); a dense FFN of n_ff beside the experts; the
+  // final logits soft-capped at logit_softcap.
+  int64_t head_dim_swa = 0, n_head_kv_global = 0, swa_period = 0;
+  double rope_base_swa = 0, rope_partial_global = 0, logit_softcap = 0;
+  bool gemma4() const { return arch == GenArch::Gemma4; }
+  bool is_swa_layer(int64_t l) const {
+    return gemma4() && (l + 1) % swa_period != 0 && l != n_layer - 1;
+  }
 
   // Gated DeltaNet hybrids (qwen3next, qwen35moe): every full_attn_interval-th layer is full
   // attention, the others DeltaNet with ssm_k_heads key heads and ssm_v_heads value heads of

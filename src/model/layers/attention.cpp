@@ -18,7 +18,7 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   const int64_t hd = p.head_dim;
   const TensorView q = s.q.f32(spec.output_gate ? L.wq.rows() / 2 : L.wq.rows(), n);
   const TensorView k = s.k.f32(L.wk.rows(), n);
-  const TensorView v = s.v.f32(L.wv.rows(), n);
+  const TensorView v = s.v.f32(spec.v_from_k ? L.wk.rows() : L.wv.rows(), n);
   // With the output gate each head's projection is [q | gate]: rows of the product viewed as
   // n*n_head rows of 2*head_dim, whose first halves are copied out as q.
   TensorView gate;
@@ -35,10 +35,15 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
     be.matmul(L.wq, xn, q);
   }
   be.matmul(L.wk, xn, k);
-  be.matmul(L.wv, xn, v);
+  if (spec.v_from_k)
+    be.copy(v, k);  // the values are the key projection, before its norm and rotation
+  else
+    be.matmul(L.wv, xn, v);
   if (L.bq) be.add(q, L.bq);
   if (L.bk) be.add(k, L.bk);
   if (L.bv) be.add(v, L.bv);
+  if (spec.v_norm)
+    be.rms_norm(as_rows_of(v, p.head_dim_v), nullptr, as_rows_of(v, p.head_dim_v), norm_eps);
   if (spec.qk_norm == QkNorm::PerHead) {
     be.rms_norm(as_rows_of(q, p.head_dim), L.q_norm.as<float>(), as_rows_of(q, p.head_dim),
                 norm_eps);
@@ -52,12 +57,14 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   if (rope_freqs) rope.freq_factors = rope_freqs.as<float>();
   be.rope(q, p.n_head, p.head_dim, pos0, rope);
   be.rope(k, p.n_head_kv, p.head_dim, pos0, rope);
-  be.copy(kv.k_view(layer).slice_rows(pos0, n), k);
-  be.copy(kv.v_view(layer).slice_rows(pos0, n), v);
+  // This layer's rows may be narrower than the cache's (the widest layer's).
+  const TensorView kc = kv.k_view(layer, k.cols()), vc = kv.v_view(layer, v.cols());
+  be.copy(kc.slice_rows(pos0, n), k);
+  be.copy(vc.slice_rows(pos0, n), v);
   AttentionParams ap = p;
   if (spec.sinks) ap.sinks = L.sinks.as<float>();
   const TensorView att = s.att.f32((int64_t)p.n_head * p.head_dim_v, n);
-  be.attention(q, kv.k_view(layer), kv.v_view(layer), att, pos0, ap);
+  be.attention(q, kc, vc, att, pos0, ap);
   if (gate) be.sigmoid_mul(as_rows_of(att, hd), gate);
   be.matmul(L.wo, att, out);
   if (L.bo) be.add(out, L.bo);

@@ -14,6 +14,14 @@ void attach_biases(const LayerWeights& L, int e, ExpertView& v) {
     if (*biases[j]) v.bias[j] = biases[j]->slice_rows(e, 1);
 }
 
+// Gemma 4's per-expert factors on the routing weights (after renormalisation), n x k.
+void scale_expert_weights(const LayerWeights& L, int n, int k, const int32_t* experts,
+                          float* weights) {
+  if (!L.exp_weight_scale) return;
+  const float* f = L.exp_weight_scale.as<float>();
+  for (int i = 0; i < n * k; ++i) weights[i] *= f[experts[i]];
+}
+
 // v's values in `out`: read_f32 may hand back the view's own memory, which the backend can
 // overwrite before the host is done with it.
 void copy_to_host(Backend& be, const TensorView& v, std::vector<float>& out) {
@@ -81,6 +89,7 @@ void MoeBlock::route_stale(int layer) {
   if (N.gate_inp_bias) be_.add(lg, N.gate_inp_bias);
   be_.route(lg, NS.moe.routing, N.exp_probs_bias.as<float>(), k_, pre_pick_.data(), pre_w_.data(),
             pre_probs_.data());
+  scale_expert_weights(N, 1, k_, pre_pick_.data(), pre_w_.data());
   pre_routed_ = true;
 }
 
@@ -145,7 +154,7 @@ void MoeBlock::precalculate_on_host() {
 
 void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, const TensorView& xn,
                    const int32_t* tokens, int64_t pos0, ExpertProvider& provider,
-                   ForwardObserver* observer, TensorView out) {
+                   ForwardObserver* observer, TensorView out, const TensorView& router_in) {
   const int n = (int)xn.rows();
   const PrecisionModeConfig& mode = planner_.mode();
   if (mode.needs_low() && !provider.has_low_precision())
@@ -156,10 +165,11 @@ void MoeBlock::run(int layer, const LayerWeights& L, const LayerSpec& spec, cons
 
   // Route on the backend; the decisions that follow are the planner's, on the host.
   const TensorView logits = logits_.f32(hp_.n_expert, n);
-  be_.matmul(L.gate_inp, xn, logits);
+  be_.matmul(L.gate_inp, router_in ? router_in : xn, logits);
   if (L.gate_inp_bias) be_.add(logits, L.gate_inp_bias);
   be_.route(logits, spec.moe.routing, L.exp_probs_bias.as<float>(), k_, planner_.experts(),
             planner_.weights(), planner_.probs());
+  scale_expert_weights(L, n, k_, planner_.experts(), planner_.weights());
   if (routing_override_) {
     routing_override_->apply(layer, pos0, n, k_, planner_.experts(), planner_.weights());
     observed_tokens_.resize(n);

@@ -38,9 +38,10 @@ class MoeBlock {
   MoeBlock(Backend& be, const HParams& hp, int max_tokens);
 
   // out[n][n_embd] = MoE(xn) for the n rows of xn (n <= max_tokens). tokens may be null.
+  // router_in: the router's input when it is not xn (Gemma 4), or empty.
   void run(int layer, const LayerWeights& L, const LayerSpec& spec, const TensorView& xn,
            const int32_t* tokens, int64_t pos0, ExpertProvider& provider, ForwardObserver* observer,
-           TensorView out);
+           TensorView out, const TensorView& router_in = {});
 
   // Lossy modes: how routed experts are served from now on. `usage` (optional) receives the
   // per-layer counts of high / low / skipped uses. Throws on an invalid configuration.

@@ -1,0 +1,241 @@
+// gemma4 on `moeflow gen-model` files: what each layer computes is read from the metadata (the
+// sliding and global layers' own head sizes, kv heads, RoPE and windows, values from the keys
+// on the global layers), the KV cache holds the widest layer's rows and the narrower layers
+// use the leading part of them consistently across batching and rewinding, and bad or
+// unsupported files are refused by name. The logits themselves are checked against
+// transformers and llama.cpp in tests/python.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "support/run_binary.h"
+#include "support/test_helpers.h"
+
+namespace moeflow::test {
+namespace {
+
+std::string gen(const std::string& arch, const std::string& preset,
+                const std::string& type = "F32") {
+  const std::string path = temp_path("g4_" + arch + "_" + preset + "_" + type + ".gguf");
+  const Cmd c = run_moeflow("gen-model --arch " + arch + " --preset " + preset + " --type " + type +
+                            " --seed 5 -q -o " + path);
+  EXPECT_EQ(c.rc, 0) << c.out;
+  return path;
+}
+
+// A copy of `src` with metadata and tensors filtered / edited (tensors copied byte for byte).
+std::string rewrite(const std::string& src, const std::string& name,
+                    const std::function<bool(const std::string& key)>& keep_key,
+                    const std::function<bool(const std::string& tensor)>& keep_tensor,
+                    const std::function<void(GgufWriter&)>& extra = nullptr) {
+  auto f = GgufFile::open(src);
+  GgufWriter w;
+  for (const auto& kv : f->metadata())
+    if (keep_key(kv.key)) w.set(kv.key, kv.value);
+  if (extra) extra(w);
+  for (const auto& t : f->tensors())
+    if (keep_tensor(t.name)) w.add_tensor(t.name, t.type, t.dims, f->data(t), t.nbytes);
+  const std::string path = temp_path("g4_" + name + ".gguf");
+  w.write(path);
+  return path;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    auto f = GgufFile::open(path);
+    Model m(*f);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+auto all = [](const std::string&) { return true; };
+auto no_key(const std::string& k) {
+  return [k](const std::string& key) { return key != k; };
+}
+auto no_tensor(const std::string& n) {
+  return [n](const std::string& t) { return t != n; };
+}
+
+TEST(Gemma4, LayoutFromMetadata) {
+  // tiny: 4 layers, 1 and 3 global; 8 heads; sliding heads of 16 (4 kv heads, window 8, base
+  // 1e4), global heads of 32 (1 kv head, keys as values, a quarter of each head rotating at base
+  // 1e6).
+  auto f = GgufFile::open(gen("gemma4", "tiny"));
+  Model m(*f);
+  const HParams& hp = m.hparams();
+  EXPECT_FLOAT_EQ(hp.embd_scale, 8.0f);
+  EXPECT_FLOAT_EQ(hp.logit_softcap, 30.0f);
+  const auto& s = m.specs();
+  ASSERT_EQ(s.size(), 4u);
+  for (int l = 0; l < 4; ++l) {
+    SCOPED_TRACE(l);
+    const bool global = l % 2 == 1;
+    const LayerWeights& L = m.weights().layers[l];
+    const AttentionSpec& a = s[l].attn;
+    EXPECT_EQ(a.params.head_dim, global ? 32 : 16);
+    EXPECT_EQ(a.params.head_dim_v, a.params.head_dim);
+    EXPECT_EQ(a.params.n_head_kv, global ? 1 : 4);
+    EXPECT_EQ(a.params.window, global ? 0 : 8);
+    EXPECT_FLOAT_EQ(a.params.scale, 1.0f);
+    EXPECT_EQ(a.rope.mode, RopeMode::NeoX);
+    EXPECT_EQ(a.rope.n_rot, global ? 32 : 16);
+    EXPECT_FLOAT_EQ(a.rope.freq_base, global ? 1e6f : 1e4f);
+    EXPECT_EQ(a.v_from_k, global);
+    EXPECT_EQ((bool)L.wv, !global);
+    EXPECT_TRUE(a.v_norm);
+    EXPECT_EQ(a.qk_norm, QkNorm::PerHead);
+    ASSERT_EQ((bool)L.rope_freqs, global);
+    if (global) {  // 32 / 2 pairs, the leading quarter of the head rotating
+      const float* fr = L.rope_freqs.as<float>();
+      for (int i = 0; i < 16; ++i) EXPECT_EQ(fr[i], i < 4 ? 1.0f : 1e30f) << i;
+    }
+    EXPECT_TRUE(s[l].post_norms && s[l].dense_beside_moe);
+    EXPECT_EQ(s[l].ffn, FfnKind::Moe);
+    EXPECT_EQ(s[l].moe.act.kind, GluKind::GeGLU);
+    EXPECT_EQ(s[l].dense_act.kind, GluKind::GeGLU);
+    EXPECT_TRUE(s[l].moe.routing.norm_weights);
+    EXPECT_NE(s[l].out_scale, 1.0f);  // drawn around 1
+    EXPECT_TRUE(L.exp_weight_scale && L.router_norm && L.ffn_pre_norm_2);
+  }
+  // Output head tied to the embedding.
+  EXPECT_EQ(m.weights().output.data, m.weights().token_embd.data);
+  // The cache row is the widest layer's: 4 x 16 (sliding), the global layers' 1 x 32 use half.
+  EXPECT_EQ(m.kv_widths().k, 64);
+  EXPECT_EQ(m.kv_widths().v, 64);
+  EXPECT_EQ(m.kv_bytes_per_token(), 4u * 2 * 64 * sizeof(float));
+}
+
+TEST(Gemma4, NarrowerLayersUseTheLeadingColumnsOfTheCacheRows) {
+  KvCache kv(2, 8, 32, 32);
+  const TensorView k = kv.k_view(1, 16);
+  EXPECT_EQ(k.cols(), 16);
+  EXPECT_EQ(k.rows(), 8);
+  EXPECT_EQ(k.row_stride(), 32 * sizeof(float));
+  EXPECT_TRUE(k.data == reinterpret_cast<const uint8_t*>(kv.k(1, 0)));
+  EXPECT_EQ(kv.k_view(1, 0).cols(), 32);
+  EXPECT_THROW(kv.v_view(0, 33), Error);
+}
+
+TEST(Gemma4, BatchedChunkedAndRewoundRunsAgree) {
+  // 13 tokens cross the sliding layers' 8-token window.
+  const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7};
+  const std::string path = gen("gemma4", "tiny");
+  EngineOptions opt;
+  opt.n_threads = 2;
+  opt.n_ctx = 32;
+  Engine a(path, opt), b(path, opt);
+  opt.batch = 4;  // chunks start at positions 4, 8, 12: cache rows written at an offset
+  Engine c(path, opt);
+  std::vector<float> la, lb, lc;
+  a.prefill(toks, true, &la);
+  b.prefill_sequential(toks, true, &lb);
+  c.prefill(toks, true, &lc);
+  const size_t V = a.n_vocab();
+  ASSERT_EQ(la.size(), toks.size() * V);
+  for (size_t t = 0; t < toks.size(); ++t) {
+    EXPECT_LT(rel_max_diff(la.data() + t * V, lb.data() + t * V, V), 1e-5) << "pos " << t;
+    EXPECT_LT(rel_max_diff(la.data() + t * V, lc.data() + t * V, V), 1e-5) << "pos " << t;
+    // Soft-capped at 30.
+    for (size_t i = 0; i < V; ++i) ASSERT_LT(std::fabs(la[t * V + i]), 30.0f);
+  }
+  a.context().truncate(5);
+  auto alt = a.decode(33);
+  std::vector<float> got(alt.begin(), alt.end()), ref;
+  std::vector<int32_t> alt_toks(toks.begin(), toks.begin() + 5);
+  alt_toks.push_back(33);
+  Engine d(path, opt);
+  d.prefill(alt_toks, false, &ref);
+  EXPECT_LT(rel_max_diff(got.data(), ref.data(), V), 1e-5);
+}
+
+TEST(Gemma4, BadAndUnsupportedFilesNameWhatIsWrong) {
+  const std::string g = gen("gemma4", "tiny");
+  const std::string p = "gemma4.";
+  struct Case {
+    std::string name, path, needle;
+  };
+  const Case cases[] = {
+      {"pattern", rewrite(g, "no_pattern", no_key(p + "attention.sliding_window_pattern"), all),
+       "gemma4.attention.sliding_window_pattern"},
+      {"window", rewrite(g, "no_window", no_key(p + "attention.sliding_window"), all),
+       "gemma4.attention.sliding_window"},
+      {"ple",
+       rewrite(g, "ple", no_key(p + "embedding_length_per_layer_input"), all,
+               [&](GgufWriter& w) { w.set_u32(p + "embedding_length_per_layer_input", 256); }),
+       "per-layer input embeddings"},
+      {"shared_kv",
+       rewrite(g, "shared_kv", no_key(p + "attention.shared_kv_layers"), all,
+               [&](GgufWriter& w) { w.set_u32(p + "attention.shared_kv_layers", 2); }),
+       "gemma4.attention.shared_kv_layers"},
+      {"dense", rewrite(g, "dense", no_key(p + "expert_count"), all), "dense Gemma 4 models"},
+      {"rope_scaling",
+       rewrite(g, "rope_scaling", all, all,
+               [&](GgufWriter& w) {
+                 w.set_string(p + "rope.scaling.type", "yarn");
+                 w.set_f32(p + "rope.scaling.factor", 4.0f);
+               }),
+       "rope.scaling"},
+      {"rope_freqs", rewrite(g, "no_rope_freqs", all, no_tensor("rope_freqs.weight")),
+       "rope_freqs.weight"},
+      {"pre_norm_2", rewrite(g, "no_pre_norm_2", all, no_tensor("blk.1.pre_ffw_norm_2.weight")),
+       "blk.1.pre_ffw_norm_2.weight"},
+      {"router_scale", rewrite(g, "no_router_scale", all, no_tensor("blk.0.ffn_gate_inp.scale")),
+       "blk.0.ffn_gate_inp.scale"},
+      {"post_norm", rewrite(g, "no_post_norm", all, no_tensor("blk.3.post_ffw_norm.weight")),
+       "blk.3.post_ffw_norm.weight"},
+      {"dense_layer", rewrite(g, "dense_layer", all, no_tensor("blk.2.ffn_gate_inp.weight")),
+       "dense Gemma 4 layers"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = load_error(c.path);
+    EXPECT_NE(err.find(c.needle), std::string::npos) << c.name << ": '" << err << "'";
+  }
+}
+
+TEST(Gemma4, InfoNamesTheMetadataAndWhyAFileCannotRun) {
+  const std::string g = gen("gemma4", "tiny");
+  Cmd c = run_moeflow("info -m " + g);
+  ASSERT_EQ(c.rc, 0) << c.out;
+  for (const char* needle :
+       {"gemma4.attention.head_count_kv", "[4, 1, 4, 1]", "gemma4.attention.sliding_window_pattern",
+        "[true, false, true, false]", "gemma4.attention.key_length_swa",
+        "gemma4.rope.dimension_count_swa", "gemma4.rope.freq_base_swa",
+        "gemma4.final_logit_softcapping", "kv cache:"})
+    EXPECT_NE(c.out.find(needle), std::string::npos) << needle << "\n" << c.out;
+  const std::string ple =
+      rewrite(g, "info_ple", no_key("gemma4.embedding_length_per_layer_input"), all,
+              [](GgufWriter& w) { w.set_u32("gemma4.embedding_length_per_layer_input", 256); });
+  c = run_moeflow("info -m " + ple);
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_NE(c.out.find("not loadable"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("per-layer input embeddings"), std::string::npos) << c.out;
+}
+
+TEST(Gemma4, PerLayerKvHeadsAreRefusedByArchitecturesThatDoNotBuildThem) {
+  const std::string q = gen("qwen3moe", "tiny");
+  const std::string path = rewrite(
+      q, "qwen_kv_array", no_key("qwen3moe.attention.head_count_kv"), all, [](GgufWriter& w) {
+        w.set("qwen3moe.attention.head_count_kv", GgufValue::make_i32_array({2, 1, 2, 1}));
+      });
+  EXPECT_NE(load_error(path).find("head_count_kv differs between layers"), std::string::npos)
+      << load_error(path);
+  // A uniform array is one number.
+  const std::string same = rewrite(
+      q, "qwen_kv_same", no_key("qwen3moe.attention.head_count_kv"), all, [](GgufWriter& w) {
+        w.set("qwen3moe.attention.head_count_kv", GgufValue::make_i32_array({2, 2, 2, 2}));
+      });
+  EXPECT_EQ(load_error(same), "");
+}
+
+}  // namespace
+}  // namespace moeflow::test
