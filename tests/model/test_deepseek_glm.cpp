@@ -14,53 +14,16 @@
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "support/model_file_edit.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {
 
-std::string gen(const std::string& arch, const std::string& preset,
-                const std::string& type = "F32") {
-  const std::string path = temp_path(arch + "_" + preset + "_" + type + ".gguf");
-  const Cmd c = run_moeflow("gen-model --arch " + arch + " --preset " + preset + " --type " + type +
-                            " --seed 5 -q -o " + path);
-  EXPECT_EQ(c.rc, 0) << c.out;
-  return path;
-}
-
-// A copy of `src` with metadata and tensors filtered / edited (tensors copied byte for byte).
-std::string rewrite(const std::string& src, const std::string& name,
-                    const std::function<bool(const std::string& key)>& keep_key,
-                    const std::function<bool(const std::string& tensor)>& keep_tensor,
-                    const std::function<void(GgufWriter&)>& extra = nullptr) {
-  auto f = GgufFile::open(src);
-  GgufWriter w;
-  for (const auto& kv : f->metadata())
-    if (keep_key(kv.key)) w.set(kv.key, kv.value);
-  if (extra) extra(w);
-  for (const auto& t : f->tensors())
-    if (keep_tensor(t.name)) w.add_tensor(t.name, t.type, t.dims, f->data(t), t.nbytes);
-  const std::string path = temp_path(name + ".gguf");
-  w.write(path);
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    auto f = GgufFile::open(path);
-    Model m(*f);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-auto all = [](const std::string&) { return true; };
-
 TEST(DeepseekGlm, MlaCacheHoldsOnlyTheLatentAndTheRotaryKey) {
   // tiny: 4 layers, 4 heads, kv_lora_rank 32, rope 8, nope 16, v 16.
-  const std::string path = gen("deepseek2", "tiny");
+  const std::string path = gen_model_file("deepseek2", "tiny");
   EngineOptions opt;
   opt.n_threads = 1;
   opt.n_ctx = 64;
@@ -73,13 +36,13 @@ TEST(DeepseekGlm, MlaCacheHoldsOnlyTheLatentAndTheRotaryKey) {
   // The memory actually allocated for the context is that, not the per-head size.
   EXPECT_EQ(e.context().kv().bytes(), 64 * m.kv_bytes_per_token());
   // GQA is unchanged: K and V rows per kv head (glm4moe tiny: 2 kv heads of 32).
-  Engine g(gen("glm4moe", "tiny"), opt);
+  Engine g(gen_model_file("glm4moe", "tiny"), opt);
   EXPECT_EQ(g.model().kv_bytes_per_token(), 4u * 2 * (2 * 32) * sizeof(float));
   EXPECT_EQ(g.model().kv_bytes_per_token(), g.model().kv_bytes_per_token_per_head());
 }
 
 TEST(DeepseekGlm, LayoutFromMetadata) {
-  auto f = GgufFile::open(gen("deepseek2", "tiny-v3"));
+  auto f = GgufFile::open(gen_model_file("deepseek2", "tiny-v3"));
   Model m(*f);
   const auto& s = m.specs();
   ASSERT_EQ(s.size(), 4u);
@@ -99,7 +62,7 @@ TEST(DeepseekGlm, LayoutFromMetadata) {
   EXPECT_TRUE(m.weights().layers[1].exp_probs_bias);
   EXPECT_TRUE(m.weights().layers[1].wq_a);  // q_lora_rank 24
   // glm4moe tiny: block_count 5 of which 1 MTP block, not run; half of each head rotates.
-  auto g = GgufFile::open(gen("glm4moe", "tiny"));
+  auto g = GgufFile::open(gen_model_file("glm4moe", "tiny"));
   EXPECT_EQ(g->get_int("glm4moe.block_count"), 5);
   Model mg(*g);
   EXPECT_EQ(mg.hparams().n_layer, 4);
@@ -115,7 +78,7 @@ TEST(DeepseekGlm, BatchedChunkedAndRewoundRunsAgree) {
        {std::pair{"deepseek2", "tiny"}, std::pair{"deepseek2", "tiny-v3"},
         std::pair{"glm4moe", "tiny"}}) {
     SCOPED_TRACE(std::string(arch) + "/" + preset);
-    const std::string path = gen(arch, preset);
+    const std::string path = gen_model_file(arch, preset);
     EngineOptions opt;
     opt.n_threads = 2;
     opt.n_ctx = 32;
@@ -145,58 +108,57 @@ TEST(DeepseekGlm, BatchedChunkedAndRewoundRunsAgree) {
 }
 
 TEST(DeepseekGlm, BadFilesNameWhatIsWrong) {
-  const std::string ds = gen("deepseek2", "tiny");
-  auto no_key = [](const std::string& k) {
-    return [k](const std::string& key) { return key != k; };
-  };
-  auto no_tensor = [](const std::string& n) {
-    return [n](const std::string& t) { return t != n; };
-  };
+  const std::string ds = gen_model_file("deepseek2", "tiny");
   struct Case {
     std::string name, path, needle;
   };
   const Case cases[] = {
-      {"kv_lora", rewrite(ds, "no_kv_lora", no_key("deepseek2.attention.kv_lora_rank"), all),
+      {"kv_lora",
+       rewrite_model_file(ds, "no_kv_lora", without("deepseek2.attention.kv_lora_rank"), keep_all),
        "deepseek2.attention.kv_lora_rank"},
-      {"shared", rewrite(ds, "no_shared", no_key("deepseek2.expert_shared_count"), all),
+      {"shared",
+       rewrite_model_file(ds, "no_shared", without("deepseek2.expert_shared_count"), keep_all),
        "deepseek2.expert_shared_count"},
-      {"k_b", rewrite(ds, "no_k_b", all, no_tensor("blk.2.attn_k_b.weight")),
+      {"k_b", rewrite_model_file(ds, "no_k_b", keep_all, without("blk.2.attn_k_b.weight")),
        "blk.2.attn_k_b.weight"},
-      {"kv_a", rewrite(ds, "no_kv_a", all, no_tensor("blk.0.attn_kv_a_mqa.weight")),
+      {"kv_a", rewrite_model_file(ds, "no_kv_a", keep_all, without("blk.0.attn_kv_a_mqa.weight")),
        "blk.0.attn_kv_a_mqa.weight"},
-      {"dense", rewrite(ds, "no_dense", all, no_tensor("blk.0.ffn_up.weight")),
+      {"dense", rewrite_model_file(ds, "no_dense", keep_all, without("blk.0.ffn_up.weight")),
        "blk.0.ffn_up.weight"},
       {"longrope",
-       rewrite(ds, "longrope", no_key("deepseek2.rope.scaling.type"), all,
-               [](GgufWriter& w) { w.set_string("deepseek2.rope.scaling.type", "longrope"); }),
+       rewrite_model_file(
+           ds, "longrope", without("deepseek2.rope.scaling.type"), keep_all,
+           [](GgufWriter& w) { w.set_string("deepseek2.rope.scaling.type", "longrope"); }),
        "longrope"},
       {"temperature",
-       rewrite(ds, "temperature", all, all,
-               [](GgufWriter& w) { w.set_f32("deepseek2.attention.temperature_scale", 0.1f); }),
+       rewrite_model_file(
+           ds, "temperature", keep_all, keep_all,
+           [](GgufWriter& w) { w.set_f32("deepseek2.attention.temperature_scale", 0.1f); }),
        "temperature_scale"},
       {"gating",
-       rewrite(ds, "gating", no_key("deepseek2.expert_gating_func"), all,
-               [](GgufWriter& w) { w.set_u32("deepseek2.expert_gating_func", 4); }),
+       rewrite_model_file(ds, "gating", without("deepseek2.expert_gating_func"), keep_all,
+                          [](GgufWriter& w) { w.set_u32("deepseek2.expert_gating_func", 4); }),
        "expert_gating_func"},
       {"groups",
-       rewrite(ds, "groups", no_key("deepseek2.expert_group_count"), all,
-               [](GgufWriter& w) { w.set_u32("deepseek2.expert_group_count", 3); }),
+       rewrite_model_file(ds, "groups", without("deepseek2.expert_group_count"), keep_all,
+                          [](GgufWriter& w) { w.set_u32("deepseek2.expert_group_count", 3); }),
        "expert_group_count"},
       {"glm_bias",
-       rewrite(gen("glm4moe", "tiny"), "glm_no_bias", all, no_tensor("blk.2.exp_probs_b.bias")),
+       rewrite_model_file(gen_model_file("glm4moe", "tiny"), "glm_no_bias", keep_all,
+                          without("blk.2.exp_probs_b.bias")),
        "blk.2.exp_probs_b.bias"},
   };
   for (const Case& c : cases) {
-    const std::string err = load_error(c.path);
+    const std::string err = model_load_error(c.path);
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.name << ": '" << err << "'";
   }
 }
 
 TEST(DeepseekGlm, CliRefusesUnsupportedArchitectureAndTypeByName) {
-  const std::string ds = gen("deepseek2", "tiny");
-  const std::string arch = rewrite(
-      ds, "arch", [](const std::string& k) { return k.rfind("general.architecture", 0) != 0; }, all,
-      [](GgufWriter& w) { w.set_string("general.architecture", "deepseek4"); });
+  const std::string ds = gen_model_file("deepseek2", "tiny");
+  const std::string arch = rewrite_model_file(
+      ds, "arch", [](const std::string& k) { return k.rfind("general.architecture", 0) != 0; },
+      keep_all, [](GgufWriter& w) { w.set_string("general.architecture", "deepseek4"); });
   Cmd c = run_moeflow("eval -m " + arch + " --tokens 1,2,3");
   EXPECT_NE(c.rc, 0);
   EXPECT_NE(c.out.find("unsupported architecture 'deepseek4'"), std::string::npos) << c.out;

@@ -16,61 +16,24 @@
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "support/model_file_edit.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {
 
-std::string gen(const std::string& arch, const std::string& preset,
-                const std::string& type = "F32") {
-  const std::string path = temp_path("g4_" + arch + "_" + preset + "_" + type + ".gguf");
-  const Cmd c = run_moeflow("gen-model --arch " + arch + " --preset " + preset + " --type " + type +
-                            " --seed 5 -q -o " + path);
-  EXPECT_EQ(c.rc, 0) << c.out;
-  return path;
-}
-
-// A copy of `src` with metadata and tensors filtered / edited (tensors copied byte for byte).
-std::string rewrite(const std::string& src, const std::string& name,
-                    const std::function<bool(const std::string& key)>& keep_key,
-                    const std::function<bool(const std::string& tensor)>& keep_tensor,
-                    const std::function<void(GgufWriter&)>& extra = nullptr) {
-  auto f = GgufFile::open(src);
-  GgufWriter w;
-  for (const auto& kv : f->metadata())
-    if (keep_key(kv.key)) w.set(kv.key, kv.value);
-  if (extra) extra(w);
-  for (const auto& t : f->tensors())
-    if (keep_tensor(t.name)) w.add_tensor(t.name, t.type, t.dims, f->data(t), t.nbytes);
-  const std::string path = temp_path("g4_" + name + ".gguf");
-  w.write(path);
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    auto f = GgufFile::open(path);
-    Model m(*f);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-auto all = [](const std::string&) { return true; };
-auto no_key(const std::string& k) {
-  return [k](const std::string& key) { return key != k; };
-}
-auto no_tensor(const std::string& n) {
-  return [n](const std::string& t) { return t != n; };
+// Files of this test carry a tag of their own in the shared temp folder.
+std::string gen_g4(const std::string& arch, const std::string& preset,
+                   const std::string& type = "F32") {
+  return gen_model_file(arch, preset, type, 5, "g4_");
 }
 
 TEST(Gemma4, LayoutFromMetadata) {
   // tiny: 4 layers, 1 and 3 global; 8 heads; sliding heads of 16 (4 kv heads, window 8, base
   // 1e4), global heads of 32 (1 kv head, keys as values, a quarter of each head rotating at base
   // 1e6).
-  auto f = GgufFile::open(gen("gemma4", "tiny"));
+  auto f = GgufFile::open(gen_g4("gemma4", "tiny"));
   Model m(*f);
   const HParams& hp = m.hparams();
   EXPECT_FLOAT_EQ(hp.embd_scale, 8.0f);
@@ -129,7 +92,7 @@ TEST(Gemma4, NarrowerLayersUseTheLeadingColumnsOfTheCacheRows) {
 TEST(Gemma4, BatchedChunkedAndRewoundRunsAgree) {
   // 13 tokens cross the sliding layers' 8-token window.
   const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7};
-  const std::string path = gen("gemma4", "tiny");
+  const std::string path = gen_g4("gemma4", "tiny");
   EngineOptions opt;
   opt.n_threads = 2;
   opt.n_ctx = 32;
@@ -159,51 +122,60 @@ TEST(Gemma4, BatchedChunkedAndRewoundRunsAgree) {
 }
 
 TEST(Gemma4, BadAndUnsupportedFilesNameWhatIsWrong) {
-  const std::string g = gen("gemma4", "tiny");
+  const std::string g = gen_g4("gemma4", "tiny");
   const std::string p = "gemma4.";
   struct Case {
     std::string name, path, needle;
   };
   const Case cases[] = {
-      {"pattern", rewrite(g, "no_pattern", no_key(p + "attention.sliding_window_pattern"), all),
+      {"pattern",
+       rewrite_model_file(g, "no_pattern", without(p + "attention.sliding_window_pattern"),
+                          keep_all),
        "gemma4.attention.sliding_window_pattern"},
-      {"window", rewrite(g, "no_window", no_key(p + "attention.sliding_window"), all),
+      {"window",
+       rewrite_model_file(g, "no_window", without(p + "attention.sliding_window"), keep_all),
        "gemma4.attention.sliding_window"},
       {"ple",
-       rewrite(g, "ple", no_key(p + "embedding_length_per_layer_input"), all,
-               [&](GgufWriter& w) { w.set_u32(p + "embedding_length_per_layer_input", 256); }),
+       rewrite_model_file(
+           g, "ple", without(p + "embedding_length_per_layer_input"), keep_all,
+           [&](GgufWriter& w) { w.set_u32(p + "embedding_length_per_layer_input", 256); }),
        "per-layer input embeddings"},
       {"shared_kv",
-       rewrite(g, "shared_kv", no_key(p + "attention.shared_kv_layers"), all,
-               [&](GgufWriter& w) { w.set_u32(p + "attention.shared_kv_layers", 2); }),
+       rewrite_model_file(g, "shared_kv", without(p + "attention.shared_kv_layers"), keep_all,
+                          [&](GgufWriter& w) { w.set_u32(p + "attention.shared_kv_layers", 2); }),
        "gemma4.attention.shared_kv_layers"},
-      {"dense", rewrite(g, "dense", no_key(p + "expert_count"), all), "dense Gemma 4 models"},
+      {"dense", rewrite_model_file(g, "dense", without(p + "expert_count"), keep_all),
+       "dense Gemma 4 models"},
       {"rope_scaling",
-       rewrite(g, "rope_scaling", all, all,
-               [&](GgufWriter& w) {
-                 w.set_string(p + "rope.scaling.type", "yarn");
-                 w.set_f32(p + "rope.scaling.factor", 4.0f);
-               }),
+       rewrite_model_file(g, "rope_scaling", keep_all, keep_all,
+                          [&](GgufWriter& w) {
+                            w.set_string(p + "rope.scaling.type", "yarn");
+                            w.set_f32(p + "rope.scaling.factor", 4.0f);
+                          }),
        "rope.scaling"},
-      {"rope_freqs", rewrite(g, "no_rope_freqs", all, no_tensor("rope_freqs.weight")),
+      {"rope_freqs", rewrite_model_file(g, "no_rope_freqs", keep_all, without("rope_freqs.weight")),
        "rope_freqs.weight"},
-      {"pre_norm_2", rewrite(g, "no_pre_norm_2", all, no_tensor("blk.1.pre_ffw_norm_2.weight")),
+      {"pre_norm_2",
+       rewrite_model_file(g, "no_pre_norm_2", keep_all, without("blk.1.pre_ffw_norm_2.weight")),
        "blk.1.pre_ffw_norm_2.weight"},
-      {"router_scale", rewrite(g, "no_router_scale", all, no_tensor("blk.0.ffn_gate_inp.scale")),
+      {"router_scale",
+       rewrite_model_file(g, "no_router_scale", keep_all, without("blk.0.ffn_gate_inp.scale")),
        "blk.0.ffn_gate_inp.scale"},
-      {"post_norm", rewrite(g, "no_post_norm", all, no_tensor("blk.3.post_ffw_norm.weight")),
+      {"post_norm",
+       rewrite_model_file(g, "no_post_norm", keep_all, without("blk.3.post_ffw_norm.weight")),
        "blk.3.post_ffw_norm.weight"},
-      {"dense_layer", rewrite(g, "dense_layer", all, no_tensor("blk.2.ffn_gate_inp.weight")),
+      {"dense_layer",
+       rewrite_model_file(g, "dense_layer", keep_all, without("blk.2.ffn_gate_inp.weight")),
        "dense Gemma 4 layers"},
   };
   for (const Case& c : cases) {
-    const std::string err = load_error(c.path);
+    const std::string err = model_load_error(c.path);
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.name << ": '" << err << "'";
   }
 }
 
 TEST(Gemma4, InfoNamesTheMetadataAndWhyAFileCannotRun) {
-  const std::string g = gen("gemma4", "tiny");
+  const std::string g = gen_g4("gemma4", "tiny");
   Cmd c = run_moeflow("info -m " + g);
   ASSERT_EQ(c.rc, 0) << c.out;
   for (const char* needle :
@@ -212,9 +184,9 @@ TEST(Gemma4, InfoNamesTheMetadataAndWhyAFileCannotRun) {
         "gemma4.rope.dimension_count_swa", "gemma4.rope.freq_base_swa",
         "gemma4.final_logit_softcapping", "kv cache:"})
     EXPECT_NE(c.out.find(needle), std::string::npos) << needle << "\n" << c.out;
-  const std::string ple =
-      rewrite(g, "info_ple", no_key("gemma4.embedding_length_per_layer_input"), all,
-              [](GgufWriter& w) { w.set_u32("gemma4.embedding_length_per_layer_input", 256); });
+  const std::string ple = rewrite_model_file(
+      g, "info_ple", without("gemma4.embedding_length_per_layer_input"), keep_all,
+      [](GgufWriter& w) { w.set_u32("gemma4.embedding_length_per_layer_input", 256); });
   c = run_moeflow("info -m " + ple);
   ASSERT_EQ(c.rc, 0) << c.out;
   EXPECT_NE(c.out.find("not loadable"), std::string::npos) << c.out;
@@ -222,19 +194,19 @@ TEST(Gemma4, InfoNamesTheMetadataAndWhyAFileCannotRun) {
 }
 
 TEST(Gemma4, PerLayerKvHeadsAreRefusedByArchitecturesThatDoNotBuildThem) {
-  const std::string q = gen("qwen3moe", "tiny");
-  const std::string path = rewrite(
-      q, "qwen_kv_array", no_key("qwen3moe.attention.head_count_kv"), all, [](GgufWriter& w) {
+  const std::string q = gen_g4("qwen3moe", "tiny");
+  const std::string path = rewrite_model_file(
+      q, "qwen_kv_array", without("qwen3moe.attention.head_count_kv"), keep_all, [](GgufWriter& w) {
         w.set("qwen3moe.attention.head_count_kv", GgufValue::make_i32_array({2, 1, 2, 1}));
       });
-  EXPECT_NE(load_error(path).find("head_count_kv differs between layers"), std::string::npos)
-      << load_error(path);
+  EXPECT_NE(model_load_error(path).find("head_count_kv differs between layers"), std::string::npos)
+      << model_load_error(path);
   // A uniform array is one number.
-  const std::string same = rewrite(
-      q, "qwen_kv_same", no_key("qwen3moe.attention.head_count_kv"), all, [](GgufWriter& w) {
+  const std::string same = rewrite_model_file(
+      q, "qwen_kv_same", without("qwen3moe.attention.head_count_kv"), keep_all, [](GgufWriter& w) {
         w.set("qwen3moe.attention.head_count_kv", GgufValue::make_i32_array({2, 2, 2, 2}));
       });
-  EXPECT_EQ(load_error(same), "");
+  EXPECT_EQ(model_load_error(same), "");
 }
 
 }  // namespace

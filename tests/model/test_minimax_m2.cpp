@@ -15,6 +15,7 @@
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "support/model_file_edit.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
 
@@ -32,9 +33,10 @@ std::string gen_tiny() {
 // A copy of `src` without the key `drop_key` (when not empty) and with `edit` applied to the
 // metadata; tensors copied byte for byte unless `tensor` replaces or drops them (returns false).
 using TensorEdit = std::function<bool(const GgufTensorInfo& t, const GgufFile& f, GgufWriter& w)>;
-std::string rewrite(const std::string& src, const std::string& name, const std::string& drop_key,
-                    const std::function<void(GgufWriter&)>& edit,
-                    const TensorEdit& tensor = nullptr) {
+std::string rewrite_minimax_file(const std::string& src, const std::string& name,
+                                 const std::string& drop_key,
+                                 const std::function<void(GgufWriter&)>& edit,
+                                 const TensorEdit& tensor = nullptr) {
   auto f = GgufFile::open(src);
   GgufWriter w;
   for (const auto& kv : f->metadata())
@@ -45,16 +47,6 @@ std::string rewrite(const std::string& src, const std::string& name, const std::
   const std::string path = temp_path(name + ".gguf");
   w.write(path);
   return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    auto f = GgufFile::open(path);
-    Model m(*f);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(MinimaxM2, LayoutFromMetadata) {
@@ -131,52 +123,56 @@ TEST(MinimaxM2, BadFilesAndUnsupportedVariantsNameWhatIsWrong) {
     std::string name, path, needle;
   };
   const Case cases[] = {
-      {"no_bias", rewrite(src, "mm_no_bias", "", nullptr, drop("blk.2.exp_probs_b.bias")),
+      {"no_bias",
+       rewrite_minimax_file(src, "mm_no_bias", "", nullptr, drop("blk.2.exp_probs_b.bias")),
        "blk.2.exp_probs_b.bias"},
-      {"no_q_norm", rewrite(src, "mm_no_q_norm", "", nullptr, drop("blk.1.attn_q_norm.weight")),
+      {"no_q_norm",
+       rewrite_minimax_file(src, "mm_no_q_norm", "", nullptr, drop("blk.1.attn_q_norm.weight")),
        "blk.1.attn_q_norm.weight"},
       // A per-head q norm (Qwen3's layout): the whole-projection one is 4 * 32 long.
       {"per_head_norm",
-       rewrite(src, "mm_per_head", "", nullptr,
-               [](const GgufTensorInfo& t, const GgufFile& f, GgufWriter& w) {
-                 if (t.name != "blk.0.attn_q_norm.weight") return true;
-                 w.add_tensor(t.name, t.type, {32}, f.data(t), 32 * sizeof(float));
-                 return false;
-               }),
+       rewrite_minimax_file(src, "mm_per_head", "", nullptr,
+                            [](const GgufTensorInfo& t, const GgufFile& f, GgufWriter& w) {
+                              if (t.name != "blk.0.attn_q_norm.weight") return true;
+                              w.add_tensor(t.name, t.type, {32}, f.data(t), 32 * sizeof(float));
+                              return false;
+                            }),
        "blk.0.attn_q_norm.weight"},
-      {"no_experts", rewrite(src, "mm_no_experts", a + "expert_count", nullptr),
+      {"no_experts", rewrite_minimax_file(src, "mm_no_experts", a + "expert_count", nullptr),
        a + "expert_count"},
       {"softmax",
-       rewrite(src, "mm_softmax", a + "expert_gating_func", set_u32(a + "expert_gating_func", 1)),
+       rewrite_minimax_file(src, "mm_softmax", a + "expert_gating_func",
+                            set_u32(a + "expert_gating_func", 1)),
        "expert_gating_func"},
       {"scale",
-       rewrite(src, "mm_scale", "",
-               [&](GgufWriter& w) { w.set_f32(a + "expert_weights_scale", 2.5f); }),
+       rewrite_minimax_file(src, "mm_scale", "",
+                            [&](GgufWriter& w) { w.set_f32(a + "expert_weights_scale", 2.5f); }),
        "expert_weights_scale"},
       {"no_norm",
-       rewrite(src, "mm_no_norm", "",
-               [&](GgufWriter& w) { w.set_bool(a + "expert_weights_norm", false); }),
+       rewrite_minimax_file(src, "mm_no_norm", "",
+                            [&](GgufWriter& w) { w.set_bool(a + "expert_weights_norm", false); }),
        "expert_weights_norm"},
-      {"groups", rewrite(src, "mm_groups", "", set_u32(a + "expert_group_count", 4)),
+      {"groups", rewrite_minimax_file(src, "mm_groups", "", set_u32(a + "expert_group_count", 4)),
        "expert_group_count"},
-      {"shared", rewrite(src, "mm_shared", "", set_u32(a + "expert_shared_count", 1)),
+      {"shared", rewrite_minimax_file(src, "mm_shared", "", set_u32(a + "expert_shared_count", 1)),
        "expert_shared_count"},
-      {"dense", rewrite(src, "mm_dense", "", set_u32(a + "leading_dense_block_count", 1)),
+      {"dense",
+       rewrite_minimax_file(src, "mm_dense", "", set_u32(a + "leading_dense_block_count", 1)),
        "leading_dense_block_count"},
       {"yarn",
-       rewrite(src, "mm_yarn", "",
-               [&](GgufWriter& w) {
-                 w.set_string(a + "rope.scaling.type", "yarn");
-                 w.set_f32(a + "rope.scaling.factor", 4.0f);
-               }),
+       rewrite_minimax_file(src, "mm_yarn", "",
+                            [&](GgufWriter& w) {
+                              w.set_string(a + "rope.scaling.type", "yarn");
+                              w.set_f32(a + "rope.scaling.factor", 4.0f);
+                            }),
        "rope.scaling.type"},
   };
   for (const Case& c : cases) {
-    const std::string err = load_error(c.path);
+    const std::string err = model_load_error(c.path);
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.name << ": '" << err << "'";
   }
   // The unchanged file loads.
-  EXPECT_EQ(load_error(src), "");
+  EXPECT_EQ(model_load_error(src), "");
 }
 
 TEST(MinimaxM2, InfoNamesTheMetadataAndRefusedVariants) {
@@ -187,7 +183,7 @@ TEST(MinimaxM2, InfoNamesTheMetadataAndRefusedVariants) {
   EXPECT_NE(c.out.find("minimax-m2.rope.dimension_count"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("minimax-m2.expert_gating_func"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("kv cache:"), std::string::npos) << c.out;  // loadable
-  const std::string scaled = rewrite(src, "mm_info_scale", "", [](GgufWriter& w) {
+  const std::string scaled = rewrite_minimax_file(src, "mm_info_scale", "", [](GgufWriter& w) {
     w.set_f32("minimax-m2.expert_weights_scale", 2.5f);
   });
   c = run_moeflow("info -m " + scaled);

@@ -16,52 +16,16 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
+#include "support/model_file_edit.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
 
 namespace moeflow::test {
 namespace {
 
-std::string gen(const std::string& arch, const std::string& preset = "tiny") {
-  const std::string path = temp_path(arch + "_" + preset + "_hybrid.gguf");
-  const Cmd c = run_moeflow("gen-model --arch " + arch + " --preset " + preset +
-                            " --type F32 --seed 7 -q -o " + path);
-  EXPECT_EQ(c.rc, 0) << c.out;
-  return path;
+std::string gen_hy(const std::string& arch, const std::string& preset = "tiny") {
+  return gen_model_file(arch, preset, "F32", 7, "hy_");
 }
-
-// A copy of `src` with metadata and tensors filtered / edited (tensors copied byte for byte).
-std::string rewrite(const std::string& src, const std::string& name,
-                    const std::function<bool(const std::string& key)>& keep_key,
-                    const std::function<bool(const std::string& tensor)>& keep_tensor,
-                    const std::function<void(GgufWriter&)>& extra = nullptr,
-                    const std::function<std::string(const std::string&)>& rename = nullptr) {
-  auto f = GgufFile::open(src);
-  GgufWriter w;
-  for (const auto& kv : f->metadata())
-    if (keep_key(kv.key)) w.set(kv.key, kv.value);
-  if (extra) extra(w);
-  for (const auto& t : f->tensors())
-    if (keep_tensor(t.name))
-      w.add_tensor(rename ? rename(t.name) : t.name, t.type, t.dims, f->data(t), t.nbytes);
-  const std::string path = temp_path(name + ".gguf");
-  w.write(path);
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    auto f = GgufFile::open(path);
-    Model m(*f);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-auto all = [](const std::string&) { return true; };
-auto no_key = [](const std::string& k) { return [k](const std::string& key) { return key != k; }; };
-auto no_tensor = [](const std::string& n) { return [n](const std::string& t) { return t != n; }; };
 
 EngineOptions opts(int batch = 256) {
   EngineOptions o;
@@ -74,7 +38,7 @@ EngineOptions opts(int batch = 256) {
 TEST(QwenHybrid, LayoutFromMetadata) {
   for (const char* arch : {"qwen3next", "qwen35moe"}) {
     SCOPED_TRACE(arch);
-    auto f = GgufFile::open(gen(arch));
+    auto f = GgufFile::open(gen_hy(arch));
     Model m(*f);
     const auto& s = m.specs();
     ASSERT_EQ(s.size(), 4u);
@@ -112,7 +76,7 @@ TEST(QwenHybrid, StateContinuesAcrossChunksAndDecodeAndClearsOnReset) {
   const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7};
   for (const char* arch : {"qwen3next", "qwen35moe"}) {
     SCOPED_TRACE(arch);
-    const std::string path = gen(arch);
+    const std::string path = gen_hy(arch);
     Engine a(path, opts()), b(path, opts()), c(path, opts(4));
     std::vector<float> la, lb, lc;
     a.prefill(toks, true, &la);
@@ -141,7 +105,7 @@ TEST(QwenHybrid, StateContinuesAcrossChunksAndDecodeAndClearsOnReset) {
 }
 
 TEST(QwenHybrid, RewindIsRefusedByNameAndThePrefixCacheStartsOver) {
-  const std::string path = gen("qwen3next");
+  const std::string path = gen_hy("qwen3next");
   const std::vector<int32_t> p1 = {4, 8, 15, 16, 23, 42};
   Engine e(path, opts());
   e.prefill(p1, false, nullptr);
@@ -183,7 +147,7 @@ TEST(QwenHybrid, RewindIsRefusedByNameAndThePrefixCacheStartsOver) {
 TEST(QwenHybrid, StandInDeviceComputesTheSameBits) {
   for (const char* arch : {"qwen3next", "qwen35moe"}) {
     SCOPED_TRACE(arch);
-    const std::string path = gen(arch);
+    const std::string path = gen_hy(arch);
     const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1};
     Engine cpu(path, opts(4));
     EngineOptions so = opts(4);
@@ -202,45 +166,53 @@ TEST(QwenHybrid, StandInDeviceComputesTheSameBits) {
 }
 
 TEST(QwenHybrid, BadFilesNameWhatIsWrong) {
-  const std::string next = gen("qwen3next"), v35 = gen("qwen35moe");
+  const std::string next = gen_hy("qwen3next"), v35 = gen_hy("qwen35moe");
   struct Case {
     std::string name, path, needle;
   };
   const Case cases[] = {
-      {"conv", rewrite(next, "hy_no_conv", no_key("qwen3next.ssm.conv_kernel"), all),
+      {"conv",
+       rewrite_model_file(next, "hy_no_conv", without("qwen3next.ssm.conv_kernel"), keep_all),
        "qwen3next.ssm.conv_kernel"},
-      {"groups", rewrite(next, "hy_no_groups", no_key("qwen3next.ssm.group_count"), all),
+      {"groups",
+       rewrite_model_file(next, "hy_no_groups", without("qwen3next.ssm.group_count"), keep_all),
        "qwen3next.ssm.group_count"},
       {"inner",
-       rewrite(next, "hy_inner", no_key("qwen3next.ssm.inner_size"), all,
-               [](GgufWriter& w) { w.set_u32("qwen3next.ssm.inner_size", 48); }),
+       rewrite_model_file(next, "hy_inner", without("qwen3next.ssm.inner_size"), keep_all,
+                          [](GgufWriter& w) { w.set_u32("qwen3next.ssm.inner_size", 48); }),
        "ssm.inner_size"},
-      {"ssm_a", rewrite(next, "hy_no_a", all, no_tensor("blk.1.ssm_a")), "blk.1.ssm_a"},
-      {"ba", rewrite(next, "hy_no_ba", all, no_tensor("blk.0.ssm_ba.weight")),
+      {"ssm_a", rewrite_model_file(next, "hy_no_a", keep_all, without("blk.1.ssm_a")),
+       "blk.1.ssm_a"},
+      {"ba", rewrite_model_file(next, "hy_no_ba", keep_all, without("blk.0.ssm_ba.weight")),
        "blk.0.ssm_ba.weight"},
-      {"q_norm", rewrite(next, "hy_no_qn", all, no_tensor("blk.3.attn_q_norm.weight")),
+      {"q_norm",
+       rewrite_model_file(next, "hy_no_qn", keep_all, without("blk.3.attn_q_norm.weight")),
        "blk.3.attn_q_norm.weight"},
-      {"shexp_gate", rewrite(next, "hy_no_shg", all, no_tensor("blk.2.ffn_gate_inp_shexp.weight")),
+      {"shexp_gate",
+       rewrite_model_file(next, "hy_no_shg", keep_all, without("blk.2.ffn_gate_inp_shexp.weight")),
        "blk.2.ffn_gate_inp_shexp.weight"},
       {"legacy",
-       rewrite(next, "hy_legacy", all, no_tensor("blk.0.attn_gate.weight"), nullptr,
-               [](const std::string& n) {
-                 return n == "blk.0.attn_qkv.weight" ? std::string("blk.0.ssm_in.weight") : n;
-               }),
+       rewrite_model_file(next, "hy_legacy", keep_all, without("blk.0.attn_gate.weight"), nullptr,
+                          [](const std::string& n) {
+                            return n == "blk.0.attn_qkv.weight" ? std::string("blk.0.ssm_in.weight")
+                                                                : n;
+                          }),
        "legacy fused ssm_in"},
-      {"sections", rewrite(v35, "hy_no_sections", no_key("qwen35moe.rope.dimension_sections"), all),
+      {"sections",
+       rewrite_model_file(v35, "hy_no_sections", without("qwen35moe.rope.dimension_sections"),
+                          keep_all),
        "qwen35moe.rope.dimension_sections"},
-      {"beta", rewrite(v35, "hy_no_beta", all, no_tensor("blk.2.ssm_beta.weight")),
+      {"beta", rewrite_model_file(v35, "hy_no_beta", keep_all, without("blk.2.ssm_beta.weight")),
        "blk.2.ssm_beta.weight"},
   };
   for (const Case& c : cases) {
-    const std::string err = load_error(c.path);
+    const std::string err = model_load_error(c.path);
     EXPECT_NE(err.find(c.needle), std::string::npos) << c.name << ": '" << err << "'";
   }
 }
 
 TEST(QwenHybrid, InfoNamesTheRecurrentLayersAndSkippedBlocks) {
-  const Cmd c = run_moeflow("info -m " + gen("qwen35moe"));
+  const Cmd c = run_moeflow("info -m " + gen_hy("qwen35moe"));
   ASSERT_EQ(c.rc, 0) << c.out;
   EXPECT_NE(c.out.find("3 gated DeltaNet layer(s) of 4"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("qwen35moe.ssm.conv_kernel"), std::string::npos) << c.out;

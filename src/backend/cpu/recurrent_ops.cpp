@@ -18,7 +18,7 @@ void need_f32(const TensorView& v, const char* op, const char* what) {
     fail("cpu backend: {} needs a float32 {}, got {}", op, what, type_name(v.type));
 }
 
-float* frow(const TensorView& v, int64_t r) { return reinterpret_cast<float*>(v.row(r)); }
+float* f32_row(const TensorView& v, int64_t r) { return reinterpret_cast<float*>(v.row(r)); }
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
@@ -42,8 +42,8 @@ void CpuBackend::sigmoid_mul(TensorView x, const TensorView& gate) {
                 "sigmoid_mul: gate {}x{} for a tensor {}x{}", gate.rows(), gate.cols(), x.rows(),
                 x.cols());
   for (int64_t t = 0; t < x.rows(); ++t) {
-    float* o = frow(x, t);
-    const float* g = frow(gate, t);
+    float* o = f32_row(x, t);
+    const float* g = f32_row(gate, t);
     for (int64_t i = 0; i < x.cols(); ++i) o[i] *= sigmoid(g[i]);
   }
 }
@@ -61,13 +61,13 @@ void CpuBackend::conv1d_silu(const TensorView& x, TensorView state, const Tensor
                 state.rows(), state.cols(), w.rows(), w.cols(), out.rows(), out.cols());
   // Row r of the history: state rows first (r < K-1), then the inputs.
   auto hist = [&](int64_t r) -> const float* {
-    return r < K - 1 ? frow(state, r) : frow(x, r - (K - 1));
+    return r < K - 1 ? f32_row(state, r) : f32_row(x, r - (K - 1));
   };
   auto body = [&](int64_t c0, int64_t c1, int) {
     for (int64_t t = 0; t < n; ++t) {
-      float* o = frow(out, t);
+      float* o = f32_row(out, t);
       for (int64_t c = c0; c < c1; ++c) {
-        const float* wc = frow(w, c);
+        const float* wc = f32_row(w, c);
         float s = 0;
         for (int64_t j = 0; j < K; ++j) s += wc[j] * hist(t + j)[c];
         o[c] = s * sigmoid(s);
@@ -79,7 +79,7 @@ void CpuBackend::conv1d_silu(const TensorView& x, TensorView state, const Tensor
     for (int64_t r = 0; r < K - 1; ++r)
       std::memcpy(keep.data() + r * (c1 - c0), hist(n + r) + c0, (c1 - c0) * sizeof(float));
     for (int64_t r = 0; r < K - 1; ++r)
-      std::memcpy(frow(state, r) + c0, keep.data() + r * (c1 - c0), (c1 - c0) * sizeof(float));
+      std::memcpy(f32_row(state, r) + c0, keep.data() + r * (c1 - c0), (c1 - c0) * sizeof(float));
   };
   if (pool_ && C >= 256)
     pool_->parallel_for(C, body, 64);
@@ -115,11 +115,11 @@ void CpuBackend::gated_delta_net(const TensorView& q, const TensorView& k, const
       const int64_t kh = p.tiled ? h % NK : h / per;
       float* S = state.as<float>() + h * hk * hv;  // [hk][hv]
       for (int64_t t = 0; t < n; ++t) {
-        l2_normalize(frow(q, t) + kh * hk, qn.data(), hk, p.l2_eps, scale);
-        l2_normalize(frow(k, t) + kh * hk, kn.data(), hk, p.l2_eps, 1.0f);
-        const float beta = sigmoid(frow(b, t)[h]);
-        const float decay = std::exp(p.A[h] * softplus(frow(a, t)[h] + p.dt_bias[h]));
-        const float* vt = frow(v, t) + h * hv;
+        l2_normalize(f32_row(q, t) + kh * hk, qn.data(), hk, p.l2_eps, scale);
+        l2_normalize(f32_row(k, t) + kh * hk, kn.data(), hk, p.l2_eps, 1.0f);
+        const float beta = sigmoid(f32_row(b, t)[h]);
+        const float decay = std::exp(p.A[h] * softplus(f32_row(a, t)[h] + p.dt_bias[h]));
+        const float* vt = f32_row(v, t) + h * hv;
         // S *= decay, then mem = S^T k (what the state recalls for this key).
         std::fill(mem.begin(), mem.end(), 0.0f);
         for (int64_t i = 0; i < hk; ++i) {
@@ -131,7 +131,7 @@ void CpuBackend::gated_delta_net(const TensorView& q, const TensorView& k, const
           }
         }
         for (int64_t j = 0; j < hv; ++j) mem[j] = (vt[j] - mem[j]) * beta;  // the delta
-        float* o = frow(out, t) + h * hv;
+        float* o = f32_row(out, t) + h * hv;
         std::fill(o, o + hv, 0.0f);
         for (int64_t i = 0; i < hk; ++i) {
           float* Si = S + i * hv;
