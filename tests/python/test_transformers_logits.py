@@ -46,10 +46,10 @@ error F32 / F16 at avx512 | avx2 | scalar:
   phimoe long    6.4e-7 (F32)    | 5.6e-7          | 7.2e-7
 Gated DeltaNet hybrids (4 layers: 3 DeltaNet + gated full attention; 150-token prompt, i.e.
 transformers' chunked delta rule over 3 chunks of 64, then 16 recurrent decode steps; the
-qwen35moe file carries an MTP block that must not change the logits), measured 2026-11-27 at
-avx512 only (moeflow deltanet branch, same machine; avx2 / scalar not yet measured):
-  qwen3next      7.1e-6 / 9.1e-6
-  qwen35moe+mtp  5.2e-6 / 8.6e-6
+qwen35moe file carries an MTP block that must not change the logits), measured 2026-11-27
+(F32 / F16 at avx512 | avx2 | scalar; bound 1e-4, 7x the worst):
+  qwen3next      7.1e-6 / 9.1e-6 | 5.4e-6 / 9.9e-6 | 9.0e-6 / 1.2e-5
+  qwen35moe+mtp  5.2e-6 / 8.6e-6 | 5.6e-6 / 1.4e-5 | 6.3e-6 / 6.6e-6
 The larger error than the attention-only models is the state recurrence in float32 (moeflow)
 against float64 (transformers) over 166 positions. Checked to fail (greedy tokens differ) with
 the attention output gate left out, the convolution left out (qkv passed through), and
