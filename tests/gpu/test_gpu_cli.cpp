@@ -29,12 +29,6 @@ const std::string& model() {
   return path;
 }
 
-nlohmann::json last_json_line(const std::string& out) {
-  const size_t end = out.find_last_not_of('\n');
-  const size_t start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1));
-}
-
 TEST(StandInCli, RunGivesTheCpuText) {
   const std::string args =
       " -m " + model() + " -p 'Once upon a time' -n 12 --temp 0 -t 2 --stats none";

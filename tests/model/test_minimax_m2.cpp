@@ -81,33 +81,8 @@ TEST(MinimaxM2, LayoutFromMetadata) {
 }
 
 TEST(MinimaxM2, BatchedChunkedAndRewoundRunsAgree) {
-  const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7};
-  const std::string path = gen_tiny();
-  EngineOptions opt;
-  opt.n_threads = 2;
-  opt.n_ctx = 32;
-  Engine a(path, opt), b(path, opt);
-  opt.batch = 4;  // chunks start at positions 4, 8, 12: cache rows written at an offset
-  Engine c(path, opt);
-  std::vector<float> la, lb, lc;
-  a.prefill(toks, true, &la);
-  b.prefill_sequential(toks, true, &lb);
-  c.prefill(toks, true, &lc);
-  const size_t V = a.n_vocab();
-  ASSERT_EQ(la.size(), toks.size() * V);
-  for (size_t t = 0; t < toks.size(); ++t) {
-    EXPECT_LT(rel_max_diff(la.data() + t * V, lb.data() + t * V, V), 1e-5) << "pos " << t;
-    EXPECT_LT(rel_max_diff(la.data() + t * V, lc.data() + t * V, V), 1e-5) << "pos " << t;
-  }
-  // Rewind to position 5 and feed another token: stale rows must not leak in.
-  a.context().truncate(5);
-  auto alt = a.decode(33);
-  std::vector<float> got(alt.begin(), alt.end()), ref;
-  std::vector<int32_t> alt_toks(toks.begin(), toks.begin() + 5);
-  alt_toks.push_back(33);
-  Engine d(path, opt);
-  d.prefill(alt_toks, false, &ref);
-  EXPECT_LT(rel_max_diff(got.data(), ref.data(), V), 1e-5);
+  expect_batched_chunked_and_rewound_runs_agree(gen_tiny(),
+                                                {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 50, 300, 7});
 }
 
 TEST(MinimaxM2, BadFilesAndUnsupportedVariantsNameWhatIsWrong) {

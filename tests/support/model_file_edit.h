@@ -8,11 +8,13 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
 
@@ -66,6 +68,40 @@ inline bool keep_all(const std::string&) { return true; }
 // Every name but `name`.
 inline KeepName without(const std::string& name) {
   return [name](const std::string& s) { return s != name; };
+}
+
+// The model at `path` gives the same logits (1e-5) whether `toks` are prefilled as one batch, one
+// token at a time, or in chunks of 4 (cache rows written at an offset), and after a rewind to
+// position 5 and another token as a fresh run of those 6 tokens (stale rows must not leak in).
+// Returns the one-batch run's logits, toks.size() x n_vocab, for checks of their own.
+inline std::vector<float> expect_batched_chunked_and_rewound_runs_agree(
+    const std::string& path, const std::vector<int32_t>& toks) {
+  EngineOptions opt;
+  opt.n_threads = 2;
+  opt.n_ctx = 32;
+  Engine a(path, opt), b(path, opt);
+  opt.batch = 4;
+  Engine c(path, opt);
+  std::vector<float> la, lb, lc;
+  a.prefill(toks, true, &la);
+  b.prefill_sequential(toks, true, &lb);
+  c.prefill(toks, true, &lc);
+  const size_t V = a.n_vocab();
+  EXPECT_EQ(la.size(), toks.size() * V);
+  if (la.size() != toks.size() * V) return la;
+  for (size_t t = 0; t < toks.size(); ++t) {
+    EXPECT_LT(rel_max_diff(la.data() + t * V, lb.data() + t * V, V), 1e-5) << "pos " << t;
+    EXPECT_LT(rel_max_diff(la.data() + t * V, lc.data() + t * V, V), 1e-5) << "pos " << t;
+  }
+  a.context().truncate(5);
+  auto alt = a.decode(33);
+  std::vector<float> got(alt.begin(), alt.end()), ref;
+  std::vector<int32_t> alt_toks(toks.begin(), toks.begin() + 5);
+  alt_toks.push_back(33);
+  Engine d(path, opt);
+  d.prefill(alt_toks, false, &ref);
+  EXPECT_LT(rel_max_diff(got.data(), ref.data(), V), 1e-5);
+  return la;
 }
 
 }  // namespace moeflow::test

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace moeflow::test {
 
 struct Cmd {
@@ -24,6 +26,14 @@ inline Cmd run_moeflow(const std::string& args, bool merge_stderr = true) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+// The last non-empty line of a command's output as JSON (`--json` / `--stats json` print one
+// object last).
+inline nlohmann::json last_json_line(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  const size_t start = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1));
 }
 
 }  // namespace moeflow::test

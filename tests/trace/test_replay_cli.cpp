@@ -38,11 +38,6 @@ std::vector<std::vector<int>> routes_of(const trace::Trace& t) {
   return v;
 }
 
-nlohmann::json last_json_line(const std::string& out) {
-  const size_t b = out.rfind("\n{");
-  return nlohmann::json::parse(out.substr(b == std::string::npos ? 0 : b + 1));
-}
-
 TEST(ReplayCli, TheReplayedRoutingIsWhatTheEngineRuns) {
   const std::string a = tiny("replay_a.gguf", 4, 1), b = tiny("replay_b.gguf", 4, 2);
   const std::string ta = temp_path("replay_a.trace"), tb = temp_path("replay_b.trace"),

@@ -23,11 +23,6 @@ const std::string kTrace = MOEFLOW_SHARED_DATA
     "/traces/mixtral-8x7b-instruct_speculative-moe/routing_data_collected/"
     "humaneval_2_routing.jsonl";
 
-nlohmann::json json_of(const Cmd& c) {
-  const size_t b = c.out.rfind("\n{");
-  return nlohmann::json::parse(c.out.substr(b == std::string::npos ? 0 : b + 1));
-}
-
 const std::string& mixtral_shaped() {
   static const std::string p = [] {
     TinySpec s;
@@ -58,7 +53,7 @@ Counts live(const std::string& policy, double rate, bool per_layer, const std::s
                                 (per_layer ? " --cache-per-layer" : "") + " --trace-out " + rec,
                             /*merge_stderr=*/false);
   EXPECT_EQ(c.rc, 0) << c.out;
-  const nlohmann::json j = json_of(c);
+  const nlohmann::json j = last_json_line(c.out);
   slots = j["offload"]["n_slots"];
   const nlohmann::json& t = j["offload"]["total"];
   return {t["hits"], t["misses"].get<uint64_t>() + t["late"].get<uint64_t>()};
@@ -75,7 +70,7 @@ Counts simulated(const std::string& policy, int slots, bool per_layer, const std
                                 (per_layer ? "" : " --global-budget") + " --json",
                             /*merge_stderr=*/false);
   EXPECT_EQ(c.rc, 0) << c.out;
-  const nlohmann::json row = json_of(c)["results"][0];
+  const nlohmann::json row = nlohmann::json::parse(c.out)["results"][0];  // stdout is the JSON
   // The simulator reports a per-layer budget's capacity per layer.
   EXPECT_EQ(row["capacity"].get<int>() * (per_layer ? 32 : 1), slots) << row.dump();
   const uint64_t uses = row["uses"], hits = row["hits"];
