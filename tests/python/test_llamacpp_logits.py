@@ -225,6 +225,49 @@ def model_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("llamacpp_models")
 
 
+# The gated DeltaNet hybrids' top-1 agreement with llama.cpp (96.9-99.6%) is below the other
+# architectures' because a DeltaNet layer amplifies the 8-bit activation noise both engines add
+# (its outputs are small dot products of unit vectors, re-scaled by a norm), and its state carries
+# it to every later position. That noise is the engines' shared approximation of the file's model,
+# so for these two the file is also run exactly: `moeflow quantize --type F32` dequantizes every
+# matrix (the same weights, no activation quantization) and moeflow's F32 path is the reference
+# (F32 agrees with transformers to 1e-5). moeflow must be no further from it than llama.cpp is:
+# top-1 agreement with it at most HYBRID_TOP1_SLACK below llama.cpp's, p95 row error at most
+# HYBRID_P95_RATIO x llama.cpp's. Measured 2026-11-27 (avx512), top-1 vs the exact model
+# moeflow / llama.cpp: qwen35moe Q5_K 88.7 / 89.5%, Q5_1 92.6 / 92.6%, Q8_0 95.3 / 96.9%;
+# qwen3next Q5_K 89.1 / 89.8%, Q5_1 93.8 / 93.4%, Q8_0 93.8 / 93.8%; p95 within 1.1x both ways.
+HYBRIDS = ("qwen3next", "qwen35moe")
+HYBRID_TOP1_SLACK, HYBRID_P95_RATIO = 0.04, 1.3
+
+
+def exact_model_distance(path, seqs, got, ref, tmp) -> dict:
+    """Top-1 agreement and p95 row error of moeflow (`got`) and llama.cpp (`ref`) against the
+    file's model computed without activation quantization (its matrices dequantized to F32)."""
+    f32 = f"{path}.dequantized-F32.gguf"
+    cmd = [BIN, "quantize", "-m", str(path), "-o", f32, "--type", "F32", "-q", "-t", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stderr}"
+    exact = moeflow_logits(f32, seqs, tmp)
+    out = {}
+    for who, rows in (("moeflow", got), ("llama", ref)):
+        e = np.concatenate([om.rel_err_rows(g, x) for g, x in zip(rows, exact)])
+        out[f"{who}_exact_p95"] = float(np.percentile(e, 95))
+        out[f"{who}_exact_top1"] = float(np.mean(np.concatenate(
+            [g.argmax(1) == x.argmax(1) for g, x in zip(rows, exact)])))
+    return out
+
+
+def hybrid_failures(arch: str, st: dict) -> list[str]:
+    out = []
+    if st["moeflow_exact_top1"] < st["llama_exact_top1"] - HYBRID_TOP1_SLACK:
+        out.append(f"{arch}: top-1 vs the exact model {st['moeflow_exact_top1']:.4f}, llama.cpp's "
+                   f"{st['llama_exact_top1']:.4f}")
+    if st["moeflow_exact_p95"] > HYBRID_P95_RATIO * st["llama_exact_p95"]:
+        out.append(f"{arch}: p95 vs the exact model {st['moeflow_exact_p95']:.2e}, llama.cpp's "
+                   f"{st['llama_exact_p95']:.2e}")
+    return out
+
+
 @pytest.mark.parametrize("wtype", TYPES)
 def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
     with ThreadPoolExecutor(2) as ex:  # generation is the slow part: both cores
@@ -239,12 +282,16 @@ def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
         a = sum(int((g.argmax(1) == r.argmax(1)).sum()) for g, r in zip(got, ref))
         stats[arch] = dict(p95=float(np.percentile(errs, 95)), max=float(errs.max()),
                            exact=float(np.mean(errs < EXACT)), top1=a / errs.size)
+        if arch in HYBRIDS:
+            stats[arch].update(exact_model_distance(paths[arch], seqs, got, ref, tmp_path))
         if REPORT:
             np.save(f"{REPORT}-{wtype}-{arch}.npy", errs)
     for arch, st in stats.items():
         print(f"\nMEASURE {wtype:7s} {arch:9s} " + " ".join(f"{k} {v:.3g}" for k, v in st.items()))
     failed = []
     for arch, st in stats.items():
+        if arch in HYBRIDS:
+            failed += hybrid_failures(arch, st)
         top1_min, exact_min = ARCH_BOUNDS[arch]
         p95 = ARCH_P95.get(arch, P95)
         if st["p95"] >= p95:
