@@ -819,30 +819,34 @@ void delta_rule_ref(const std::vector<float>& qkv, int64_t n, int64_t width, int
 
 TEST_P(BackendOps, GatedDeltaNetGroupedAndTiledHeadsOverTwoCalls) {
   if (!be().has_recurrent_ops()) return;  // refusal checked by Conv1dSiluContinuesItsState
-  const int nk = 2, nv = 6;
-  const int64_t hk = 12, hv = 10, width = 2 * nk * hk + nv * hv;
-  for (bool tiled : {false, true}) {
-    std::vector<float> A(nv), dt = rnd(nv, 0.5f);
-    for (int h = 0; h < nv; ++h) A[h] = -std::exp(0.5f * (float)h - 1.5f);
-    DeviceTensor Ad = upload(be(), A, nv, 1), Dd = upload(be(), dt, nv, 1);
-    DeviceTensor S = upload(be(), std::vector<float>(nv * hk * hv, 0.f), hv, nv * hk);
-    std::vector<double> Sref((size_t)(nv * hk * hv), 0.0), want;
-    for (int64_t n : {7, 1, 3}) {
-      const auto qkv = rnd(n * width), a = rnd(n * nv), b = rnd(n * nv, 2.f);
-      DeviceTensor X = upload(be(), qkv, width, n), Ad2 = upload(be(), a, nv, n),
-                   Bd = upload(be(), b, nv, n), O = poisoned(be(), nv * hv, n);
-      DeltaNetParams p;
-      p.n_k_heads = nk, p.n_v_heads = nv, p.head_k = hk, p.head_v = hv, p.tiled = tiled;
-      p.A = Ad.view.as<float>(), p.dt_bias = Dd.view.as<float>();
-      be().gated_delta_net(column_slice(X.view, 0, nk * hk), column_slice(X.view, nk * hk, nk * hk),
-                           column_slice(X.view, 2 * nk * hk, nv * hv), Ad2.view, Bd.view, S.view,
-                           O.view, p);
-      delta_rule_ref(qkv, n, width, nk, nv, hk, hv, tiled, a, b, A, dt, Sref, want);
-      expect_close(download(be(), O.view), want, 20 * tol(), max_abs(want),
-                   tiled ? "gated_delta_net tiled" : "gated_delta_net grouped");
+  // Value heads of 10 (the CPU's portable kernel only) and of 80: the AVX-512 kernel's 64-column
+  // block and its 16-column tail, the AVX2 kernel's 32-column blocks and 8-column tail.
+  for (auto [hk, hv] : {std::pair<int64_t, int64_t>{12, 10}, {16, 80}})
+    for (bool tiled : {false, true}) {
+      const int nk = 2, nv = 6;
+      const int64_t width = 2 * nk * hk + nv * hv;
+      std::vector<float> A(nv), dt = rnd(nv, 0.5f);
+      for (int h = 0; h < nv; ++h) A[h] = -std::exp(0.5f * (float)h - 1.5f);
+      DeviceTensor Ad = upload(be(), A, nv, 1), Dd = upload(be(), dt, nv, 1);
+      DeviceTensor S = upload(be(), std::vector<float>(nv * hk * hv, 0.f), hv, nv * hk);
+      std::vector<double> Sref((size_t)(nv * hk * hv), 0.0), want;
+      for (int64_t n : {7, 1, 3}) {
+        const auto qkv = rnd(n * width), a = rnd(n * nv), b = rnd(n * nv, 2.f);
+        DeviceTensor X = upload(be(), qkv, width, n), Ad2 = upload(be(), a, nv, n),
+                     Bd = upload(be(), b, nv, n), O = poisoned(be(), nv * hv, n);
+        DeltaNetParams p;
+        p.n_k_heads = nk, p.n_v_heads = nv, p.head_k = hk, p.head_v = hv, p.tiled = tiled;
+        p.A = Ad.view.as<float>(), p.dt_bias = Dd.view.as<float>();
+        be().gated_delta_net(
+            column_slice(X.view, 0, nk * hk), column_slice(X.view, nk * hk, nk * hk),
+            column_slice(X.view, 2 * nk * hk, nv * hv), Ad2.view, Bd.view, S.view, O.view, p);
+        delta_rule_ref(qkv, n, width, nk, nv, hk, hv, tiled, a, b, A, dt, Sref, want);
+        expect_close(download(be(), O.view), want, 20 * tol(), max_abs(want),
+                     tiled ? "gated_delta_net tiled" : "gated_delta_net grouped");
+      }
+      expect_close(download(be(), S.view), Sref, 20 * tol(), max_abs(Sref),
+                   "gated_delta_net state");
     }
-    expect_close(download(be(), S.view), Sref, 20 * tol(), max_abs(Sref), "gated_delta_net state");
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendOps, ::testing::ValuesIn(backend_cases()),

@@ -1,12 +1,13 @@
 // The CPU backend's ops of recurrent (gated DeltaNet) layers and the attention output gate.
-// Plain scalar loops: per token a DeltaNet layer reads its state (n_v_heads * head_k * head_v
-// floats) twice, which the inner loops over head_v stream contiguously; the work is split over
-// value heads, each owned by one thread, so results do not depend on the thread count.
+// Per token a DeltaNet layer streams its state (n_v_heads * head_k * head_v floats) once, in the
+// SIMD kernels of delta_rule.h; the work is split over value heads, each owned by one thread, so
+// results do not depend on the thread count.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/delta_rule.h"
 #include "core/error.h"
 
 namespace moeflow {
@@ -64,12 +65,14 @@ void CpuBackend::conv1d_silu(const TensorView& x, TensorView state, const Tensor
     return r < K - 1 ? f32_row(state, r) : f32_row(x, r - (K - 1));
   };
   auto body = [&](int64_t c0, int64_t c1, int) {
+    std::vector<const float*> rows((size_t)K);
     for (int64_t t = 0; t < n; ++t) {
       float* o = f32_row(out, t);
+      for (int64_t j = 0; j < K; ++j) rows[(size_t)j] = hist(t + j);
       for (int64_t c = c0; c < c1; ++c) {
         const float* wc = f32_row(w, c);
         float s = 0;
-        for (int64_t j = 0; j < K; ++j) s += wc[j] * hist(t + j)[c];
+        for (int64_t j = 0; j < K; ++j) s += wc[j] * rows[(size_t)j][c];
         o[c] = s * sigmoid(s);
       }
     }
@@ -109,38 +112,22 @@ void CpuBackend::gated_delta_net(const TensorView& q, const TensorView& k, const
   MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
   const int per = NV / NK;
   const float scale = 1.0f / std::sqrt((float)hk);
+  const kernels::DeltaStepFn step = kernels::delta_step_fn(hv);
   auto body = [&](int64_t h0, int64_t h1, int) {
-    std::vector<float> qn(hk), kn(hk), mem(hv);
+    std::vector<float> qn(hk), kn(hk);
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t kh = p.tiled ? h % NK : h / per;
       float* S = state.as<float>() + h * hk * hv;  // [hk][hv]
       for (int64_t t = 0; t < n; ++t) {
         l2_normalize(f32_row(q, t) + kh * hk, qn.data(), hk, p.l2_eps, scale);
         l2_normalize(f32_row(k, t) + kh * hk, kn.data(), hk, p.l2_eps, 1.0f);
-        const float beta = sigmoid(f32_row(b, t)[h]);
-        const float decay = std::exp(p.A[h] * softplus(f32_row(a, t)[h] + p.dt_bias[h]));
-        const float* vt = f32_row(v, t) + h * hv;
-        // S *= decay, then mem = S^T k (what the state recalls for this key).
-        std::fill(mem.begin(), mem.end(), 0.0f);
-        for (int64_t i = 0; i < hk; ++i) {
-          float* Si = S + i * hv;
-          const float ki = kn[i];
-          for (int64_t j = 0; j < hv; ++j) {
-            Si[j] *= decay;
-            mem[j] += Si[j] * ki;
-          }
-        }
-        for (int64_t j = 0; j < hv; ++j) mem[j] = (vt[j] - mem[j]) * beta;  // the delta
-        float* o = f32_row(out, t) + h * hv;
-        std::fill(o, o + hv, 0.0f);
-        for (int64_t i = 0; i < hk; ++i) {
-          float* Si = S + i * hv;
-          const float ki = kn[i], qi = qn[i];
-          for (int64_t j = 0; j < hv; ++j) {
-            Si[j] += ki * mem[j];
-            o[j] += Si[j] * qi;
-          }
-        }
+        kernels::DeltaToken tok;
+        tok.k = kn.data(), tok.q = qn.data(), tok.v = f32_row(v, t) + h * hv;
+        for (int64_t i = 0; i < hk; ++i) tok.kq += kn[i] * qn[i];
+        tok.beta = sigmoid(f32_row(b, t)[h]);
+        tok.decay = std::exp(p.A[h] * softplus(f32_row(a, t)[h] + p.dt_bias[h]));
+        tok.out = f32_row(out, t) + h * hv;
+        step(S, hk, hv, tok);
       }
     }
   };
