@@ -12,6 +12,12 @@ from `moeflow bench --json`.
 32 experts of 2880, top-4, 64 heads / 8 KV heads of 64, window 128 on every other layer, vocab
 201088) with `--type Q8_0 --expert-type MXFP4`: the real gpt-oss-20b layers as the released
 MXFP4 files store them.
+The 2026 families at their released shapes: `--arch qwen35moe` (Qwen3.6-35B-A3B: 3 gated DeltaNet
+layers per gated full-attention layer, 256 experts of 512 top-8 + a shared expert, vocab 248320),
+`qwen3next` (Qwen3-Next-80B-A3B: 512 experts top-10), `gemma4` (Gemma 4 26B-A4B: sliding and
+global layers, a dense GELU FFN beside 128 experts top-8, vocab 262144), `minimax-m2` (256
+experts of 1536 top-8, n_embd 3072). With 4 layers a hybrid has 3 DeltaNet layers and one
+attention layer, the released models' mix.
 
 Per rep (interleaved, the order alternating between reps so drift hits both sides alike):
   moeflow : `moeflow bench -m M -p P -n N --reps 1 --json -t T` (fresh process)
@@ -34,7 +40,8 @@ prefill (512 tokens) >= 0.8x llama.cpp.
 With --baseline OLD/moeflow an older moeflow binary runs in the same rotation (A/B of a change:
 a restructuring must stay within 3% of the old binary on decode and prefill).
 
-usage: bench/bench_engine.py [--model M.gguf | [--arch mixtral|deepseek2|gpt-oss] --layers 4
+usage: bench/bench_engine.py [--model M.gguf | [--arch mixtral|deepseek2|gpt-oss|qwen35moe|qwen3next|
+                             gemma4|minimax-m2] --layers 4
                              --type Q4_K [--expert-type MXFP4]] [--moeflow build/moeflow]
                              [--baseline OLD/moeflow]
                              [-p 512] [-n 32] [-t 2] [--reps 5] [--out F.json] [--report F.md]
@@ -112,10 +119,15 @@ def run_json(cmd: list[str], timeout: float | None = None) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+# --arch: gen-model's preset of the released model's shape.
+PRESETS = {"mixtral": "8x7b", "deepseek2": "v2-lite", "gpt-oss": "20b",
+           "qwen35moe": "35b-a3b", "qwen3next": "80b-a3b", "gemma4": "26b-a4b", "minimax-m2": "m2"}
+
+
 def ensure_model(a) -> str:
     if a.model:
         return a.model
-    preset = {"mixtral": "8x7b", "deepseek2": "v2-lite", "gpt-oss": "20b"}[a.arch]
+    preset = PRESETS[a.arch]
     types = a.type.lower().replace("_", "") + (f"_{a.expert_type.lower()}" if a.expert_type else "")
     name = "mixtral" if a.arch == "mixtral" else a.arch.replace("-", "") + preset
     path = f"/tmp/moeflow_bench_{name}_{a.layers}l_{types}.gguf"
@@ -198,7 +210,7 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--type", default="Q4_K")
-    ap.add_argument("--arch", default="mixtral", choices=("mixtral", "deepseek2", "gpt-oss"),
+    ap.add_argument("--arch", default="mixtral", choices=tuple(PRESETS),
                     help="gen-model shape: Mixtral-8x7B, DeepSeek-V2-Lite or gpt-oss-20b layers")
     ap.add_argument("--expert-type", help="type of the routed experts (default: --type)")
     ap.add_argument("-p", type=int, default=512, help="prompt tokens")
