@@ -208,7 +208,7 @@ void CudaBackend::gated_delta_net(const TensorView& q, const TensorView& k, cons
                 NK, hk, NV, hv);
   MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
   MOEFLOW_CHECK(hk >= 1 && hk <= kMaxDeltaNetHeadK,
-                "gated_delta_net: the CUDA kernel keeps head_k <= {} floats per lane, got {}",
+                "gated_delta_net: the CUDA kernel takes head_k <= {} (shared memory), got {}",
                 kMaxDeltaNetHeadK, hk);
   DeltaNetArgs d;
   d.n_k_heads = NK;

@@ -6,8 +6,9 @@
 //   - gated_delta_net: one warp per (value head, 32 state columns). Column j of a head's state
 //     S [head_k][head_v] depends only on itself and the head's normalised q, k (the update is
 //     S[:, j] = decay * S[:, j] + k * delta_j, delta_j = (v_j - decay * S[:, j] . k) * beta), so
-//     each lane keeps its column in registers over all n tokens and the warp shares q and k
-//     through shared memory. Sums run over i in increasing order, as the CPU's do.
+//     each lane keeps its column in shared memory over all n tokens (read from and written back
+//     to the state once per call) and the warp shares q and k there too. Sums run over i in
+//     increasing order, as the CPU's do.
 // Neither kernel allocates or synchronises: both may join a captured decode graph.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
@@ -43,19 +44,21 @@ __global__ void conv1d_silu_kernel(CMat x, Mat state, CMat w, Mat out) {
   for (int64_t r = 0; r < K - 1; ++r) state.p[r * state.stride + c] = hist(n + r);
 }
 
-// HK: the largest head_k this instance serves (the state column's registers).
-template <int HK>
+// One warp per (value head h, state columns blockIdx.y*32 ..): dynamic shared memory holds the
+// warp's 32 columns of S, [head_k][32] (lane j's column at stride 32: no bank conflicts, and no
+// lane reads another's), then the token's normalised q and k (head_k floats each).
 __global__ void __launch_bounds__(32)
     delta_net_kernel(CMat q, CMat k, CMat v, CMat a, CMat b, Mat state, Mat out, DeltaNetArgs p) {
-  __shared__ float qs[HK], ks[HK];
+  extern __shared__ float smem[];
   const int h = blockIdx.x, lane = threadIdx.x;
   const int64_t hk = p.head_k, hv = p.head_v, j = blockIdx.y * 32 + lane;
+  float* s = smem + lane;  // this lane's column: s[i * 32] = S[i][j]
+  float* qs = smem + hk * 32;
+  float* ks = qs + hk;
   const int kh = p.tiled ? h % p.n_k_heads : h / (p.n_v_heads / p.n_k_heads);
   const bool mine = j < hv;  // lanes past head_v only help normalise q and k
   float* S = state.p + (int64_t)h * hk * state.stride + j;  // S[i][j] at S[i * stride]
-  float s[HK];
-#pragma unroll
-  for (int i = 0; i < HK; ++i) s[i] = (i < hk && mine) ? S[i * state.stride] : 0.0f;
+  for (int64_t i = 0; i < hk; ++i) s[i * 32] = mine ? S[i * state.stride] : 0.0f;
   const float A = p.A[h], dt = p.dt_bias[h];
   for (int64_t t = 0; t < q.rows; ++t) {
     // L2-normalised q (times 1/sqrt(head_k)) and k of key head kh.
@@ -80,35 +83,23 @@ __global__ void __launch_bounds__(32)
     if (mine) {
       // S *= decay; mem = S^T k; delta = (v - mem) * beta; S += k (x) delta; out = S^T q.
       float mem = 0.0f;
-#pragma unroll
-      for (int i = 0; i < HK; ++i)
-        if (i < hk) {
-          s[i] *= decay;
-          mem += s[i] * ks[i];
-        }
+      for (int64_t i = 0; i < hk; ++i) {
+        const float si = s[i * 32] * decay;
+        s[i * 32] = si;
+        mem += si * ks[i];
+      }
       const float delta = (v.p[t * v.stride + (int64_t)h * hv + j] - mem) * beta;
       float o = 0.0f;
-#pragma unroll
-      for (int i = 0; i < HK; ++i)
-        if (i < hk) {
-          s[i] += ks[i] * delta;
-          o += s[i] * qs[i];
-        }
+      for (int64_t i = 0; i < hk; ++i) {
+        const float si = s[i * 32] + ks[i] * delta;
+        s[i * 32] = si;
+        o += si * qs[i];
+      }
       out.p[t * out.stride + (int64_t)h * hv + j] = o;
     }
   }
   if (!mine) return;
-#pragma unroll
-  for (int i = 0; i < HK; ++i)
-    if (i < hk) S[i * state.stride] = s[i];
-}
-
-template <int HK>
-void launch_delta_net(CMat q, CMat k, CMat v, CMat a, CMat b, Mat state, Mat out,
-                      const DeltaNetArgs& p, cudaStream_t st) {
-  const dim3 grid((unsigned)p.n_v_heads, grid_for(p.head_v, 32));
-  delta_net_kernel<HK><<<grid, 32, 0, st>>>(q, k, v, a, b, state, out, p);
-  MOEFLOW_CUDA_CHECK_LAUNCH();
+  for (int64_t i = 0; i < hk; ++i) S[i * state.stride] = s[i * 32];
 }
 
 }  // namespace
@@ -122,16 +113,12 @@ void conv1d_silu(CMat x, Mat state, CMat w, Mat out, cudaStream_t s) {
 void gated_delta_net(CMat q, CMat k, CMat v, CMat a, CMat b, Mat state, Mat out,
                      const DeltaNetArgs& p, cudaStream_t s) {
   if (q.rows == 0) return;
-  if (p.head_k <= 32)
-    launch_delta_net<32>(q, k, v, a, b, state, out, p, s);
-  else if (p.head_k <= 64)
-    launch_delta_net<64>(q, k, v, a, b, state, out, p, s);
-  else if (p.head_k <= 128)
-    launch_delta_net<128>(q, k, v, a, b, state, out, p, s);
-  else if (p.head_k <= kMaxDeltaNetHeadK)
-    launch_delta_net<kMaxDeltaNetHeadK>(q, k, v, a, b, state, out, p, s);
-  else
-    throw_error("gated_delta_net: head_k above the CUDA kernel's 256");
+  if (p.head_k < 1 || p.head_k > kMaxDeltaNetHeadK)
+    throw_error("gated_delta_net: head_k outside the CUDA kernel's 1..256");
+  const dim3 grid((unsigned)p.n_v_heads, grid_for(p.head_v, 32));
+  const size_t smem = (size_t)p.head_k * (32 + 2) * sizeof(float);  // <= 34 KiB: no opt-in
+  delta_net_kernel<<<grid, 32, smem, s>>>(q, k, v, a, b, state, out, p);
+  MOEFLOW_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace moeflow::cuda

@@ -115,7 +115,7 @@ void moe_combine(Mat out, CMat slots, const WeightArray& w, const KeepArray& kee
 // the last K-1 rows of the history. w is [C][K]; out does not alias x.
 void conv1d_silu(CMat x, Mat state, CMat w, Mat out, cudaStream_t s);
 
-constexpr int64_t kMaxDeltaNetHeadK = 256;  // a lane keeps a head_k column of the state
+constexpr int64_t kMaxDeltaNetHeadK = 256;  // shared memory: a warp holds head_k x 32 floats
 struct DeltaNetArgs {
   int n_k_heads = 0, n_v_heads = 0;
   int64_t head_k = 0, head_v = 0;
