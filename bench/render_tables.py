@@ -604,10 +604,14 @@ def gpu_cases(what: str) -> str:
         src = f.read()
     body = src[src.index("std::vector<Case> cases()"):]
     body = body[:body.index("return out;")]
-    archs = re.findall(r'"([\w-]+)"', body[body.index("const char* arch"):])
-    types = re.findall(r"T::(\w+)", body)
-    return {"n": f"{len(archs) * len(types)}",
-            "grid": f"{len(archs)} architectures x {len(types)} formats"}[what]
+    # One (architectures, formats) group per `for arch : {...}` / `for t : {...}` loop pair: the
+    # full grid first, then the architectures run in fewer formats.
+    groups = [(re.findall(r'"([\w-]+)"', a), re.findall(r"T::(\w+)", t)) for a, t in re.findall(
+        r"for \(const char\* arch : \{([^}]*)\}\)\s*for \(T t : \{([^}]*)\}\)", body)]
+    assert groups, "no architecture x format loops in cases()"
+    grid = " and ".join(f"{len(a)} architectures x {len(t)} formats" if i == 0 else f"{len(a)} x {len(t)}"
+                        for i, (a, t) in enumerate(groups))
+    return {"n": f"{sum(len(a) * len(t) for a, t in groups)}", "grid": grid}[what]
 
 
 def sim_predictors_table() -> str:

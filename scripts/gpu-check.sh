@@ -13,8 +13,9 @@
 #             CPU logits for every architecture and block format, the VRAM expert cache and
 #             the CPU/GPU hybrid, the backend choice                       (budget 150 s)
 #   bench     all in VRAM: prefill / decode tok/s and the bench JSON of moeflow (CUDA graphs
-#             on and off) and llama.cpp -ngl 99 on the same files (4-layer Mixtral-8x7B and
-#             8-layer Qwen3-30B-A3B shapes, generated here with --repeat-experts)  (120 s)
+#             on and off) and llama.cpp -ngl 99 on the same files (4-layer Mixtral-8x7B,
+#             8-layer Qwen3-30B-A3B and 8-layer Qwen3.6-35B-A3B (gated DeltaNet hybrid)
+#             shapes, generated here with --repeat-experts)                      (150 s)
 #   vram      models larger than the VRAM given: moeflow's VRAM expert cache (--vram-limit)
 #             against llama.cpp -ngl 99 --n-cpu-moe N in the same VRAM, and Mixtral
 #             with a real routing replayed (--routing-trace)                      (270 s)
@@ -36,7 +37,7 @@ while (($#)); do
   case $1 in
     --stages) stages=$2; shift 2 ;;
     --stages=*) stages=${1#--stages=}; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) logdir=$1; shift ;;
   esac
@@ -91,6 +92,7 @@ logged() {
 # Seconds left in a stage's budget (STAGE_END set by the stage), at least 10.
 left() { local l=$((STAGE_END - SECONDS)); ((l < 10)) && l=10; echo "$l"; }
 out_of_time() { ((SECONDS >= STAGE_END)); }
+capped() { local l; l=$(left); ((l < $1)) && echo "$l" || echo "$1"; }  # min(N, left)
 gtest_counts() {  # log -> "N passed, M skipped, K failed"
   local log=$1
   local p s f
@@ -158,7 +160,7 @@ stage_sanitize() {
   # round trips) and on the VRAM expert cache (copy lanes, events, retiring slots). Time limits
   # keep the stage under 10 minutes.
   local ops='EveryBackend/BackendOps.*/cuda:CudaDevice.*'
-  local shared='EveryBackend/BackendOps.Attention*/cuda:EveryBackend/BackendOps.*Norm*/cuda:EveryBackend/BackendOps.Route*/cuda'
+  local shared='EveryBackend/BackendOps.Attention*/cuda:EveryBackend/BackendOps.*Norm*/cuda:EveryBackend/BackendOps.Route*/cuda:EveryBackend/BackendOps.GatedDeltaNet*/cuda'
   local model='*cuda_mixtral_Q4_K:*cuda_olmoe_F16'
   for spec in "memcheck:90:test_backend:$ops" "memcheck-models:70:test_gpu:$model" \
               "racecheck:60:test_backend:$shared" "synccheck:40:test_backend:$shared" \
@@ -210,7 +212,7 @@ bench_model() {  # stage name args...
   shift 2
   local path=$BUILD/bench-models/$name.gguf
   if [ ! -f "$path" ]; then
-    logged "$stage-gen-$name" 150 "$MF" gen-model "$@" -q -t "$JOBS" -o "$path.part" && mv "$path.part" "$path" || return 1
+    logged "$stage-gen-$name" "$(capped 150)" "$MF" gen-model "$@" -q -t "$JOBS" -o "$path.part" && mv "$path.part" "$path" || return 1
   fi
   echo "$path"
 }
@@ -218,20 +220,24 @@ bench_model() {  # stage name args...
 # ------------------------------------------------------------------------------------- bench
 bench_rows=()  # "model|moeflow pp|moeflow tg|moeflow tg no graphs|llama pp|llama tg"
 stage_bench() {
-  STAGE_END=$((SECONDS + 120))
+  STAGE_END=$((SECONDS + 150))
   bench_tools bench || return
   local mf=$MF lb=$LB
   # name : gen-model arguments. Four layers of the real Mixtral-8x7B shape (bench/bench_engine.py's
-  # model) and eight of Qwen3-30B-A3B's (128 small experts, top-8): the whole model in VRAM.
+  # model), eight of Qwen3-30B-A3B's (128 small experts, top-8) and eight of Qwen3.6-35B-A3B's
+  # (a gated DeltaNet hybrid: 6 DeltaNet + 2 full-attention layers, 256 experts, top-8): the
+  # whole model in VRAM. In this order: a model that finds the budget spent is skipped.
   local models=("mixtral8x7b-4l-q4k:--arch mixtral --preset 8x7b --layers 4 --type Q4_K --repeat-experts"
-                "qwen3-30b-a3b-8l-q4k:--arch qwen3moe --preset 30b-a3b --layers 8 --type Q4_K --repeat-experts")
+                "qwen3-30b-a3b-8l-q4k:--arch qwen3moe --preset 30b-a3b --layers 8 --type Q4_K --repeat-experts"
+                "qwen35moe-35b-a3b-8l-q4k:--arch qwen35moe --preset 35b-a3b --layers 8 --type Q4_K --repeat-experts")
   for m in "${models[@]}"; do
     local name=${m%%:*} args=${m#*:} path
+    if out_of_time; then record bench "moeflow $name" SKIP "stage budget spent"; continue; fi
     # shellcheck disable=SC2086  # args are words
     path=$(bench_model bench "$name" $args) || { record bench "gen $name" FAIL "see bench-gen-$name.log"; continue; }
     local pp tg tg0 lpp="-" ltg="-"
-    if logged "bench-moeflow-$name" 60 "$mf" bench --backend cuda -v -m "$path" -p 512 -n 128 --reps "$REPS" --json &&
-       logged "bench-moeflow-nographs-$name" 40 env MOEFLOW_CUDA_GRAPHS=0 "$mf" bench --backend cuda -m "$path" -p 0 -n 128 --reps "$REPS" --json; then
+    if logged "bench-moeflow-$name" "$(capped 60)" "$mf" bench --backend cuda -v -m "$path" -p 512 -n 128 --reps "$REPS" --json &&
+       logged "bench-moeflow-nographs-$name" "$(capped 40)" env MOEFLOW_CUDA_GRAPHS=0 "$mf" bench --backend cuda -m "$path" -p 0 -n 128 --reps "$REPS" --json; then
       pp=$(json_field "$logdir/bench-moeflow-$name.log" prefill_tps)
       tg=$(json_field "$logdir/bench-moeflow-$name.log" decode_tps)
       tg0=$(json_field "$logdir/bench-moeflow-nographs-$name.log" decode_tps)

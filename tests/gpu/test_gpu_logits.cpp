@@ -1,7 +1,8 @@
 // A device backend against the CPU backend on whole models: every architecture (Mixtral,
 // Qwen2-MoE, Qwen3-MoE, OLMoE, GLM-4.5, gpt-oss, Phi-3.5-MoE, DeepSeek-V2, MiniMax-M2;
 // `moeflow gen-model`'s "small" shapes, every row a multiple of 256 so every block format
-// applies) in every block format, exact expert mode, on each device of device_kinds.h.
+// applies) in every block format, and Qwen3-Next, Qwen3.5-MoE (gated DeltaNet hybrids) and
+// Gemma 4 in four formats (cases()), exact expert mode, on each device of device_kinds.h.
 //   - prompt logits (batched prefill) and decode logits (teacher-forced on the CPU's greedy
 //     tokens): on the stand-in device bit for bit the CPU's (same arithmetic: any difference is
 //     the device path's plumbing: weights, experts, copies, ordering); on CUDA within a stated
@@ -314,6 +315,15 @@ std::vector<Case> cases() {
       for (T t : {T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::IQ4_NL,
                   T::MXFP4, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_XS})
         out.push_back({d, arch, t});
+  // The gated DeltaNet hybrids (the recurrent ops: conv1d_silu, gated_delta_net, sigmoid_mul)
+  // and Gemma 4 (scale, softcap, GeGLU, two head sizes) in four formats each, not sixteen: what
+  // they add to the device path is float ops on activations, which the block format does not
+  // change; F32 (exact weights), Q8_0, and two K-quants keep the matmul paths of both activation
+  // quantizations in play at a quarter of the CI time. (scripts/test.sh: the sanitizer builds
+  // run their F32 and Q8_0, TSan F32 only, as for the other architectures.)
+  for (BackendKind d : device_kinds())
+    for (const char* arch : {"qwen3next", "qwen35moe", "gemma4"})
+      for (T t : {T::F32, T::Q8_0, T::Q4_K, T::Q5_K}) out.push_back({d, arch, t});
   return out;
 }
 

@@ -1,8 +1,9 @@
 // qwen3next and qwen35moe (gated DeltaNet hybrids) on `moeflow gen-model` files: the layer
 // layout read from metadata, the recurrent state continued across prefill chunks and decode
 // steps and cleared for a new sequence, rewinding refused by name (the prefix cache starts over
-// instead), the stand-in device computing the same bits, and bad files refused naming what is
-// wrong. The logits themselves are checked against transformers and llama.cpp in tests/python.
+// instead), the stand-in device computing the same bits, a backend without the recurrent ops
+// refused by name, and bad files refused naming what is wrong. The logits themselves are checked
+// against transformers and llama.cpp in tests/python.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
@@ -18,6 +20,7 @@
 #include "runtime/prefix_cache.h"
 #include "support/model_file_edit.h"
 #include "support/run_binary.h"
+#include "support/stand_in_device.h"
 #include "support/test_helpers.h"
 
 namespace moeflow::test {
@@ -162,6 +165,27 @@ TEST(QwenHybrid, StandInDeviceComputesTheSameBits) {
     std::vector<float> ra(da.begin(), da.end());
     const auto db = dev.decode(3);
     EXPECT_EQ(rel_max_diff(ra.data(), db.data(), ra.size()), 0.0);
+  }
+}
+
+// Every production backend has the recurrent ops now (CPU, stand-in, CUDA); one without them
+// (Backend's defaults: the test-support device of stand_in_device.h) is refused when the context
+// is made, naming the backend and the architecture, not at the first token.
+TEST(QwenHybrid, ABackendWithoutTheRecurrentOpsIsRefusedByName) {
+  const std::string path = gen_hy("qwen35moe");
+  auto file = GgufFile::open(path);
+  const Model model(*file);
+  ResidentExpertProvider provider(*file);
+  StandInDevice device;
+  ASSERT_FALSE(device.has_recurrent_ops());
+  try {
+    ForwardContext ctx(model, provider, 16, 4, device);
+    FAIL() << "a backend without conv1d_silu / gated_delta_net must be refused";
+  } catch (const Error& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find("stand-in device"), std::string::npos) << what;
+    EXPECT_NE(what.find("gated DeltaNet"), std::string::npos) << what;
+    EXPECT_NE(what.find("qwen35moe"), std::string::npos) << what;
   }
 }
 

@@ -59,6 +59,13 @@ class CudaBackend final : public Backend, private AllocListener {
   void scale(TensorView x, float s) override;
   void softcap(TensorView x, float cap) override;
   void gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) override;
+  void sigmoid_mul(TensorView x, const TensorView& gate) override;
+  bool has_recurrent_ops() const override { return true; }
+  void conv1d_silu(const TensorView& x, TensorView state, const TensorView& w,
+                   TensorView out) override;
+  void gated_delta_net(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& a, const TensorView& b, TensorView state, TensorView out,
+                       const DeltaNetParams& p) override;
   void route(const TensorView& logits, const RoutingSpec& spec, const float* bias, int k,
              int32_t* experts, float* weights, float* probs) override;
   void gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) override;

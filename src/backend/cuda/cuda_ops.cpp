@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
@@ -157,6 +158,73 @@ void CudaBackend::gated_add(TensorView acc, const TensorView& x, const TensorVie
   check_f32(gate, "gated_add", "gate");
   op(true, shape_key(11, acc),
      [&] { cuda::gated_add(mat(acc), cmat(x), cmat(gate), f == GateFn::Sigmoid, stream_); });
+}
+
+void CudaBackend::sigmoid_mul(TensorView x, const TensorView& gate) {
+  check_f32(x, "sigmoid_mul", "tensor");
+  check_f32(gate, "sigmoid_mul", "gate");
+  MOEFLOW_CHECK(x.rows() == gate.rows() && x.cols() == gate.cols(),
+                "sigmoid_mul: gate {}x{} for a tensor {}x{}", gate.rows(), gate.cols(), x.rows(),
+                x.cols());
+  op(true, shape_key(20, x), [&] { cuda::sigmoid_mul(mat(x), cmat(gate), stream_); });
+}
+
+// The recurrent ops: plain kernels on the stream, no allocation, no host wait, so a decode
+// step's DeltaNet layers join its graph like any other op (the state is updated in place at
+// the same address every step).
+void CudaBackend::conv1d_silu(const TensorView& x, TensorView state, const TensorView& w,
+                              TensorView out) {
+  check_f32(x, "conv1d_silu", "input");
+  check_f32(state, "conv1d_silu", "state");
+  check_f32(w, "conv1d_silu", "kernel");
+  check_f32(out, "conv1d_silu", "output");
+  const int64_t n = x.rows(), C = x.cols(), K = w.cols();
+  MOEFLOW_CHECK(w.rows() == C && state.cols() == C && state.rows() == K - 1 && out.cols() == C &&
+                    out.rows() == n,
+                "conv1d_silu: input {}x{}, state {}x{}, kernel {}x{}, output {}x{} disagree", n, C,
+                state.rows(), state.cols(), w.rows(), w.cols(), out.rows(), out.cols());
+  op(true, mix_key(shape_key(21, x), (uint64_t)K),
+     [&] { cuda::conv1d_silu(cmat(x), mat(state), cmat(w), mat(out), stream_); });
+}
+
+void CudaBackend::gated_delta_net(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& a, const TensorView& b, TensorView state,
+                                  TensorView out, const DeltaNetParams& p) {
+  for (auto [view, what] : {std::pair{&q, "queries"},
+                            {&k, "keys"},
+                            {&v, "values"},
+                            {&a, "decay logits"},
+                            {&b, "beta logits"},
+                            {&out, "output"}})
+    check_f32(*view, "gated_delta_net", what);
+  check_f32(state, "gated_delta_net", "state");
+  const int64_t n = q.rows(), hk = p.head_k, hv = p.head_v;
+  const int NK = p.n_k_heads, NV = p.n_v_heads;
+  MOEFLOW_CHECK(NK > 0 && NV % NK == 0 && q.cols() == NK * hk && k.cols() == NK * hk &&
+                    v.cols() == NV * hv && a.cols() == NV && b.cols() == NV &&
+                    out.cols() == NV * hv && state.rows() == NV * hk && state.cols() == hv &&
+                    state.rows_contiguous() && k.rows() == n && v.rows() == n && out.rows() == n,
+                "gated_delta_net: shapes disagree with {} key heads of {} and {} value heads of {}",
+                NK, hk, NV, hv);
+  MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
+  MOEFLOW_CHECK(hk >= 1 && hk <= kMaxDeltaNetHeadK,
+                "gated_delta_net: the CUDA kernel takes head_k <= {} (shared memory), got {}",
+                kMaxDeltaNetHeadK, hk);
+  DeltaNetArgs d;
+  d.n_k_heads = NK;
+  d.n_v_heads = NV;
+  d.head_k = hk;
+  d.head_v = hv;
+  d.tiled = p.tiled;
+  d.l2_eps = p.l2_eps;
+  d.q_scale = 1.0f / std::sqrt((float)hk);
+  d.A = p.A;
+  d.dt_bias = p.dt_bias;
+  op(true, mix_key(mix_key(shape_key(22, q), (uint64_t)NV * 1000003u + (uint64_t)hv), p.tiled),
+     [&] {
+       cuda::gated_delta_net(cmat(q), cmat(k), cmat(v), cmat(a), cmat(b), mat(state), mat(out), d,
+                             stream_);
+     });
 }
 
 void CudaBackend::gather_rows(const TensorView& src, std::span<const int32_t> idx, TensorView dst) {

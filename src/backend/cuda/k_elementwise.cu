@@ -1,7 +1,7 @@
 // Element-wise ops over (possibly strided) float32 rows, one thread per element: the gated
-// activations, residual adds, and the MoE block's data movement (gather the tokens routed to an
-// expert, scatter its outputs to their slots, combine the slots in rank order). The formulas are
-// the CPU's (backend/cpu/ops.cpp, cpu_backend.cpp).
+// activations, residual adds, the attention output gate (sigmoid_mul), and the MoE block's data
+// movement (gather the tokens routed to an expert, scatter its outputs to their slots, combine the
+// slots in rank order). The formulas are the CPU's (backend/cpu/ops.cpp, cpu_backend.cpp).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -73,6 +73,12 @@ __global__ void gated_add_kernel(Mat acc, CMat x, CMat gate, bool sigmoid) {
   acc.p[r * acc.stride + c] += g * x.p[r * x.stride + c];
 }
 
+__global__ void sigmoid_mul_kernel(Mat x, CMat gate) {
+  int64_t r, c;
+  if (!at(x.rows, x.cols, r, c)) return;
+  x.p[r * x.stride + c] *= 1.0f / (1.0f + expf(-gate.p[r * gate.stride + c]));
+}
+
 __global__ void gather_kernel(CMat src, IndexArray idx, Mat dst) {
   int64_t j, c;
   if (!at(idx.count, dst.cols, j, c)) return;
@@ -121,6 +127,9 @@ void softcap(Mat x, float cap, cudaStream_t s) {
 }
 void gated_add(Mat acc, CMat x, CMat gate, bool sigmoid, cudaStream_t s) {
   launch(gated_add_kernel, acc.rows * acc.cols, s, acc, x, gate, sigmoid);
+}
+void sigmoid_mul(Mat x, CMat gate, cudaStream_t s) {
+  launch(sigmoid_mul_kernel, x.rows * x.cols, s, x, gate);
 }
 void gather_rows(CMat src, const IndexArray& idx, Mat dst, cudaStream_t s) {
   launch(gather_kernel, (int64_t)idx.count * dst.cols, s, src, idx, dst);

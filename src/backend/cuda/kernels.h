@@ -102,11 +102,31 @@ void scale_add(Mat acc, CMat x, float scale, cudaStream_t s);
 void scale(Mat x, float scale, cudaStream_t s);  // x *= scale
 void softcap(Mat x, float cap, cudaStream_t s);  // x = cap * tanh(x / cap)
 void gated_add(Mat acc, CMat x, CMat gate, bool sigmoid, cudaStream_t s);
+void sigmoid_mul(Mat x, CMat gate, cudaStream_t s);  // x *= sigmoid(gate)
 void gather_rows(CMat src, const IndexArray& idx, Mat dst, cudaStream_t s);
 void scatter_rows(Mat dst, const IndexArray& idx, CMat src, cudaStream_t s);
 // keep.count == 0: every slot kept.
 void moe_combine(Mat out, CMat slots, const WeightArray& w, const KeepArray& keep, int k,
                  cudaStream_t s);
+
+// ---- k_recurrent.cu: gated DeltaNet layers (backend.h: conv1d_silu, gated_delta_net) ------
+
+// out = silu(causal depthwise convolution of x continuing from state [K-1][C]); state becomes
+// the last K-1 rows of the history. w is [C][K]; out does not alias x.
+void conv1d_silu(CMat x, Mat state, CMat w, Mat out, cudaStream_t s);
+
+constexpr int64_t kMaxDeltaNetHeadK = 256;  // shared memory: a warp holds head_k x 32 floats
+struct DeltaNetArgs {
+  int n_k_heads = 0, n_v_heads = 0;
+  int64_t head_k = 0, head_v = 0;
+  bool tiled = false;
+  float l2_eps = 0.0f;
+  float q_scale = 0.0f;                          // 1/sqrt(head_k), computed as the CPU does
+  const float *A = nullptr, *dt_bias = nullptr;  // n_v_heads floats, device memory
+};
+// state [n_v_heads * head_k][head_v] (updated), out [n][n_v_heads * head_v].
+void gated_delta_net(CMat q, CMat k, CMat v, CMat a, CMat b, Mat state, Mat out,
+                     const DeltaNetArgs& p, cudaStream_t s);
 
 // ---- k_route.cu -----------------------------------------------------------------------------
 
