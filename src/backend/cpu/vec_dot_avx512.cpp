@@ -160,12 +160,12 @@ inline __m128i k4_scales_x(const uint8_t* s) {
 inline __m512i k4_sc16(__m128i x) { return _mm512_castsi128_si512(_mm_cvtepu8_epi16(x)); }
 // Each min twice, as int16: against the 16 bsums (what mins16 gives from the scalar mins).
 inline __m256i k4_mn16(__m128i x) { return _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x, x)); }
-// (d, dmin) of a Q4_K / Q5_K block times the activation scale, in lanes 0 and 1 (one fp16
-// conversion for both; the products are the scalar ones).
-inline __m128 k4_dd(const void* block, __m128 ad) {
+// (d, dmin) of a Q4_K / Q5_K block as floats in lanes 0 and 1: one fp16 conversion for both.
+// Multiplied by a broadcast activation scale they are the scalar products d * ad, dmin * ad.
+inline __m128 k4_d_dmin(const void* block) {
   int32_t h;
   std::memcpy(&h, block, 4);
-  return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)), ad);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(h));
 }
 
 template <int NT, bool kFive>
@@ -214,11 +214,12 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
             _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, load_act64(a[t][i], 64 * j)), s);
     }
     const __m256i mn = k4_mn16(scx);
+    const __m128 dh = k4_d_dmin(&b);
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& at = a[t][i];
       const __m256i msum = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i*)at.bsums));
-      const __m128 dd = k4_dd(&b, _mm_set1_ps(at.d));
+      const __m128 dd = _mm_mul_ps(dh, _mm_set1_ps(at.d));
       acc[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
       acc[t] = _mm512_fnmadd_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dd)),
                                 _mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), acc[t]);
@@ -288,7 +289,7 @@ void dot_q45_k_rows(int64_t n, const void* w, size_t stride, const void* act, fl
         sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, y[j]), s);
       }
       const __m256i msum = _mm256_madd_epi16(k4_mn16(scx), bs);
-      const __m128 dd = k4_dd(&b, ad);
+      const __m128 dd = _mm_mul_ps(k4_d_dmin(&b), ad);
       acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sumi), acc[r]);
       acc[r] = _mm512_fnmadd_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dd)),
                                 _mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), acc[r]);
