@@ -34,8 +34,9 @@ T threads), measured before and after the engine runs; the larger is used. Decod
 fraction = active weight bytes per token / decode time per token / bandwidth, where active bytes =
 every non-expert tensor except token_embd (+ one token_embd row) + top-k experts of every layer.
 
-Targets (engine-core issue): decode >= 1.0x llama.cpp, decode >= 70% of measured bandwidth,
-prefill (512 tokens) >= 0.8x llama.cpp.
+Targets (issue 35, CPU decode at the bandwidth limit): decode >= 1.1x llama.cpp, decode >= 90% of
+the measured bandwidth, prefill (512 tokens) >= 1.2x llama.cpp. (The engine-core issue's were
+1.0x, 70% and 0.8x.) The JSON names the CPU model (`cpu_model`) and moeflow's SIMD level per run.
 
 With --baseline OLD/moeflow an older moeflow binary runs in the same rotation (A/B of a change:
 a restructuring must stay within 3% of the old binary on decode and prefill).
@@ -73,6 +74,18 @@ def require_llama_cpp() -> None:
     except ImportError as e:
         sys.exit(f"llama-cpp-python cannot be imported from {os.path.join(ROOT, '.deps', 'python')} "
                  f"({type(e).__name__}: {e}); run scripts/setup-deps.sh, or pass --no-llama")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (/proc/cpuinfo), which platform.processor() leaves empty on Linux."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def bench_tokens(n: int, n_vocab: int) -> list[int]:
@@ -276,7 +289,8 @@ def main():
     # The measured binary's own version (commit + dirty flag), not the checkout's HEAD.
     ver = binary_version(a.moeflow)
     res = {**ver, "model": model, "model_info": info, "n_prompt": a.p, "n_gen": a.n, "threads": a.threads,
-           "reps": a.reps, "cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
+           "reps": a.reps, "cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+           "nproc": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": loadavg(),
            "membw": {"GBps": bw, "before": bw0, "after": bw1}, "kv_cache": kv, "warmup_runs": warmup, "runs": runs,
            "engines": {}}
@@ -291,16 +305,16 @@ def main():
             "decode_bw_fraction": info["active_bytes_per_token"] / tpot / (bw * 1e9)}
     mf = res["engines"]["moeflow"]
     lc = res["engines"].get("llama.cpp")
-    targets = {"decode_bw_fraction_ge_0.70": {"value": mf["decode_bw_fraction"],
-                                              "met": mf["decode_bw_fraction"] >= 0.70}}
+    targets = {"decode_bw_fraction_ge_0.90": {"value": mf["decode_bw_fraction"],
+                                              "met": mf["decode_bw_fraction"] >= 0.90}}
     if lc:
         dr = mf["decode_tps"] / lc["decode_tps"]
         pr = mf["prefill_tps"] / lc["prefill_tps"] if a.p else None
         res["decode_speedup_vs_llama"] = dr
         res["prefill_speedup_vs_llama"] = pr
-        targets["decode_vs_llama_ge_1.0"] = {"value": dr, "met": dr >= 1.0}
+        targets["decode_vs_llama_ge_1.1"] = {"value": dr, "met": dr >= 1.1}
         if pr is not None:
-            targets["prefill_vs_llama_ge_0.8"] = {"value": pr, "met": pr >= 0.8}
+            targets["prefill_vs_llama_ge_1.2"] = {"value": pr, "met": pr >= 1.2}
     bl = res["engines"].get("baseline")
     if bl:
         res["baseline"] = a.baseline
@@ -321,7 +335,9 @@ def main():
     lines = [
         f"moeflow {ver['moeflow_commit']}, model `{model}` ({info['n_layer']} layers, {info['file_bytes'] / gib:.2f} GiB, "
         f"active {info['active_bytes_per_token'] / 1e6:.0f} MB/token), {a.threads} threads, "
-        f"median of {a.reps} reps, memory bandwidth {bw:.2f} GB/s ({bw0['source']})",
+        f"median of {a.reps} reps, memory bandwidth {bw:.2f} GB/s ({bw0['source']}); "
+        f"CPU {res['cpu_model']}, moeflow SIMD level "
+        f"{'/'.join(sorted({r['simd'] for r in runs if 'simd' in r})) or '?'}",
         "",
         f"| engine | prefill pp{a.p} tok/s | decode tg{a.n} tok/s | ms/token | decode GB/s | % of membw |",
         "|---|---:|---:|---:|---:|---:|",

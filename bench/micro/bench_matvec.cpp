@@ -123,6 +123,7 @@ void hot_args(benchmark::internal::Benchmark* b) {
                      GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
                      GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
+  for (int level : {1, 2}) b->Args({(int64_t)GgmlType::Q4_K, 14336, level});
   b->ArgNames({"type", "cols", "simd"});
   b->MinTime(0.1);
 }

@@ -9,11 +9,14 @@ namespace {
 // Q4_K / Q5_K 6-bit scales and mins, one byte each (sc[0..7], m[0..7]). Returned in registers:
 // building them with small stores and reading them back wide would stall store forwarding.
 inline void k4_scales(const uint8_t* s, uint64_t& sc8, uint64_t& mn8) {
-  uint32_t u[3];
-  std::memcpy(u, s, 12);
-  const uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
-  const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
-  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
+  uint64_t u01;
+  uint32_t u2;
+  std::memcpy(&u01, s, 8);
+  std::memcpy(&u2, s + 8, 4);
+  const uint32_t u0 = (uint32_t)u01, u1 = (uint32_t)(u01 >> 32);
+  const uint32_t sc_lo = u0 & 0x3f3f3f3f, m_lo = u1 & 0x3f3f3f3f;
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0f) | ((u0 >> 2) & 0x30303030);
+  const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 2) & 0x30303030);
   sc8 = sc_lo | (uint64_t)sc_hi << 32;
   mn8 = m_lo | (uint64_t)m_hi << 32;
 }
