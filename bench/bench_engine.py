@@ -137,6 +137,9 @@ PRESETS = {"mixtral": "8x7b", "deepseek2": "v2-lite", "gpt-oss": "20b",
            "qwen35moe": "35b-a3b", "qwen3next": "80b-a3b", "gemma4": "26b-a4b", "minimax-m2": "m2"}
 
 
+REPEAT_EXPERTS = ("qwen35moe", "qwen3next", "gemma4", "minimax-m2")
+
+
 def ensure_model(a) -> str:
     if a.model:
         return a.model
@@ -148,6 +151,11 @@ def ensure_model(a) -> str:
         tmp = f"{path}.part{os.getpid()}"
         print(f"generating {path} (once; cached) ...", file=sys.stderr)
         extra = ["--expert-type", a.expert_type] if a.expert_type else []
+        # The 2026 presets' 128-512 experts per layer make K-quant generation slow (hours on 2
+        # cores): their MoE layers share the first one's expert weights (the same bytes per token
+        # and the same arithmetic; only the text is meaningless, and speed does not read it).
+        if a.arch in REPEAT_EXPERTS:
+            extra.append("--repeat-experts")
         subprocess.run([a.moeflow, "gen-model", "--arch", a.arch, "--preset", preset, "--layers",
                         str(a.layers), "--type", a.type, *extra, "-q", "-t", str(a.threads), "-o", tmp],
                        check=True, stdout=subprocess.DEVNULL)
