@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <map>
+#include <ostream>
 
 #include "support/tokenizer_test_util.h"
 #include "tokenizer/unicode.h"
@@ -22,6 +23,9 @@ struct Vectors2026 {
   const char* model;  // its tokenizer.ggml.model
   const char* pre;    // the pre-tokenizer moeflow reports
 };
+
+// gtest prints the parameter by its vocabulary name (not as 24 raw bytes).
+void PrintTo(const Vectors2026& v, std::ostream* os) { *os << v.name; }
 
 class Vocab2026 : public ::testing::TestWithParam<Vectors2026> {};
 
