@@ -104,4 +104,30 @@ for r in map(Requirement, sys.argv[1:]):
     echo "$err" | tail -n 5 >&2
     exit 1
   fi
+
+  # llama.cpp's tokenizer test vectors for the 2026 families (Qwen3.5/3.6: qwen35;
+  # Gemma 4: gemma-4), which the shared data predates: ggml-vocab-NAME.gguf with its .inp/.out,
+  # from the same llama-cpp-python sdist as the oracle above (its vendor/llama.cpp/models/),
+  # into .deps/llamacpp_vocab (tests/tokenizer/test_vocab_vectors_2026.cpp; ~22 MB). pip
+  # downloads the sdist into a temporary folder (PyPI is the one registry CI reaches) and only
+  # these six files are extracted. Stamped by version: rerun only when it changes.
+  vocab=.deps/llamacpp_vocab
+  vocab_stamp="llama-cpp-python==$LLAMA_CPP_VERSION qwen35 gemma-4"
+  if [ "$(cat "$vocab/.stamp" 2>/dev/null)" != "$vocab_stamp" ]; then
+    echo "setup: llama.cpp's qwen35 / gemma-4 tokenizer vectors from the llama-cpp-python $LLAMA_CPP_VERSION sdist"
+    dl=$(mktemp -d)
+    python3 -m pip download -q --no-deps --no-binary :all: -d "$dl" \
+      "llama-cpp-python==$LLAMA_CPP_VERSION"
+    sdist=$(ls "$dl"/llama_cpp_python-*.tar.gz)
+    members=()
+    for n in qwen35 gemma-4; do
+      for ext in "" .inp .out; do
+        members+=("llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp/models/ggml-vocab-$n.gguf$ext")
+      done
+    done
+    rm -rf "$vocab" && mkdir -p "$vocab"
+    tar -xzf "$sdist" -C "$vocab" --strip-components=4 "${members[@]}"
+    rm -rf "$dl"
+    echo "$vocab_stamp" > "$vocab/.stamp"
+  fi
 fi

@@ -641,7 +641,18 @@ class Renderer {
         return a.size() > 1 ? a[1] : Value(json(nullptr));
       }
     }
-    terr("unknown method '{}' of a {}", m, o.j().type_name());
+    // jinja2's words (Python's type names), so a template that calls a mapping's method on a
+    // string (MiniMax-M2's `arguments.items()` given OpenAI's JSON-text arguments) is refused
+    // with the same message by both.
+    const json& oj = o.j();
+    const char* py_type = oj.is_string()           ? "str"
+                          : oj.is_array()          ? "list"
+                          : oj.is_object()         ? "dict"
+                          : oj.is_boolean()        ? "bool"
+                          : oj.is_number_integer() ? "int"
+                          : oj.is_number()         ? "float"
+                                                   : "NoneType";
+    terr("'{} object' has no attribute '{}'", py_type, m);
   }
 
   Value filter(const Expr& e) {
@@ -805,10 +816,40 @@ class Renderer {
       return json(std::move(r));
     }
     if (f == "items") {
-      if (!j.is_object()) terr("items of a {}", j.type_name());
+      if (!j.is_object())  // jinja2's TypeError, in its words
+        terr("items: can only get item pairs from a mapping, not a {}", j.type_name());
       json r = json::array();
       for (auto it = j.begin(); it != j.end(); ++it)
         r.push_back(json::array({it.key(), it.value()}));
+      return r;
+    }
+    // dictsort(case_sensitive=False, by='key', reverse=False): the (key, value) pairs of a
+    // mapping in key order (Gemma 4's templates write tool parameters and arguments this way).
+    // Keys compare ASCII-case-folded unless case_sensitive; sorting by value is not supported.
+    if (f == "dictsort") {
+      if (!j.is_object()) terr("dictsort of a {}", j.type_name());
+      const Value cs = a.size() > 0 ? a[0] : kwarg(e, "case_sensitive");
+      const Value by = a.size() > 1 ? a[1] : kwarg(e, "by");
+      const Value rev = a.size() > 2 ? a[2] : kwarg(e, "reverse");
+      if (!by.undef && to_str(by) != "key") terr("dictsort by '{}' is not supported", to_str(by));
+      const bool case_sensitive = !cs.undef && truthy(cs), reverse = !rev.undef && truthy(rev);
+      struct Item {
+        std::string folded;
+        json::const_iterator it;
+      };
+      std::vector<Item> items;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        std::string k = it.key();
+        if (!case_sensitive)
+          for (char& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        items.push_back({std::move(k), it});
+      }
+      // Stable: keys equal once folded keep the mapping's order, as Python's sorted() does.
+      std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
+        return reverse ? y.folded < x.folded : x.folded < y.folded;
+      });
+      json r = json::array();
+      for (const Item& item : items) r.push_back(json::array({item.it.key(), item.it.value()}));
       return r;
     }
     if (f == "selectattr" || f == "rejectattr" || f == "select" || f == "reject") {

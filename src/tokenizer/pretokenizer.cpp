@@ -20,6 +20,12 @@ const char* kQwen2 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5 (tokenizer.json of Qwen3.5/3.6): Qwen2's with combining marks (\p{M}) kept inside
+// words (and out of the punctuation runs), so a decomposed accent stays with its letter.
+const char* kQwen35 =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* kCjk = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+";
 // o200k (GPT-4o, gpt-oss): words split at lower-to-upper case changes, an optional contraction
 // kept on the word, digits in groups of up to three, '/' and line breaks after punctuation.
@@ -48,9 +54,9 @@ std::vector<std::string> PreTokenizer::patterns_for(const std::string& pre) {
   if (pre == "gpt-4o" || pre == "llama4" || pre == "minimax-m2" || pre == "kanana2" ||
       pre == "talkie")
     return {kO200k};
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "hunyuan" ||
-      pre == "qwen35")
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "hunyuan")
     return {kQwen2};
+  if (pre == "qwen35") return {kQwen35};
   if (pre == "deepseek-llm")
     return {
         "[\\r\\n]",

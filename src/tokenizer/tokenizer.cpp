@@ -31,11 +31,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   std::unique_ptr<Tokenizer> t;
   if (model == "llama")
     t = make_spm_tokenizer(f);
-  else if (model == "gpt2")
+  else if (model == "gpt2" || model == "gemma4")
     t = make_bpe_tokenizer(f);
   else
-    fail("{}: tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2)", f.path(),
-         model);
+    fail("{}: tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2, gemma4)",
+         f.path(), model);
   return t;
 }
 
@@ -82,6 +82,9 @@ void Tokenizer::load_common(const GgufFile& f) {
   const int32_t eot = id_key("tokenizer.ggml.eot_token_id");
   const int32_t eom = id_key("tokenizer.ggml.eom_token_id");
   add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", model_ == "llama");
+  // Gemma 4 is trained with <bos> in front of every sequence; some conversions wrote
+  // add_bos_token = false, which llama.cpp overrides for this model, and so do we.
+  if (model_ == "gemma4") add_bos_ = true;
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", false);
   if (add_bos_ && bos_ < 0) add_bos_ = false;
   if (add_eos_ && eos_ < 0) add_eos_ = false;
@@ -102,7 +105,7 @@ void Tokenizer::load_common(const GgufFile& f) {
                                      "<end_of_turn>", "<|end_of_text|>",
                                      "<|return|>",    "<|EOT|>",
                                      "<|eom_id|>",    "<｜end▁of▁sentence｜>",
-                                     "</s>"};
+                                     "</s>",          "<turn|>"};
   for (const char* s : kEndOfTurn) {
     auto it = token_to_id_.find(s);
     if (it != token_to_id_.end() && types_[it->second] == TokenType::Control)
@@ -117,6 +120,12 @@ void Tokenizer::load_common(const GgufFile& f) {
   if (control_id("<|return|>") >= 0 && control_id("<|call|>") >= 0) {
     eog_.push_back(control_id("<|call|>"));
     std::erase(eog_, control_id("<|end|>"));
+  }
+  // Gemma 4 ends a turn that calls a tool with <|tool_response> (a user-defined token): the
+  // model waits there for the result.
+  if (model_ == "gemma4") {
+    auto it = token_to_id_.find("<|tool_response>");
+    if (it != token_to_id_.end()) eog_.push_back(it->second);
   }
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());

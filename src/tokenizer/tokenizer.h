@@ -3,6 +3,8 @@
 //   tokenizer.ggml.model = "llama" -> SentencePiece (scores, <0xXX> byte fallback, "▁" spaces)
 //   tokenizer.ggml.model = "gpt2"  -> byte-level BPE (merges + pre-tokenizer regexes by
 //                                     tokenizer.ggml.pre)
+//   tokenizer.ggml.model = "gemma4" -> BPE over characters with "▁" spaces and <0xXX> byte
+//                                     fallback (Gemma 4)
 //
 // Typical engine use:
 //   auto tok = Tokenizer::from_gguf(gguf);
@@ -70,7 +72,7 @@ class Tokenizer {
   TokenType token_type(int32_t id) const;
   std::optional<int32_t> find_token(std::string_view text) const;
 
-  const std::string& model() const { return model_; }  // "llama" or "gpt2"
+  const std::string& model() const { return model_; }  // "llama", "gpt2" or "gemma4"
   const std::string& pre() const { return pre_; }
   // tokenizer.chat_template, or "" if the file has none.
   const std::string& chat_template() const { return chat_template_; }

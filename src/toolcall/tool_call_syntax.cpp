@@ -1,5 +1,7 @@
 #include "toolcall/tool_call_syntax.h"
 
+#include <string>
+
 namespace moeflow {
 
 ToolCallSyntax detect_tool_call_syntax(std::string_view t, bool harmony) {
@@ -11,11 +13,21 @@ ToolCallSyntax detect_tool_call_syntax(std::string_view t, bool harmony) {
     // the name before the separator and bare JSON after it.
     return has("```json") ? ToolCallSyntax::DeepSeek : ToolCallSyntax::DeepSeekV31;
   if (has("<arg_key>")) return ToolCallSyntax::Glm;
+  if (!unsupported_tool_call_family(t).empty()) return ToolCallSyntax::None;
   if (has("<tool_call>")) return ToolCallSyntax::Hermes;
   if (has("[TOOL_CALLS]")) return ToolCallSyntax::Mistral;
   // Llama 3.x renders calls as {"name": ..., "parameters": ...} and tool results as ipython.
   if (has("ipython") && has("\"parameters\"")) return ToolCallSyntax::Llama3;
   return ToolCallSyntax::None;
+}
+
+std::string unsupported_tool_call_family(std::string_view t) {
+  auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  if (has("<minimax:tool_call>")) return "MiniMax-M2 (<minimax:tool_call><invoke name=...>)";
+  if (has("<|tool_call>call:")) return "Gemma 4 (<|tool_call>call:NAME{...}<tool_call|>)";
+  if (has("<tool_call>") && has("<function=") && has("<parameter="))
+    return "Qwen3.5/Qwen3-Coder XML (<tool_call><function=NAME><parameter=...>)";
+  return "";
 }
 
 const char* tool_call_syntax_name(ToolCallSyntax s) {

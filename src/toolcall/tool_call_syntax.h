@@ -25,4 +25,12 @@ ToolCallSyntax detect_tool_call_syntax(std::string_view template_source, bool ha
 
 const char* tool_call_syntax_name(ToolCallSyntax s);
 
+// The family whose call syntax a template shows but moeflow does not read yet, named for the
+// error that refuses tools with it ("" when none of them): detect_tool_call_syntax gives None
+// for these (Qwen3.5's XML calls are never taken for Hermes' JSON ones).
+//   Qwen3.5/3.6, Qwen3-Coder: <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>...
+//   MiniMax-M2:  <minimax:tool_call><invoke name="NAME"><parameter name="K">V</parameter>...
+//   Gemma 4:     <|tool_call>call:NAME{K:V,...}<tool_call|>
+std::string unsupported_tool_call_family(std::string_view template_source);
+
 }  // namespace moeflow

@@ -397,6 +397,155 @@ TEST(ChatTemplateReal, Glm46ToolCallArguments) {
       "</tool_response><|assistant|>");
 }
 
+// The 2026 families (templates/README.md: from llama.cpp's models/templates/ in the
+// llama-cpp-python 0.3.36 sdist): Qwen3.5's XML calls (arguments through `|items`), MiniMax-M2's
+// <invoke> calls and Gemma 4's declarations and calls (mappings through `|dictsort`, so keys
+// come sorted). Expected renderings from jinja2.
+TEST(ChatTemplateReal, Qwen35XmlToolCall) {
+  const auto ctx = tool_context("<|endoftext|>", "<|im_end|>", false);
+  EXPECT_EQ(ChatTemplate(published("qwen35")).render(ctx),
+            "<|im_start|>system\n"
+            "# Tools\n"
+            "\n"
+            "You have access to the following functions:\n"
+            "\n"
+            "<tools>\n"
+            "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+            "\"Weather for a city\", \"parameters\": {\"type\": \"object\", \"properties\": "
+            "{\"city\": {\"type\": \"string\", \"description\": \"Name\"}, \"days\": {\"type\": "
+            "\"array\", \"items\": {\"type\": \"integer\"}}}, \"required\": [\"city\"]}}}\n"
+            "</tools>\n"
+            "\n"
+            "If you choose to call a function ONLY reply in the following format with NO suffix:\n"
+            "\n"
+            "<tool_call>\n"
+            "<function=example_function_name>\n"
+            "<parameter=example_parameter_1>\n"
+            "value_1\n"
+            "</parameter>\n"
+            "<parameter=example_parameter_2>\n"
+            "This is the value for the second parameter\n"
+            "that can span\n"
+            "multiple lines\n"
+            "</parameter>\n"
+            "</function>\n"
+            "</tool_call>\n"
+            "\n"
+            "<IMPORTANT>\n"
+            "Reminder:\n"
+            "- Function calls MUST follow the specified format: an inner <function=...></function> "
+            "block must be nested within <tool_call></tool_call> XML tags\n"
+            "- Required parameters MUST be specified\n"
+            "- You may provide optional reasoning for your function call in natural language "
+            "BEFORE the function call, but NOT after\n"
+            "- If there is no function call available, answer the question like normal with your "
+            "current knowledge and do not tell the user about function calls\n"
+            "</IMPORTANT>\n"
+            "\n"
+            "Sys<|im_end|>\n"
+            "<|im_start|>user\n"
+            "Weather?<|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "<think>\n"
+            "\n"
+            "</think>\n"
+            "\n"
+            "<tool_call>\n"
+            "<function=get_weather>\n"
+            "<parameter=city>\n"
+            "Paris\n"
+            "</parameter>\n"
+            "<parameter=days>\n"
+            "[1, 2]\n"
+            "</parameter>\n"
+            "</function>\n"
+            "</tool_call><|im_end|>\n"
+            "<|im_start|>user\n"
+            "<tool_response>\n"
+            "sunny\n"
+            "</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n"
+            "<think>\n");
+}
+
+TEST(ChatTemplateReal, MiniMaxM2InvokeToolCall) {
+  const auto ctx = tool_context("]~!b[", "[e~[", false);
+  EXPECT_EQ(ChatTemplate(published("minimax_m2")).render(ctx),
+            "]~!b[]~b]system\n"
+            "Sys\n"
+            "\n"
+            "# Tools\n"
+            "You may call one or more tools to assist with the user query.\n"
+            "Here are the tools available in JSONSchema format:\n"
+            "\n"
+            "<tools>\n"
+            "<tool>{\"name\": \"get_weather\", \"description\": \"Weather for a city\", "
+            "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+            "\"string\", \"description\": \"Name\"}, \"days\": {\"type\": \"array\", \"items\": "
+            "{\"type\": \"integer\"}}}, \"required\": [\"city\"]}}</tool>\n"
+            "</tools>\n"
+            "\n"
+            "When making tool calls, use XML format to invoke tools and pass parameters:\n"
+            "\n"
+            "<minimax:tool_call>\n"
+            "<invoke name=\"tool-name-1\">\n"
+            "<parameter name=\"param-key-1\">param-value-1</parameter>\n"
+            "<parameter name=\"param-key-2\">param-value-2</parameter>\n"
+            "...\n"
+            "</invoke>\n"
+            "</minimax:tool_call>[e~[\n"
+            "]~b]user\n"
+            "Weather?[e~[\n"
+            "]~b]ai\n"
+            "None\n"
+            "<minimax:tool_call>\n"
+            "<invoke name=\"get_weather\">\n"
+            "<parameter name=\"city\">Paris</parameter>\n"
+            "<parameter name=\"days\">[1, 2]</parameter>\n"
+            "</invoke>\n"
+            "</minimax:tool_call>[e~[\n"
+            "]~b]tool\n"
+            "<response>sunny</response>[e~[\n"
+            "]~b]ai\n"
+            "<think>\n");
+}
+
+TEST(ChatTemplateReal, Gemma4DeclarationsAndCallsSortedByKey) {
+  const auto ctx = tool_context("<bos>", "<eos>", false);
+  EXPECT_EQ(ChatTemplate(published("gemma4")).render(ctx),
+            "<bos><|turn>system\n"
+            "Sys<|tool>declaration:get_weather{description:<|\"|>Weather for a "
+            "city<|\"|>,parameters:{properties:{city:{description:<|\"|>Name<|\"|>,type:<|\"|>"
+            "STRING<|\"|>},days:{items:{type:<|\"|>INTEGER<|\"|>},type:<|\"|>ARRAY<|\"|>}},"
+            "required:[<|\"|>city<|\"|>],type:<|\"|>OBJECT<|\"|>}}<tool|><turn|>\n"
+            "<|turn>user\n"
+            "Weather?<turn|>\n"
+            "<|turn>model\n"
+            "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:[1,2]}<tool_call|><|tool_"
+            "response>response:get_weather{value:<|\"|>sunny<|\"|>}<tool_response|>");
+}
+
+TEST(ChatTemplateReal, Gemma4ThinkingHistory) {
+  const auto ctx = ojson::parse(
+      R"JSON({"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "<think>\nreason\n</think>\n\nanswer"}, {"role": "user", "content": "q2"}], "add_generation_prompt": true, "bos_token": "<bos>", "eos_token": "<eos>"})JSON");
+  for (const char* name : {"gemma4", "gemma4_interleaved"})
+    EXPECT_EQ(
+        ChatTemplate(published(name)).render(ctx),
+        "<bos><|turn>user\nq1<turn|>\n<|turn>model\n<think>\nreason\n</think>\n\nanswer<turn|>\n"
+        "<|turn>user\nq2<turn|>\n<|turn>model\n<|channel>thought\n<channel|>")
+        << name;
+}
+
+TEST(ChatTemplateJinja, Dictsort) {
+  const ojson ctx = {{"m", {{"b", 1}, {"A", 2}, {"a", 3}, {"c", 4}}}};
+  EXPECT_EQ(r("{% for k, v in m|dictsort %}{{ k }}={{ v }};{% endfor %}", ctx), "A=2;a=3;b=1;c=4;");
+  EXPECT_EQ(r("{% for k, v in m|dictsort(true) %}{{ k }};{% endfor %}", ctx), "A;a;b;c;");
+  EXPECT_EQ(r("{% for k, v in m|dictsort(reverse=true) %}{{ k }};{% endfor %}", ctx), "c;b;A;a;");
+  expect_render_error("{{ 'x'|dictsort }}", ctx, "dictsort of a string");
+  expect_render_error("{{ m|dictsort(by='value') }}", ctx, "dictsort by 'value' is not supported");
+  expect_render_error("{{ 'x'.items() }}", ctx, "'str object' has no attribute 'items'");
+}
+
 TEST(ChatTemplateReal, OlmoeTwoTurns) {
   const auto ctx = nlohmann::ordered_json::parse(
       R"JSON({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "More"}], "add_generation_prompt": true, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})JSON");

@@ -226,6 +226,8 @@ FEATURES = {
                "{{ {'a': 1}.keys() | list }}{{ 'Ab'.lower() }}{{ 'hi'.capitalize() }}",
     "errors": "{% if messages | length > 1 %}{{ raise_exception('too many: ' ~ messages | length) }}{% endif %}",
     "range_time": "{% for i in range(3) %}{{ i }}{% endfor %}{{ range(1, 10, 3) | list }}{{ strftime_now('%Y') | length }}",
+    "dictsort": "{% for k, v in {'b': 1, 'A': 2, 'a': [3]} | dictsort %}{{ k }}={{ v }};{% endfor %}"
+                "{% for k, v in {'b': 1, 'A': 2} | dictsort(true, reverse=true) %}{{ k }}{% endfor %}",
     "generation": "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% continue %}{% endfor %}",
     "macros": "{%- macro t(s, d=0) -%}{%- if s is mapping and s.type == 'array' -%}list[{{ t(s['items'], d + 1) }}]"
               "{%- else -%}{{ s.type if s is mapping else s }}{%- endif -%}{%- endmacro -%}"

@@ -93,7 +93,8 @@ def moeflow_render(source: str, context: dict, tmp: Path) -> str:
         prefix = "chat template: "
         assert prefix in err, f"moeflow failed without a template error (status {r.returncode}): {err}"
         message = err[err.index(prefix) + len(prefix):]
-        if message.startswith("unsupported operand types"):
+        if message.startswith("unsupported operand types") or \
+                message.startswith("items: can only get item pairs from a mapping"):
             raise TypeMismatch(message)
         raise TemplateError(message)
     return r.stdout.decode("utf-8")
@@ -143,6 +144,10 @@ SPECIAL = {
     "hermes3_tool_use": ("<|begin_of_text|>", "<|im_end|>"),
     "deepseek_v31": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "glm46": ("[gMASK]", "<|endoftext|>"),
+    "qwen35": ("<|endoftext|>", "<|im_end|>"),
+    "gemma4": ("<bos>", "<eos>"),
+    "gemma4_interleaved": ("<bos>", "<eos>"),
+    "minimax_m2": ("]~!b[", "[e~["),
 }
 
 TOOLS = [{"type": "function", "function": {
@@ -219,8 +224,12 @@ ROUND_TRIPS = {"tool_call_openai", "tool_calls_openai", "tool_call_object_args",
 # + ...`), so object arguments cannot be rendered. (GLM's refuses string arguments with a
 # raise_exception of its own.) The templates without tools concatenate `content`, so the
 # round trips' null content is a type error for them.
-TOOL_TEMPLATES = {"qwen3", "mistral_nemo", "llama31", "hermes3_tool_use", "deepseek_v31", "glm46"}
-TOOL_TYPE_ERRORS = {("deepseek_v31", c) for c in ("tools", "tool_call_object_args", "tool_calls_object_args")}
+# Qwen3.5's writes each argument as <parameter=K> from `arguments|items`, which is a type error
+# on string arguments (MiniMax-M2's calls `arguments.items()`, an undefined-method error in both).
+TOOL_TEMPLATES = {"qwen3", "mistral_nemo", "llama31", "hermes3_tool_use", "deepseek_v31", "glm46",
+                  "qwen35", "gemma4", "gemma4_interleaved", "minimax_m2"}
+TOOL_TYPE_ERRORS = ({("deepseek_v31", c) for c in ("tools", "tool_call_object_args", "tool_calls_object_args")} |
+                    {("qwen35", c) for c in ("tool_call_openai", "tool_calls_openai")})
 
 
 def type_error_expected(template: str, conversation: str) -> bool | None:
@@ -282,6 +291,12 @@ def test_the_cases_exercise_both_outcomes_and_tools(tmp_path):
         "deepseek_v31": ("<｜tool▁calls▁begin｜>", '<｜tool▁sep｜>{"city": "Paris", "days": 2}',
                          "<｜tool▁output▁begin｜>"),
         "glm46": ("<arg_key>city</arg_key>", "<arg_value>Paris</arg_value>", "<tool_response>"),
+        "qwen35": ("<function=get_weather>", "<parameter=city>\nParis\n</parameter>", "<tool_response>"),
+        "minimax_m2": ('<invoke name="book_trip">', '<parameter name="to">{"city": "Nice"}</parameter>'),
+        # Gemma 4 writes the parameters and arguments sorted by key (dictsort).
+        "gemma4": ("<|tool>declaration:get_weather{", "<|tool_call>call:book_trip{class:<|\"|>economy<|\"|>,to:{",
+                   "<|tool_response>"),
+        "gemma4_interleaved": ("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:2}",),
     }
     for t, want in marks.items():
         # Llama's template takes one call per turn (and writes string arguments as a JSON

@@ -18,6 +18,12 @@ inline std::string vocab_path(const std::string& name) {
   return vocab_dir() + "/ggml-vocab-" + name + ".gguf";
 }
 
+// The vocabularies newer than the shared data (qwen35, gemma-4), with their .inp/.out:
+// scripts/setup-deps.sh extracts them from the llama-cpp-python sdist into .deps/.
+inline std::string deps_vocab_path(const std::string& name) {
+  return std::string(MOEFLOW_SOURCE_DIR) + "/.deps/llamacpp_vocab/ggml-vocab-" + name + ".gguf";
+}
+
 struct LoadedVocab {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<Tokenizer> tok;
