@@ -188,20 +188,21 @@ std::vector<float> hybrid_turn(Engine& eng, PrefixCache& pc, const std::vector<i
   return out;
 }
 
-// The rows a cold run of `prompt` gives from position `from` on, bit for bit.
-void expect_cold_rows(const std::string& path, const EngineOptions& o,
-                      const std::vector<int32_t>& prompt, size_t from,
-                      const std::vector<float>& got) {
-  EngineOptions co = opts();
-  co.backend = BackendKind::Cpu;
-  Engine cold(path, co);
-  std::vector<float> want;
-  cold.prefill(prompt, true, &want);
-  const size_t V = cold.n_vocab();
-  ASSERT_EQ(got.size(), (prompt.size() - from) * V);
-  EXPECT_EQ(std::memcmp(got.data(), want.data() + from * V, got.size() * sizeof(float)), 0)
-      << backend_kind_name(o.backend) << ", from " << from;
-}
+// Cold runs of prompts (every row's logits), each from a fresh sequence, on the CPU.
+struct HybridColdRuns {
+  Engine eng;
+  explicit HybridColdRuns(const std::string& path) : eng(path, opts()) {}
+  // Row `from` on of a cold run of `prompt` equal `got` bit for bit.
+  void expect_rows(const std::vector<int32_t>& prompt, size_t from, const std::vector<float>& got) {
+    eng.reset();
+    std::vector<float> want;
+    eng.prefill(prompt, true, &want);
+    const size_t V = eng.n_vocab();
+    ASSERT_EQ(got.size(), (prompt.size() - from) * V);
+    EXPECT_EQ(std::memcmp(got.data(), want.data() + from * V, got.size() * sizeof(float)), 0)
+        << "from " << from;
+  }
+};
 
 TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
   const std::vector<int32_t> p1 = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95};
@@ -211,10 +212,11 @@ TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
   p3.push_back(200);
   p3.push_back(201);
   const std::vector<int32_t> p4 = {4, 8, 77, 78, 79};
-  for (const char* arch : {"qwen3next", "qwen35moe"})
+  for (const char* arch : {"qwen3next", "qwen35moe"}) {
+    const std::string path = gen_hy(arch);
+    HybridColdRuns cold(path);
     for (BackendKind be : {BackendKind::Cpu, BackendKind::StandIn}) {
       SCOPED_TRACE(std::string(arch) + " " + backend_kind_name(be));
-      const std::string path = gen_hy(arch);
       EngineOptions o = opts(3);  // chunks of 3 tokens; snapshots every 4 positions, 3 kept
       o.backend = be;
       o.state_snapshots = 3;
@@ -224,32 +226,33 @@ TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
       size_t reused = 99;
       std::vector<float> got = hybrid_turn(e, pc, p1, &reused);
       EXPECT_EQ(reused, 0u);
-      expect_cold_rows(path, o, p1, 0, got);
+      cold.expect_rows(p1, 0, got);
       EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 8, 10}));
       // Everything held is a prefix: reused whole; the lowest snapshots make room for 12 and 15.
       got = hybrid_turn(e, pc, p2, &reused);
       EXPECT_EQ(reused, p1.size());
-      expect_cold_rows(path, o, p2, reused, got);
+      cold.expect_rows(p2, reused, got);
       EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{10, 12, 15}));
       // Divergence at 13, after the snapshot of 12: back to it, 3 tokens computed again.
       got = hybrid_turn(e, pc, p3, &reused);
       EXPECT_EQ(reused, 12u);
-      expect_cold_rows(path, o, p3, reused, got);
+      cold.expect_rows(p3, reused, got);
       EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{10, 12, 15}));
       // Divergence at 2, before every snapshot: a new sequence.
       got = hybrid_turn(e, pc, p4, &reused);
       EXPECT_EQ(reused, 0u);
-      expect_cold_rows(path, o, p4, 0, got);
+      cold.expect_rows(p4, 0, got);
       EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 5}));
       // The same prompt again keeps its last token to feed: back to the snapshot of 4.
       got = hybrid_turn(e, pc, p4, &reused);
       EXPECT_EQ(reused, 4u);
-      expect_cold_rows(path, o, p4, reused, got);
+      cold.expect_rows(p4, reused, got);
       // truncate() reaches a snapshot's position exactly and refuses any other.
       EXPECT_THROW(e.context().truncate(3), Error);
       e.context().truncate(4);
       EXPECT_EQ(e.pos(), 4);
     }
+  }
 }
 
 TEST(QwenHybrid, WithoutSnapshotsADivergedPromptStartsOver) {
@@ -266,7 +269,7 @@ TEST(QwenHybrid, WithoutSnapshotsADivergedPromptStartsOver) {
   EXPECT_TRUE(e.context().snapshot_positions().empty());
   const std::vector<float> got = hybrid_turn(e, pc, p2, &reused);
   EXPECT_EQ(reused, 0u);
-  expect_cold_rows(path, opts(), p2, 0, got);
+  HybridColdRuns(path).expect_rows(p2, 0, got);
 }
 
 TEST(QwenHybrid, StandInDeviceComputesTheSameBits) {
