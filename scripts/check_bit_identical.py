@@ -12,6 +12,7 @@ so both binaries read the very same files. Runs at every SIMD level the CPU has 
 differ per level, each must match its own old counterpart).
 
   python3 scripts/check_bit_identical.py --old-bin OLD/moeflow --new-bin NEW/moeflow [--quick]
+      [--models arch:TYPE,...] [--levels scalar,avx2]
 """
 import argparse
 import hashlib
@@ -107,6 +108,8 @@ def main():
     ap.add_argument("--work", help="scratch folder (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="4 models instead of 14")
     ap.add_argument("--levels", help="comma-separated SIMD levels (default: every level the CPU has)")
+    ap.add_argument("--models", help="comma-separated arch:TYPE pairs instead of the list above "
+                    "(e.g. qwen3next:F32,gemma4:Q8_0)")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     corpus = os.path.join(root, "..", "shared", "data", "corpus", "wikipedia_texts.txt")
@@ -119,7 +122,10 @@ def main():
         with open(text, "w", encoding="utf-8") as g:
             g.write(f.read(6000))
     models = []
-    for arch, typ in (QUICK if args.quick else MODELS):
+    chosen = QUICK if args.quick else MODELS
+    if args.models:
+        chosen = [tuple(m.split(":", 1)) for m in args.models.split(",")]
+    for arch, typ in chosen:
         path = os.path.join(work, f"{arch}-{typ}.gguf")
         if not os.path.exists(path):
             run([args.old_bin, "gen-model", "--arch", arch, "--preset", "small", "--type", typ,

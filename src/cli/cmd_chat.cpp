@@ -45,6 +45,7 @@ struct ChatArgs {
   bool ignore_eos = false;
   SamplerParams sp;
   OffloadOptions offload;
+  SnapshotFlags snapshots;
 };
 
 std::string trim(const std::string& s) {
@@ -84,6 +85,8 @@ int run_chat(ChatArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
+  opt.state_snapshots = a.no_prefix_cache ? 0 : a.snapshots.count;
+  opt.snapshot_interval = a.snapshots.interval;
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   std::unique_ptr<Tokenizer> tok = require_tokenizer(eng.file(), "chat");
@@ -207,6 +210,7 @@ const bool registered_chat =
                    "statistics of each reply (and harmony reasoning) on stderr");
       app.add_flag("--no-prefix-cache", a->no_prefix_cache,
                    "prefill the whole conversation every turn");
+      add_snapshot_options(app, a->snapshots);
       app.add_flag("--ignore-eos", a->ignore_eos,
                    "keep generating past end-of-generation tokens (up to -n)");
       add_offload_options(app, a->offload);

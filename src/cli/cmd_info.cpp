@@ -220,8 +220,9 @@ int run_info(const InfoOptions& o) {
                 human_bytes(kv_token).c_str(), human_bytes(kv_token_per_head).c_str());
   if (load_error.empty() && recurrent_layers > 0)
     std::printf(
-        "recurrent:    %d gated DeltaNet layer(s) of %d, %s of state per sequence (a sequence "
-        "cannot be rewound: prefix reuse only extends it)\n",
+        "recurrent:    %d gated DeltaNet layer(s) of %d (no KV cache rows), %s of state per "
+        "sequence and as much per state snapshot (chat / serve --state-snapshots: what the "
+        "prefix cache goes back to)\n",
         recurrent_layers, trunk_layers, human_bytes(recurrent_bytes).c_str());
   if (load_error.empty() && nextn_layers > 0)
     std::printf("mtp:          %d next-token-prediction block(s) after the trunk, not run\n",

@@ -43,6 +43,7 @@ struct ServeArgs {
   CLI::Option* seed_opt = nullptr;
   SamplerParams sp;
   OffloadOptions offload;
+  SnapshotFlags snapshots;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -93,6 +94,8 @@ int run_serve(ServeArgs& a) {
   opt.n_threads = a.threads;
   opt.n_ctx = a.ctx;
   opt.batch = a.batch;
+  opt.state_snapshots = a.no_prefix_cache ? 0 : a.snapshots.count;
+  opt.snapshot_interval = a.snapshots.interval;
   LoadedEngine loaded = load_engine(a.model, opt, a.offload);
   Engine& eng = *loaded.engine;
   const OffloadSession& offload = loaded.offload;
@@ -186,6 +189,7 @@ const bool registered_serve =
       app.add_flag(
           "--no-prefix-cache", a->no_prefix_cache,
           "prefill every prompt from the start (no reuse of the previous request's KV cache)");
+      add_snapshot_options(app, a->snapshots);
       app.add_option("--header-timeout", a->header_timeout,
                      "seconds a request may take to arrive whole, from its first byte (else 408)");
       app.add_option("--idle-timeout", a->idle_timeout,

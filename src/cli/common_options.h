@@ -83,6 +83,24 @@ inline void add_backend_option(CLI::App& app, BackendKind& backend) {
       ->option_text("cpu|cuda|standin");
 }
 
+// The prefix cache's state snapshots for models with recurrent layers (chat, serve;
+// EngineOptions::state_snapshots / snapshot_interval): checked when parsing ends.
+struct SnapshotFlags {
+  int count = 8;
+  int interval = 1024;
+};
+inline void add_snapshot_options(CLI::App& app, SnapshotFlags& f) {
+  app.add_option("--state-snapshots", f.count,
+                 "recurrent models (qwen3next, qwen35moe): copies of the recurrent state kept for "
+                 "the prefix cache to go back to, taken at the end of each prompt and every "
+                 "--snapshot-interval tokens of a prefill (0 = none: a prompt that diverges from "
+                 "the cached one starts over)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--snapshot-interval", f.interval,
+                 "tokens between state snapshots inside a prefill")
+      ->check(CLI::PositiveNumber);
+}
+
 // -v: phase lines with timestamps on stderr (core/watchdog.h).
 inline void add_phase_lines_flag(CLI::App& app) {
   app.add_flag_callback(

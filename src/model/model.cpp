@@ -54,10 +54,14 @@ KvWidths Model::kv_widths() const {
   return w;
 }
 
-uint64_t Model::kv_bytes_per_token() const {
-  const KvWidths w = kv_widths();
-  return (uint64_t)hp_.n_layer * (uint64_t)(w.k + w.v) * sizeof(float);
+std::vector<KvWidths> Model::kv_layer_widths() const {
+  std::vector<KvWidths> w;
+  w.reserve(specs_.size());
+  for (const LayerSpec& s : specs_) w.push_back(moeflow::kv_widths(s.attn));
+  return w;
 }
+
+uint64_t Model::kv_bytes_per_token() const { return KvCache::bytes_for(kv_layer_widths(), 1); }
 
 uint64_t Model::kv_bytes_per_token_per_head() const {
   uint64_t floats = 0;
@@ -125,9 +129,9 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       be_(backend ? *backend : *own_backend_),
       w_(model.weights()),
       max_batch_(std::max(1, max_batch)),
-      kv_(hp_.n_layer, n_ctx, std::max<int64_t>(1, model.kv_widths().k), model.kv_widths().v,
-          be_.allocator()),
+      kv_(model.kv_layer_widths(), n_ctx, be_.allocator()),
       rs_(make_recurrent_state(model, be_)),
+      snapshots_(model.specs(), be_.allocator(), 0),
       moe_(be_, hp_, hp_.n_expert > 0 ? max_batch_ : 1),
       attn_scratch_(be_),
       mla_scratch_(be_),
@@ -161,14 +165,39 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
   logits_host_ = be_.read_f32(logits_.f32(model.n_vocab(), 1), logits_staging_);
 }
 
+void ForwardContext::reset() {
+  pos_ = 0;
+  snapshots_.clear();
+}
+
 void ForwardContext::truncate(int64_t p) {
   if (p < 0 || p > pos_) fail("cannot rewind to position {} (at {})", p, pos_);
-  if (!can_rewind() && p != pos_ && p != 0)
+  if (p == pos_) return;
+  if (p == 0) return reset();
+  if (!can_rewind() && snapshots_.latest_at_or_before(p) != p)
     fail(
         "cannot rewind to position {} (at {}): {} has recurrent (gated DeltaNet) layers whose "
-        "state cannot go back to an earlier position; start the sequence again from 0",
+        "state cannot go back to an earlier position without a snapshot there; start the "
+        "sequence again from 0",
         p, pos_, hp_.arch_name);
+  if (!can_rewind()) snapshots_.restore(p, rs_, be_);
+  snapshots_.drop_after(p);
   pos_ = p;
+}
+
+int64_t ForwardContext::rewind_to(int64_t p) {
+  p = std::clamp<int64_t>(p, 0, pos_);
+  if (!can_rewind() && p != pos_) p = std::max<int64_t>(0, snapshots_.latest_at_or_before(p));
+  truncate(p);
+  return p;
+}
+
+void ForwardContext::set_snapshot_limit(int limit) {
+  snapshots_ = StateSnapshots(model_.specs(), be_.allocator(), limit);
+}
+
+void ForwardContext::snapshot_state() {
+  if (takes_snapshots() && pos_ > 0) snapshots_.take(rs_, pos_, be_);
 }
 
 void ForwardContext::norm(const LayerSpec& spec, const TensorView& x, const TensorView& w,

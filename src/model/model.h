@@ -23,6 +23,7 @@
 #include "model/moe/moe_block.h"
 #include "model/observer.h"
 #include "model/recurrent_state.h"
+#include "model/state_snapshots.h"
 #include "model/weights.h"
 
 namespace moeflow {
@@ -50,16 +51,20 @@ class Model {
   // expert tensors.
   uint64_t active_expert_bytes_per_token() const;
   uint64_t total_expert_bytes() const;
-  // KV cache floats per position and layer (the widest layer's; model/layer_spec.h kv_widths).
+  // KV cache floats per position of the widest layer (model/layer_spec.h kv_widths).
   KvWidths kv_widths() const;
-  // KV cache bytes one position takes over all layers.
+  // Each layer's KV cache floats per position ({0, 0} for a gated DeltaNet layer): the cache
+  // keeps exactly these rows (model/kv_cache.h).
+  std::vector<KvWidths> kv_layer_widths() const;
+  // KV cache bytes one position takes over all layers (the sum of the layers' own widths).
   uint64_t kv_bytes_per_token() const;
   // What a cache of every head's keys and values would take per position (the same as
   // kv_bytes_per_token for GQA; multi-head latent attention keeps only its latent).
   uint64_t kv_bytes_per_token_per_head() const;
   // Layers whose state is recurrent (gated DeltaNet): the sequence cannot be rewound.
   bool has_recurrent_layers() const;
-  // Bytes of the recurrent state of one sequence (0 without recurrent layers).
+  // Bytes of the recurrent state of one sequence (0 without recurrent layers); each state
+  // snapshot (ForwardContext::set_snapshot_limit) takes as much again.
   uint64_t recurrent_state_bytes() const;
 
  private:
@@ -86,14 +91,29 @@ class ForwardContext {
 
   const float* logits() const { return logits_host_; }
   int64_t pos() const { return pos_; }
-  // Starts a new sequence (the recurrent state, if any, is cleared by the next forward()).
-  void reset() { pos_ = 0; }
+  // Starts a new sequence (the recurrent state, if any, is cleared by the next forward(); its
+  // snapshots are dropped).
+  void reset();
   // Whether truncate() can go back to any earlier position: false when the model has recurrent
-  // layers, whose state summarises the whole prefix (only truncate(0) / reset() then).
+  // layers, whose state summarises the whole prefix (only to a snapshot, or to 0, then).
   bool can_rewind() const { return rs_.empty(); }
-  // Drop cached positions >= p (rewind). With recurrent layers only p == pos() and p == 0 are
-  // possible; any other p throws naming the architecture (never a silently wrong state).
+  // Drop cached positions >= p (rewind). With recurrent layers only p == pos(), p == 0 and a
+  // position with a state snapshot are possible; any other p throws naming the architecture
+  // (never a silently wrong state).
   void truncate(int64_t p);
+  // Goes back to the highest position <= p this context can reach and returns it: p itself when
+  // can_rewind(), else the latest state snapshot at or before p (restored), else 0 (a new
+  // sequence). Recomputing the tokens from there is exact.
+  int64_t rewind_to(int64_t p);
+  // State snapshots (models with recurrent layers; model/state_snapshots.h): keep at most
+  // `limit` copies of the recurrent state (0: none). Snapshots taken so far are dropped.
+  void set_snapshot_limit(int limit);
+  int snapshot_limit() const { return snapshots_.limit(); }
+  // Whether snapshot_state() keeps anything: recurrent layers and a limit above 0.
+  bool takes_snapshots() const { return !rs_.empty() && snapshots_.limit() > 0; }
+  // Copies the recurrent state after pos() tokens (nothing unless takes_snapshots()).
+  void snapshot_state();
+  std::vector<int64_t> snapshot_positions() const { return snapshots_.positions(); }
   int64_t n_ctx() const { return kv_.n_ctx(); }
   int max_batch() const { return max_batch_; }
   void set_observer(ForwardObserver* o) { observer_ = o; }
@@ -127,6 +147,7 @@ class ForwardContext {
   int64_t pos_ = 0;
   KvCache kv_;
   RecurrentState rs_;  // gated DeltaNet layers' conv + delta-rule states (empty otherwise)
+  StateSnapshots snapshots_;
   MoeBlock moe_;
   AttentionScratch attn_scratch_;
   MlaScratch mla_scratch_;

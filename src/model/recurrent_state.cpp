@@ -51,4 +51,14 @@ void RecurrentState::clear(Backend& be) {
   }
 }
 
+void RecurrentState::copy_from(const RecurrentState& src, Backend& be) {
+  if (src.layers_.size() != layers_.size() || src.bytes_ != bytes_)
+    fail("recurrent state: a copy between states of different shapes");
+  for (int il = 0; il < (int)layers_.size(); ++il) {
+    if (!has(il)) continue;
+    be.copy(conv(il), src.conv(il));
+    be.copy(ssm(il), src.ssm(il));
+  }
+}
+
 }  // namespace moeflow

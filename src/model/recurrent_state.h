@@ -2,8 +2,9 @@
 // The per-sequence state of recurrent layers (gated DeltaNet), beside the KV cache: for each
 // such layer the convolution's last d_conv-1 inputs ([d_conv-1][channels]) and the delta rule's
 // state ([n_v_heads*head_k][head_v]), float32 in the backend's memory. Unlike KV cache rows it
-// summarises the whole prefix: a sequence can start over (clear) but never rewind to an earlier
-// position, which is why ForwardContext::can_rewind() is false for models that have it.
+// summarises the whole prefix: a sequence can start over (clear) but cannot rewind to an earlier
+// position by itself, which is why ForwardContext::can_rewind() is false for models that have
+// it; it goes back only to a copy taken there (model/state_snapshots.h).
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,8 @@ class RecurrentState {
   TensorView ssm(int layer) const;
   // Zeros every state (a new sequence), through `be` so device memory works too.
   void clear(Backend& be);
+  // Copies every state of `src` (made from the same specs) into this one, through `be`.
+  void copy_from(const RecurrentState& src, Backend& be);
 
  private:
   struct Layer {

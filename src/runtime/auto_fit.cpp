@@ -10,11 +10,17 @@
 #include "gguf/gguf_file.h"
 #include "gguf/tensor_names.h"
 #include "model/hparams.h"
+#include "model/model.h"
 #include "runtime/memory_facts.h"
 
 namespace moeflow {
 
 uint64_t fit_margin(uint64_t available) { return (64ull << 20) + available / 16; }
+
+std::string state_term(const ModelMemory& m) {
+  if (m.state_bytes == 0) return "";
+  return fmt::format(" + recurrent state {}", format_bytes(m.state_bytes));
+}
 
 FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string& source) {
   FitDecision d;
@@ -34,9 +40,9 @@ FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string
           ? std::string()
           : fmt::format(" (token embedding {} read from the file)", format_bytes(m.table_bytes));
   const std::string parts =
-      fmt::format("non-expert weights {}{} + KV cache {} (-c {}) + activations {}",
+      fmt::format("non-expert weights {}{} + KV cache {} (-c {}){} + activations {}",
                   format_bytes(m.non_expert_bytes - m.table_bytes), table, format_bytes(m.kv_bytes),
-                  m.n_ctx, format_bytes(m.scratch_bytes));
+                  m.n_ctx, state_term(m), format_bytes(m.scratch_bytes));
   if (all + d.margin <= available) {
     d.reason = fmt::format(
         "all experts resident (auto: the model needs {} ({} + experts {}) + "
@@ -101,8 +107,11 @@ ModelMemory model_memory(const GgufFile& file, const FitContext& c) {
   // precision decides the fit.
   m.expert_bytes = build_expert_index(file).total_expert_bytes();
   m.n_ctx = c.n_ctx;
-  m.kv_bytes = static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(c.n_ctx) *
-               static_cast<uint64_t>(hp.k_dim() + hp.v_dim()) * sizeof(float);
+  // The layers' own cache rows and recurrent state, as the forward pass allocates them.
+  const Model model(file);
+  m.kv_bytes = KvCache::bytes_for(model.kv_layer_widths(), c.n_ctx);
+  m.state_bytes =
+      model.recurrent_state_bytes() * (1 + static_cast<uint64_t>(std::max(0, c.state_snapshots)));
   m.scratch_bytes = activation_bytes(h, c);
   m.top_k = hp.n_expert_used;
   if (m.expert_bytes > 0) {

@@ -4,7 +4,8 @@
 // resident (the mmap, as before) or expert offloading must be on, and with which budget.
 //
 // The rule (docs/bigger-than-ram.md):
-//   fixed  = non-expert weights + KV cache for the context + activations for the batch, less a
+//   fixed  = non-expert weights + KV cache for the context + recurrent state (and its snapshots)
+//            + activations for the batch, less a
 //            token embedding the output head does not share: it is read a row per token where
 //            it lies in the file (backend/cpu adopt_lookup_table), never held whole
 //   margin = 64 MiB + available / 16 (the runtime's own heap, code and thread stacks, and room
@@ -28,13 +29,15 @@ struct ModelMemory {
   // CPU tier leaves it in the file's mapping (a token reads one row), so it takes no RAM of
   // the plan; a GPU keeps it in VRAM like every other weight.
   uint64_t table_bytes = 0;
-  uint64_t expert_bytes = 0;   // all routed experts
-  uint64_t kv_bytes = 0;       // KV cache for n_ctx
+  uint64_t expert_bytes = 0;  // all routed experts
+  uint64_t kv_bytes = 0;  // KV cache for n_ctx (each layer's own rows; none for DeltaNet layers)
+  // The recurrent state of gated DeltaNet layers and its snapshots (FitContext::state_snapshots)
+  uint64_t state_bytes = 0;
   uint64_t scratch_bytes = 0;  // activations for the batch (estimate)
   uint64_t min_budget = 0;     // smallest expert budget the cache accepts
   int64_t n_ctx = 0;
   int top_k = 0;
-  uint64_t fixed() const { return non_expert_bytes + kv_bytes + scratch_bytes; }
+  uint64_t fixed() const { return non_expert_bytes + kv_bytes + state_bytes + scratch_bytes; }
   uint64_t fixed_host() const { return fixed() - table_bytes; }
 };
 
@@ -48,6 +51,8 @@ struct FitDecision {
 
 // 64 MiB + available / 16.
 uint64_t fit_margin(uint64_t available);
+// " + recurrent state SIZE" for a model that has one, else "" (the plans' accounts).
+std::string state_term(const ModelMemory& m);
 
 // The decision. available == 0 means unknown (no /proc/meminfo): everything stays resident, as
 // before auto-fit. Throws moeflow::Error with the whole account when even min_budget does not fit.
@@ -58,8 +63,9 @@ struct FitContext {
   int64_t n_ctx = 0;  // resolved context size (see resolve_n_ctx in engine.h)
   int batch = 256;    // prefill chunk
   int threads = 1;
-  int logits_rows = 1;     // rows of logits one forward keeps (batch for perplexity)
-  bool per_layer = false;  // --cache-per-layer: every MoE layer needs its own top-k slots
+  int logits_rows = 1;      // rows of logits one forward keeps (batch for perplexity)
+  bool per_layer = false;   // --cache-per-layer: every MoE layer needs its own top-k slots
+  int state_snapshots = 0;  // recurrent state snapshots kept (EngineOptions::state_snapshots)
 };
 
 // Byte counts of `file` for a run in `ctx`.

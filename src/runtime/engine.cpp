@@ -72,8 +72,12 @@ void Engine::init(const EngineOptions& opt) {
   // The KV cache (and a row of attention scores per thread) grows with the context: a context
   // too large for the machine is named with its size instead of a bare "out of memory".
   const HParams& hp = model_->hparams();
+  if (opt.state_snapshots < 0) fail("--state-snapshots must be >= 0, got {}", opt.state_snapshots);
+  if (opt.snapshot_interval <= 0)
+    fail("--snapshot-interval must be positive, got {}", opt.snapshot_interval);
   const double kv_bytes = (double)n_ctx * (double)model_->kv_bytes_per_token() +
-                          (double)pool_->size() * (double)n_ctx * sizeof(float);
+                          (double)pool_->size() * (double)n_ctx * sizeof(float) +
+                          (1.0 + opt.state_snapshots) * (double)model_->recurrent_state_bytes();
   const MemoryFacts mem = read_memory_facts();
   const double avail = (double)mem.available();
   if (avail > 0 && kv_bytes > avail)
@@ -92,11 +96,13 @@ void Engine::init(const EngineOptions& opt) {
       ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
       host_backend_ = std::make_unique<CpuBackend>(pool_.get());
       ctx_->moe().set_host_backend(host_backend_.get());
+      init_snapshots(opt);
       phase("model loaded");
       return;
     }
     if (!opt.resident_weights) {
       ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, pool_.get());
+      init_snapshots(opt);
       return;
     }
     auto cpu = std::make_unique<CpuBackend>(pool_.get());
@@ -106,10 +112,16 @@ void Engine::init(const EngineOptions& opt) {
     backend_ = std::move(cpu);
     ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
     ctx_->prefault_kv();
+    init_snapshots(opt);
   } catch (const std::bad_alloc&) {
     fail("context size {} (-c): out of memory allocating its {} KV cache; pass a smaller -c", n_ctx,
          human_bytes(kv_bytes));
   }
+}
+
+void Engine::init_snapshots(const EngineOptions& opt) {
+  ctx_->set_snapshot_limit(opt.state_snapshots);
+  snapshot_interval_ = opt.snapshot_interval;
 }
 
 void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out) {
@@ -118,12 +130,18 @@ void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vect
   const int64_t V = n_vocab();
   if (out) out->resize(all_logits ? tokens.size() * V : (tokens.empty() ? 0 : V));
   const size_t B = ctx_->max_batch();
-  for (size_t i = 0; i < tokens.size(); i += B) {
-    const size_t n = std::min(B, tokens.size() - i);
+  const bool snapshots = ctx_->takes_snapshots() && !tokens.empty();
+  for (size_t i = 0, n = 0; i < tokens.size(); i += n) {
+    n = std::min(B, tokens.size() - i);
+    // A chunk ends at the next multiple of the interval (the rows of a chunk are the same bits
+    // whichever chunk they run in), where the state is copied.
+    const int64_t to_mark = snapshot_interval_ - ctx_->pos() % snapshot_interval_;
+    if (snapshots && (int64_t)n > to_mark) n = (size_t)to_mark;
     const bool last = i + n == tokens.size();
     LogitsMode mode = all_logits ? LogitsMode::All : (last ? LogitsMode::Last : LogitsMode::None);
     if (!out) mode = LogitsMode::None;
     ctx_->forward(tokens.subspan(i, n), mode);
+    if (snapshots && (last || ctx_->pos() % snapshot_interval_ == 0)) ctx_->snapshot_state();
     if (!out) continue;
     if (all_logits)
       std::memcpy(out->data() + i * V, ctx_->logits(), n * V * sizeof(float));

@@ -30,6 +30,13 @@ struct EngineOptions {
   // cuda: weights and KV cache in VRAM, and every expert unless the provider given is a VRAM
   // expert cache (docs/gpu.md).
   BackendKind backend = BackendKind::Cpu;
+  // Models with recurrent layers (qwen3next, qwen35moe): copies of the recurrent state kept so
+  // that a sequence can go back to an earlier position (the prefix cache's divergence inside a
+  // previous reply; model/state_snapshots.h). At most state_snapshots of them (0: none; chat and
+  // serve keep 8 by default), taken at the end of every prefill (a prompt) and every
+  // snapshot_interval positions inside one.
+  int state_snapshots = 0;
+  int snapshot_interval = 1024;
 };
 
 // The context size a run gets: `requested`, or min(4096, trained context) for 0. Throws for < 0.
@@ -69,7 +76,9 @@ class Engine {
   void reset() { ctx_->reset(); }
 
   // Feeds tokens at the current position in chunks of opt.batch. With all_logits, out gets
-  // tokens.size() rows of n_vocab; otherwise the last row only. out may be null.
+  // tokens.size() rows of n_vocab; otherwise the last row only. out may be null. With state
+  // snapshots (EngineOptions::state_snapshots) chunks also end at multiples of
+  // snapshot_interval, where the recurrent state is copied, and at the end of the tokens.
   void prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out);
   // Feeds one token; returns its logits row (n_vocab, valid until the next call).
   std::span<const float> decode(int32_t token);
@@ -86,6 +95,8 @@ class Engine {
 
  private:
   void init(const EngineOptions& opt);
+  void init_snapshots(const EngineOptions& opt);
+  int snapshot_interval_ = 1;
   bool decoding_ = false;  // the watchdog's phase is "decode" (core/watchdog.h)
   // Declared so that destruction runs ctx_ -> model_ -> provider_ (it may free device memory
   // through the backend) -> backend_ -> pool_.

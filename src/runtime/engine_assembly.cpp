@@ -83,6 +83,7 @@ LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt
   fc.threads = opt.n_threads > 0 ? opt.n_threads : default_thread_count();
   fc.logits_rows = logits_rows;
   fc.per_layer = offload.per_layer;
+  fc.state_snapshots = opt.state_snapshots;
   std::unique_ptr<trace::RoutingReplay> replay = load_replay(*file, offload);
   if (opt.backend != BackendKind::Cpu) {
     LoadedEngine dev = load_device_engine(std::move(file), opt, offload, fc);

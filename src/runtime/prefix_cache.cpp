@@ -18,16 +18,12 @@ size_t PrefixCache::prepare(Engine& eng, std::span<const int32_t> prompt) {
                              prompt.begin())
                    .first -
                tokens_.begin());
-  // A recurrent state (gated DeltaNet layers) cannot go back: reuse only when the whole cached
-  // sequence is a prefix of the prompt, else start over (exact either way, only slower).
-  if (common < tokens_.size() && !eng.context().can_rewind()) {
-    eng.reset();
-    tokens_.clear();
-    return 0;
-  }
-  eng.context().truncate((int64_t)common);
-  tokens_.resize(common);
-  return common;
+  // A recurrent state (gated DeltaNet layers) goes back only to a snapshot of it: the latest at
+  // or before the common prefix, else position 0 (exact either way; the tokens after it are
+  // computed again).
+  const size_t reached = (size_t)eng.context().rewind_to((int64_t)common);
+  tokens_.resize(reached);
+  return reached;
 }
 
 void PrefixCache::fed(std::span<const int32_t> tokens) {

@@ -7,8 +7,13 @@
 // Exact: the keys and values of a position depend only on the tokens up to it, and prefill row t
 // is bit-identical whichever chunk it ran in (the kernels' matmul/matvec contract), so logits and
 // greedy tokens after a hit equal a cold run's (tested in tests/runtime/test_prefix_cache.cpp).
-// Models with recurrent layers (qwen3next, qwen35moe) cannot rewind: their cache is reused only
-// when everything it holds is a prefix of the new prompt, otherwise the engine starts over.
+// Models with recurrent layers (qwen3next, qwen35moe) cannot rewind to any position: their
+// state goes back to the latest state snapshot at or before the common prefix (the engine takes
+// one at the end of every prompt and every --snapshot-interval tokens of a prefill,
+// model/state_snapshots.h), with the KV cache truncated there and the rest recomputed, or starts
+// over without one. A chat whose next prompt re-renders the previous reply differently (a
+// template that drops the reasoning) diverges inside that reply, after the previous prompt's
+// snapshot.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -22,9 +27,10 @@ class PrefixCache {
  public:
   explicit PrefixCache(bool enabled = true) : enabled_(enabled) {}
 
-  // Rewinds `eng` to the longest common prefix of what it holds and `prompt`, keeping at least
-  // the last prompt token to feed (its logits are needed), and returns how many prompt tokens
-  // are already in place. Disabled, or when the engine was moved by someone else (its position
+  // Rewinds `eng` to the longest common prefix of what it holds and `prompt` (with recurrent
+  // layers: to the latest state snapshot at or before it), keeping at least the last prompt
+  // token to feed (its logits are needed), and returns how many prompt tokens are already in
+  // place. Disabled, or when the engine was moved by someone else (its position
   // is not the one recorded here), the engine is reset and 0 is returned.
   size_t prepare(Engine& eng, std::span<const int32_t> prompt);
   // Records tokens just fed to the engine after what it held.

@@ -22,9 +22,9 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
   p.total_vram = total_vram;
   const uint64_t fixed = m.fixed();
   const std::string rest =
-      fmt::format("non-expert weights {} + KV cache {} (-c {}) + activations {}",
+      fmt::format("non-expert weights {} + KV cache {} (-c {}){} + activations {}",
                   format_bytes(m.non_expert_bytes), format_bytes(m.kv_bytes), m.n_ctx,
-                  format_bytes(m.scratch_bytes));
+                  state_term(m), format_bytes(m.scratch_bytes));
   const std::string vram =
       fmt::format("{} of {} VRAM free{}", format_bytes(free_vram), format_bytes(total_vram),
                   o.vram_limit ? " (--vram-limit)" : "");

@@ -72,10 +72,24 @@ TEST(Gemma4, LayoutFromMetadata) {
   }
   // Output head tied to the embedding.
   EXPECT_EQ(m.weights().output.data, m.weights().token_embd.data);
-  // The cache row is the widest layer's: 4 x 16 (sliding), the global layers' 1 x 32 use half.
+  // The widest layer's rows are 4 x 16 (sliding); the global layers' 1 x 32 are half of that.
   EXPECT_EQ(m.kv_widths().k, 64);
   EXPECT_EQ(m.kv_widths().v, 64);
-  EXPECT_EQ(m.kv_bytes_per_token(), 4u * 2 * 64 * sizeof(float));
+  // The cache keeps each layer's own: 2 sliding x 2 x 64 + 2 global x 2 x 32 floats a position.
+  EXPECT_EQ(m.kv_bytes_per_token(), (2u * 2 * 64 + 2u * 2 * 32) * sizeof(float));
+}
+
+TEST(Gemma4, KvCacheKeepsEachLayersOwnRows) {
+  const std::string path = gen_g4("gemma4", "tiny");
+  EngineOptions o;
+  o.n_threads = 1;
+  o.n_ctx = 40;
+  Engine e(path, o);
+  EXPECT_EQ(e.context().kv().bytes(), kv_bytes_from_tensors(path, 40));
+  EXPECT_EQ(e.model().kv_bytes_per_token() * 40, kv_bytes_from_tensors(path, 40));
+  EXPECT_EQ(e.context().kv().k_view(1).cols(), 32);  // a global layer's rows, contiguous
+  EXPECT_EQ(e.context().kv().k_view(1).row_stride(), 32 * sizeof(float));
+  EXPECT_EQ(e.context().kv().v_view(2).cols(), 64);
 }
 
 TEST(Gemma4, NarrowerLayersUseTheLeadingColumnsOfTheCacheRows) {

@@ -28,6 +28,21 @@ TEST(KvCache, LayoutIsPositionMajorPerLayer) {
   EXPECT_EQ(kv.bytes(), 3u * 10 * (8 + 4) * sizeof(float));
 }
 
+TEST(KvCache, LayersKeepTheirOwnWidthsAndLayersWithoutRowsNone) {
+  KvCache kv({{8, 4}, {0, 0}, {16, 0}, {6, 6}}, 10);
+  EXPECT_EQ(kv.bytes(), 10u * (12 + 0 + 16 + 12) * sizeof(float));
+  EXPECT_EQ(KvCache::bytes_for({{8, 4}, {0, 0}, {16, 0}, {6, 6}}, 10), kv.bytes());
+  EXPECT_EQ(kv.k(2, 3) - kv.k(0, 0), 10 * 8 + 3 * 16);
+  EXPECT_EQ(kv.k(3, 0) - kv.k(0, 0), 10 * 8 + 10 * 16);
+  EXPECT_EQ(kv.v(3, 1) - kv.v(0, 0), 10 * 4 + 6);
+  EXPECT_FALSE(kv.has(1));
+  EXPECT_THROW(kv.k_view(1), Error);
+  EXPECT_FALSE(kv.v_view(2));  // latent-style: no V rows
+  EXPECT_EQ(kv.k_view(3).cols(), 6);
+  EXPECT_EQ(kv.k_view(3).row_stride(), 6 * sizeof(float));
+  EXPECT_THROW(KvCache({{0, 4}}, 10), Error);
+}
+
 TEST(KvCache, BatchedPrefillMatchesSequential) {
   for (const char* arch : {"llama", "qwen2moe", "qwen3moe", "olmoe"}) {
     const std::string path = model_for(arch);

@@ -1,11 +1,15 @@
 // qwen3next and qwen35moe (gated DeltaNet hybrids) on `moeflow gen-model` files: the layer
-// layout read from metadata, the recurrent state continued across prefill chunks and decode
-// steps and cleared for a new sequence, rewinding refused by name (the prefix cache starts over
-// instead), the stand-in device computing the same bits, a backend without the recurrent ops
-// refused by name, and bad files refused naming what is wrong. The logits themselves are checked
-// against transformers and llama.cpp in tests/python.
+// layout read from metadata, the KV cache holding rows only for the attention layers and the
+// memory plan counting the recurrent state and its snapshots, the recurrent state continued
+// across prefill chunks and decode steps and cleared for a new sequence, rewinding refused by
+// name without a snapshot, the prefix cache going back to a state snapshot with the bits of a
+// cold run (CPU and stand-in device), the stand-in device computing the same bits, a backend
+// without the recurrent ops refused by name, and bad files
+// refused naming what is wrong. The logits themselves are checked against transformers and
+// llama.cpp in tests/python.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <span>
 #include <string>
@@ -16,6 +20,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/model.h"
+#include "runtime/auto_fit.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "support/model_file_edit.h"
@@ -37,6 +42,10 @@ EngineOptions opts(int batch = 256) {
   o.batch = batch;
   return o;
 }
+
+// Per sequence of the tiny preset: 3 DeltaNet layers x (3 conv rows x 128 channels + 4 heads x 16
+// x 16 state floats).
+constexpr uint64_t kTinyHybridStateBytes = 3u * (3 * 128 + 4 * 16 * 16) * sizeof(float);
 
 TEST(QwenHybrid, LayoutFromMetadata) {
   for (const char* arch : {"qwen3next", "qwen35moe"}) {
@@ -70,8 +79,33 @@ TEST(QwenHybrid, LayoutFromMetadata) {
     EXPECT_EQ(s[3].attn.rope.mode, RopeMode::NeoX);
     EXPECT_EQ(s[3].attn.rope.n_rot, 8);
     EXPECT_TRUE(m.has_recurrent_layers());
-    // Per sequence: 3 layers x (3 conv rows x 128 channels + 4 heads x 16 x 16 state floats).
-    EXPECT_EQ(m.recurrent_state_bytes(), 3u * (3 * 128 + 4 * 16 * 16) * sizeof(float));
+    EXPECT_EQ(m.recurrent_state_bytes(), kTinyHybridStateBytes);
+  }
+}
+
+TEST(QwenHybrid, KvCacheHoldsRowsOnlyForAttentionLayersAndThePlanCountsTheState) {
+  for (const char* arch : {"qwen3next", "qwen35moe"}) {
+    SCOPED_TRACE(arch);
+    const std::string path = gen_hy(arch);
+    const uint64_t want = kv_bytes_from_tensors(path, 64);
+    // One full-attention layer of 4: a quarter of a cache sized by its widest layer.
+    auto f = GgufFile::open(path);
+    const int64_t k_rows = f->find_tensor("blk.3.attn_k.weight")->rows();
+    EXPECT_EQ(want, 64u * 2 * k_rows * sizeof(float));
+    Engine e(path, opts());
+    EXPECT_EQ(e.context().kv().bytes(), want);
+    EXPECT_FALSE(e.context().kv().has(0));
+    EXPECT_THROW(e.context().kv().k_view(0), Error);
+    EXPECT_EQ(e.model().kv_bytes_per_token() * 64, want);
+    FitContext fc;
+    fc.n_ctx = 64;
+    fc.state_snapshots = 3;
+    const ModelMemory m = model_memory(*f, fc);
+    EXPECT_EQ(m.kv_bytes, want);
+    EXPECT_EQ(m.state_bytes, 4 * kTinyHybridStateBytes);  // the state and 3 snapshots
+    EXPECT_EQ(m.fixed(), m.non_expert_bytes + want + m.state_bytes + m.scratch_bytes);
+    const FitDecision d = auto_fit(m, m.fixed_host() + m.expert_bytes + (1ull << 30), "test");
+    EXPECT_NE(d.reason.find("recurrent state"), std::string::npos) << d.reason;
   }
 }
 
@@ -145,6 +179,100 @@ TEST(QwenHybrid, RewindIsRefusedByNameAndThePrefixCacheStartsOver) {
   fresh.reset();
   fresh.prefill(diverged, false, &want);
   EXPECT_EQ(rel_max_diff(got.data(), want.data(), got.size()), 0.0);
+}
+
+// Logits of every prompt token a turn feeds after PrefixCache::prepare kept *reused of them.
+std::vector<float> hybrid_turn(Engine& eng, PrefixCache& pc, const std::vector<int32_t>& prompt,
+                               size_t* reused) {
+  *reused = pc.prepare(eng, prompt);
+  std::vector<float> out;
+  eng.prefill(std::span(prompt).subspan(*reused), true, &out);
+  pc.fed(std::span(prompt).subspan(*reused));
+  return out;
+}
+
+// Cold runs of prompts (every row's logits), each from a fresh sequence, on the CPU.
+struct HybridColdRuns {
+  Engine eng;
+  explicit HybridColdRuns(const std::string& path) : eng(path, opts()) {}
+  // Row `from` on of a cold run of `prompt` equal `got` bit for bit.
+  void expect_rows(const std::vector<int32_t>& prompt, size_t from, const std::vector<float>& got) {
+    eng.reset();
+    std::vector<float> want;
+    eng.prefill(prompt, true, &want);
+    const size_t V = eng.n_vocab();
+    ASSERT_EQ(got.size(), (prompt.size() - from) * V);
+    EXPECT_EQ(std::memcmp(got.data(), want.data() + from * V, got.size() * sizeof(float)), 0)
+        << "from " << from;
+  }
+};
+
+TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
+  const std::vector<int32_t> p1 = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95};
+  std::vector<int32_t> p2 = p1;
+  for (int32_t t : {5, 6, 7, 9, 11}) p2.push_back(t);
+  std::vector<int32_t> p3(p2.begin(), p2.begin() + 13);
+  p3.push_back(200);
+  p3.push_back(201);
+  const std::vector<int32_t> p4 = {4, 8, 77, 78, 79};
+  for (const char* arch : {"qwen3next", "qwen35moe"}) {
+    const std::string path = gen_hy(arch);
+    HybridColdRuns cold(path);
+    for (BackendKind be : {BackendKind::Cpu, BackendKind::StandIn}) {
+      SCOPED_TRACE(std::string(arch) + " " + backend_kind_name(be));
+      EngineOptions o = opts(3);  // chunks of 3 tokens; snapshots every 4 positions, 3 kept
+      o.backend = be;
+      o.state_snapshots = 3;
+      o.snapshot_interval = 4;
+      Engine e(path, o);
+      PrefixCache pc;
+      size_t reused = 99;
+      std::vector<float> got = hybrid_turn(e, pc, p1, &reused);
+      EXPECT_EQ(reused, 0u);
+      cold.expect_rows(p1, 0, got);
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 8, 10}));
+      // Everything held is a prefix: reused whole; the lowest snapshots make room for 12 and 15.
+      got = hybrid_turn(e, pc, p2, &reused);
+      EXPECT_EQ(reused, p1.size());
+      cold.expect_rows(p2, reused, got);
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{10, 12, 15}));
+      // Divergence at 13, after the snapshot of 12: back to it, 3 tokens computed again.
+      got = hybrid_turn(e, pc, p3, &reused);
+      EXPECT_EQ(reused, 12u);
+      cold.expect_rows(p3, reused, got);
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{10, 12, 15}));
+      // Divergence at 2, before every snapshot: a new sequence.
+      got = hybrid_turn(e, pc, p4, &reused);
+      EXPECT_EQ(reused, 0u);
+      cold.expect_rows(p4, 0, got);
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 5}));
+      // The same prompt again keeps its last token to feed: back to the snapshot of 4.
+      got = hybrid_turn(e, pc, p4, &reused);
+      EXPECT_EQ(reused, 4u);
+      cold.expect_rows(p4, reused, got);
+      // truncate() reaches a snapshot's position exactly and refuses any other.
+      EXPECT_THROW(e.context().truncate(3), Error);
+      e.context().truncate(4);
+      EXPECT_EQ(e.pos(), 4);
+    }
+  }
+}
+
+TEST(QwenHybrid, WithoutSnapshotsADivergedPromptStartsOver) {
+  // The behaviour before state snapshots (state_snapshots 0, the library's default): p3 of the
+  // test above reuses nothing.
+  const std::string path = gen_hy("qwen35moe");
+  Engine e(path, opts(3));
+  PrefixCache pc;
+  size_t reused = 99;
+  const std::vector<int32_t> p1 = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95, 5, 6, 7, 9, 11};
+  std::vector<int32_t> p2(p1.begin(), p1.begin() + 13);
+  p2.push_back(200);
+  hybrid_turn(e, pc, p1, &reused);
+  EXPECT_TRUE(e.context().snapshot_positions().empty());
+  const std::vector<float> got = hybrid_turn(e, pc, p2, &reused);
+  EXPECT_EQ(reused, 0u);
+  HybridColdRuns(path).expect_rows(p2, 0, got);
 }
 
 TEST(QwenHybrid, StandInDeviceComputesTheSameBits) {

@@ -106,12 +106,15 @@ struct Instance {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Server> server;
 
-  explicit Instance(ServerOptions so, bool gated = false, int64_t n_ctx = 256) {
-    file = GgufFile::open(tiny_model());
+  // `model` (default: the tiny Mixtral) with `state_snapshots` recurrent state snapshots.
+  explicit Instance(ServerOptions so, bool gated = false, int64_t n_ctx = 256,
+                    const std::string& model = "", int state_snapshots = 0) {
+    file = GgufFile::open(model.empty() ? tiny_model() : model);
     if (gated) gate = std::make_shared<GatedProvider>(*file);
     EngineOptions eo;
     eo.n_threads = 1;
     eo.n_ctx = n_ctx;
+    eo.state_snapshots = state_snapshots;
     engine = std::make_unique<Engine>(file, eo, gate);
     tok = Tokenizer::from_gguf(*file);
     so.host = "127.0.0.1";

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -529,6 +530,47 @@ TEST(ServerPrefixCache, TurnsAfterAHitEqualColdTurns) {
   const uint64_t cached = metric(warm.server->metrics(), "moeflow_prompt_tokens_cached_total");
   EXPECT_GT(cached, 0u);
   EXPECT_EQ(metric(cold.server->metrics(), "moeflow_prompt_tokens_cached_total"), 0u);
+}
+
+// The same chat on a hybrid model (qwen35moe: gated DeltaNet layers): with state snapshots the
+// next turn goes back to the previous prompt's snapshot even where the reply's tokens differ
+// from its re-rendered text, with the bits of a server without a prefix cache; without snapshots
+// (the behaviour before them) a turn whose prompt diverges inside the held tokens starts over.
+TEST(ServerPrefixCache, HybridTurnsGoBackToAStateSnapshotAndEqualColdTurns) {
+  const std::string path =
+      ::testing::TempDir() + "/server_tiny_qwen35moe_" + std::to_string(getpid()) + ".gguf";
+  const Cmd g =
+      run_cmd("gen-model --arch qwen35moe --preset tiny -q -o " + shell_quote(path), true);
+  ASSERT_EQ(g.rc, 0) << g.out;
+  ServerOptions cold_opt;
+  cold_opt.prefix_cache = false;
+  Instance snap(ServerOptions{}, false, 1024, path, 8), plain(ServerOptions{}, false, 1024, path),
+      cold(cold_opt, false, 1024, path);
+  json msgs = json::array({{{"role", "system"}, {"content", "Be brief."}}});
+  int previous_prompt = 0, reused_snap = 0, reused_plain = 0, prompts = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    msgs.push_back({{"role", "user"}, {"content", "question number " + std::to_string(turn)}});
+    const json req = {{"messages", msgs},   {"max_tokens", 8},  {"temperature", 0},
+                      {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 2}};
+    const json s = post_ok(snap, "/v1/chat/completions", req);
+    const json p = post_ok(plain, "/v1/chat/completions", req);
+    const json c = post_ok(cold, "/v1/chat/completions", req);
+    EXPECT_EQ(s["choices"][0]["message"], c["choices"][0]["message"]) << turn;
+    EXPECT_EQ(s["choices"][0]["logprobs"], c["choices"][0]["logprobs"]) << turn;
+    EXPECT_EQ(p["choices"][0]["logprobs"], c["choices"][0]["logprobs"]) << turn;
+    const int cached = s["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (turn > 0) EXPECT_GE(cached, previous_prompt) << turn;
+    reused_snap += cached;
+    reused_plain += p["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+    previous_prompt = s["usage"]["prompt_tokens"];
+    prompts += previous_prompt;
+    msgs.push_back({{"role", "assistant"}, {"content", s["choices"][0]["message"]["content"]}});
+  }
+  EXPECT_GT(reused_snap, reused_plain);
+  std::printf(
+      "hybrid chat, 3 turns, %d prompt tokens: %d reused with state snapshots, %d without\n",
+      prompts, reused_snap, reused_plain);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -70,6 +70,24 @@ inline KeepName without(const std::string& name) {
   return [name](const std::string& s) { return s != name; };
 }
 
+// The KV cache bytes a model file needs for n_ctx positions, read from its tensors alone (not from
+// the loader's layer specs): a layer with attention has attn_k.weight, whose rows are its kv heads
+// x head size, and as many value floats (attn_v.weight's rows, or the keys' own width when the
+// layer takes its values from the key projection); a recurrent layer has no attn_k and no rows.
+inline uint64_t kv_bytes_from_tensors(const std::string& path, int64_t n_ctx) {
+  auto f = GgufFile::open(path);
+  uint64_t floats = 0;
+  for (int il = 0;; ++il) {
+    const std::string blk = "blk." + std::to_string(il) + ".";
+    if (!f->find_tensor(blk + "attn_norm.weight")) break;
+    const GgufTensorInfo* k = f->find_tensor(blk + "attn_k.weight");
+    if (!k) continue;
+    const GgufTensorInfo* v = f->find_tensor(blk + "attn_v.weight");
+    floats += (uint64_t)(k->rows() + (v ? v->rows() : k->rows())) * (uint64_t)n_ctx;
+  }
+  return floats * sizeof(float);
+}
+
 // The model at `path` gives the same logits (1e-5) whether `toks` are prefilled as one batch, one
 // token at a time, or in chunks of 4 (cache rows written at an offset), and after a rewind to
 // position 5 and another token as a fresh run of those 6 tokens (stale rows must not leak in).

@@ -57,7 +57,7 @@ void gqa_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   if (rope_freqs) rope.freq_factors = rope_freqs.as<float>();
   be.rope(q, p.n_head, p.head_dim, pos0, rope);
   be.rope(k, p.n_head_kv, p.head_dim, pos0, rope);
-  // This layer's rows may be narrower than the cache's (the widest layer's).
+  // The cache keeps this layer's rows at its own width (model/kv_cache.h).
   const TensorView kc = kv.k_view(layer, k.cols()), vc = kv.v_view(layer, v.cols());
   be.copy(kc.slice_rows(pos0, n), k);
   be.copy(vc.slice_rows(pos0, n), v);

@@ -27,9 +27,9 @@ void mla_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   const int64_t n = xn.rows(), H = p.n_head, R = m.rope, C = m.kv_lora_rank, N = m.nope;
   const int64_t hk = N + R, W = R + C;
   MOEFLOW_CHECK(
-      p.n_head_kv == 1 && p.head_dim == W && p.head_dim_v == C && kv.k_dim() == W,
+      p.n_head_kv == 1 && p.head_dim == W && p.head_dim_v == C && kv.k_dim(layer) == W,
       "mla attention: spec and cache disagree (head_dim {}, cache row {}, rope {} + latent {})",
-      p.head_dim, kv.k_dim(), R, C);
+      p.head_dim, kv.k_dim(layer), R, C);
 
   // Queries: [n][H][nope | rope].
   const TensorView q = s.q.f32(H * hk, n);
