@@ -150,7 +150,9 @@ const bool registered_sim = register_command(
                      "promoe|hobbit|duoserve|moe-infinity|daop|lru|ondemand|auto");
       sub.add_option("--cache-rate,-r", a->cache_rates,
                      "share of experts cached (comma list, 0.5 or 50)");
-      sub.add_option("--hw", a->hw, "hardware profile: pcie4x16, nvme-gen4, local, or a JSON file");
+      sub.add_option("--hw", a->hw,
+                     "hardware profile: pcie4x16, nvme-gen4, instant (copies take no "
+                     "time: the live engine's --prefetch-wait), local, or a JSON file");
       sub.add_option(
           "--calib", a->calib,
           "calibration trace (static/daop/hobbit, predictor warm-up); default: the trace itself");
@@ -162,7 +164,7 @@ const bool registered_sim = register_command(
                      "calibration trace, an in-sample optimum)")
           ->delimiter(',');
       sub.add_option("--max-prefetch", a->max_prefetch,
-                     "prefetches issued per routed layer at most");
+                     "prefetches issued per routed layer at most (0: no cap, as the live engine)");
       sub.add_flag("--global-budget", a->global,
                    "one cache budget over all layers (default: per layer)");
       sub.add_flag("--with-prefill", a->with_prefill,

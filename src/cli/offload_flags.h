@@ -140,6 +140,10 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
                "and disk load say cannot be half done before their layer runs, and those the "
                "gate holds back while demand reads saturate the disk and few prefetches are used, "
                "or while the misses their victims cause cancel the misses they avoid");
+  app.add_flag("--prefetch-wait", o.prefetch_wait,
+               "wait for every prefetch's read before the forward pass goes on (implies "
+               "--prefetch-always): prefetches always arrive in time, the logical model that "
+               "`moeflow sim --hw instant` replays; for comparing the two, not for speed");
   app.add_flag("--buffered-io", o.buffered_io, "read experts through the page cache (no O_DIRECT)");
   std::map<std::string, ExpertMode> modes;
   for (const std::string& n : expert_mode_names()) modes[n] = parse_expert_mode(n);

@@ -73,6 +73,12 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
     stats_.total_low_expert_bytes = store_->total_expert_bytes(Precision::Low);
   }
   stats_.layers.resize(store_->n_layers());
+  for (Tier* T : {&high_, low_.get()}) {
+    if (!T) continue;
+    const size_t n = static_cast<size_t>(store_->n_layers()) * store_->max_experts();
+    T->expected_cur.assign(n, 0);
+    T->expected_next.assign(n, 0);
+  }
   stats_.n_transient_slots = high_.cache->n_transient();
   prefill_counts_.assign(static_cast<size_t>(store_->n_layers()) * store_->max_experts(), 0.0);
   loader_ = std::make_unique<SlotLoader>(*store_, std::move(transfer), high_.cache.get(),
@@ -255,7 +261,8 @@ void CachedExpertProvider::on_route(int layer, std::span<const int> experts,
                                     std::span<const Precision> precisions) {
   MOEFLOW_CHECK(precisions.empty() || precisions.size() == experts.size(),
                 "on_route: {} experts but {} precisions", experts.size(), precisions.size());
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  if (cfg_.prefetch_wait) await_prefetches(lk);
   if (precisions.empty()) {
     all_high_.assign(experts.size(), Precision::High);
     precisions = all_high_;
@@ -263,11 +270,34 @@ void CachedExpertProvider::on_route(int layer, std::span<const int> experts,
   route_locked(layer, experts, precisions);
 }
 
+// The prefetches issued since the last route are read before this one: each arrives before its
+// layer runs, and within one layer's batch they take their places while the others are still
+// loading (not evictable), as without waiting.
+void CachedExpertProvider::await_prefetches(std::unique_lock<std::mutex>& lk) {
+  const auto loading = [&] {
+    for (Tier* T : {&high_, low_.get()}) {
+      if (!T) continue;
+      for (int s = 0; s < T->cache->n_slots(); ++s) {
+        const Slot& sl = T->cache->slot(s);
+        if (sl.prefetched && sl.state == SlotState::Loading) return true;
+      }
+    }
+    return false;
+  };
+  cv_.wait(lk, [&] { return !loading(); });
+}
+
 void CachedExpertProvider::route_locked(int layer, std::span<const int> experts,
                                         std::span<const Precision> precisions) {
   settle_retired();
   arrival_.on_route(layer, now_seconds(), loader_->demand_busy_seconds());
   route_layer_ = layer;
+  // The layer has routed: what was expected of it is no longer a reason to keep an expert.
+  for (Tier* T : {&high_, low_.get()}) {
+    if (!T || layer < 0 || layer >= store_->n_layers()) continue;
+    const auto row = T->expected_cur.begin() + static_cast<long>(layer) * store_->max_experts();
+    std::fill(row, row + store_->max_experts(), 0);
+  }
   const uint64_t t = now(layer);
   route_policies(layer, experts, precisions);
   deferred_.clear();
@@ -556,7 +586,12 @@ void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, flo
       continue;
     }
     Binding b;
-    if (!T.cache->bind_speculative(layer, e, now(route_layer_), b)) {
+    const size_t E = static_cast<size_t>(store_->max_experts());
+    const auto expected = [&](ExpertKey c) {
+      const size_t i = static_cast<size_t>(c.layer) * E + c.expert;
+      return T.expected_cur[i] || T.expected_next[i];
+    };
+    if (!T.cache->bind_speculative(layer, e, now(route_layer_), b, expected)) {
       ++ls(layer).prefetch_dropped;
       continue;
     }
@@ -568,6 +603,17 @@ void CachedExpertProvider::prefetch(int layer, std::span<const int> experts, flo
     ++ls(layer).prefetch_issued;
     schedule(T, b.slot, Priority::Low, confidence);
   }
+}
+
+void CachedExpertProvider::expect(int layer, std::span<const int> experts, Precision p) {
+  std::lock_guard lk(mu_);
+  if (p == Precision::Low && !low_) return;
+  Tier& T = tier(p);
+  if (layer < 0 || layer >= store_->n_layers()) return;
+  const size_t E = static_cast<size_t>(store_->max_experts());
+  std::vector<uint8_t>& v = layer > route_layer_ ? T.expected_cur : T.expected_next;
+  for (int e : experts)
+    if (e >= 0 && static_cast<size_t>(e) < E) v[static_cast<size_t>(layer) * E + e] = 1;
 }
 
 void CachedExpertProvider::attach_backend(Backend& backend) {
@@ -601,6 +647,11 @@ void CachedExpertProvider::begin_sequence() {
   settle_retired();
   // A prefill that no single-token step followed still ends here, before the next sequence.
   if (prefill_open_ && seq_steps_ > 0) prefill_done();
+  for (Tier* T : {&high_, low_.get()}) {  // a new sequence: no prediction stands
+    if (!T) continue;
+    std::fill(T->expected_cur.begin(), T->expected_cur.end(), 0);
+    std::fill(T->expected_next.begin(), T->expected_next.end(), 0);
+  }
   for (Tier* T : {&high_, low_.get()})
     if (T) T->cache->policy().on_sequence_start();
   seq_steps_ = 0;
@@ -655,6 +706,12 @@ void CachedExpertProvider::end_step() {
   ++seq_steps_;
   deferred_.clear();
   arrival_.on_step_end();
+  // The next token's expectations become the coming token's.
+  for (Tier* T : {&high_, low_.get()}) {
+    if (!T) continue;
+    T->expected_cur.swap(T->expected_next);
+    std::fill(T->expected_next.begin(), T->expected_next.end(), 0);
+  }
   for (Tier* T : {&high_, low_.get()}) {
     if (!T) continue;
     for (int s = 0; s < T->cache->n_slots(); ++s) {

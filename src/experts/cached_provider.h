@@ -77,6 +77,11 @@ struct OffloadConfig {
   // Prefetches are held back while demand reads saturate the disk and few prefetches are used
   // (experts/prefetch_gate.h). Off: every prefetch the predictor asks for is considered.
   bool prefetch_gate = true;
+  // Each route first waits until the prefetches issued before it are read (or failed): every
+  // prefetch arrives before the layer it is for, whatever the disk's speed. The logical model the
+  // simulator replays with its `instant` profile (tests/trace/test_replay_parity.cpp); a measuring
+  // mode, slow.
+  bool prefetch_wait = false;
   // DuoServe's prefill pipeline: in a multi-token step, a routed miss that would evict a
   // resident streams through one of this many slots of its own instead (read in execution
   // order, the next ones as soon as a slot is free), so a prompt does not flush the experts
@@ -120,6 +125,7 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   void release(int layer, int expert, Precision p = Precision::High) override;
   void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f,
                 Precision p = Precision::High) override;
+  void expect(int layer, std::span<const int> experts, Precision p = Precision::High) override;
   bool has_low_precision() const override { return low_ != nullptr; }
   bool host_view(int layer, int expert, ExpertView& out) const override;
   MemSpace memory_space() const override { return high_.cache->space(); }
@@ -168,6 +174,9 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
     // Per slot. Apart from the loader's I/O state: a read issued for a request (an unissued
     // miss read at its acquire) does not change how that request counts.
     std::vector<RequestClass> request_class;
+    // Experts a predictor expects ([layer * max_experts + expert]) for the rest of this token
+    // (a later layer) and for the next one: a prefetch does not evict them (expect()).
+    std::vector<uint8_t> expected_cur, expected_next;
     // Experts a prefetch evicted, newest last, at most n_slots (older ones would have been
     // evicted by demand since): a demand miss of one is the miss that prefetch caused.
     std::deque<ExpertKey> prefetch_victims;
@@ -197,6 +206,8 @@ class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHook
   void classify(Tier& T, int s, RequestClass cls);         // under mu_
   void note_eviction(const ExpertKey& k, bool unused);     // under mu_
   void free_failed(Tier& T, int s);                        // under mu_
+  // Waits until no prefetched slot is loading (OffloadConfig::prefetch_wait).
+  void await_prefetches(std::unique_lock<std::mutex>& lk);
   void route_locked(int layer, std::span<const int> experts,
                     std::span<const Precision> precisions);  // under mu_
   void route_policies(int layer, std::span<const int> experts,

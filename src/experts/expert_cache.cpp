@@ -165,13 +165,12 @@ bool ExpertCache::serve_miss(int layer, int expert, uint64_t t, bool stream, Bin
   return false;
 }
 
-bool ExpertCache::bind_speculative(int layer, int expert, uint64_t t, Binding& b) {
+bool ExpertCache::bind_speculative(int layer, int expert, uint64_t t, Binding& b, KeyFilter kept) {
   b = Binding{};
   const ExpertKey k{layer, expert};
   ExpertKey ev;
-  if (!core_->make_room(
-          layer, t, [&](ExpertKey c) { return evictable(c, false); }, ev))
-    return false;
+  const auto allowed = [&](ExpertKey c) { return evictable(c, false) && !kept(c); };
+  if (!core_->make_room(layer, t, allowed, ev)) return false;
   core_->insert(k, t);
   bind(k, ev, b);
   return true;

@@ -101,8 +101,9 @@ class ExpertCache {
   // evictable place (one routed but not yet acquired only as a last resort) or a transient
   // slot. false when none can be had now.
   bool serve_miss(int layer, int expert, uint64_t t, bool stream, Binding& b);
-  // A speculative load: only into a free place or one whose expert is evictable now.
-  bool bind_speculative(int layer, int expert, uint64_t t, Binding& b);
+  // A speculative load: only into a free place or one whose expert is evictable now and not
+  // `kept`.
+  bool bind_speculative(int layer, int expert, uint64_t t, Binding& b, KeyFilter kept);
   bool admits(int layer, int expert, uint64_t t) { return policy_->admit({layer, expert}, t); }
 
   // The policy's initial residents, bound in state Loading (slots returned).

@@ -63,6 +63,8 @@ void PredictorPrefetch::on_route(const RouteRecord& r) {
   std::stable_sort(merged_.begin(), merged_.end(), [](const Prediction& a, const Prediction& b) {
     return a.confidence > b.confidence;
   });
+  for (const Prediction& p : merged_)
+    provider_.expect(p.layer, std::span<const int>(&p.expert, 1), p.precision);
   for (const Prediction& p : merged_) {
     // HOBBIT serves a cached or coming high copy whatever the score: no low copy needed then.
     if (mode_.mode == ExpertMode::Hobbit && p.precision == Precision::Low &&

@@ -36,7 +36,10 @@ struct OffloadOptions {
   int lookahead = 1;            // layers ahead (lookahead and gate predictors)
   bool no_early_preemption = false;
   bool prefetch_always = false;  // also issue prefetches that cannot arrive in time
-  int prefill_slots = 0;         // DuoServe's prefill pipeline: stream slots (0: off)
+  // Every prefetch is read before the forward pass goes on (implies prefetch_always): the
+  // logical model the simulator's `instant` profile replays (docs/simulator.md).
+  bool prefetch_wait = false;
+  int prefill_slots = 0;  // DuoServe's prefill pipeline: stream slots (0: off)
   bool buffered_io = false;
   // Lossy modes (all opt-in).
   ExpertMode mode = ExpertMode::Exact;

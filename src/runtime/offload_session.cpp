@@ -188,8 +188,9 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file,
   }
   cfg.early_preemption = !o.no_early_preemption;
   cfg.prefetch = o.prefetch != "none";
-  cfg.skip_late_prefetch = !o.prefetch_always;
-  cfg.prefetch_gate = !o.prefetch_always;
+  cfg.skip_late_prefetch = !o.prefetch_always && !o.prefetch_wait;
+  cfg.prefetch_gate = !o.prefetch_always && !o.prefetch_wait;
+  cfg.prefetch_wait = o.prefetch_wait;
   cfg.prefill_slots = o.prefill_slots;
   PolicyOptions po;
   po.n_layers = store->n_layers();

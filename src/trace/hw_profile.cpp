@@ -26,6 +26,15 @@ HwProfile nvme() {
   return {"nvme-gen4", 6.5, 0.08, kMixtralExpertQ4Bytes, 2.5, 1.0, 0};
 }
 
+HwProfile instant() {
+  // Copies that take no time: every prefetch arrives before its use and a miss costs no stall,
+  // so what remains are the logical counts (hits, misses, prefetches used, experts moved) — the
+  // model of the live engine under --prefetch-wait, which reads each prefetch before going on
+  // (tests/trace/test_replay_parity.cpp). A declined miss is copied too (no host CPU path), as
+  // the live cache reads it into a transient slot.
+  return {"instant", 1e12, 0.0, kMixtralExpertQ4Bytes, 0.15, 0.25, 0};
+}
+
 HwProfile from_json(const nlohmann::json& j, HwProfile base, const std::string& what) {
   try {
     base.link_gb_s = j.value("link_gb_s", j.value("read_gb_s", base.link_gb_s));
@@ -56,11 +65,14 @@ nlohmann::json load_json(const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> hw_profile_names() { return {"pcie4x16", "nvme-gen4", "local"}; }
+std::vector<std::string> hw_profile_names() {
+  return {"pcie4x16", "nvme-gen4", "instant", "local"};
+}
 
 HwProfile hw_profile(const std::string& n) {
   if (n == "pcie4x16") return pcie();
   if (n == "nvme-gen4") return nvme();
+  if (n == "instant") return instant();
   if (n == "local") {
     std::string path;
     if (const char* e = std::getenv("MOEFLOW_LOCAL_PROFILE")) path = e;

@@ -1,7 +1,8 @@
 #pragma once
 // Hardware profiles for the trace-driven simulator: how long moving and computing one expert
 // takes. Built-ins model a GPU behind PCIe 4.0 x16 and a CPU reading experts from an NVMe SSD;
-// "local" reads this machine's measured O_DIRECT bandwidth from a JSON file.
+// "local" reads this machine's measured O_DIRECT bandwidth from a JSON file; "instant" moves
+// experts in no time (the logical counts only: the live engine's --prefetch-wait).
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@ struct HwProfile {
   double transfer_ms() const { return latency_ms + expert_bytes / (link_gb_s * 1e6); }
 };
 
-// Name ("pcie4x16", "nvme-gen4", "local") or path to a JSON file with the fields above.
+// Name ("pcie4x16", "nvme-gen4", "instant", "local") or path to a JSON file with the fields above.
 // "local" reads $MOEFLOW_LOCAL_PROFILE or bench/io/local_profile.json ({"read_gb_s": ...}).
 HwProfile hw_profile(const std::string& name_or_path);
 std::vector<std::string> hw_profile_names();

@@ -20,6 +20,7 @@ nlohmann::json result_json(const SimResult& r, bool per_layer) {
                       {"demand_loads", r.demand_loads},
                       {"placement_loads", r.placement_loads},
                       {"prefetches", r.prefetches},
+                      {"prefetch_used", r.prefetch_used},
                       {"prefetch_accuracy", r.prefetch_accuracy},
                       {"fetch_in_time_rate", r.in_time_rate},
                       {"goodpred", r.goodpred},

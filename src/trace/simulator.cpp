@@ -22,11 +22,11 @@ struct Entry {
   bool speculative = false;  // in flight at LOW priority (demand loads overtake it)
 };
 
+// A prefetch holds its place from the moment it is issued (the live cache binds a slot then);
+// only its copy waits for the link.
 struct Pending {
   ExpertKey key;
   double issued;
-  uint64_t t;                      // logical time of the issuing layer
-  std::vector<ExpertKey> protect;  // experts of the issuing layer
 };
 
 // The whole replay of one trace for one configuration. Logical time for policies is
@@ -119,22 +119,11 @@ class Sim {
       if (start >= now) break;
       Pending p = pending_.front();
       pending_.pop_front();
-      Entry& en = at(p.key);
-      if (en.slot != Slot::pending) continue;
-      // The slot is taken when the copy starts (a queued prefetch evicts nothing), so a
-      // speculative task dropped by preemption never cost a resident expert.
-      en.slot = Slot::absent;
-      if (!room_for_prefetch(p.key, p.t, p.protect)) {
-        en.prefetched = false;
-        continue;
-      }
-      core_->insert(p.key, p.t);
+      if (at(p.key).slot != Slot::pending) continue;
       link_free_ = start + xfer_ms_;
       occupy(p.key, link_free_);
-      en.prefetched = true;
-      en.speculative = true;
+      at(p.key).speculative = true;
       res_.bytes_moved += c_.hw.expert_bytes;
-      res_.prefetches++;
     }
   }
   // A demand load is HIGH priority: it waits only for earlier demand loads; speculative copies
@@ -186,10 +175,19 @@ class Sim {
     clock_ += c_.hw.layer_ms;
     advance_link(clock_);
     settle(clock_);
-    // Early preemption: speculative tasks for this layer that have not started are dropped.
+    // Early preemption: speculative tasks for this layer that the router did not pick and that
+    // have not started are dropped and give their places back (live: cancel_low at the route);
+    // a picked one is raised to a demand load and keeps its place.
+    auto picked = [&](ExpertKey k) {
+      return k.layer == r.layer &&
+             std::find(r.experts.begin(), r.experts.end(), k.expert) != r.experts.end();
+    };
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->key.layer == r.layer) {
-        at(it->key) = {};
+        if (!picked(it->key)) {
+          core_->evict(it->key);
+          at(it->key) = {};
+        }
         it = pending_.erase(it);
       } else {
         ++it;
@@ -204,6 +202,11 @@ class Sim {
     std::vector<char> hits(n), lates(n), keep(n, 0);
     for (size_t i = 0; i < n; ++i) {
       Entry& en = at({r.layer, r.experts[i]});
+      if (en.slot == Slot::pending) {  // a queued prefetch the router picked: read now, at HIGH
+        en.slot = Slot::inflight;
+        en.arrival = demand_transfer(clock_);
+        res_.demand_loads--;  // counted when it was issued, as a prefetch
+      }
       hits[i] = en.slot == Slot::resident;
       lates[i] = en.slot == Slot::inflight;
       if (lates[i]) en.speculative = false;  // raised to HIGH: nothing overtakes it any more
@@ -248,11 +251,6 @@ class Sim {
       if (late) {
         ready.push_back(en.arrival);
         continue;
-      }
-      if (en.slot == Slot::pending) {  // promoted to a demand load
-        pending_.erase(
-            std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.key == k; }));
-        en = {};
       }
       if (en.slot != Slot::absent) {  // the route names it twice
         ready.push_back(en.arrival);
@@ -322,7 +320,7 @@ class Sim {
         Slot sl = at(k).slot;
         bool routed =
             l == r.layer && std::find(r.experts.begin(), r.experts.end(), e) != r.experts.end();
-        if (sl == Slot::inflight) {
+        if (sl == Slot::inflight || sl == Slot::pending) {
           fixed++;
         } else if (sl == Slot::resident || routed) {
           pool.push_back({belady_->next_use(k, tl), k});
@@ -361,13 +359,18 @@ class Sim {
     const uint64_t tl = logical_time(step, r.layer, L_);
     std::vector<ExpertKey> protect;
     for (int e : r.experts) protect.push_back({r.layer, e});
+    // Every prediction of the call is expected (and so protected from the call's evictions)
+    // before the first one takes a place; also what the recall statistics read: which (token,
+    // layer) each prediction targets.
+    for (auto& p : preds) {
+      if (p.layer < 0 || p.layer >= L_ || p.expert < 0 || p.expert >= E_) continue;
+      auto& tgt = p.layer > r.layer ? pred_cur_ : pred_next_;
+      tgt[(size_t)p.layer * E_ + p.expert] = 1;
+    }
     int issued = 0;
     for (auto& p : preds) {
       if (p.layer < 0 || p.layer >= L_ || p.expert < 0 || p.expert >= E_) continue;
-      // Stats: which (token, layer) the prediction targets.
-      auto& tgt = p.layer > r.layer ? pred_cur_ : pred_next_;
-      tgt[(size_t)p.layer * E_ + p.expert] = 1;
-      if (issued >= c_.max_prefetch_per_call) continue;
+      if (c_.max_prefetch_per_call > 0 && issued >= c_.max_prefetch_per_call) continue;
       // Stride rule (ProMoE): a copy that cannot finish before its use is not started; it would
       // arrive late, cost an eviction and delay other copies.
       if (c_.skip_late_prefetches) {
@@ -379,9 +382,14 @@ class Sim {
       ExpertKey k{p.layer, p.expert};
       if (at(k).slot != Slot::absent) continue;
       if (std::find(layers_.begin(), layers_.end(), p.layer) == layers_.end()) continue;
+      // Its place is taken now, as the live cache binds a slot when it queues the read; the
+      // issuing layer's experts are still protected (live: routed, not yet acquired).
+      if (!room_for_prefetch(k, tl, protect)) continue;
+      core_->insert(k, tl);
       at(k).slot = Slot::pending;
       at(k).prefetched = true;
-      pending_.push_back({k, clock_, tl, protect});
+      pending_.push_back({k, clock_});
+      res_.prefetches++;  // issued (live: prefetch_issued), whether or not its copy starts
       issued++;
     }
   }

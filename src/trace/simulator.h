@@ -22,9 +22,10 @@ struct SimConfig {
   const Trace* calibration =
       nullptr;  // for static/daop/hobbit/predictor warm-up; null = the trace itself
   std::vector<double> hobbit_weights;  // empty = fit on the calibration trace
-  int max_prefetch_per_call = 8;       // cap on prefetches issued after one layer routes
-  int oracle_lookahead = 32;           // layers ahead the oracle predictor sees
-  std::string predictor_model;         // trained predictor weights (promoe)
+  // Cap on prefetches issued after one layer routes; 0: none (the live engine has none).
+  int max_prefetch_per_call = 8;
+  int oracle_lookahead = 32;    // layers ahead the oracle predictor sees
+  std::string predictor_model;  // trained predictor weights (promoe)
   bool skip_late_prefetches =
       true;  // do not start a prefetch whose target runs before it can arrive
   // When set, every insertion into and eviction from the cache, in order (tests that compare

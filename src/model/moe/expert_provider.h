@@ -10,7 +10,8 @@
 //   residency(l, e, p) for each e  used to reorder: resident -> in flight -> not started
 //   acquire(l, e, p) ... release   blocks until the weights are usable; pinned in between
 //                                  (or acquire_streamed + await_matrix per matrix)
-//   prefetch(l', experts, c, p)    predictors queue speculative loads for later layers/tokens
+//   expect(l', experts, p)         predictors name every expert they expect, then
+//   prefetch(l', experts, c, p)    queue speculative loads for later layers/tokens
 // Every call names (layer, expert, precision): the lossy modes (HOBBIT) ask for low-precision
 // copies through the same calls, and a precision left out means Precision::High.
 #include <cstdint>
@@ -91,6 +92,11 @@ class ExpertProvider {
   // copy its rule will ask for), lower priority than any on_route() expert.
   virtual void prefetch(int layer, std::span<const int> experts, float confidence = 1.0f,
                         Precision p = Precision::High) {}
+  // Before a batch of prefetch() calls, every expert the predictor expects (for a later layer
+  // of this token when layer is after the one routed last, else for the next token): no
+  // prefetch evicts one of them until its layer has routed, so a batch never evicts what it
+  // (or the batch before) predicts ("do no harm", the simulator's rule).
+  virtual void expect(int layer, std::span<const int> experts, Precision p = Precision::High) {}
 
   // Mixed precision (docs/lossy-modes.md): a provider that holds low-precision copies of the
   // experts says so here. One that does not is asked for Precision::High only: the MoE block
