@@ -187,12 +187,15 @@ def model_bytes(path: str) -> dict:
             embd = nb
             embd_row = nb // int(t.shape[1])
     active_expert = expert // n_expert * n_used if n_expert else 0
-    # token_embd: only the token's row is read per step.
-    active = non_expert - embd + embd_row + active_expert
+    # token_embd: only the token's row is read per step -- unless the output projection is tied
+    # to it (no output.weight: gemma4), when the logits read all of it every step.
+    tied = not any(t.name == "output.weight" for t in r.tensors)
+    active = non_expert - (0 if tied else embd - embd_row) + active_expert
     return {"arch": arch, "n_layer": kv("block_count"), "n_moe_layers": len(moe_layers), "n_expert": n_expert,
             "n_expert_used": n_used, "file_bytes": os.path.getsize(path), "expert_bytes": expert,
             "non_expert_bytes": non_expert, "token_embd_bytes": embd,
-            "active_expert_bytes_per_token": active_expert, "active_bytes_per_token": active}
+            "active_expert_bytes_per_token": active_expert, "active_bytes_per_token": active,
+            "output_tied_to_token_embd": tied}
 
 
 def membw(a) -> dict:
