@@ -144,6 +144,29 @@ TensorView BackendScratch::f32(int64_t cols, int64_t rows) {
   return matrix_view(buf_.data(), GgmlType::F32, cols, rows, buf_.space());
 }
 
+void check_conv1d_silu_shapes(const TensorView& x, const TensorView& state, const TensorView& w,
+                              const TensorView& out) {
+  const int64_t n = x.rows(), C = x.cols(), K = w.cols();
+  MOEFLOW_CHECK(w.rows() == C && state.cols() == C && state.rows() == K - 1 && out.cols() == C &&
+                    out.rows() == n,
+                "conv1d_silu: input {}x{}, state {}x{}, kernel {}x{}, output {}x{} disagree", n, C,
+                state.rows(), state.cols(), w.rows(), w.cols(), out.rows(), out.cols());
+}
+
+void check_gated_delta_net_shapes(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& a, const TensorView& b, const TensorView& state,
+                                  const TensorView& out, const DeltaNetParams& p) {
+  const int64_t n = q.rows(), hk = p.head_k, hv = p.head_v;
+  const int NK = p.n_k_heads, NV = p.n_v_heads;
+  MOEFLOW_CHECK(NK > 0 && NV % NK == 0 && q.cols() == NK * hk && k.cols() == NK * hk &&
+                    v.cols() == NV * hv && a.cols() == NV && b.cols() == NV &&
+                    out.cols() == NV * hv && state.rows() == NV * hk && state.cols() == hv &&
+                    state.rows_contiguous() && k.rows() == n && v.rows() == n && out.rows() == n,
+                "gated_delta_net: shapes disagree with {} key heads of {} and {} value heads of {}",
+                NK, hk, NV, hv);
+  MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
+}
+
 void Backend::sigmoid_mul(TensorView, const TensorView&) {
   fail("the {} backend has no sigmoid_mul (the attention output gate)", name());
 }

@@ -118,6 +118,14 @@ struct DeltaNetParams {
   const float* dt_bias = nullptr;  // n_v_heads floats, backend space
 };
 
+// The shape contracts of conv1d_silu and gated_delta_net (below), checked alike by every backend
+// after its own memory-space and type checks: throws naming what disagrees.
+void check_conv1d_silu_shapes(const TensorView& x, const TensorView& state, const TensorView& w,
+                              const TensorView& out);
+void check_gated_delta_net_shapes(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& a, const TensorView& b, const TensorView& state,
+                                  const TensorView& out, const DeltaNetParams& p);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -56,10 +56,7 @@ void CpuBackend::conv1d_silu(const TensorView& x, TensorView state, const Tensor
   need_f32(w, "conv1d_silu", "kernel");
   need_f32(out, "conv1d_silu", "output");
   const int64_t n = x.rows(), C = x.cols(), K = w.cols();
-  MOEFLOW_CHECK(w.rows() == C && state.cols() == C && state.rows() == K - 1 && out.cols() == C &&
-                    out.rows() == n,
-                "conv1d_silu: input {}x{}, state {}x{}, kernel {}x{}, output {}x{} disagree", n, C,
-                state.rows(), state.cols(), w.rows(), w.cols(), out.rows(), out.cols());
+  check_conv1d_silu_shapes(x, state, w, out);
   // Row r of the history: state rows first (r < K-1), then the inputs.
   auto hist = [&](int64_t r) -> const float* {
     return r < K - 1 ? f32_row(state, r) : f32_row(x, r - (K - 1));
@@ -101,15 +98,9 @@ void CpuBackend::gated_delta_net(const TensorView& q, const TensorView& k, const
                             {&out, "output"}})
     need_f32(*view, "gated_delta_net", what);
   need_f32(state, "gated_delta_net", "state");
+  check_gated_delta_net_shapes(q, k, v, a, b, state, out, p);
   const int64_t n = q.rows(), hk = p.head_k, hv = p.head_v;
   const int NK = p.n_k_heads, NV = p.n_v_heads;
-  MOEFLOW_CHECK(NK > 0 && NV % NK == 0 && q.cols() == NK * hk && k.cols() == NK * hk &&
-                    v.cols() == NV * hv && a.cols() == NV && b.cols() == NV &&
-                    out.cols() == NV * hv && state.rows() == NV * hk && state.cols() == hv &&
-                    state.rows_contiguous() && k.rows() == n && v.rows() == n && out.rows() == n,
-                "gated_delta_net: shapes disagree with {} key heads of {} and {} value heads of {}",
-                NK, hk, NV, hv);
-  MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
   const int per = NV / NK;
   const float scale = 1.0f / std::sqrt((float)hk);
   const kernels::DeltaStepFn step = kernels::delta_step_fn(hv);

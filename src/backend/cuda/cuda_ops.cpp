@@ -178,11 +178,8 @@ void CudaBackend::conv1d_silu(const TensorView& x, TensorView state, const Tenso
   check_f32(state, "conv1d_silu", "state");
   check_f32(w, "conv1d_silu", "kernel");
   check_f32(out, "conv1d_silu", "output");
-  const int64_t n = x.rows(), C = x.cols(), K = w.cols();
-  MOEFLOW_CHECK(w.rows() == C && state.cols() == C && state.rows() == K - 1 && out.cols() == C &&
-                    out.rows() == n,
-                "conv1d_silu: input {}x{}, state {}x{}, kernel {}x{}, output {}x{} disagree", n, C,
-                state.rows(), state.cols(), w.rows(), w.cols(), out.rows(), out.cols());
+  const int64_t K = w.cols();
+  check_conv1d_silu_shapes(x, state, w, out);
   op(true, mix_key(shape_key(21, x), (uint64_t)K),
      [&] { cuda::conv1d_silu(cmat(x), mat(state), cmat(w), mat(out), stream_); });
 }
@@ -198,15 +195,9 @@ void CudaBackend::gated_delta_net(const TensorView& q, const TensorView& k, cons
                             {&out, "output"}})
     check_f32(*view, "gated_delta_net", what);
   check_f32(state, "gated_delta_net", "state");
-  const int64_t n = q.rows(), hk = p.head_k, hv = p.head_v;
+  check_gated_delta_net_shapes(q, k, v, a, b, state, out, p);
+  const int64_t hk = p.head_k, hv = p.head_v;
   const int NK = p.n_k_heads, NV = p.n_v_heads;
-  MOEFLOW_CHECK(NK > 0 && NV % NK == 0 && q.cols() == NK * hk && k.cols() == NK * hk &&
-                    v.cols() == NV * hv && a.cols() == NV && b.cols() == NV &&
-                    out.cols() == NV * hv && state.rows() == NV * hk && state.cols() == hv &&
-                    state.rows_contiguous() && k.rows() == n && v.rows() == n && out.rows() == n,
-                "gated_delta_net: shapes disagree with {} key heads of {} and {} value heads of {}",
-                NK, hk, NV, hv);
-  MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
   MOEFLOW_CHECK(hk >= 1 && hk <= kMaxDeltaNetHeadK,
                 "gated_delta_net: the CUDA kernel takes head_k <= {} (shared memory), got {}",
                 kMaxDeltaNetHeadK, hk);
