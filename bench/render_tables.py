@@ -128,7 +128,12 @@ def engine_newer() -> str:
             "|---|---:|---:|---:|---:|"]
     for f, label in (("engine-deepseek2.json", "DeepSeek-V2-Lite shape, Q4_K (`bench_engine.py --arch deepseek2"),
                      ("engine-gptoss.json", "gpt-oss-20b shape, Q8_0 + MXFP4 experts (`--arch gpt-oss --type Q8_0 "
-                                            "--expert-type MXFP4")):
+                                            "--expert-type MXFP4"),
+                     ("engine-qwen35moe.json", "Qwen3.6-35B-A3B shape (3 DeltaNet + 1 attention layer), Q4_K "
+                                               "(`--arch qwen35moe"),
+                     ("engine-qwen3next.json", "Qwen3-Next-80B-A3B shape, Q4_K (`--arch qwen3next"),
+                     ("engine-gemma4.json", "Gemma 4 26B-A4B shape (3 sliding + 1 global layer), Q4_K "
+                                            "(`--arch gemma4")):
         d = J(f)
         m, l = eng(f), eng(f, "llama.cpp")
         kv = d["kv_cache"]
@@ -659,7 +664,7 @@ RENDER = {
     "engine": (engine_table, "bench/engine.json"),
     "engine-ab": (engine_ab, "bench/engine-ab.json"),
     "engine-tiles": (engine_tiles, "bench/engine-prefill-tiles.json"),
-    "engine-newer": (engine_newer, "bench/engine-deepseek2.json, bench/engine-gptoss.json"),
+    "engine-newer": (engine_newer, "bench/engine-{deepseek2,gptoss,qwen35moe,qwen3next,gemma4}.json"),
     "offload": (offload_table, "bench/offload-odirect.json, bench/offload-buffered.json"),
     "offload-buffered-note": (offload_buffered_note, "bench/offload-buffered.json"),
     "btr": (btr_table, "bench/bigger-than-ram.json"),
