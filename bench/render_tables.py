@@ -604,19 +604,27 @@ def sim_hit(policy: str, predictor: str, rate: str, hw: str = "pcie4x16") -> str
 
 def gpu_cases(what: str) -> str:
     """The GpuVsCpu case grid, counted from tests/gpu/test_gpu_logits.cpp's cases() (not a
-    benchmark, but a count the docs cite and that drifted once: "64 cases, 4 architectures")."""
+    benchmark, but a count the docs cite and that drifted once: "64 cases, 4 architectures").
+    what: "n" (the stand-in device's cases), "grid" (the stand-in's grid in words), "cuda_grid"
+    (CUDA's: every format on every architecture)."""
     with open(os.path.join(ROOT, "tests", "gpu", "test_gpu_logits.cpp")) as f:
         src = f.read()
     body = src[src.index("std::vector<Case> cases()"):]
     body = body[:body.index("return out;")]
-    # One (architectures, formats) group per `for arch : {...}` / `for t : {...}` loop pair: the
-    # full grid first, then the architectures run in fewer formats.
-    groups = [(re.findall(r'"([\w-]+)"', a), re.findall(r"T::(\w+)", t)) for a, t in re.findall(
+    archs = re.findall(r'"([\w-]+)"', re.search(r"archs\[\] = \{([^}]*)\}", body).group(1))
+    more = re.findall(r"T::(\w+)", re.search(r"more\[\] = \{([^}]*)\}", body).group(1))
+    every = re.findall(r"out\.push_back\(\{d, archs\[a\], T::(\w+)\}\)", body)
+    assert archs and more and every, "cases(): no archs[] / more[] / per-architecture formats"
+    # The architectures run in fewer formats: `for arch : {...}` / `for t : {...}` loop pairs.
+    few = [(re.findall(r'"([\w-]+)"', a), re.findall(r"T::(\w+)", t)) for a, t in re.findall(
         r"for \(const char\* arch : \{([^}]*)\}\)\s*for \(T t : \{([^}]*)\}\)", body)]
-    assert groups, "no architecture x format loops in cases()"
-    grid = " and ".join(f"{len(a)} architectures x {len(t)} formats" if i == 0 else f"{len(a)} x {len(t)}"
-                        for i, (a, t) in enumerate(groups))
-    return {"n": f"{sum(len(a) * len(t) for a, t in groups)}", "grid": grid}[what]
+    few_n = sum(len(a) * len(t) for a, t in few)
+    few_words = "".join(f" and {len(a)} x {len(t)}" for a, t in few)
+    n = len(archs) * len(every) + len(more) + few_n
+    grid = (f"{len(archs)} architectures x {' and '.join(every)}, the {len(more)} other formats one "
+            f"architecture each{few_words.replace(' and', ',', 1)}")
+    cuda_grid = f"{len(archs)} architectures x {len(every) + len(more)} formats{few_words}"
+    return {"n": f"{n}", "grid": grid, "cuda_grid": cuda_grid}[what]
 
 
 def sim_predictors_table() -> str:
@@ -685,6 +693,7 @@ RENDER = {
     "sim-gap": (sim_gap, "bench/sim/grid_pcie4x16.csv"),
     "gpu.cases": ((lambda: gpu_cases("n")), "tests/gpu/test_gpu_logits.cpp"),
     "gpu.grid": ((lambda: gpu_cases("grid")), "tests/gpu/test_gpu_logits.cpp"),
+    "gpu.cuda_grid": ((lambda: gpu_cases("cuda_grid")), "tests/gpu/test_gpu_logits.cpp"),
     "sim-predictors": (sim_predictors_table, "bench/sim/demo_predictors.json"),
     "sim.train_recall": (sim_train_recall, "bench/sim/demo_predictors.json"),
     "sim.lru125": ((lambda: sim_hit("lru", "none", "0.1250")), "bench/sim/grid_pcie4x16.csv"),
