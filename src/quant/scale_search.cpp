@@ -5,6 +5,7 @@
 // bits and the super-block scales refitted by least squares over all 256 elements.
 #include "quant/scale_search.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -24,6 +25,71 @@ struct AsymFit {
   double err = kInf;
 };
 
+// The searches below try many candidate scales on the same few elements. Each candidate's sums
+// are a chain of dependent double additions in element order; evaluated one candidate after
+// another the quantizer waited on those chains (and, with the candidate state held in lambda
+// captures, reloaded it at every element: a uint8_t store may alias anything). The batches run
+// a group of candidates side by side, element by element, each candidate's sums still in element
+// order: the same bits as one at a time, several times faster (`moeflow gen-model` and
+// `moeflow quantize` spend most of their time here for the K-quants).
+constexpr int kMaxCandidates = 32;
+
+// Least-squares (s, b) of x ~= s * L + b (b <= 0, s >= 0) for codes with the given sums, and
+// its squared error.
+struct AsymCandidate {
+  double s = 0, b = 0, err = kInf;
+};
+AsymCandidate solve_asym(int n, double sq, double sqq, double sqx, double sx, double sxx) {
+  AsymCandidate c;
+  const double det = n * sqq - sq * sq;
+  if (det > 0) {
+    c.s = (n * sqx - sq * sx) / det;
+    c.b = (sqq * sx - sq * sqx) / det;
+  }
+  if (c.b > 0 || det <= 0) {
+    c.b = 0;
+    c.s = sqq > 0 ? sqx / sqq : 0;
+  }
+  if (c.s < 0) {
+    c.s = 0;
+    c.b = sx / n < 0 ? sx / n : 0;
+  }
+  const double s = c.s, b = c.b;
+  c.err = sxx - 2 * s * sqx - 2 * b * sx + s * s * sqq + 2 * s * b * sq + n * b * b;
+  return c;
+}
+
+// Codes round(iscale * (x - off)) clamped to [0, nmax] of `nc` candidate inverse scales, and
+// their sums (sq, sqq exact integers; sqx in element order).
+void asym_sums(const float* x, int n, int nmax, const float* iscale, float off, int nc, double* sq,
+               double* sqq, double* sqx) {
+  // Four candidates per pass over the elements, their sums in registers (a lane past nc repeats
+  // the last candidate and is dropped).
+  constexpr int W = 4;
+  for (int c0 = 0; c0 < nc; c0 += W) {
+    float is[W];
+    for (int w = 0; w < W; ++w) is[w] = iscale[std::min(c0 + w, nc - 1)];
+    int q[W] = {}, qq[W] = {};
+    double qx[W] = {};
+    for (int i = 0; i < n; ++i) {
+      const float xo = x[i] - off;
+      const double xd = x[i];
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) {
+        const int l = clamp_round_fast(is[w] * xo, 0, nmax);
+        q[w] += l;
+        qq[w] += l * l;
+        qx[w] += l * xd;
+      }
+    }
+    for (int w = 0; w < W && c0 + w < nc; ++w) {
+      sq[c0 + w] = q[w];
+      sqq[c0 + w] = qq[w];
+      sqx[c0 + w] = qx[w];
+    }
+  }
+}
+
 AsymFit fit_asym(const float* x, int n, int nmax, uint8_t* L) {
   float xmin = x[0], xmax = x[0];
   double sx = 0, sxx = 0;
@@ -41,49 +107,65 @@ AsymFit fit_asym(const float* x, int n, int nmax, uint8_t* L) {
     best.err = 0;
     return best;
   }
-  uint8_t cand[32];
-  auto attempt = [&](float iscale, float off) {
-    double sq = 0, sqq = 0, sqx = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = clamp_round_fast(iscale * (x[i] - off), 0, nmax);
-      cand[i] = (uint8_t)l;
-      sq += l;
-      sqq += l * l;
-      sqx += l * (double)x[i];
+  // Keeps a candidate that beats the best so far (in the order tried), with its codes.
+  float best_iscale = 0, best_off = 0;
+  auto offer = [&](const AsymCandidate& c, float iscale, float off) {
+    if (c.err < best.err) {
+      best.err = c.err;
+      best.s = (float)c.s;
+      best.m = (float)-c.b;
+      best_iscale = iscale;
+      best_off = off;
+      return true;
     }
-    double s = 0, b = 0;
-    const double det = n * sqq - sq * sq;
-    if (det > 0) {
-      s = (n * sqx - sq * sx) / det;
-      b = (sqq * sx - sq * sqx) / det;
-    }
-    if (b > 0 || det <= 0) {
-      b = 0;
-      s = sqq > 0 ? sqx / sqq : 0;
-    }
-    if (s < 0) {
-      s = 0;
-      b = sx / n < 0 ? sx / n : 0;
-    }
-    const double err = sxx - 2 * s * sqx - 2 * b * sx + s * s * sqq + 2 * s * b * sq + n * b * b;
-    if (err < best.err) {
-      best.err = err;
-      best.s = (float)s;
-      best.m = (float)-b;
-      std::memcpy(L, cand, (size_t)n);
-    }
+    return false;
   };
   const float range = xmax - xmin;
-  for (int k = 0; k <= 20; ++k) attempt((nmax - 1.0f + 0.1f * k) / range, xmin);
+  constexpr int kGrid = 21;
+  float isc[kGrid];
+  double sq[kGrid], sqq[kGrid], sqx[kGrid];
+  for (int k = 0; k < kGrid; ++k) isc[k] = (nmax - 1.0f + 0.1f * k) / range;
+  asym_sums(x, n, nmax, isc, xmin, kGrid, sq, sqq, sqx);
+  for (int k = 0; k < kGrid; ++k)
+    offer(solve_asym(n, sq[k], sqq[k], sqx[k], sx, sxx), isc[k], xmin);
   for (int it = 0; it < 3 && best.s > 0; ++it) {
-    const double before = best.err;
-    attempt(1.0f / best.s, -best.m);
-    if (!(best.err < before)) break;
+    const float is = 1.0f / best.s, off = -best.m;
+    asym_sums(x, n, nmax, &is, off, 1, sq, sqq, sqx);
+    if (!offer(solve_asym(n, sq[0], sqq[0], sqx[0], sx, sxx), is, off)) break;
   }
+  for (int i = 0; i < n; ++i)
+    L[i] = (uint8_t)clamp_round_fast(best_iscale * (x[i] - best_off), 0, nmax);
   return best;
 }
 
 // ---- x ~= s * L on one sub-block, L in [-nneg, npos].
+// Codes round(iscale * x) clamped to [-nneg, npos] of `nc` candidate inverse scales, and their
+// sums (sqq exact; sqx in element order).
+void sym_sums(const float* x, int n, int nneg, int npos, const float* iscale, int nc, double* sqq,
+              double* sqx) {
+  constexpr int W = 4;  // as asym_sums
+  for (int c0 = 0; c0 < nc; c0 += W) {
+    float is[W];
+    for (int w = 0; w < W; ++w) is[w] = iscale[std::min(c0 + w, nc - 1)];
+    int qq[W] = {};
+    double qx[W] = {};
+    for (int i = 0; i < n; ++i) {
+      const float xf = x[i];
+      const double xd = x[i];
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) {
+        const int l = clamp_round_fast(is[w] * xf, -nneg, npos);
+        qq[w] += l * l;
+        qx[w] += l * xd;
+      }
+    }
+    for (int w = 0; w < W && c0 + w < nc; ++w) {
+      sqq[c0 + w] = qq[w];
+      sqx[c0 + w] = qx[w];
+    }
+  }
+}
+
 float fit_sym(const float* x, int n, int nneg, int npos, int8_t* L) {
   float amax = 0, mx = 0;
   for (int i = 0; i < n; ++i) {
@@ -96,32 +178,33 @@ float fit_sym(const float* x, int n, int nneg, int npos, int8_t* L) {
     std::memset(L, 0, (size_t)n);
     return 0;
   }
-  int8_t cand[32];
   double best_score = -1;
-  float best_s = 0;
-  auto attempt = [&](float iscale) {
-    double sqq = 0, sqx = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = clamp_round_fast(iscale * x[i], -nneg, npos);
-      cand[i] = (int8_t)l;
-      sqq += l * l;
-      sqx += l * (double)x[i];
-    }
-    if (sqq <= 0) return;
+  float best_s = 0, best_iscale = 0;
+  // Keeps a candidate that beats the best so far (in the order tried).
+  auto offer = [&](double sqq, double sqx, float iscale) {
+    if (sqq <= 0) return false;
     const double score = sqx * sqx / sqq;  // error = sum x^2 - score
-    if (score > best_score) {
-      best_score = score;
-      best_s = (float)(sqx / sqq);
-      std::memcpy(L, cand, (size_t)n);
-    }
+    if (!(score > best_score)) return false;
+    best_score = score;
+    best_s = (float)(sqx / sqq);
+    best_iscale = iscale;
+    return true;
   };
-  for (int k = -9; k <= 9; ++k) attempt(-(nneg + 0.1f * k) / mx);
-  for (int k = -4; k <= 4; ++k) attempt((npos + 0.1f * k) / mx);
+  constexpr int kGrid = 19 + 9;
+  float isc[kGrid];
+  double sqq[kGrid], sqx[kGrid];
+  int c = 0;
+  for (int k = -9; k <= 9; ++k) isc[c++] = -(nneg + 0.1f * k) / mx;
+  for (int k = -4; k <= 4; ++k) isc[c++] = (npos + 0.1f * k) / mx;
+  sym_sums(x, n, nneg, npos, isc, kGrid, sqq, sqx);
+  for (int k = 0; k < kGrid; ++k) offer(sqq[k], sqx[k], isc[k]);
   for (int it = 0; it < 3 && best_s != 0; ++it) {
-    const double before = best_score;
-    attempt(1.0f / best_s);
-    if (!(best_score > before)) break;
+    const float is = 1.0f / best_s;
+    sym_sums(x, n, nneg, npos, &is, 1, sqq, sqx);
+    if (!offer(sqq[0], sqx[0], is)) break;
   }
+  if (best_score < 0) return best_s;  // no candidate had a non-zero code: L as the caller left it
+  for (int i = 0; i < n; ++i) L[i] = (int8_t)clamp_round_fast(best_iscale * x[i], -nneg, npos);
   return best_s;
 }
 
@@ -179,28 +262,54 @@ void quantize_superblock_asym(const float* x, int sub, int nmax, int smax, AsymR
   // element codes re-round against it: try the neighbouring integers too.
   for (int j = 0; j < nsub; ++j) {
     const float* xs = x + j * sub;
-    double best = -1;
-    int bls = out.ls[j], blm = out.lm[j];
     // A value at the top of its range anchors the super-scale (d = max / smax); keeping it
     // there lets quantize(dequantize(q)) find the same grid again.
     const int da = out.ls[j] == smax ? 0 : 1, db = out.lm[j] == smax ? 0 : 1;
+    // The (up to 3 x 3) neighbours side by side, each one's error in element order.
+    int ca[9], cb[9], nc = 0;
+    float csc[9], cmn[9], cisc[9];
     for (int a = out.ls[j] - da; a <= out.ls[j] + da; ++a) {
       if (a < 0 || a > smax) continue;
       for (int b = out.lm[j] - db; b <= out.lm[j] + db; ++b) {
         if (b < 0 || b > smax) continue;
-        const float sc = d * a, mn = dmin * b;
-        const float isc = sc > 0 ? 1.0f / sc : 0.0f;
-        double e = 0;
-        for (int i = 0; i < sub; ++i) {
-          const int l = sc > 0 ? clamp_round_fast((xs[i] + mn) * isc, 0, nmax) : 0;
-          const float r = sc * l - mn - xs[i];
-          e += (double)r * r;
+        ca[nc] = a;
+        cb[nc] = b;
+        csc[nc] = d * a;
+        cmn[nc] = dmin * b;
+        cisc[nc] = csc[nc] > 0 ? 1.0f / csc[nc] : 0.0f;
+        ++nc;
+      }
+    }
+    double e[9];
+    constexpr int W = 4;  // four neighbours per pass, their sums in registers (as asym_sums)
+    for (int c0 = 0; c0 < nc; c0 += W) {
+      float sc[W], mn[W], isc[W];
+      for (int w = 0; w < W; ++w) {
+        const int c = std::min(c0 + w, nc - 1);
+        sc[w] = csc[c];
+        mn[w] = cmn[c];
+        isc[w] = cisc[c];
+      }
+      double ew[W] = {};
+      for (int i = 0; i < sub; ++i) {
+        const float xi = xs[i];
+#pragma GCC unroll 4
+        for (int w = 0; w < W; ++w) {
+          // isc is 0 where sc is: the code rounds 0 (or NaN, clamped) to 0, as no scale should.
+          const int l = clamp_round_fast((xi + mn[w]) * isc[w], 0, nmax);
+          const float r = sc[w] * l - mn[w] - xi;
+          ew[w] += (double)r * r;
         }
-        if (best < 0 || e < best) {
-          best = e;
-          bls = a;
-          blm = b;
-        }
+      }
+      for (int w = 0; w < W && c0 + w < nc; ++w) e[c0 + w] = ew[w];
+    }
+    double best = -1;
+    int bls = out.ls[j], blm = out.lm[j];
+    for (int c = 0; c < nc; ++c) {
+      if (best < 0 || e[c] < best) {
+        best = e[c];
+        bls = ca[c];
+        blm = cb[c];
       }
     }
     out.ls[j] = (uint8_t)bls;
@@ -316,32 +425,51 @@ float fit_grid_scale(const float* x, int n, const Grid16& g, uint8_t* idx) {
     std::memset(idx, z, (size_t)n);
     return 0;
   }
-  uint8_t cand[256];
-  double best_score = -1;
-  float best_s = 0;
-  auto attempt = [&](float iscale) {
-    double svv = 0, svx = 0;
+  // Candidates side by side as in fit_asym; the sums of the grid values of the chosen levels
+  // (svv exact, svx in element order) for each.
+  auto sums = [x, n, &g, v](const float* iscale, int nc, double* svv, double* svx) {
+    int isvv[kMaxCandidates] = {};
+    double dsvx[kMaxCandidates] = {};
     for (int i = 0; i < n; ++i) {
-      const int k = nearest_level(iscale * x[i], g);
-      cand[i] = (uint8_t)k;
-      svv += v[k] * v[k];
-      svx += v[k] * (double)x[i];
+      const float xf = x[i];
+      const double xd = x[i];
+      for (int c = 0; c < nc; ++c) {
+        const int k = nearest_level(iscale[c] * xf, g);
+        isvv[c] += v[k] * v[k];
+        dsvx[c] += v[k] * xd;
+      }
     }
-    if (svv <= 0) return;
-    const double score = svx * svx / svv;
-    if (score > best_score) {
-      best_score = score;
-      best_s = (float)(svx / svv);
-      std::memcpy(idx, cand, (size_t)n);
+    for (int c = 0; c < nc; ++c) {
+      svv[c] = isvv[c];
+      svx[c] = dsvx[c];
     }
   };
-  for (int k = -7; k <= 7; ++k) attempt((v[0] + k) / mx);
-  for (int k = -4; k <= 4; ++k) attempt((v[nv - 1] + 2 * k) / mx);
+  double best_score = -1;
+  float best_s = 0, best_iscale = 0;
+  auto offer = [&](double svv, double svx, float iscale) {
+    if (svv <= 0) return false;
+    const double score = svx * svx / svv;
+    if (!(score > best_score)) return false;
+    best_score = score;
+    best_s = (float)(svx / svv);
+    best_iscale = iscale;
+    return true;
+  };
+  constexpr int kGrid = 15 + 9;
+  float isc[kGrid];
+  double svv[kGrid], svx[kGrid];
+  int c = 0;
+  for (int k = -7; k <= 7; ++k) isc[c++] = (v[0] + k) / mx;
+  for (int k = -4; k <= 4; ++k) isc[c++] = (v[nv - 1] + 2 * k) / mx;
+  sums(isc, kGrid, svv, svx);
+  for (int k = 0; k < kGrid; ++k) offer(svv[k], svx[k], isc[k]);
   for (int it = 0; it < 3 && best_s != 0; ++it) {
-    const double before = best_score;
-    attempt(1.0f / best_s);
-    if (!(best_score > before)) break;
+    const float is = 1.0f / best_s;
+    sums(&is, 1, svv, svx);
+    if (!offer(svv[0], svx[0], is)) break;
   }
+  if (best_score < 0) return best_s;  // no candidate chose a non-zero level: idx as left
+  for (int i = 0; i < n; ++i) idx[i] = (uint8_t)nearest_level(best_iscale * x[i], g);
   return best_s;
 }
 

@@ -559,7 +559,9 @@ TEST(ServerPrefixCache, HybridTurnsGoBackToAStateSnapshotAndEqualColdTurns) {
     EXPECT_EQ(s["choices"][0]["logprobs"], c["choices"][0]["logprobs"]) << turn;
     EXPECT_EQ(p["choices"][0]["logprobs"], c["choices"][0]["logprobs"]) << turn;
     const int cached = s["usage"]["prompt_tokens_details"]["cached_tokens"];
-    if (turn > 0) EXPECT_GE(cached, previous_prompt) << turn;
+    if (turn > 0) {
+      EXPECT_GE(cached, previous_prompt) << turn;
+    }
     reused_snap += cached;
     reused_plain += p["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
     previous_prompt = s["usage"]["prompt_tokens"];
