@@ -14,6 +14,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 
+# Wall time of each step (setup, each build, each test run), printed as it ends and summed up at
+# the end: where CI's minutes go, from its own log.
+STEP_TIMES=()
+step_done() {  # step name, its start ($SECONDS)
+  local took=$((SECONDS - $2))
+  STEP_TIMES+=("$(printf '%5d s  %s' "$took" "$1")")
+  echo "== $1: $took s"
+}
+
 # The skips that may happen, as ctest test-name regexes, each with why. Nothing else may skip.
 SKIP_ALLOW=(
   # The page-cache half of the offload memory test needs O_DIRECT; the temp directory's
@@ -31,7 +40,9 @@ SKIP_ALLOW=(
 # llama-cpp-python compiled from source: ~6 min on 2 cores) install in the background while the
 # release build compiles, and are waited for before the first test runs. On a fresh machine the
 # downloads and the single-threaded parts of both builds overlap instead of adding up.
+t_setup=$SECONDS
 MOEFLOW_SKIP_PY=1 bash scripts/setup-deps.sh
+step_done "setup: Debian packages" "$t_setup"
 py_setup_pid=""
 py_setup_log=$(mktemp)
 if [ "${1:-}" != --cuda ]; then
@@ -63,8 +74,9 @@ SKIP_ALLOW_CUDA=('[Cc]uda::no CUDA device:')
 # the device path's memory and threads do not depend on the block format).
 STANDIN_SANITIZER_EXCLUDE='/standin_[a-z0-9_]+_(F16|BF16|Q4_0|Q4_1|Q5_0|Q5_1|Q4_K|IQ4_NL|MXFP4|Q2_K|Q3_K|Q5_K|Q6_K|IQ4_XS)( |$)'
 
-# Tests that run once, in the release build (and its scalar pass), not again under the
-# sanitizers: long replays whose code paths the sanitizer builds cover with shorter cases.
+# Tests that run once, in the release build: not again under the sanitizers (long replays whose
+# code paths the sanitizer builds cover with shorter cases), nor in the scalar pass (what they
+# check is logical, cache hits and policy choices, which no kernel level changes: ~85 s).
 #  - PolicyParity.*: the live cache and the simulator on two real Mixtral traces, every policy x
 #    3 rates x 2 partitionings x early preemption on/off (~100 s + ~55 s under each sanitizer).
 #    The property is logical (same hits, same inserts and evictions); the live cache's memory
@@ -77,7 +89,7 @@ STANDIN_SANITIZER_EXCLUDE='/standin_[a-z0-9_]+_(F16|BF16|Q4_0|Q4_1|Q5_0|Q5_1|Q4_
 #  - ReplayParity.*: 20 `moeflow bench` runs under a replayed routing against `moeflow sim` (~15 s
 #    here), the same logical property one level up; the replay's own code runs under the
 #    sanitizers in RoutingReplay.* and ReplayCli.*.
-SANITIZER_RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu|Presets\.AutoChosenOnOnePromptHoldsOnAnother|ReplayParity\.)'
+RELEASE_ONLY='^(PolicyParity\.|AutoPolicy\.LfuCycleBeatsLfu|Presets\.AutoChosenOnOnePromptHoldsOnAnother|ReplayParity\.)'
 
 # Left out of the TSan run only (they run in the release build, the scalar pass and under ASan):
 # whole-model runs whose threads are the engine's thread pool and expert I/O that the shorter
@@ -109,10 +121,16 @@ run_suite() {  # dir, cmake args..., then ctest args after --; BUILD_TARGETS: on
   local cm=() ct=() targets=()
   while (($#)); do [ "$1" = -- ] && { shift; ct=("$@"); break; }; cm+=("$1"); shift; done
   cmake -S . -B "$dir" -G Ninja -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF "${LAUNCH[@]}" "${cm[@]}" >/dev/null
-  [ -n "${BUILD_TARGETS:-}" ] && targets=(--target $BUILD_TARGETS)
+  if [ -n "${BUILD_TARGETS:-}" ]; then read -ra targets <<<"--target $BUILD_TARGETS"; fi
+  local t0=$SECONDS
   cmake --build "$dir" -j "$JOBS" "${targets[@]}"
+  step_done "$dir: build" "$t0"
+  t0=$SECONDS
   wait_py_setup
+  if ((SECONDS > t0)); then step_done "$dir: waiting for the Python oracles' setup" "$t0"; fi
+  t0=$SECONDS
   ctest_audited "$dir" -j "$JOBS" "${ct[@]}"
+  step_done "$dir: tests" "$t0"
 }
 
 # The CUDA backend compiles on every machine with nvcc (CI has it); the GPU tests it builds
@@ -138,11 +156,13 @@ cuda_stage() {
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEFLOW_TESTS=ON -DMOEFLOW_BENCH=OFF \
     -DMOEFLOW_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc" "${launch[@]}" >/dev/null
   cmake --build build-cuda -j "$JOBS" --target moeflow test_backend test_gpu test_runtime
+  step_done "build-cuda: build" "$t0"
+  t0=$SECONDS
   EXTRA_SKIP_ALLOW=("${SKIP_ALLOW_CUDA[@]}")
   ctest_audited build-cuda -j "$JOBS" -L '^(backend|gpu)$' -E '[Ss]tand[Ii]n|/standin'
   ctest_audited build-cuda -j "$JOBS" -R '^BackendChoice\.'
   unset EXTRA_SKIP_ALLOW
-  echo "== CUDA build and its host-side tests took $((SECONDS - t0)) s"
+  step_done "build-cuda: host-side tests" "$t0"
 }
 
 if [ "${1:-}" = --cuda ]; then
@@ -163,7 +183,9 @@ run_suite build -DCMAKE_BUILD_TYPE=Release --
 # reason: the release pass above runs it on CI's AVX-512 machine, where a skip fails the audit.
 echo "== release build: C++ tests at MOEFLOW_SIMD=scalar"
 EXTRA_SKIP_ALLOW=('^Q8_0Activation32Blocks/Avx512PairTest\.Avx512MatchesAvx2BitForBitOn32Blocks/[A-Z0-9_]+( |$)::MOEFLOW_SIMD=scalar caps the kernels below AVX-512')
-MOEFLOW_SIMD=scalar ctest_audited build -j "$JOBS" -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE"
+t_scalar=$SECONDS
+MOEFLOW_SIMD=scalar ctest_audited build -j "$JOBS" -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE|$RELEASE_ONLY"
+step_done "build: tests at MOEFLOW_SIMD=scalar" "$t_scalar"
 unset EXTRA_SKIP_ALLOW
 
 # The sanitizer builds compile the libraries and tests as unity batches (MOEFLOW_UNITY,
@@ -178,7 +200,7 @@ if [ "${1:-}" != --fast ]; then
   # than -O0; line tables (-g1) are all the reports need (function, file, line), and full debug
   # info only made the build slower.
   run_suite build-asan -DMOEFLOW_UNITY=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" \
-    -DMOEFLOW_SANITIZE=address -- -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE|$SANITIZER_RELEASE_ONLY"
+    -DMOEFLOW_SANITIZE=address -- -LE 'python|slow' -E "$STANDIN_SANITIZER_EXCLUDE|$RELEASE_ONLY"
   echo "== TSan build: C++ tests of the modules that run threads"
   # -g1 (line tables: TSan's reports still name function, file and line) instead of -g: full
   # debug info made this build a third slower to compile, and nothing here reads it.
@@ -190,12 +212,16 @@ if [ "${1:-}" != --fast ]; then
   BUILD_TARGETS="moeflow test_core test_backend test_model test_experts test_trace test_runtime test_server test_gpu" \
     run_suite build-tsan -DMOEFLOW_UNITY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DMOEFLOW_SANITIZE=thread -- -L '^(core|backend|model|experts|trace|runtime|server|gpu)$' -LE 'python|slow' \
-    -E "$STANDIN_SANITIZER_EXCLUDE|$SANITIZER_RELEASE_ONLY|$TSAN_ALSO_SKIPPED"
+    -E "$STANDIN_SANITIZER_EXCLUDE|$RELEASE_ONLY|$TSAN_ALSO_SKIPPED"
   cuda_stage
   fuzz_seconds=${MOEFLOW_FUZZ_SECONDS:-40}
   if [ "$fuzz_seconds" != 0 ]; then
     echo "== libFuzzer targets, $fuzz_seconds s each (clang, ASan+UBSan)"
+    t_fuzz=$SECONDS
     JOBS=$JOBS bash scripts/fuzz.sh --seconds "$fuzz_seconds"
+    step_done "fuzz: build and $fuzz_seconds s per target" "$t_fuzz"
   fi
 fi
-echo "== all test suites passed"
+echo "== all test suites passed; where the time went:"
+printf '%s\n' "${STEP_TIMES[@]}"
+echo "== total: $SECONDS s"
