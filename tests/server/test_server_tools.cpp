@@ -15,6 +15,8 @@
 #include "chat_template/chat_template.h"
 #include "server/server_fixture.h"
 #include "support/published_template.h"
+#include "toolcall/tool_call_parser.h"
+#include "toolcall/tool_call_syntax.h"
 
 namespace moeflow::test::server_tools {
 namespace {
@@ -224,6 +226,48 @@ TEST(ServerTools, ArgumentsGoToTheTemplateInTheFormItReads) {
     const size_t as_object = prompt_tokens(json::parse(args)), as_string = prompt_tokens(args);
     ASSERT_NE(as_object, as_string);
     EXPECT_EQ(r["usage"]["prompt_tokens"].get<size_t>(), tojson ? as_object : as_string);
+  }
+}
+
+// The vendors' templates are the reference for how each 2026 family writes a call: two calls
+// rendered by the published template (arguments of every type, a string with '<', quotes and a
+// newline) are read back by the parser as the same calls -- Qwen3.5's `| string` booleans
+// (True) and newlines around values, MiniMax's tojson values, Gemma 4's notation in dictsort
+// order. Rendered without tools, whose preambles show example calls.
+TEST(ServerTools, PublishedTemplatesCallsReadBackAsTheSameCalls) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "run",
+      "parameters": {"type": "object", "properties": {"src": {"type": "string"},
+      "n": {"type": "integer"}, "ok": {"type": "boolean"}, "x": {"type": "number"},
+      "opts": {"type": "object"}, "list": {"type": "array"}, "zip": {"type": "string"}}}}}])");
+  const json a1 = json::parse(R"js({"src": "if a < b:\n  print(\"<p>\")", "n": 3, "ok": true,
+      "x": 2.5, "opts": {"k": [1, "two"]}, "list": ["a", 2], "zip": "75001"})js");
+  const json a2 = json::parse(R"({"ok": false})");
+  json msgs = {{{"role", "user"}, {"content", "go"}},
+               {{"role", "assistant"},
+                {"content", ""},
+                {"tool_calls",
+                 {{{"id", "call_1"},
+                   {"type", "function"},
+                   {"function", {{"name", "run"}, {"arguments", a1}}}},
+                  {{"id", "call_2"},
+                   {"type", "function"},
+                   {"function", {{"name", "run"}, {"arguments", a2}}}}}}},
+               {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "done"}},
+               {{"role", "tool"}, {"tool_call_id", "call_2"}, {"content", "done"}}};
+  for (const char* name : {"qwen35", "minimax_m2", "gemma4", "gemma4_interleaved"}) {
+    SCOPED_TRACE(name);
+    const std::string source = published_template(name);
+    const ToolCallSyntax syntax = detect_tool_call_syntax(source, false);
+    const std::string text = ChatTemplate(source).apply(msgs, false, "<s>", "</s>");
+    const ToolCallParser::Out r = parse_tool_calls(syntax, text, tools);
+    ASSERT_EQ(r.calls.size(), 2u) << text;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(r.calls[i].name, "run");
+      // Compared as unordered objects: Gemma 4 writes the keys sorted.
+      EXPECT_EQ(nlohmann::json::parse(r.calls[i].arguments),
+                nlohmann::json::parse((i == 0 ? a1 : a2).dump()))
+          << text;
+    }
   }
 }
 

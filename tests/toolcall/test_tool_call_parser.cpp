@@ -3,6 +3,8 @@
 // or cut-off blocks kept as content.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <nlohmann/json.hpp>
 
 #include "support/published_template.h"
@@ -284,6 +286,47 @@ TEST(ToolCallParser, CutOffAndMalformed2026BlocksStayContent) {
                      "<|tool_call>call:f{x:y}<tool_call|> <|tool_call>call:g{}<tool_call|>");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "g");
+}
+
+// Replies damaged at random (bytes deleted, markers' characters inserted, pieces repeated): the
+// parser never crashes, streamed and whole give the same split, and a reply it finds no call in
+// comes back as content byte for byte.
+TEST(ToolCallParser, DamagedRepliesOfThe2026FamiliesLoseNoText) {
+  const std::pair<ToolCallSyntax, std::string> whole[] = {
+      {ToolCallSyntax::QwenXml,
+       "a<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n<parameter=s>\nx\n"
+       "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=g>\n</function>\n"
+       "</tool_call>"},
+      {ToolCallSyntax::Gemma4,
+       "a<|tool_call>call:f{n:3,s:<|\"|>a<|\"|>,l:[{k:true},null]}<tool_call|><|tool_call>call:g{}"
+       "<tool_call|>"},
+      {ToolCallSyntax::MiniMax,
+       "a<minimax:tool_call>\n<invoke name=\"f\">\n<parameter name=\"n\">3</parameter>\n"
+       "</invoke>\n<invoke name=\"g\">\n</invoke>\n</minimax:tool_call>"}};
+  std::mt19937 rng(11);
+  const std::string alphabet = "<>/|\"{}[],:=\n tpcf3";
+  for (const auto& [syntax, text] : whole) {
+    SCOPED_TRACE(tool_call_syntax_name(syntax));
+    for (int k = 0; k < 150; ++k) {
+      std::string t = text;
+      for (int edits = 1 + (int)(rng() % 3); edits > 0; --edits) {
+        const size_t at = rng() % t.size();
+        switch (rng() % 3) {
+          case 0: t.erase(at, 1 + rng() % 4); break;
+          case 1: t.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+          default: t.insert(at, t.substr(at, 1 + rng() % 12)); break;
+        }
+        if (t.empty()) t = "x";
+      }
+      const auto r = parse_all_ways(syntax, t, kTypedTools);
+      if (r.calls.empty()) {
+        EXPECT_EQ(r.content, t);
+      }
+      for (const ToolCall& c : r.calls) {
+        EXPECT_TRUE(ojson::parse(c.arguments).is_object()) << t;
+      }
+    }
+  }
 }
 
 TEST(ToolCallParser, NoneAndHarmonyPassTextThrough) {
