@@ -167,6 +167,13 @@ TEST(ForcedToolCallGrammar, AcceptsEachFamilysCanonicalText) {
   EXPECT_FALSE(accepts(q,
                        "<tool_call>\n<function=run>\n<parameter=src>\na</parameter>b\n"
                        "</parameter>\n</function>\n</tool_call>"));
+  const auto g = forced_tool_call_grammar(ToolCallSyntax::Gemma4, code, {});
+  EXPECT_TRUE(accepts(g, "<|tool_call>call:run{src:<|\"|>a <| b \"|> <|\"\n<|\"|>}<tool_call|>"));
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:run{src:<|\"|>a<|\"|>b<|\"|>}<tool_call|>"));
+  const auto mm = forced_tool_call_grammar(ToolCallSyntax::MiniMax, code, {});
+  EXPECT_TRUE(accepts(mm,
+                      "<minimax:tool_call>\n<invoke name=\"run\">\n<parameter name=\"src\"><</p>"
+                      "</paramete</parameter>\n</invoke>\n</minimax:tool_call>"));
   // The named tool only; the required days argument; a string longer than maxLength.
   const auto h = forced_tool_call_grammar(ToolCallSyntax::Hermes, kTools, named);
   EXPECT_FALSE(accepts(h, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
