@@ -233,7 +233,10 @@ struct Server::Impl {
     template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
     tool_syntax = detect_tool_call_syntax(tmpl.harmony ? "" : tmpl.tmpl.source(), tmpl.harmony);
     if (!tmpl.harmony) unsupported_tool_family = unsupported_tool_call_family(tmpl.tmpl.source());
-    if (!tmpl.harmony) object_arguments = wants_object_arguments(tmpl);
+    // Gemma 4's template writes an object in its own notation and a string as it is: the probe
+    // (which looks for JSON) would take it for a template of string arguments.
+    if (!tmpl.harmony)
+      object_arguments = tool_syntax == ToolCallSyntax::Gemma4 || wants_object_arguments(tmpl);
     routes();
     engine_thread = std::thread([this] { engine_loop(); });
   }
@@ -479,8 +482,9 @@ struct Server::Impl {
         throw RequestError(400,
                            "tool calling is not supported with this chat template: it renders "
                            "'tools' but none of the tool-call syntaxes moeflow reads (Qwen/Hermes "
-                           "<tool_call>, GLM, Mistral [TOOL_CALLS], Llama 3 JSON, DeepSeek, "
-                           "harmony), so the model's calls would come back as plain text",
+                           "<tool_call>, Qwen3.5 XML, GLM, Mistral [TOOL_CALLS], Llama 3 JSON, "
+                           "DeepSeek, Gemma 4, MiniMax-M2, harmony), so the model's calls would "
+                           "come back as plain text",
                            "tools", "tools_not_supported");
     } catch (const Error& e) {
       throw RequestError(400, e.what(), "messages");

@@ -1,12 +1,16 @@
 #include "toolcall/tool_call_grammar.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "grammar/json_schema.h"
 #include "grammar/utf8_ranges.h"
+#include "toolcall/gemma4_values.h"
+#include "toolcall/text_grammar.h"
+#include "toolcall/tool_call_arguments.h"
 
 namespace moeflow {
 namespace {
@@ -63,11 +67,68 @@ E glm_call(GrammarBuilder& b, const std::string& name, const ojson& params) {
   return E::seq(std::move(seq));
 }
 
+// Qwen3.5 and MiniMax-M2 write a string argument as raw text up to </parameter> and any other
+// value as JSON (tool_call_arguments.h types it back the same way): a string-only schema becomes
+// raw text in which </parameter> cannot occur, any other schema JSON. A schema of a string or
+// something else cannot be written unambiguously, and is refused.
+E xml_value(GrammarBuilder& b, const ojson& params, const std::string& key) {
+  const std::string path = "/properties/" + key;
+  const ojson& p = params["properties"][key];
+  if (declares_only_string(p)) return raw_string_value(b, p, path, "</parameter>");
+  if (declares_string_and_more(p))
+    throw SchemaError(fmt::format("{}: a value that may be a string or another type cannot be "
+                                  "written unambiguously as raw text",
+                                  path),
+                      "type", path);
+  return json_schema_expr(b, params, path);
+}
+
+// The arguments of an XML call, in the schema's order, the required ones always: each one
+// `open(K)` value `close`.
+std::vector<E> xml_arguments(GrammarBuilder& b, const ojson& params,
+                             const std::function<std::string(const std::string&)>& open,
+                             const std::string& close) {
+  std::vector<E> seq;
+  if (!params.contains("properties") || !params["properties"].is_object()) return seq;
+  std::vector<std::string> required;
+  if (params.contains("required") && params["required"].is_array())
+    for (const ojson& r : params["required"])
+      if (r.is_string()) required.push_back(r.get<std::string>());
+  for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
+    const std::string& k = it.key();
+    E arg = E::seq({E::literal(open(k)), xml_value(b, params, k), E::literal(close)});
+    const bool req = std::find(required.begin(), required.end(), k) != required.end();
+    seq.push_back(req ? std::move(arg) : E::optional(std::move(arg)));
+  }
+  return seq;
+}
+
 // One call of function `fn` in the syntax.
 E one_call(GrammarBuilder& b, ToolCallSyntax s, const ojson& fn) {
   const std::string name = fn["name"].get<std::string>();
   const ojson& params = tool_parameters(fn);
   if (s == ToolCallSyntax::Glm) return glm_call(b, name, params);
+  if (s == ToolCallSyntax::QwenXml) {
+    std::vector<E> seq{E::literal("<tool_call>\n<function=" + name + ">\n")};
+    for (E& a : xml_arguments(
+             b, params, [](const std::string& k) { return "<parameter=" + k + ">\n"; },
+             "\n</parameter>\n"))
+      seq.push_back(std::move(a));
+    seq.push_back(E::literal("</function>\n</tool_call>"));
+    return E::seq(std::move(seq));
+  }
+  if (s == ToolCallSyntax::MiniMax) {
+    std::vector<E> seq{E::literal("<invoke name=\"" + name + "\">\n")};
+    for (E& a : xml_arguments(
+             b, params, [](const std::string& k) { return "<parameter name=\"" + k + "\">"; },
+             "</parameter>\n"))
+      seq.push_back(std::move(a));
+    seq.push_back(E::literal("</invoke>\n"));
+    return E::seq(std::move(seq));
+  }
+  if (s == ToolCallSyntax::Gemma4)
+    return E::seq({E::literal("<|tool_call>call:" + name), gemma4_value_expr(b, params, ""),
+                   E::literal("<tool_call|>")});
   const E args = json_schema_expr(b, params);
   const std::string qname = ojson(name).dump();  // the name as a JSON string
   switch (s) {
@@ -121,8 +182,10 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallSyntax s, const 
   // Llama 3 writes one call per reply.
   const int extra =
       choice.parallel && s != ToolCallSyntax::Llama3 ? ForcedToolCalls::kMaxParallel - 1 : 0;
-  const char* sep =
-      s == ToolCallSyntax::Mistral ? ", " : (s == ToolCallSyntax::DeepSeekV31 ? "" : "\n");
+  // Gemma 4 and MiniMax-M2 write their calls back to back (MiniMax's each end with a newline).
+  const bool adjacent = s == ToolCallSyntax::DeepSeekV31 || s == ToolCallSyntax::Gemma4 ||
+                        s == ToolCallSyntax::MiniMax;
+  const char* sep = s == ToolCallSyntax::Mistral ? ", " : (adjacent ? "" : "\n");
   E body =
       E::seq({E::rule("call"), E::repeat(E::seq({E::literal(sep), E::rule("call")}), 0, extra)});
   switch (s) {
@@ -133,6 +196,10 @@ std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallSyntax s, const 
     case ToolCallSyntax::DeepSeekV31:
       body = E::seq({E::literal("<｜tool▁calls▁begin｜>"), std::move(body),
                      E::literal("<｜tool▁calls▁end｜>")});
+      break;
+    case ToolCallSyntax::MiniMax:
+      body = E::seq({E::literal("<minimax:tool_call>\n"), std::move(body),
+                     E::literal("</minimax:tool_call>")});
       break;
     default: break;
   }

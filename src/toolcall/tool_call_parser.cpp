@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "toolcall/gemma4_values.h"
+#include "toolcall/tool_call_arguments.h"
+
 namespace moeflow {
 namespace {
 
@@ -17,6 +20,15 @@ constexpr std::string_view kDsCalls = "<｜tool▁calls▁begin｜>",
                            kDsCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDsCall = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
+constexpr std::string_view kParameter = "<parameter=", kParameterEnd = "</parameter>";
+constexpr std::string_view kGemmaCall = "<|tool_call>", kGemmaCallEnd = "<tool_call|>";
+constexpr std::string_view kGemmaCallName = "call:";
+constexpr std::string_view kMiniMax = "<minimax:tool_call>", kMiniMaxEnd = "</minimax:tool_call>";
+constexpr std::string_view kInvoke = "<invoke name=\"", kInvokeEnd = "</invoke>";
+constexpr std::string_view kMiniMaxParameter = "<parameter name=\"";
+// A function or parameter name longer than this is not one (the block is content).
+constexpr size_t kMaxNameBytes = 256;
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -66,11 +78,40 @@ std::optional<ToolCall> call_from_object(const ojson& o) {
   return c;
 }
 
+// Where the XML-ish blocks stand at b[i]: `lit` is there (Done, i moved past it), b ends inside
+// it (Incomplete) or something else is (Invalid).
+enum class Match { Done, Incomplete, Invalid };
+Match expect(std::string_view b, size_t& i, std::string_view lit) {
+  const std::string_view rest = b.substr(std::min(i, b.size()));
+  if (rest.size() < lit.size())
+    return lit.substr(0, rest.size()) == rest ? Match::Incomplete : Match::Invalid;
+  if (rest.substr(0, lit.size()) != lit) return Match::Invalid;
+  i += lit.size();
+  return Match::Done;
+}
+
+// A name up to `close` at b[i] (moved past close): no '<', '>' or newline in it, not empty.
+Match read_name(std::string_view b, size_t& i, std::string_view close, std::string& name) {
+  const size_t e = b.find(close, i);
+  const size_t bad = b.find_first_of("<>\n", i);
+  if (bad != std::string_view::npos && (e == std::string_view::npos || bad < e))
+    return Match::Invalid;
+  if (e == std::string_view::npos)
+    return b.size() - i > kMaxNameBytes ? Match::Invalid : Match::Incomplete;
+  name.assign(trim(b.substr(i, e - i)));
+  if (name.empty() || name.size() > kMaxNameBytes) return Match::Invalid;
+  i = e + close.size();
+  return Match::Done;
+}
+
 // The text that opens a call block ("" for None and Harmony); Llama 3's bare '{' is handled apart.
 std::string_view start_marker(ToolCallSyntax s) {
   switch (s) {
     case ToolCallSyntax::Hermes:
-    case ToolCallSyntax::Glm: return kToolCall;
+    case ToolCallSyntax::Glm:
+    case ToolCallSyntax::QwenXml: return kToolCall;
+    case ToolCallSyntax::Gemma4: return kGemmaCall;
+    case ToolCallSyntax::MiniMax: return kMiniMax;
     case ToolCallSyntax::Mistral: return kMistral;
     case ToolCallSyntax::Llama3: return kPythonTag;
     case ToolCallSyntax::DeepSeek:
@@ -215,6 +256,9 @@ std::string ToolCallParser::argument_json(const std::string& function, const std
 ToolCallParser::Block ToolCallParser::parse_block(std::vector<ToolCall>& calls,
                                                   size_t& consumed) const {
   const std::string_view b(buf_);
+  auto block_of = [](Match m) {
+    return m == Match::Incomplete ? Block::Incomplete : Block::Invalid;
+  };
   switch (syntax_) {
     case ToolCallSyntax::Hermes: {
       const size_t end = b.find(kToolCallEnd, kToolCall.size());
@@ -335,6 +379,101 @@ ToolCallParser::Block ToolCallParser::parse_block(std::vector<ToolCall>& calls,
       if (calls.empty()) return Block::Invalid;
       consumed = end + kDsCallsEnd.size();
       return Block::Done;
+    }
+    case ToolCallSyntax::QwenXml: {
+      // <tool_call>\n<function=NAME>\n(<parameter=K>\nV\n</parameter>\n)*</function>\n</tool_call>
+      size_t i = skip_space(b, kToolCall.size());
+      std::string name;
+      if (Match m = expect(b, i, kFunction); m != Match::Done) return block_of(m);
+      if (Match m = read_name(b, i, ">", name); m != Match::Done) return block_of(m);
+      ojson args = ojson::object();
+      for (;;) {
+        i = skip_space(b, i);
+        const Match p = expect(b, i, kParameter);
+        if (p == Match::Done) {
+          std::string key;
+          if (Match m = read_name(b, i, ">", key); m != Match::Done) return block_of(m);
+          const size_t e = b.find(kParameterEnd, i);
+          if (e == std::string_view::npos) return Block::Incomplete;
+          // The template writes "<parameter=K>\n" V "\n</parameter>": one newline each side.
+          std::string_view raw = b.substr(i, e - i);
+          if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
+          if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
+          args[key] = typed_text_argument(tool_argument_schema(tools_, name, key), raw);
+          i = e + kParameterEnd.size();
+          continue;
+        }
+        const Match f = expect(b, i, kFunctionEnd);
+        if (f == Match::Done) break;
+        return p == Match::Incomplete || f == Match::Incomplete ? Block::Incomplete
+                                                                : Block::Invalid;
+      }
+      i = skip_space(b, i);
+      if (Match m = expect(b, i, kToolCallEnd); m != Match::Done) return block_of(m);
+      calls.push_back({name, args.dump(), ""});
+      consumed = i;
+      return Block::Done;
+    }
+    case ToolCallSyntax::Gemma4: {
+      // <|tool_call>call:NAME{K:V,...}<tool_call|>
+      size_t i = kGemmaCall.size();
+      std::string name;
+      if (Match m = expect(b, i, kGemmaCallName); m != Match::Done) return block_of(m);
+      if (Match m = read_name(b, i, "{", name); m != Match::Done) return block_of(m);
+      --i;  // back to the '{'
+      ojson args;
+      switch (read_gemma4_value(b, i, args)) {
+        case Gemma4Read::Done: break;
+        case Gemma4Read::Incomplete: return Block::Incomplete;
+        case Gemma4Read::Invalid: return Block::Invalid;
+      }
+      i = skip_space(b, i);
+      if (Match m = expect(b, i, kGemmaCallEnd); m != Match::Done) return block_of(m);
+      calls.push_back({name, args.dump(), ""});
+      consumed = i;
+      return Block::Done;
+    }
+    case ToolCallSyntax::MiniMax: {
+      // <minimax:tool_call>(<invoke name="NAME">(<parameter name="K">V</parameter>)*</invoke>)+
+      // </minimax:tool_call>, whitespace between the tags.
+      size_t i = kMiniMax.size();
+      for (;;) {
+        i = skip_space(b, i);
+        const Match inv = expect(b, i, kInvoke);
+        if (inv == Match::Done) {
+          std::string name;
+          if (Match m = read_name(b, i, "\">", name); m != Match::Done) return block_of(m);
+          ojson args = ojson::object();
+          for (;;) {
+            i = skip_space(b, i);
+            const Match p = expect(b, i, kMiniMaxParameter);
+            if (p == Match::Done) {
+              std::string key;
+              if (Match m = read_name(b, i, "\">", key); m != Match::Done) return block_of(m);
+              const size_t e = b.find(kParameterEnd, i);
+              if (e == std::string_view::npos) return Block::Incomplete;
+              args[key] =
+                  typed_text_argument(tool_argument_schema(tools_, name, key), b.substr(i, e - i));
+              i = e + kParameterEnd.size();
+              continue;
+            }
+            const Match ie = expect(b, i, kInvokeEnd);
+            if (ie == Match::Done) break;
+            return p == Match::Incomplete || ie == Match::Incomplete ? Block::Incomplete
+                                                                     : Block::Invalid;
+          }
+          calls.push_back({name, args.dump(), ""});
+          continue;
+        }
+        const Match end = expect(b, i, kMiniMaxEnd);
+        if (end == Match::Done) {
+          if (calls.empty()) return Block::Invalid;
+          consumed = i;
+          return Block::Done;
+        }
+        return inv == Match::Incomplete || end == Match::Incomplete ? Block::Incomplete
+                                                                    : Block::Invalid;
+      }
     }
     default: return Block::Invalid;
   }

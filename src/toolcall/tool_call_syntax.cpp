@@ -13,6 +13,11 @@ ToolCallSyntax detect_tool_call_syntax(std::string_view t, bool harmony) {
     // the name before the separator and bare JSON after it.
     return has("```json") ? ToolCallSyntax::DeepSeek : ToolCallSyntax::DeepSeekV31;
   if (has("<arg_key>")) return ToolCallSyntax::Glm;
+  if (has("<minimax:tool_call>")) return ToolCallSyntax::MiniMax;
+  if (has("<|tool_call>call:")) return ToolCallSyntax::Gemma4;
+  // Qwen3.5's XML calls sit inside the same <tool_call> as Hermes' JSON ones: the <function=
+  // and <parameter= tags tell them apart, so they are never read as JSON.
+  if (has("<tool_call>") && has("<function=") && has("<parameter=")) return ToolCallSyntax::QwenXml;
   if (!unsupported_tool_call_family(t).empty()) return ToolCallSyntax::None;
   if (has("<tool_call>")) return ToolCallSyntax::Hermes;
   if (has("[TOOL_CALLS]")) return ToolCallSyntax::Mistral;
@@ -21,14 +26,7 @@ ToolCallSyntax detect_tool_call_syntax(std::string_view t, bool harmony) {
   return ToolCallSyntax::None;
 }
 
-std::string unsupported_tool_call_family(std::string_view t) {
-  auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
-  if (has("<minimax:tool_call>")) return "MiniMax-M2 (<minimax:tool_call><invoke name=...>)";
-  if (has("<|tool_call>call:")) return "Gemma 4 (<|tool_call>call:NAME{...}<tool_call|>)";
-  if (has("<tool_call>") && has("<function=") && has("<parameter="))
-    return "Qwen3.5/Qwen3-Coder XML (<tool_call><function=NAME><parameter=...>)";
-  return "";
-}
+std::string unsupported_tool_call_family(std::string_view) { return ""; }
 
 const char* tool_call_syntax_name(ToolCallSyntax s) {
   switch (s) {
@@ -40,6 +38,9 @@ const char* tool_call_syntax_name(ToolCallSyntax s) {
     case ToolCallSyntax::DeepSeek: return "deepseek";
     case ToolCallSyntax::DeepSeekV31: return "deepseek-v3.1";
     case ToolCallSyntax::Harmony: return "harmony";
+    case ToolCallSyntax::QwenXml: return "qwen-xml";
+    case ToolCallSyntax::Gemma4: return "gemma4";
+    case ToolCallSyntax::MiniMax: return "minimax";
   }
   return "?";
 }

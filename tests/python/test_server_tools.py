@@ -1,6 +1,7 @@
 """Tool calling through `moeflow serve`, driven by the official `openai` client, over the published
 chat templates of the tool-calling families (tests/chat_template/templates/: Qwen3, Mistral Nemo,
-Llama 3.1, Hermes 3, GLM-4.6; provenance in its README.md). DeepSeek V3.1's template is not
+Llama 3.1, Hermes 3, GLM-4.6, and the 2026 families Qwen3.5/3.6 (XML calls), Gemma 4 and
+MiniMax-M2; provenance in its README.md). DeepSeek V3.1's template is not
 among them: it renders tool calls and results but never the `tools` themselves (DeepSeek leaves
 describing them to the caller), so the server refuses tools with it as with any template that
 does not render them.
@@ -21,9 +22,10 @@ guarantees:
     calls of the same request unstreamed, and the last chunk's finish_reason is "tool_calls";
   * a round trip: the assistant message with its `tool_calls` (content null) and a `tool`
     message sent back render through the template (each family wants the arguments in its own
-    shape: Qwen3's and Hermes' take either, GLM's iterates them as a mapping, Llama's writes
-    them with tojson (a string would come out quoted), and Mistral's wants the call ids as 9
-    alphanumerics) and get an answer;
+    shape: Qwen3's and Hermes' take either, GLM's, Qwen3.5's and MiniMax's iterate them as a
+    mapping, Gemma 4's writes a mapping in its own notation (a string would go in as it is),
+    Llama's writes them with tojson (a string would come out quoted), and Mistral's wants the
+    call ids as 9 alphanumerics) and get an answer;
   * the 400s: an unknown function in `tool_choice`, "required" without tools, and tools given to
     a template that does not render them (`tools_not_supported`).
 
@@ -54,7 +56,8 @@ require(BIN is not None and om.moeflow_has_command(BIN, "gen-model"),
 ALIAS = "tools"
 
 # The templates that render tools, one per family (deepseek_v31.jinja renders no `tools`: above).
-FAMILIES = ["qwen3", "mistral_nemo", "llama31", "hermes3_tool_use", "glm46"]
+FAMILIES = ["qwen3", "mistral_nemo", "llama31", "hermes3_tool_use", "glm46",
+            "qwen35", "gemma4", "minimax_m2"]
 # One that does not (Mixtral 8x7B Instruct v0.1: user/assistant turns only).
 NO_TOOLS_TEMPLATE = "mixtral_v01"
 

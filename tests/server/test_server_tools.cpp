@@ -15,6 +15,8 @@
 #include "chat_template/chat_template.h"
 #include "server/server_fixture.h"
 #include "support/published_template.h"
+#include "toolcall/tool_call_parser.h"
+#include "toolcall/tool_call_syntax.h"
 
 namespace moeflow::test::server_tools {
 namespace {
@@ -37,6 +39,9 @@ const std::vector<Family> kFamilies = {
     {"llama3", "ipython {\"name\": ..., \"parameters\": ...}"},
     {"deepseek", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ```json"},
     {"deepseek_v31", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>"},
+    {"qwen_xml", "<tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>"},
+    {"gemma4", "<|tool_call>call:NAME{K:V}<tool_call|>"},
+    {"minimax", "<minimax:tool_call><invoke name=NAME><parameter name=K>V</parameter>"},
 };
 
 std::string family_template(const Family& f) {
@@ -224,6 +229,80 @@ TEST(ServerTools, ArgumentsGoToTheTemplateInTheFormItReads) {
   }
 }
 
+// The vendors' templates are the reference for how each 2026 family writes a call: two calls
+// rendered by the published template (arguments of every type, a string with '<', quotes and a
+// newline) are read back by the parser as the same calls -- Qwen3.5's `| string` booleans
+// (True) and newlines around values, MiniMax's tojson values, Gemma 4's notation in dictsort
+// order. Rendered without tools, whose preambles show example calls.
+TEST(ServerTools, PublishedTemplatesCallsReadBackAsTheSameCalls) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "run",
+      "parameters": {"type": "object", "properties": {"src": {"type": "string"},
+      "n": {"type": "integer"}, "ok": {"type": "boolean"}, "x": {"type": "number"},
+      "opts": {"type": "object"}, "list": {"type": "array"}, "zip": {"type": "string"}}}}}])");
+  const json a1 = json::parse(R"js({"src": "if a < b:\n  print(\"<p>\")", "n": 3, "ok": true,
+      "x": 2.5, "opts": {"k": [1, "two"]}, "list": ["a", 2], "zip": "75001"})js");
+  const json a2 = json::parse(R"({"ok": false})");
+  json msgs = {{{"role", "user"}, {"content", "go"}},
+               {{"role", "assistant"},
+                {"content", ""},
+                {"tool_calls",
+                 {{{"id", "call_1"},
+                   {"type", "function"},
+                   {"function", {{"name", "run"}, {"arguments", a1}}}},
+                  {{"id", "call_2"},
+                   {"type", "function"},
+                   {"function", {{"name", "run"}, {"arguments", a2}}}}}}},
+               {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "done"}},
+               {{"role", "tool"}, {"tool_call_id", "call_2"}, {"content", "done"}}};
+  for (const char* name : {"qwen35", "minimax_m2", "gemma4", "gemma4_interleaved"}) {
+    SCOPED_TRACE(name);
+    const std::string source = published_template(name);
+    const ToolCallSyntax syntax = detect_tool_call_syntax(source, false);
+    const std::string text = ChatTemplate(source).apply(msgs, false, "<s>", "</s>");
+    const ToolCallParser::Out r = parse_tool_calls(syntax, text, tools);
+    ASSERT_EQ(r.calls.size(), 2u) << text;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(r.calls[i].name, "run");
+      // Compared as unordered objects: Gemma 4 writes the keys sorted.
+      EXPECT_EQ(nlohmann::json::parse(r.calls[i].arguments),
+                nlohmann::json::parse((i == 0 ? a1 : a2).dump()))
+          << text;
+    }
+  }
+}
+
+// Gemma 4's template writes an object in its own notation and a string as it is (no JSON to
+// probe for): its arguments go in as the object, so the earlier call reads call:NAME{city:...}.
+TEST(ServerTools, Gemma4GetsItsArgumentsAsAnObject) {
+  ServerOptions so;
+  so.chat_template = published_template("gemma4");
+  Instance inst(so, false, 4096);
+  const std::string args = R"({"city": "Oslo", "days": 2})";
+  json msgs = {{{"role", "user"}, {"content", "weather?"}},
+               {{"role", "assistant"},
+                {"content", nullptr},
+                {"tool_calls",
+                 {{{"id", "call_1"},
+                   {"type", "function"},
+                   {"function", {{"name", "get_weather"}, {"arguments", args}}}}}}},
+               {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}}};
+  const json r = post_ok(inst, "/v1/chat/completions",
+                         {{"messages", msgs}, {"tools", kTools}, {"max_tokens", 1}});
+  const ModelChatTemplate t = model_chat_template(*inst.tok, so.chat_template);
+  auto prompt = [&](const json& arguments) {
+    json m = msgs;
+    m[1]["content"] = "";
+    m[1]["tool_calls"][0]["function"]["arguments"] = arguments;
+    return t.format(m, true, {{"tools", kTools}});
+  };
+  const std::string as_object = prompt(json::parse(args));
+  EXPECT_NE(as_object.find("<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:2}"),
+            std::string::npos)
+      << as_object;
+  EXPECT_EQ(r["usage"]["prompt_tokens"].get<size_t>(), t.tokenize(*inst.tok, as_object).size());
+  EXPECT_NE(t.tokenize(*inst.tok, as_object).size(), t.tokenize(*inst.tok, prompt(args)).size());
+}
+
 TEST(ServerTools, WhatCannotBeHonouredIsA400NamingTheField) {
   ServerOptions so;
   so.chat_template = family_template(kFamilies[0]);
@@ -264,19 +343,18 @@ TEST(ServerTools, WhatCannotBeHonouredIsA400NamingTheField) {
   expect_error(r, 400, "tools_not_supported");
   // tool_choice none: no tools, no 400.
   post_ok(other, "/v1/chat/completions", request({{"tool_choice", "none"}, {"max_tokens", 2}}));
-  // The 2026 families' published templates show call syntaxes moeflow does not read yet: the
-  // 400 names the family (Qwen3.5's XML calls are not taken for Hermes' JSON ones).
-  const std::pair<const char*, const char*> unread[] = {
-      {"qwen35", "Qwen3.5"}, {"minimax_m2", "MiniMax-M2"}, {"gemma4", "Gemma 4"}};
-  for (const auto& [name, family] : unread) {
+  // The 2026 families' published templates: tools are accepted (no tools_not_supported), and a
+  // named call comes back in each one's syntax.
+  for (const char* name : {"qwen35", "minimax_m2", "gemma4"}) {
+    SCOPED_TRACE(name);
     ServerOptions o;
     o.chat_template = published_template(name);
-    Instance inst2(o, false, 1024);
-    auto r2 = post(inst2, "/v1/chat/completions", request({}).dump());
-    expect_error(r2, 400, "tools_not_supported");
-    EXPECT_NE(json::parse(r2->body)["error"]["message"].get<std::string>().find(family),
-              std::string::npos)
-        << r2->body;
+    Instance inst2(o, false, 4096);  // their long tool preambles
+    const json r2 = post_ok(
+        inst2, "/v1/chat/completions",
+        request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}}}));
+    ASSERT_EQ(r2["choices"][0]["message"]["tool_calls"].size(), 1u) << r2;
+    expect_valid_call(r2["choices"][0]["message"]["tool_calls"][0], name);
   }
 }
 

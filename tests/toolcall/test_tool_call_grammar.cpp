@@ -104,7 +104,9 @@ TEST_P(ForcedToolCallGrammar, EverySentenceParsesIntoValidCalls) {
 INSTANTIATE_TEST_SUITE_P(Families, ForcedToolCallGrammar,
                          ::testing::Values(ToolCallSyntax::Hermes, ToolCallSyntax::Glm,
                                            ToolCallSyntax::Mistral, ToolCallSyntax::Llama3,
-                                           ToolCallSyntax::DeepSeek, ToolCallSyntax::DeepSeekV31),
+                                           ToolCallSyntax::DeepSeek, ToolCallSyntax::DeepSeekV31,
+                                           ToolCallSyntax::QwenXml, ToolCallSyntax::Gemma4,
+                                           ToolCallSyntax::MiniMax),
                          [](const auto& info) {
                            std::string n = tool_call_syntax_name(info.param);
                            for (char& c : n)
@@ -137,6 +139,41 @@ TEST(ForcedToolCallGrammar, AcceptsEachFamilysCanonicalText) {
                       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
                       "get_weather\n```json\n{\"city\": \"Oslo\", \"days\": 2}\n```"
                       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  EXPECT_TRUE(accepts(forced_tool_call_grammar(ToolCallSyntax::QwenXml, kTools, named),
+                      "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+                      "<parameter=days>\n2\n</parameter>\n<parameter=where>\n{\"lat\": 59.9}\n"
+                      "</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(accepts(forced_tool_call_grammar(ToolCallSyntax::QwenXml, kTools, {"", true}),
+                      "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n"
+                      "<function=now>\n</function>\n</tool_call>"));
+  // Gemma 4: the arguments in the template's (sorted) order, strings in <|"|> quotes.
+  EXPECT_TRUE(accepts(forced_tool_call_grammar(ToolCallSyntax::Gemma4, kTools, named),
+                      "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:2,"
+                      "unit:<|\"|>celsius<|\"|>,where:{lat:59.9}}<tool_call|>"));
+  EXPECT_TRUE(accepts(forced_tool_call_grammar(ToolCallSyntax::Gemma4, kTools, {"", true}),
+                      "<|tool_call>call:now{}<tool_call|><|tool_call>call:now{}<tool_call|>"));
+  EXPECT_TRUE(accepts(forced_tool_call_grammar(ToolCallSyntax::MiniMax, kTools, named),
+                      "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter "
+                      "name=\"city\">Oslo</parameter>\n<parameter name=\"days\">2</parameter>\n"
+                      "</invoke>\n</minimax:tool_call>"));
+  // A raw string holds '<' and newlines, never the closing tag.
+  const ojson code = ojson::parse(R"([{"type": "function", "function": {"name": "run",
+      "parameters": {"type": "object", "properties": {"src": {"type": "string"}},
+      "required": ["src"]}}}])");
+  const auto q = forced_tool_call_grammar(ToolCallSyntax::QwenXml, code, {});
+  EXPECT_TRUE(accepts(q,
+                      "<tool_call>\n<function=run>\n<parameter=src>\nif a < b:\n  x = \"</p>\"\n"
+                      "</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(q,
+                       "<tool_call>\n<function=run>\n<parameter=src>\na</parameter>b\n"
+                       "</parameter>\n</function>\n</tool_call>"));
+  const auto g = forced_tool_call_grammar(ToolCallSyntax::Gemma4, code, {});
+  EXPECT_TRUE(accepts(g, "<|tool_call>call:run{src:<|\"|>a <| b \"|> <|\"\n<|\"|>}<tool_call|>"));
+  EXPECT_FALSE(accepts(g, "<|tool_call>call:run{src:<|\"|>a<|\"|>b<|\"|>}<tool_call|>"));
+  const auto mm = forced_tool_call_grammar(ToolCallSyntax::MiniMax, code, {});
+  EXPECT_TRUE(accepts(mm,
+                      "<minimax:tool_call>\n<invoke name=\"run\">\n<parameter name=\"src\"><</p>"
+                      "</paramete</parameter>\n</invoke>\n</minimax:tool_call>"));
   // The named tool only; the required days argument; a string longer than maxLength.
   const auto h = forced_tool_call_grammar(ToolCallSyntax::Hermes, kTools, named);
   EXPECT_FALSE(accepts(h, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
@@ -151,6 +188,30 @@ TEST(ForcedToolCallGrammar, AcceptsEachFamilysCanonicalText) {
 TEST(ForcedToolCallGrammar, RefusesWhatItCannotForce) {
   EXPECT_THROW(forced_tool_call_grammar(ToolCallSyntax::Hermes, kTools, {"nope", false}), Error);
   EXPECT_THROW(forced_tool_call_grammar(ToolCallSyntax::None, kTools, {}), Error);
+  // Raw-text families: a value that may be a string or a number cannot be told apart when read
+  // back; Gemma 4's notation has no place for keywords outside its subset.
+  const ojson mixed = ojson::parse(R"([{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"p": {"type": ["string", "integer"]}}}}}])");
+  for (ToolCallSyntax s : {ToolCallSyntax::QwenXml, ToolCallSyntax::MiniMax}) {
+    try {
+      forced_tool_call_grammar(s, mixed, {});
+      ADD_FAILURE() << "no error";
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword, "type") << e.what();
+      EXPECT_NE(std::string(e.what()).find("tools[0] ('f')"), std::string::npos) << e.what();
+    }
+  }
+  const ojson minimum = ojson::parse(R"([{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"p": {"type": "string", "format": "date"}}}}}])");
+  for (ToolCallSyntax s :
+       {ToolCallSyntax::QwenXml, ToolCallSyntax::Gemma4, ToolCallSyntax::MiniMax}) {
+    try {
+      forced_tool_call_grammar(s, minimum, {});
+      ADD_FAILURE() << "no error";
+    } catch (const SchemaError& e) {
+      EXPECT_EQ(e.keyword, "format") << e.what();
+    }
+  }
   const ojson bad = ojson::parse(R"([{"type": "function", "function": {"name": "f",
       "parameters": {"type": "object", "properties": {"p": {"type": "string", "pattern": "a+"}}}}}])");
   try {

@@ -24,6 +24,10 @@ TEST(ToolCallTemplates, EachPublishedTemplateNamesItsFamily) {
       {"llama31", ToolCallSyntax::Llama3},
       {"deepseek_v31", ToolCallSyntax::DeepSeekV31},
       {"glm46", ToolCallSyntax::Glm},
+      {"qwen35", ToolCallSyntax::QwenXml},
+      {"gemma4", ToolCallSyntax::Gemma4},
+      {"gemma4_interleaved", ToolCallSyntax::Gemma4},
+      {"minimax_m2", ToolCallSyntax::MiniMax},
       // Templates that show no tool calls.
       {"chatml", ToolCallSyntax::None},
       {"mixtral_v01", ToolCallSyntax::None},
