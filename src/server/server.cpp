@@ -184,8 +184,7 @@ struct Server::Impl {
   size_t max_token_bytes = 4;  // the longest vocabulary string (see check_prompt_bytes)
   bool template_knows_developer = false;
   ToolCallSyntax tool_syntax = ToolCallSyntax::None;  // how the template's model writes calls
-  std::string unsupported_tool_family;  // a call syntax the template shows that moeflow cannot read
-  bool object_arguments = true;         // the template reads a call's arguments as an object
+  bool object_arguments = true;  // the template reads a call's arguments as an object
   std::atomic<uint64_t> next_id{1};
 
   static GuardOptions guard_options(const ServerOptions& o, ServerMetrics& m) {
@@ -232,7 +231,6 @@ struct Server::Impl {
       max_token_bytes = std::max(max_token_bytes, t.token_text(id).size());
     template_knows_developer = tmpl.tmpl.source().find("developer") != std::string::npos;
     tool_syntax = detect_tool_call_syntax(tmpl.harmony ? "" : tmpl.tmpl.source(), tmpl.harmony);
-    if (!tmpl.harmony) unsupported_tool_family = unsupported_tool_call_family(tmpl.tmpl.source());
     // Gemma 4's template writes an object in its own notation and a string as it is: the probe
     // (which looks for JSON) would take it for a template of string arguments.
     if (!tmpl.harmony)
@@ -469,15 +467,6 @@ struct Server::Impl {
       // to the model: refused rather than silently dropped.
       if (!r.tools.is_null() && text == tmpl.format(r.messages, true)) throw tools_unsupported();
       // One that shows them but not how its model writes a call: its calls could not be read.
-      if (!r.tools.is_null() && tool_syntax == ToolCallSyntax::None &&
-          !unsupported_tool_family.empty())
-        throw RequestError(400,
-                           fmt::format("tool calling is not supported with this chat template: "
-                                       "it renders 'tools' in the {} call syntax, which moeflow "
-                                       "does not read yet, so the model's calls would come back "
-                                       "as plain text",
-                                       unsupported_tool_family),
-                           "tools", "tools_not_supported");
       if (!r.tools.is_null() && tool_syntax == ToolCallSyntax::None)
         throw RequestError(400,
                            "tool calling is not supported with this chat template: it renders "

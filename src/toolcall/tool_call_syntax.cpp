@@ -18,15 +18,12 @@ ToolCallSyntax detect_tool_call_syntax(std::string_view t, bool harmony) {
   // Qwen3.5's XML calls sit inside the same <tool_call> as Hermes' JSON ones: the <function=
   // and <parameter= tags tell them apart, so they are never read as JSON.
   if (has("<tool_call>") && has("<function=") && has("<parameter=")) return ToolCallSyntax::QwenXml;
-  if (!unsupported_tool_call_family(t).empty()) return ToolCallSyntax::None;
   if (has("<tool_call>")) return ToolCallSyntax::Hermes;
   if (has("[TOOL_CALLS]")) return ToolCallSyntax::Mistral;
   // Llama 3.x renders calls as {"name": ..., "parameters": ...} and tool results as ipython.
   if (has("ipython") && has("\"parameters\"")) return ToolCallSyntax::Llama3;
   return ToolCallSyntax::None;
 }
-
-std::string unsupported_tool_call_family(std::string_view) { return ""; }
 
 const char* tool_call_syntax_name(ToolCallSyntax s) {
   switch (s) {

@@ -46,9 +46,4 @@ ToolCallSyntax detect_tool_call_syntax(std::string_view template_source, bool ha
 
 const char* tool_call_syntax_name(ToolCallSyntax s);
 
-// The family whose call syntax a template shows but moeflow does not read yet, named for the
-// error that refuses tools with it ("" when none of them): detect_tool_call_syntax gives None
-// for these. Every family moeflow knows of is read now; this stays the place to name the next.
-std::string unsupported_tool_call_family(std::string_view template_source);
-
 }  // namespace moeflow
