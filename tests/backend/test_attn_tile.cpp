@@ -67,8 +67,8 @@ TEST(AttnTile, ScoresEqualThePairLoopBitForBit) {
     std::vector<int64_t> lo, hi;
     attn_tile_ranges(c.nq, c.heads, c.pos0, c.window, c.empties, lo, hi);
     const int64_t n_keys = hi.back() + 3, k_stride = c.hd * 3 + 8;  // rows of a wider cache
-    const auto q = attn_tile_random((size_t)c.nq * c.hd, 1), k =
-        attn_tile_random((size_t)n_keys * k_stride, 2);
+    const auto q = attn_tile_random((size_t)c.nq * c.hd, 1),
+               k = attn_tile_random((size_t)n_keys * k_stride, 2);
     std::vector<const float*> qp(c.nq);
     for (int u = 0; u < c.nq; ++u) qp[u] = q.data() + u * c.hd;
     const float* kh = k.data() + c.hd;  // the second head of each row
@@ -110,40 +110,40 @@ TEST(AttnTile, WeightedValuesEqualTheAxpyLoopBitForBit) {
     }
     const int64_t n_keys = hi.back() + 2, v_stride = hdv * 2 + 8;
     for (bool spread : {false, true}) {
-    auto v = attn_tile_random((size_t)n_keys * v_stride, 3);
-    auto p = attn_tile_random((size_t)c.nq * n_keys, 4);
-    for (float& x : p) x = std::fabs(x) / 16;  // softmax weights
-    if (spread) {
-      // Weights from 1 down to e^-130 (subnormal below ~e^-87) and exact zeros, some value
-      // rows all zero, some values tiny: the kernel's exact skip of terms that cannot change
-      // the sum, next to accumulators that are still tiny themselves.
-      std::mt19937 rng(5);
-      std::uniform_real_distribution<float> e(-130.f, 0.f);
-      for (size_t i = 0; i < p.size(); ++i) p[i] = i % 23 == 0 ? 0.f : std::exp(e(rng));
-      for (size_t i = 0; i < v.size(); ++i)
-        if (i % 7 == 0) v[i] *= 1e-30f;
-      for (int64_t j = 3; j < n_keys; j += 11)
-        std::fill(v.begin() + j * v_stride, v.begin() + (j + 1) * v_stride, 0.f);
-    }
-    const float* vh = v.data() + 8;
-    std::vector<float> o((size_t)c.nq * hdv, NAN), want((size_t)c.nq * hdv, 0.f);
-    const std::string what = attn_tile_name(c) + (spread ? " spread weights" : "");
-    std::vector<float*> op(c.nq);
-    for (int u = 0; u < c.nq; ++u) op[u] = o.data() + u * hdv;
-    tile(op.data(), c.nq, p.data(), n_keys, lo.data(), hi.data(), vh, v_stride, hdv);
-    for (int u = 0; u < c.nq; ++u) {
-      float* w = want.data() + u * hdv;
-      for (int64_t j = lo[u]; j < hi[u]; ++j) axpy(w, vh + j * v_stride, p[u * n_keys + j], hdv);
-      ASSERT_EQ(std::memcmp(op[u], w, hdv * sizeof(float)), 0) << what << " query " << u;
-      for (int64_t i = 0; i < hdv; ++i) {
-        double ref = 0, mag = 0;
-        for (int64_t j = lo[u]; j < hi[u]; ++j) {
-          ref += (double)p[u * n_keys + j] * vh[j * v_stride + i];
-          mag += std::fabs((double)p[u * n_keys + j] * vh[j * v_stride + i]);
-        }
-        ASSERT_NEAR(op[u][i], ref, 1e-6 * mag + 1e-30) << what;
+      auto v = attn_tile_random((size_t)n_keys * v_stride, 3);
+      auto p = attn_tile_random((size_t)c.nq * n_keys, 4);
+      for (float& x : p) x = std::fabs(x) / 16;  // softmax weights
+      if (spread) {
+        // Weights from 1 down to e^-130 (subnormal below ~e^-87) and exact zeros, some value
+        // rows all zero, some values tiny: the kernel's exact skip of terms that cannot change
+        // the sum, next to accumulators that are still tiny themselves.
+        std::mt19937 rng(5);
+        std::uniform_real_distribution<float> e(-130.f, 0.f);
+        for (size_t i = 0; i < p.size(); ++i) p[i] = i % 23 == 0 ? 0.f : std::exp(e(rng));
+        for (size_t i = 0; i < v.size(); ++i)
+          if (i % 7 == 0) v[i] *= 1e-30f;
+        for (int64_t j = 3; j < n_keys; j += 11)
+          std::fill(v.begin() + j * v_stride, v.begin() + (j + 1) * v_stride, 0.f);
       }
-    }
+      const float* vh = v.data() + 8;
+      std::vector<float> o((size_t)c.nq * hdv, NAN), want((size_t)c.nq * hdv, 0.f);
+      const std::string what = attn_tile_name(c) + (spread ? " spread weights" : "");
+      std::vector<float*> op(c.nq);
+      for (int u = 0; u < c.nq; ++u) op[u] = o.data() + u * hdv;
+      tile(op.data(), c.nq, p.data(), n_keys, lo.data(), hi.data(), vh, v_stride, hdv);
+      for (int u = 0; u < c.nq; ++u) {
+        float* w = want.data() + u * hdv;
+        for (int64_t j = lo[u]; j < hi[u]; ++j) axpy(w, vh + j * v_stride, p[u * n_keys + j], hdv);
+        ASSERT_EQ(std::memcmp(op[u], w, hdv * sizeof(float)), 0) << what << " query " << u;
+        for (int64_t i = 0; i < hdv; ++i) {
+          double ref = 0, mag = 0;
+          for (int64_t j = lo[u]; j < hi[u]; ++j) {
+            ref += (double)p[u * n_keys + j] * vh[j * v_stride + i];
+            mag += std::fabs((double)p[u * n_keys + j] * vh[j * v_stride + i]);
+          }
+          ASSERT_NEAR(op[u][i], ref, 1e-6 * mag + 1e-30) << what;
+        }
+      }
     }
   }
 }

@@ -353,6 +353,7 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
       // kv head, a chunk after 5 cached positions.
       {4, 2, 256, 256, 13, false, 0, 37},
       {16, 2, 512, 512, 0, false, 5, 19},
+      {8, 1, 16, 16, 0, false, 33000, 5},  // a long cache: fewer tokens per tile
   };
   for (const Case& c : cases) {
     const int64_t n_ctx = c.pos0 + c.n + 3;

@@ -35,8 +35,8 @@ inline float finish_dot(__m512 acc) {
 // QB queries x KB keys (keys j .. j + KB - 1), hd a multiple of 16: QB * KB accumulators,
 // QB + KB loads per QB * KB FMAs.
 template <int QB, int KB>
-inline void qk_block(const float* const* q, const float* k, int64_t k_stride, int64_t j,
-                     int64_t hd, float scale, float* s, int64_t s_stride) {
+inline void qk_block(const float* const* q, const float* k, int64_t k_stride, int64_t j, int64_t hd,
+                     float scale, float* s, int64_t s_stride) {
   __m512 acc[QB][KB];
 #pragma GCC unroll 4
   for (int a = 0; a < QB; ++a)
@@ -216,8 +216,10 @@ void attn_qk_tile_avx512(const float* const* q, int nq, const float* k, int64_t 
     return;
   }
   int u = 0;
-  for (; u + 4 <= nq; u += 4) qk_rows<4>(q + u, k, k_stride, j0, j1, hd, scale, s + u * s_stride, s_stride);
-  for (; u + 2 <= nq; u += 2) qk_rows<2>(q + u, k, k_stride, j0, j1, hd, scale, s + u * s_stride, s_stride);
+  for (; u + 4 <= nq; u += 4)
+    qk_rows<4>(q + u, k, k_stride, j0, j1, hd, scale, s + u * s_stride, s_stride);
+  for (; u + 2 <= nq; u += 2)
+    qk_rows<2>(q + u, k, k_stride, j0, j1, hd, scale, s + u * s_stride, s_stride);
   for (; u < nq; ++u) qk_rows<1>(q + u, k, k_stride, j0, j1, hd, scale, s + u * s_stride, s_stride);
 }
 
@@ -247,9 +249,12 @@ void attn_pv_tile_avx512(float* const* o, int nq, const float* p, int64_t p_stri
     pack_values(v, v_stride, b0, b1, hdv, buf.data(), tiny_below);
     const PackedValues pk{buf.data(), tiny_below, b0, hdv};
     int u = 0;
-    for (; u + 8 <= nq; u += 8) pv_group<8>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
-    for (; u + 4 <= nq; u += 4) pv_group<4>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
-    for (; u + 2 <= nq; u += 2) pv_group<2>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
+    for (; u + 8 <= nq; u += 8)
+      pv_group<8>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
+    for (; u + 4 <= nq; u += 4)
+      pv_group<4>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
+    for (; u + 2 <= nq; u += 2)
+      pv_group<2>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
     for (; u < nq; ++u) pv_group<1>(o + u, p + u * p_stride, p_stride, lo + u, hi + u, pk, b1);
   }
 }

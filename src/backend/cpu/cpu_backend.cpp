@@ -166,12 +166,17 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
   // takes up to kHeadBlock of those heads for a tile of tokens, and the tile kernels
   // (attn_math.h) load each key and value row once for all of its queries. Every (token, head)
   // output is still computed by the same operations in the same order as one head alone.
-  constexpr int kHeadBlock = 8, kQueryTile = 16;
+  constexpr int kHeadBlock = 8, kQueryTile = 32;
+  static_assert(kQueryTile >= kHeadBlock, "a tile holds at least one token's head block");
   const int hb = std::min(group, kHeadBlock);
   const int blocks = (group + hb - 1) / hb;
-  const int tt = std::max(1, kQueryTile / hb);  // tokens per tile
-  const int64_t n_tiles = (n + tt - 1) / tt;
   const int64_t n_rows = k.rows();
+  // Tokens per tile: up to kQueryTile queries, fewer where the per-thread score rows (one per
+  // query, one float per cache row) would pass 4 MiB (long contexts).
+  const int64_t q_budget =
+      std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(1, n_rows), hb, kQueryTile);
+  const int tt = std::max(1, (int)(q_budget / hb));
+  const int64_t n_tiles = (n + tt - 1) / tt;
   const int max_q = tt * hb;
   for (auto& s : scores_)
     if ((int64_t)s.size() < max_q * n_rows) s.resize((size_t)(max_q * n_rows));
@@ -182,9 +187,9 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
   const PvTileFn pv_tile = attn_pv_tile_fn();
   auto body = [&](int64_t b, int64_t e, int th) {
     float* s = scores_[th].data();
-    const float* qr[kHeadBlock * kQueryTile];
-    float* o[kHeadBlock * kQueryTile];
-    int64_t lo[kHeadBlock * kQueryTile], hi[kHeadBlock * kQueryTile];
+    const float* qr[kQueryTile];
+    float* o[kQueryTile];
+    int64_t lo[kQueryTile], hi[kQueryTile];
     for (int64_t i = b; i < e; ++i) {
       // Causal rows grow with the token: tiles are taken first, last, second, second-to-last,
       // ..., so the contiguous item ranges of parallel_for get equal shares of the keys.
