@@ -60,6 +60,8 @@ QkTileFn attn_qk_tile_fn() {
   return fn;
 }
 
+PvTileFn attn_pv_pairs_fn() { return pv_tile_pairs; }
+
 PvTileFn attn_pv_tile_fn() {
   static const PvTileFn fn = have_avx512() ? attn_pv_tile_avx512 : pv_tile_pairs;
   return fn;

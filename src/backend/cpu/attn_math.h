@@ -35,6 +35,9 @@ using PvTileFn = void (*)(float* const* o, int nq, const float* p, int64_t p_str
 // The AVX-512 tiles where the CPU has them (and MOEFLOW_SIMD allows), else the loops above.
 QkTileFn attn_qk_tile_fn();
 PvTileFn attn_pv_tile_fn();
+// The p.v tile as the axpy loop at every level: decode's single query per head gains nothing
+// from the packed key blocks and was ~9% slower per token with them (gemma4, 2 threads).
+PvTileFn attn_pv_pairs_fn();
 
 void attn_qk_tile_avx512(const float* const* q, int nq, const float* k, int64_t k_stride,
                          int64_t j0, int64_t j1, int64_t hd, float scale, float* s,

@@ -113,20 +113,29 @@ struct PackedValues {
   int64_t b0, hdv;
 };
 
-// G queries over the keys [lo[a], hi[a]) (within the block), output columns c .. c + width:
-// the G accumulators stay in registers over the block's keys, then go back to o (exact: a float
-// stored and reloaded is the same float). tiny[j - b0] bit a: query a's term of key j is tiny.
-template <int G, typename V>
+// G queries over the keys [lo[a], hi[a]) (within the block), C column vectors from c: the G x C
+// accumulators stay in registers over the block's keys, then go back to o (exact: a float
+// stored and reloaded is the same float). Each accumulator is a chain of dependent FMAs, so
+// G x C is kept at 8 (FMA latency x throughput) where the head allows. tiny[j - b0] bit a:
+// query a's term of key j is tiny.
+template <int G, int C, typename V>
 inline void pv_cols(float* const* o, const float* p, int64_t p_stride, const int64_t* lo,
                     const int64_t* hi, const PackedValues& pk, const uint8_t* tiny, int64_t c) {
-  typename V::T acc[G];
+  constexpr int kW = sizeof(typename V::T) / sizeof(float);
+  typename V::T acc[G][C];
 #pragma GCC unroll 8
-  for (int a = 0; a < G; ++a) acc[a] = V::load(o[a] + c);
+  for (int a = 0; a < G; ++a)
+#pragma GCC unroll 8
+    for (int k = 0; k < C; ++k) acc[a][k] = V::load(o[a] + c + k * kW);
   const float* vc = pk.vb + c;
-  auto row = [&](int64_t j) { return V::load(vc + (j - pk.b0) * pk.hdv); };
-  auto term = [&](int a, int64_t j, typename V::T x) {
+  auto term = [&](int a, int64_t j) {
     const float w = p[a * p_stride + j];
-    acc[a] = (tiny[j - pk.b0] >> a) & 1 ? V::fma_tiny(w, x, acc[a]) : V::fma(w, x, acc[a]);
+    const float* x = vc + (j - pk.b0) * pk.hdv;
+    const bool t = (tiny[j - pk.b0] >> a) & 1;
+#pragma GCC unroll 8
+    for (int k = 0; k < C; ++k)
+      acc[a][k] = t ? V::fma_tiny(w, V::load(x + k * kW), acc[a][k])
+                    : V::fma(w, V::load(x + k * kW), acc[a][k]);
   };
   // The keys every query of the group takes go through together (one value load for all);
   // the ragged ends of the causal / window ranges one query at a time, in key order.
@@ -136,22 +145,31 @@ inline void pv_cols(float* const* o, const float* p, int64_t p_stride, const int
   if (c0 >= c1) c0 = c1 = INT64_MAX;  // nothing shared: every key below is a "prefix" key
 #pragma GCC unroll 8
   for (int a = 0; a < G; ++a)
-    for (int64_t j = lo[a]; j < std::min(hi[a], c0); ++j) term(a, j, row(j));
+    for (int64_t j = lo[a]; j < std::min(hi[a], c0); ++j) term(a, j);
   for (int64_t j = c0; j < c1; ++j) {
-    const typename V::T x = row(j);
     if (tiny[j - pk.b0] == 0) {
+      const float* x = vc + (j - pk.b0) * pk.hdv;
+      typename V::T xv[C];
 #pragma GCC unroll 8
-      for (int a = 0; a < G; ++a) acc[a] = V::fma(p[a * p_stride + j], x, acc[a]);
+      for (int k = 0; k < C; ++k) xv[k] = V::load(x + k * kW);
+#pragma GCC unroll 8
+      for (int a = 0; a < G; ++a) {
+        const float w = p[a * p_stride + j];
+#pragma GCC unroll 8
+        for (int k = 0; k < C; ++k) acc[a][k] = V::fma(w, xv[k], acc[a][k]);
+      }
     } else {
 #pragma GCC unroll 8
-      for (int a = 0; a < G; ++a) term(a, j, x);
+      for (int a = 0; a < G; ++a) term(a, j);
     }
   }
 #pragma GCC unroll 8
   for (int a = 0; a < G; ++a)
-    for (int64_t j = std::max(lo[a], c1); j < hi[a]; ++j) term(a, j, row(j));
+    for (int64_t j = std::max(lo[a], c1); j < hi[a]; ++j) term(a, j);
 #pragma GCC unroll 8
-  for (int a = 0; a < G; ++a) V::store(o[a] + c, acc[a]);
+  for (int a = 0; a < G; ++a)
+#pragma GCC unroll 8
+    for (int k = 0; k < C; ++k) V::store(o[a] + c + k * kW, acc[a][k]);
 }
 
 constexpr int64_t kMaxKeyBlock = 32;
@@ -172,9 +190,11 @@ void pv_group(float* const* o, const float* p, int64_t p_stride, const int64_t* 
   for (int a = 0; a < G; ++a)
     for (int64_t j = l[a]; j < h[a]; ++j)
       tiny[j - pk.b0] |= (uint8_t)((p[a * p_stride + j] < pk.tiny_below[j - pk.b0]) << a);
+  constexpr int C = 8 / G;
   int64_t c = 0;
-  for (; c + 16 <= pk.hdv; c += 16) pv_cols<G, Zmm>(o, p, p_stride, l, h, pk, tiny, c);
-  if (c < pk.hdv) pv_cols<G, Ymm>(o, p, p_stride, l, h, pk, tiny, c);
+  for (; c + 16 * C <= pk.hdv; c += 16 * C) pv_cols<G, C, Zmm>(o, p, p_stride, l, h, pk, tiny, c);
+  for (; c + 16 <= pk.hdv; c += 16) pv_cols<G, 1, Zmm>(o, p, p_stride, l, h, pk, tiny, c);
+  if (c < pk.hdv) pv_cols<G, 1, Ymm>(o, p, p_stride, l, h, pk, tiny, c);
 }
 
 // Copies the value rows [b0, b1) to buf and sets their tiny-term bounds.

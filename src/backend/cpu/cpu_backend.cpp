@@ -184,7 +184,7 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
   const int64_t k_stride = (int64_t)(k.row_stride() / sizeof(float)),
                 v_stride = (int64_t)(v.row_stride() / sizeof(float));
   const QkTileFn qk_tile = attn_qk_tile_fn();
-  const PvTileFn pv_tile = attn_pv_tile_fn();
+  const PvTileFn pv_tile = n > 1 ? attn_pv_tile_fn() : attn_pv_pairs_fn();
   auto body = [&](int64_t b, int64_t e, int th) {
     float* s = scores_[th].data();
     const float* qr[kQueryTile];
