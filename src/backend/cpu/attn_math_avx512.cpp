@@ -220,7 +220,8 @@ void pack_values(const float* v, int64_t v_stride, int64_t b0, int64_t b1, int64
       if (!(std::fabs(src[i]) < INFINITY)) bad = 1;
       m = std::max(m, std::fabs(src[i]));
     }
-    tiny_below[j - b0] = bad ? 0.0f : kTinyTerm / m;  // m == 0: every term is tiny (+inf)
+    // An all-zero row: every term is tiny (no division by zero for UBSan).
+    tiny_below[j - b0] = bad ? 0.0f : m > 0 ? kTinyTerm / m : INFINITY;
   }
 }
 
