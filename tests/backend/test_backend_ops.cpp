@@ -348,6 +348,12 @@ TEST_P(BackendOps, AttentionGqaWindowAndSinks) {
       {16, 1, 576, 512, 0, false, 140, 1, 0},
       {4, 1, 576, 512, 0, false, 5, 20, 0},
       {2, 1, 320, 288, 0, true, 2, 6},  // between the two head-size classes
+      // gemma4's shapes: sliding heads of 256 in pairs, 37 prompt tokens (tiles of 8 and a
+      // ragged one) with the window's start moving through them; global heads of 512, 8 per
+      // kv head, a chunk after 5 cached positions.
+      {4, 2, 256, 256, 13, false, 0, 37},
+      {16, 2, 512, 512, 0, false, 5, 19},
+      {8, 1, 16, 16, 0, false, 33000, 5},  // a long cache: fewer tokens per tile
   };
   for (const Case& c : cases) {
     const int64_t n_ctx = c.pos0 + c.n + 3;

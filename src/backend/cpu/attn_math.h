@@ -15,4 +15,35 @@ AxpyF32Fn attn_axpy_fn();
 float attn_dot_avx2(const float* a, const float* b, int64_t n);
 void attn_axpy_avx2(float* y, const float* x, float a, int64_t n);
 
+// Tiles of several queries against several keys: each key and value row is read once for all
+// the queries of a tile instead of once per query. Both are bit for bit the pair-by-pair loops
+// above (every output element gets the same float operations in the same order), so which
+// level runs them never changes a result.
+//
+// s[u * s_stride + j] = attn_dot_fn()(q[u], k + j * k_stride, hd) * scale for u < nq and
+// j in [j0, j1).
+using QkTileFn = void (*)(const float* const* q, int nq, const float* k, int64_t k_stride,
+                          int64_t j0, int64_t j1, int64_t hd, float scale, float* s,
+                          int64_t s_stride);
+// o[u] = 0, then attn_axpy_fn()(o[u], v + j * v_stride, p[u * p_stride + j], hdv) for j from
+// lo[u] up to hi[u] - 1, for every u < nq (each query has its own key range: causal masking
+// and sliding windows).
+using PvTileFn = void (*)(float* const* o, int nq, const float* p, int64_t p_stride,
+                          const int64_t* lo, const int64_t* hi, const float* v, int64_t v_stride,
+                          int64_t hdv);
+
+// The AVX-512 tiles where the CPU has them (and MOEFLOW_SIMD allows), else the loops above.
+QkTileFn attn_qk_tile_fn();
+PvTileFn attn_pv_tile_fn();
+// The p.v tile as the axpy loop at every level: decode's single query per head gains nothing
+// from the packed key blocks and was ~9% slower per token with them (gemma4, 2 threads).
+PvTileFn attn_pv_pairs_fn();
+
+void attn_qk_tile_avx512(const float* const* q, int nq, const float* k, int64_t k_stride,
+                         int64_t j0, int64_t j1, int64_t hd, float scale, float* s,
+                         int64_t s_stride);
+void attn_pv_tile_avx512(float* const* o, int nq, const float* p, int64_t p_stride,
+                         const int64_t* lo, const int64_t* hi, const float* v, int64_t v_stride,
+                         int64_t hdv);
+
 }  // namespace moeflow

@@ -162,62 +162,87 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
   MOEFLOW_CHECK(pos0 + n <= k.rows() && pos0 + n <= v.rows(),
                 "attention: positions up to {} exceed the cache's {} rows", pos0 + n, k.rows());
   // The heads that share a kv head read the same key and value rows (GQA; MQA and multi-head
-  // latent attention share one between all heads): a work item takes up to kHeadBlock of them
-  // and loads each row once for the block instead of once per head. Every (token, head) output
-  // is still computed by the same operations in the same order as one head alone.
-  constexpr int kHeadBlock = 8;
+  // latent attention share one between all heads), and so do consecutive tokens: a work item
+  // takes up to kHeadBlock of those heads for a tile of tokens, and the tile kernels
+  // (attn_math.h) load each key and value row once for all of its queries. Every (token, head)
+  // output is still computed by the same operations in the same order as one head alone.
+  constexpr int kHeadBlock = 8, kQueryTile = 32;
+  static_assert(kQueryTile >= kHeadBlock, "a tile holds at least one token's head block");
   const int hb = std::min(group, kHeadBlock);
   const int blocks = (group + hb - 1) / hb;
   const int64_t n_rows = k.rows();
+  // Tokens per tile: up to kQueryTile queries, fewer where the per-thread score rows (one per
+  // query, one float per cache row) would pass 4 MiB (long contexts).
+  const int64_t q_budget =
+      std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(1, n_rows), hb, kQueryTile);
+  const int tt = std::max(1, (int)(q_budget / hb));
+  const int64_t n_tiles = (n + tt - 1) / tt;
+  const int max_q = tt * hb;
   for (auto& s : scores_)
-    if ((int64_t)s.size() < hb * n_rows) s.resize((size_t)(hb * n_rows));
+    if ((int64_t)s.size() < max_q * n_rows) s.resize((size_t)(max_q * n_rows));
   const float scale = p.scale;
-  const DotF32Fn dot_fn = attn_dot_fn();
-  const AxpyF32Fn axpy_fn = attn_axpy_fn();
+  const int64_t k_stride = (int64_t)(k.row_stride() / sizeof(float)),
+                v_stride = (int64_t)(v.row_stride() / sizeof(float));
+  const QkTileFn qk_tile = attn_qk_tile_fn();
+  const PvTileFn pv_tile = n > 1 ? attn_pv_tile_fn() : attn_pv_pairs_fn();
   auto body = [&](int64_t b, int64_t e, int th) {
     float* s = scores_[th].data();
-    float mx[kHeadBlock], inv[kHeadBlock];
-    const float* qr[kHeadBlock];
-    float* o[kHeadBlock];
+    const float* qr[kQueryTile];
+    float* o[kQueryTile];
+    int64_t lo[kQueryTile], hi[kQueryTile];
     for (int64_t i = b; i < e; ++i) {
-      const int64_t t = i / ((int64_t)p.n_head_kv * blocks),
-                    r = i % ((int64_t)p.n_head_kv * blocks);
+      // Causal rows grow with the token: tiles are taken first, last, second, second-to-last,
+      // ..., so the contiguous item ranges of parallel_for get equal shares of the keys.
+      const int64_t per_tile = (int64_t)p.n_head_kv * blocks, ti = i / per_tile, r = i % per_tile;
+      const int64_t tile = ti % 2 == 0 ? ti / 2 : n_tiles - 1 - ti / 2;
+      const int64_t t0 = tile * tt, t1 = std::min<int64_t>(n, t0 + tt);
       const int64_t g = r / blocks, h0 = g * group + (r % blocks) * hb;
       const int nh = (int)std::min<int64_t>(hb, (g + 1) * group - h0);
-      const int64_t n_pos = pos0 + t + 1;  // causal: this token and everything before it
-      const int64_t j0 = p.window > 0 ? std::max<int64_t>(0, n_pos - p.window) : 0;
-      for (int u = 0; u < nh; ++u) {
-        qr[u] = frow(q, t) + (h0 + u) * hd;
-        o[u] = frow(out, t) + (h0 + u) * hdv;
-        mx[u] = -INFINITY;
-      }
-      for (int64_t j = j0; j < n_pos; ++j) {
-        const float* kr = frow(k, j) + g * hd;
+      const int nq = (int)(t1 - t0) * nh;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n_pos = pos0 + t + 1;  // causal: this token and everything before it
+        const int64_t j0 = p.window > 0 ? std::max<int64_t>(0, n_pos - p.window) : 0;
         for (int u = 0; u < nh; ++u) {
-          float& sc = s[u * n_rows + j];
-          sc = dot_fn(qr[u], kr, hd) * scale;
-          mx[u] = std::max(mx[u], sc);
+          const int x = (int)(t - t0) * nh + u;
+          qr[x] = frow(q, t) + (h0 + u) * hd;
+          o[x] = frow(out, t) + (h0 + u) * hdv;
+          lo[x] = j0;
+          hi[x] = n_pos;
         }
       }
-      for (int u = 0; u < nh; ++u) {
-        float* su = s + u * n_rows;
-        if (p.sinks) mx[u] = std::max(mx[u], p.sinks[h0 + u]);
+      // Scores: the keys every token of the tile sees in one tile call, each token's ragged
+      // ends (the causal edge, the window's start) on their own.
+      const float* kg = frow(k, 0) + g * hd;
+      const int64_t c0 = lo[nq - 1], c1 = hi[0];  // the window start and the end both grow
+      if (c0 < c1) qk_tile(qr, nq, kg, k_stride, c0, c1, hd, scale, s, n_rows);
+      for (int x = 0; x < nq; x += nh) {
+        float* sx = s + x * n_rows;
+        if (c0 < c1) {
+          qk_tile(qr + x, nh, kg, k_stride, lo[x], c0, hd, scale, sx, n_rows);
+          qk_tile(qr + x, nh, kg, k_stride, c1, hi[x], hd, scale, sx, n_rows);
+        } else {
+          qk_tile(qr + x, nh, kg, k_stride, lo[x], hi[x], hd, scale, sx, n_rows);
+        }
+      }
+      for (int x = 0; x < nq; ++x) {
+        float* su = s + x * n_rows;
+        const int64_t h = h0 + x % nh;
+        float mx = -INFINITY;
+        for (int64_t j = lo[x]; j < hi[x]; ++j) mx = std::max(mx, su[j]);
+        if (p.sinks) mx = std::max(mx, p.sinks[h]);
         float sum = 0;
-        for (int64_t j = j0; j < n_pos; ++j) {
-          su[j] = std::exp(su[j] - mx[u]);
+        for (int64_t j = lo[x]; j < hi[x]; ++j) {
+          su[j] = std::exp(su[j] - mx);
           sum += su[j];
         }
-        if (p.sinks) sum += std::exp(p.sinks[h0 + u] - mx[u]);
-        inv[u] = 1.0f / sum;
-        std::memset(o[u], 0, hdv * sizeof(float));
+        if (p.sinks) sum += std::exp(p.sinks[h] - mx);
+        const float inv = 1.0f / sum;
+        for (int64_t j = lo[x]; j < hi[x]; ++j) su[j] *= inv;
       }
-      for (int64_t j = j0; j < n_pos; ++j) {
-        const float* vr = frow(v, j) + g * hdv;
-        for (int u = 0; u < nh; ++u) axpy_fn(o[u], vr, s[u * n_rows + j] * inv[u], hdv);
-      }
+      pv_tile(o, nq, s, n_rows, lo, hi, frow(v, 0) + g * hdv, v_stride, hdv);
     }
   };
-  const int64_t items = (int64_t)n * p.n_head_kv * blocks;
+  const int64_t items = n_tiles * p.n_head_kv * blocks;
   if (pool_)
     pool_->parallel_for(items, body);
   else
