@@ -104,6 +104,34 @@ Match read_name(std::string_view b, size_t& i, std::string_view close, std::stri
   return Match::Done;
 }
 
+// The parameters of an XML-ish call up to and including `close` (its end tag), whitespace
+// between the tags: Qwen3.5 writes "<parameter=K>\nV\n</parameter>" (`open` "<parameter=",
+// `name_end` ">", one newline trimmed each side of V), MiniMax-M2 "<parameter name=\"K\">V
+// </parameter>" (V as it is). Each V is typed by the schema of function `fn`'s parameter K.
+Match read_xml_parameters(std::string_view b, size_t& i, std::string_view open,
+                          std::string_view name_end, bool trim_newlines, std::string_view close,
+                          const ojson& tools, const std::string& fn, ojson& args) {
+  for (;;) {
+    i = skip_space(b, i);
+    const Match p = expect(b, i, open);
+    if (p == Match::Done) {
+      std::string key;
+      if (Match m = read_name(b, i, name_end, key); m != Match::Done) return m;
+      const size_t e = b.find(kParameterEnd, i);
+      if (e == std::string_view::npos) return Match::Incomplete;
+      std::string_view raw = b.substr(i, e - i);
+      if (trim_newlines && !raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
+      if (trim_newlines && !raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
+      args[key] = typed_text_argument(tool_argument_schema(tools, fn, key), raw);
+      i = e + kParameterEnd.size();
+      continue;
+    }
+    const Match c = expect(b, i, close);
+    if (c == Match::Done) return Match::Done;
+    return p == Match::Incomplete || c == Match::Incomplete ? Match::Incomplete : Match::Invalid;
+  }
+}
+
 // The text that opens a call block ("" for None and Harmony); Llama 3's bare '{' is handled apart.
 std::string_view start_marker(ToolCallSyntax s) {
   switch (s) {
@@ -387,27 +415,10 @@ ToolCallParser::Block ToolCallParser::parse_block(std::vector<ToolCall>& calls,
       if (Match m = expect(b, i, kFunction); m != Match::Done) return block_of(m);
       if (Match m = read_name(b, i, ">", name); m != Match::Done) return block_of(m);
       ojson args = ojson::object();
-      for (;;) {
-        i = skip_space(b, i);
-        const Match p = expect(b, i, kParameter);
-        if (p == Match::Done) {
-          std::string key;
-          if (Match m = read_name(b, i, ">", key); m != Match::Done) return block_of(m);
-          const size_t e = b.find(kParameterEnd, i);
-          if (e == std::string_view::npos) return Block::Incomplete;
-          // The template writes "<parameter=K>\n" V "\n</parameter>": one newline each side.
-          std::string_view raw = b.substr(i, e - i);
-          if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
-          if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
-          args[key] = typed_text_argument(tool_argument_schema(tools_, name, key), raw);
-          i = e + kParameterEnd.size();
-          continue;
-        }
-        const Match f = expect(b, i, kFunctionEnd);
-        if (f == Match::Done) break;
-        return p == Match::Incomplete || f == Match::Incomplete ? Block::Incomplete
-                                                                : Block::Invalid;
-      }
+      if (Match m =
+              read_xml_parameters(b, i, kParameter, ">", true, kFunctionEnd, tools_, name, args);
+          m != Match::Done)
+        return block_of(m);
       i = skip_space(b, i);
       if (Match m = expect(b, i, kToolCallEnd); m != Match::Done) return block_of(m);
       calls.push_back({name, args.dump(), ""});
@@ -444,24 +455,10 @@ ToolCallParser::Block ToolCallParser::parse_block(std::vector<ToolCall>& calls,
           std::string name;
           if (Match m = read_name(b, i, "\">", name); m != Match::Done) return block_of(m);
           ojson args = ojson::object();
-          for (;;) {
-            i = skip_space(b, i);
-            const Match p = expect(b, i, kMiniMaxParameter);
-            if (p == Match::Done) {
-              std::string key;
-              if (Match m = read_name(b, i, "\">", key); m != Match::Done) return block_of(m);
-              const size_t e = b.find(kParameterEnd, i);
-              if (e == std::string_view::npos) return Block::Incomplete;
-              args[key] =
-                  typed_text_argument(tool_argument_schema(tools_, name, key), b.substr(i, e - i));
-              i = e + kParameterEnd.size();
-              continue;
-            }
-            const Match ie = expect(b, i, kInvokeEnd);
-            if (ie == Match::Done) break;
-            return p == Match::Incomplete || ie == Match::Incomplete ? Block::Incomplete
-                                                                     : Block::Invalid;
-          }
+          if (Match m = read_xml_parameters(b, i, kMiniMaxParameter, "\">", false, kInvokeEnd,
+                                            tools_, name, args);
+              m != Match::Done)
+            return block_of(m);
           calls.push_back({name, args.dump(), ""});
           continue;
         }
