@@ -131,17 +131,24 @@ void Engine::prefill(std::span<const int32_t> tokens, bool all_logits, std::vect
   if (out) out->resize(all_logits ? tokens.size() * V : (tokens.empty() ? 0 : V));
   const size_t B = ctx_->max_batch();
   const bool snapshots = ctx_->takes_snapshots() && !tokens.empty();
+  // The end-of-prompt snapshot is taken before the prompt's last token: the prefix cache always
+  // leaves a prompt's last token to feed (its logits are needed), so the same prompt again (a
+  // regenerated reply) goes back to it, and a next turn that extends the prompt recomputes one
+  // token more than from the end. A 1-token prefill starts where that position already is.
+  const size_t end_mark = tokens.empty() ? 0 : tokens.size() - 1;
   for (size_t i = 0, n = 0; i < tokens.size(); i += n) {
     n = std::min(B, tokens.size() - i);
-    // A chunk ends at the next multiple of the interval (the rows of a chunk are the same bits
-    // whichever chunk they run in), where the state is copied.
+    // A chunk ends at the next multiple of the interval and at end_mark (the rows of a chunk
+    // are the same bits whichever chunk they run in), where the state is copied.
     const int64_t to_mark = snapshot_interval_ - ctx_->pos() % snapshot_interval_;
     if (snapshots && (int64_t)n > to_mark) n = (size_t)to_mark;
+    if (snapshots && i < end_mark && i + n > end_mark) n = end_mark - i;
     const bool last = i + n == tokens.size();
     LogitsMode mode = all_logits ? LogitsMode::All : (last ? LogitsMode::Last : LogitsMode::None);
     if (!out) mode = LogitsMode::None;
     ctx_->forward(tokens.subspan(i, n), mode);
-    if (snapshots && (last || ctx_->pos() % snapshot_interval_ == 0)) ctx_->snapshot_state();
+    if (snapshots && (i + n == end_mark || ctx_->pos() % snapshot_interval_ == 0))
+      ctx_->snapshot_state();
     if (!out) continue;
     if (all_logits)
       std::memcpy(out->data() + i * V, ctx_->logits(), n * V * sizeof(float));

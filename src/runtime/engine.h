@@ -33,7 +33,7 @@ struct EngineOptions {
   // Models with recurrent layers (qwen3next, qwen35moe): copies of the recurrent state kept so
   // that a sequence can go back to an earlier position (the prefix cache's divergence inside a
   // previous reply; model/state_snapshots.h). At most state_snapshots of them (0: none; chat and
-  // serve keep 8 by default), taken at the end of every prefill (a prompt) and every
+  // serve keep 8 by default), taken before the last token of every prefill (a prompt) and every
   // snapshot_interval positions inside one.
   int state_snapshots = 0;
   int snapshot_interval = 1024;
@@ -78,7 +78,7 @@ class Engine {
   // Feeds tokens at the current position in chunks of opt.batch. With all_logits, out gets
   // tokens.size() rows of n_vocab; otherwise the last row only. out may be null. With state
   // snapshots (EngineOptions::state_snapshots) chunks also end at multiples of
-  // snapshot_interval, where the recurrent state is copied, and at the end of the tokens.
+  // snapshot_interval, where the recurrent state is copied, and before the last token.
   void prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* out);
   // Feeds one token; returns its logits row (n_vocab, valid until the next call).
   std::span<const float> decode(int32_t token);

@@ -9,7 +9,7 @@
 // greedy tokens after a hit equal a cold run's (tested in tests/runtime/test_prefix_cache.cpp).
 // Models with recurrent layers (qwen3next, qwen35moe) cannot rewind to any position: their
 // state goes back to the latest state snapshot at or before the common prefix (the engine takes
-// one at the end of every prompt and every --snapshot-interval tokens of a prefill,
+// one before the last token of every prompt and every --snapshot-interval tokens of a prefill,
 // model/state_snapshots.h), with the KV cache truncated there and the rest recomputed, or starts
 // over without one. A chat whose next prompt re-renders the previous reply differently (a
 // template that drops the reasoning) diverges inside that reply, after the previous prompt's

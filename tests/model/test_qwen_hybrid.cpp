@@ -214,7 +214,7 @@ TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
   std::vector<int32_t> p3(p2.begin(), p2.begin() + 13);
   p3.push_back(200);
   p3.push_back(201);
-  const std::vector<int32_t> p4 = {4, 8, 77, 78, 79};
+  const std::vector<int32_t> p4 = {4, 8, 77, 78, 79, 80};
   for (const char* arch : {"qwen3next", "qwen35moe"}) {
     const std::string path = gen_hy(arch);
     HybridColdRuns cold(path);
@@ -230,25 +230,28 @@ TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
       std::vector<float> got = hybrid_turn(e, pc, p1, &reused);
       EXPECT_EQ(reused, 0u);
       cold.expect_rows(p1, 0, got);
-      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 8, 10}));
-      // Everything held is a prefix: reused whole; the lowest snapshots make room for 12 and 15.
+      // Every 4 positions and before the prompt's last token.
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 8, 9}));
+      // Everything held is a prefix: reused whole (the state is there); the lowest snapshots make
+      // room for 12 and 14.
       got = hybrid_turn(e, pc, p2, &reused);
       EXPECT_EQ(reused, p1.size());
       cold.expect_rows(p2, reused, got);
-      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{10, 12, 15}));
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{9, 12, 14}));
       // Divergence at 13, after the snapshot of 12: back to it, 3 tokens computed again.
       got = hybrid_turn(e, pc, p3, &reused);
       EXPECT_EQ(reused, 12u);
       cold.expect_rows(p3, reused, got);
-      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{10, 12, 15}));
+      EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{9, 12, 14}));
       // Divergence at 2, before every snapshot: a new sequence.
       got = hybrid_turn(e, pc, p4, &reused);
       EXPECT_EQ(reused, 0u);
       cold.expect_rows(p4, 0, got);
       EXPECT_EQ(e.context().snapshot_positions(), (std::vector<int64_t>{4, 5}));
-      // The same prompt again keeps its last token to feed: back to the snapshot of 4.
+      // The same prompt again (a regenerated reply) keeps its last token to feed: back to the
+      // snapshot before it, not to the interval's 4.
       got = hybrid_turn(e, pc, p4, &reused);
-      EXPECT_EQ(reused, 4u);
+      EXPECT_EQ(reused, p4.size() - 1);
       cold.expect_rows(p4, reused, got);
       // truncate() reaches a snapshot's position exactly and refuses any other.
       EXPECT_THROW(e.context().truncate(3), Error);
