@@ -133,7 +133,9 @@ def engine_newer() -> str:
                                                "(`--arch qwen35moe"),
                      ("engine-qwen3next.json", "Qwen3-Next-80B-A3B shape, Q4_K (`--arch qwen3next"),
                      ("engine-gemma4.json", "Gemma 4 26B-A4B shape (3 sliding + 1 global layer), Q4_K "
-                                            "(`--arch gemma4")):
+                                            "(`--arch gemma4"),
+                     ("engine-minimax-m2.json", "MiniMax-M2 shape (256 experts, top-8), Q4_K "
+                                                "(`--arch minimax-m2")):
         d = J(f)
         m, l = eng(f), eng(f, "llama.cpp")
         kv = d["kv_cache"]
@@ -672,7 +674,7 @@ RENDER = {
     "engine": (engine_table, "bench/engine.json"),
     "engine-ab": (engine_ab, "bench/engine-ab.json"),
     "engine-tiles": (engine_tiles, "bench/engine-prefill-tiles.json"),
-    "engine-newer": (engine_newer, "bench/engine-{deepseek2,gptoss,qwen35moe,qwen3next,gemma4}.json"),
+    "engine-newer": (engine_newer, "bench/engine-{deepseek2,gptoss,qwen35moe,qwen3next,gemma4,minimax-m2}.json"),
     "offload": (offload_table, "bench/offload-odirect.json, bench/offload-buffered.json"),
     "offload-buffered-note": (offload_buffered_note, "bench/offload-buffered.json"),
     "btr": (btr_table, "bench/bigger-than-ram.json"),
