@@ -33,48 +33,49 @@ inline float hsum512(__m512 v) {
 // Two blocks per zmm: the low half holds block i's eight int32 partial sums, the high half
 // block i + 1's, so each half runs exactly the float operations of the AVX2 kernel's even and
 // odd accumulators (same lanes, same scale products, same order) and the results are the
-// AVX2 level's bit for bit. AVX-512 has no vpsignb: the activation bytes are negated under the
-// weights' sign mask instead, and |q| x that equals q x y.
+// AVX2 level's bit for bit. The weights are offset to unsigned bytes (q ^ 0x80 = q + 128) once
+// per pair; per token, vpdpbusd starts from the activation row's -128 sum(y) per lane (see
+// q8_0_bias_offset) and reads its quants back to back, so each int32 lane is q . y exactly, as
+// before, in one multiply and no sign fix-up.
 template <typename B>
 inline __m512i unpack_pair(const B& b0, const B& b1) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
 }
 
+// Token t's activation: its blocks' float scales, the quants back to back and the int32 offsets
+// (the blocks themselves are not read).
+template <int NT>
+struct Act32 {
+  const float* da[NT];
+  const int8_t* qs[NT];
+  const int32_t* bias[NT];
+  const float* da8[NT];
+};
+
 template <typename B, int NT>
-inline void block_pair(const B* w, const BlockQ8_0* const* a, const float* const* da, int64_t i,
-                       __m512* acc) {
-  const __m512i q = unpack_pair(w[0], w[1]);
-  const __m512i aq = _mm512_abs_epi8(q);
-  const __mmask64 neg = _mm512_movepi8_mask(q);
+inline void block_pair(const B* w, const Act32<NT>& x, int64_t i, __m512* acc) {
+  const __m512i u = _mm512_xor_si512(unpack_pair(w[0], w[1]), _mm512_set1_epi8((char)0x80));
   const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(scale(w[0])), _mm256_set1_ps(scale(w[1])), 1);
-  // Lanes 0..7 take the first of two floats, lanes 8..15 the second.
-  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    const __m512i y =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a[t][i].qs)),
-                           _mm256_loadu_si256((const __m256i*)a[t][i + 1].qs), 1);
-    const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, ys);
-    const __m512 d2 = _mm512_permutexvar_ps(
-        halves,
-        _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(da[t] + i)))));
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void*)(x.bias[t] + 8 * i)), u,
+                                          _mm512_loadu_si512((const void*)(x.qs[t] + 32 * i)));
+    const __m512 d2 = _mm512_loadu_ps(x.da8[t] + 8 * i);
     acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, d2), _mm512_cvtepi32_ps(p), acc[t]);
   }
 }
 
 // The last block of an odd count: into the low (even) half only, as the AVX2 kernel does.
 template <typename B, int NT>
-inline void block_single(const B& w, const BlockQ8_0* const* a, const float* const* da, int64_t i,
-                         __m512* acc) {
-  const __m256i q = unpack(w);
+inline void block_single(const B& w, const Act32<NT>& x, int64_t i, __m512* acc) {
+  const __m256i u = _mm256_xor_si256(unpack(w), _mm256_set1_epi8((char)0x80));
   const float dw = scale(w);
-  const __m256i aq = _mm256_sign_epi8(q, q);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    const __m256i y = _mm256_loadu_si256((const __m256i*)a[t][i].qs);
-    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(y, q));
-    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t][i]), _mm256_cvtepi32_ps(p),
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i*)(x.bias[t] + 8 * i)), u,
+                            _mm256_loadu_si256((const __m256i*)(x.qs[t] + 32 * i)));
+    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.da[t][i]), _mm256_cvtepi32_ps(p),
                                       _mm512_castps512_ps256(acc[t]));
     acc[t] = _mm512_insertf32x8(acc[t], lo, 0);
   }
@@ -83,13 +84,15 @@ inline void block_single(const B& w, const BlockQ8_0* const* a, const float* con
 template <typename B, int NT>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
-  const BlockQ8_0* a[NT];
-  const float* da[NT];
+  Act32<NT> x;
   __m512 acc[NT];
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    a[t] = act_row<BlockQ8_0>(act, stride, t);
-    da[t] = q8_0_row_scales(a[t], n);
+    const void* row = act_row<uint8_t>(act, stride, t);
+    x.da[t] = q8_0_row_scales(row, n);
+    x.qs[t] = q8_0_row_quants(row, n);
+    x.bias[t] = q8_0_row_bias(row, n);
+    x.da8[t] = q8_0_row_scales8(row, n);
     acc[t] = _mm512_setzero_ps();
   }
   const int64_t nb = n / 32;
@@ -97,9 +100,9 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (; i + 2 <= nb; i += 2) {
     // Every line kPrefetchAhead bytes ahead, as the AVX2 kernels (see simd_avx2_util.h).
     prefetch_block<2 * sizeof(B)>(wb + i);
-    block_pair<B, NT>(wb + i, a, da, i, acc);
+    block_pair<B, NT>(wb + i, x, i, acc);
   }
-  if (i < nb) block_single<B, NT>(wb[i], a, da, i, acc);
+  if (i < nb) block_single<B, NT>(wb[i], x, i, acc);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) out[t] = hsum512(acc[t]);
 }
@@ -168,6 +171,12 @@ inline __m128 k4_d_dmin(const void* block) {
   return _mm_cvtph_ps(_mm_cvtsi32_si128(h));
 }
 
+// The NT-token (prefill) kernel. On this core family every 512-bit vector instruction issues
+// on ports 0 and 5, so the count of them per block and token is the cost: the integer part
+// (vpmaddubsw + vpdpwssd per 64 weights) is at its floor (regrouping with vpdpbusd needs a
+// repack of the sums and is no shorter), and the per-block float part takes d * ad and
+// dmin * ad as two multiplies by the activation scale broadcast from memory instead of one
+// multiply and three shuffles.
 template <int NT, bool kFive>
 void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   using B = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
@@ -215,13 +224,16 @@ void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* 
     }
     const __m256i mn = k4_mn16(scx);
     const __m128 dh = k4_d_dmin(&b);
+    // d and dmin in every lane: each token's products d * ad and dmin * ad are then one
+    // multiply by the broadcast activation scale (the same roundings as the scalar products).
+    const __m512 bd = _mm512_broadcastss_ps(dh), bm = _mm512_broadcastss_ps(_mm_movehdup_ps(dh));
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& at = a[t][i];
       const __m256i msum = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i*)at.bsums));
-      const __m128 dd = _mm_mul_ps(dh, _mm_set1_ps(at.d));
-      acc[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
-      acc[t] = _mm512_fnmadd_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dd)),
+      const __m512 ad = _mm512_set1_ps(at.d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(bd, ad), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(bm, ad),
                                 _mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), acc[t]);
     }
   }
