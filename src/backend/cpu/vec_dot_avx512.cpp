@@ -37,9 +37,36 @@ inline float hsum512(__m512 v) {
 // per pair; per token, vpdpbusd starts from the activation row's -128 sum(y) per lane (see
 // q8_0_bias_offset) and reads its quants back to back, so each int32 lane is q . y exactly, as
 // before, in one multiply and no sign fix-up.
+// Weight bytes q + 128 of two blocks in element order (block b0 in bytes 0..31).
 template <typename B>
-inline __m512i unpack_pair(const B& b0, const B& b1) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
+inline __m512i unpack_pair_u(const B& b0, const B& b1) {
+  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
+  return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+}
+// Q4_0 / Q5_0 in AVX-512 ops: the two blocks' 16 nibble bytes go to 128-bit lanes [b0 b0 b1 b1]
+// (the odd lanes shifted for the high nibbles), Q5_0's 2 x 32 fifth bits become a mask register,
+// and the offset is added per byte: q + 128 = nibble + 16 * bit + 112 (Q5_0), nibble + 120
+// (Q4_0); ~7 vector instructions for the pair instead of ~18 with the AVX2 unpacking.
+template <typename B>
+inline __m512i nibble_pair(const B& b0, const B& b1) {
+  const __m256i both = _mm256_set_m128i(_mm_loadu_si128((const __m128i*)b1.qs),
+                                        _mm_loadu_si128((const __m128i*)b0.qs));
+  const __m512i v =
+      _mm512_shuffle_i64x2(_mm512_castsi256_si512(both), _mm512_castsi256_si512(both), 0x50);
+  return _mm512_and_si512(_mm512_mask_srli_epi64(v, 0xCC, v, 4), _mm512_set1_epi8(0x0F));
+}
+template <>
+inline __m512i unpack_pair_u(const BlockQ4_0& b0, const BlockQ4_0& b1) {
+  return _mm512_add_epi8(nibble_pair(b0, b1), _mm512_set1_epi8(120));
+}
+template <>
+inline __m512i unpack_pair_u(const BlockQ5_0& b0, const BlockQ5_0& b1) {
+  uint32_t h0, h1;
+  std::memcpy(&h0, b0.qh, 4);
+  std::memcpy(&h1, b1.qh, 4);
+  const __mmask64 fifth = _cvtu64_mask64((uint64_t)h1 << 32 | h0);
+  const __m512i off = _mm512_mask_blend_epi8(fifth, _mm512_set1_epi8(112), _mm512_set1_epi8(-128));
+  return _mm512_add_epi8(nibble_pair(b0, b1), off);
 }
 
 // Token t's activation: its blocks' float scales, the quants back to back and the int32 offsets
@@ -54,7 +81,7 @@ struct Act32 {
 
 template <typename B, int NT>
 inline void block_pair(const B* w, const Act32<NT>& x, int64_t i, __m512* acc) {
-  const __m512i u = _mm512_xor_si512(unpack_pair(w[0], w[1]), _mm512_set1_epi8((char)0x80));
+  const __m512i u = unpack_pair_u(w[0], w[1]);
   const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(scale(w[0])), _mm256_set1_ps(scale(w[1])), 1);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
