@@ -217,15 +217,15 @@ INSTANTIATE_TEST_SUITE_P(Q8_0Activation32Blocks, Avx512PairTest,
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // Prefill matmul walks blocks of weight rows (~128 KiB) once per 8-token tile within passes of
-// tokens whose activations fit in ~512 KiB. Shapes that cross row blocks, tiles and a pass
-// boundary (Q4_K 2304 columns: 101-row blocks, 192-token passes; Q5_0 1408 columns, the
+// tokens whose activations fit in ~1 MiB. Shapes that cross row blocks, tiles and a pass
+// boundary (Q4_K 7680 columns: 30-row blocks, 112-token passes; Q5_0 1408 columns, the
 // DeepSeek-V2-Lite expert down-projection width: 135-row blocks), split over 1-3 threads: every
 // token's row equals matvec of that token bit for bit, at every level.
 TEST(Kernels, MatmulAcrossRowBlocksTilesAndPassesMatchesMatvec) {
   ThreadPool pool2(2), pool3(3);
-  for (const auto& [t, cols, n_tok] : {std::tuple{GgmlType::Q4_K, (int64_t)2304, (int64_t)197},
-                                       std::tuple{GgmlType::Q5_0, (int64_t)1408, (int64_t)21}}) {
-    const int64_t rows = 290;
+  for (const auto& [t, cols, n_tok, rows] :
+       {std::tuple{GgmlType::Q4_K, (int64_t)7680, (int64_t)121, (int64_t)70},
+        std::tuple{GgmlType::Q5_0, (int64_t)1408, (int64_t)21, (int64_t)290}}) {
     std::mt19937 rng(2024 + (int)t);
     const auto W = random_weights(t, rows, cols, rng);
     const auto X = random_floats(n_tok * cols, rng);

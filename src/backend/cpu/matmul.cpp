@@ -172,15 +172,18 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
 
   const size_t wbytes = row_bytes(w, cols);
   const uint8_t* Wb = static_cast<const uint8_t*>(W);
-  // Tokens per pass: keep that many activation rows in L2. Within a pass, a block of weight rows
-  // (~128 KiB, which stays in L2) is walked once per tile of kMaxTokens tokens, so the tile's
-  // activations (8 x 2-5 KiB at 2048 columns) stay in L1 across the block's rows: activations
-  // are read 8 times per weight byte, weights once per tile, and L2 traffic is what limited
-  // prefill when each row walked all of the pass's tokens. Every output is the same kernel call
-  // on the same tile as before (any order gives the same bits).
-  const int64_t tok_chunk =
-      std::max<int64_t>(kernels::kMaxTokens, (int64_t)((512u << 10) / astride) /
-                                                 kernels::kMaxTokens * kernels::kMaxTokens);
+  // Tokens per pass: as many as keep the bytes their kernels read (~1 MiB) in L2; the weights
+  // are streamed from memory once per pass. Q8_0 rows are larger than what one level reads:
+  // AVX-512 reads the back-to-back quants, offsets and x8 scales (3 bytes per column), the other
+  // levels the blocks and x8 scales (about 2). Within a pass, a block of weight rows (~128 KiB,
+  // which stays in L2) is walked once per tile of kMaxTokens tokens, so the tile's activations
+  // (8 x 2.3 KiB for a 2048-column Q8_K row) stay in L1 across the block's rows: activations
+  // are read 8 times per weight byte and the weights once per tile. When each row walked all
+  // of the pass's tiles instead, L2 traffic limited prefill. Every output is the same kernel
+  // call on the same tile whatever the walk order, so the results are too.
+  const size_t hot = activation_type_for(w) == GgmlType::Q8_0 ? 3 * (size_t)cols : astride;
+  const int64_t tok_chunk = std::max<int64_t>(
+      kernels::kMaxTokens, (int64_t)((1u << 20) / hot) / kernels::kMaxTokens * kernels::kMaxTokens);
   const int64_t row_block = std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes));
   auto body = [&](int64_t r0, int64_t r1, int) {
     float out[kernels::kMaxTokens];
