@@ -112,10 +112,23 @@ struct Act32 {
   const float* da8[NT];
 };
 
+// [scale of w[0] x 8 | scale of w[1] x 8]. For fp16 scales both are converted by one vcvtph2ps
+// and spread by one permute (the same values as two scalar conversions and broadcasts).
+template <typename B>
+inline __m512 scale_pair(const B* w) {
+  if constexpr (std::is_same_v<B, BlockMXFP4>) {
+    return _mm512_insertf32x8(_mm512_set1_ps(scale(w[0])), _mm256_set1_ps(scale(w[1])), 1);
+  } else {
+    const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)w[1].d << 16 | w[0].d)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(d));
+  }
+}
+
 template <typename B, int NT>
 inline void block_pair(const B* w, const Act32<NT>& x, int64_t i, __m512* acc) {
   const __m512i u = unpack_pair_u(w[0], w[1]);
-  const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(scale(w[0])), _mm256_set1_ps(scale(w[1])), 1);
+  const __m512 dw = scale_pair(w);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void*)(x.bias[t] + 8 * i)), u,
