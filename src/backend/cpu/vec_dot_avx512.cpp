@@ -70,6 +70,7 @@ inline void hsum_out(const __m512* acc, float* out) {
 // per pair; per token, vpdpbusd starts from the activation row's -128 sum(y) per lane (see
 // q8_0_bias_offset) and reads its quants back to back, so each int32 lane is q . y exactly, as
 // before, in one multiply and no sign fix-up.
+
 // Weight bytes q + 128 of two blocks in element order (block b0 in bytes 0..31).
 template <typename B>
 inline __m512i unpack_pair_u(const B& b0, const B& b1) {
@@ -243,12 +244,11 @@ inline __m128 k4_d_dmin(const void* block) {
   return _mm_cvtph_ps(_mm_cvtsi32_si128(h));
 }
 
-// The NT-token (prefill) kernel. On this core family every 512-bit vector instruction issues
-// on ports 0 and 5, so the count of them per block and token is the cost: the integer part
-// (vpmaddubsw + vpdpwssd per 64 weights) is at its floor (regrouping with vpdpbusd needs a
-// repack of the sums and is no shorter), and the per-block float part takes d * ad and
-// dmin * ad as two multiplies by the activation scale broadcast from memory instead of one
-// multiply and three shuffles.
+// The NT-token (prefill) kernel. The integer part stays vpmaddubsw + vpdpwssd per 64 weights
+// and token: vpdpbusd sums of four would need repacking into int16 pairs before the scale
+// multiply, and that measured slower (vpermt2w) or no faster (vpackssdw). The per-block float
+// part takes d * ad and dmin * ad as two multiplies by the activation scale broadcast from
+// memory instead of one multiply and three shuffles.
 template <int NT, bool kFive>
 void dot_q45_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   using B = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
