@@ -110,6 +110,12 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
+  // A DeepSeek-V2-Lite expert at pp512 (~48 tokens each): gate/up Q4_K 2048 -> 1408, down
+  // Q5_0 1408 -> 2048 (1408 columns are not a multiple of 256).
+  for (int threads : {1, 2}) {
+    b->Args({(int64_t)GgmlType::Q4_K, 1408, 2048, threads, 48});
+    b->Args({(int64_t)GgmlType::Q5_0, 2048, 1408, threads, 48});
+  }
   b->ArgNames({"type", "rows", "cols", "thr", "tok"});
   b->MinTime(0.3);
   b->UseRealTime();

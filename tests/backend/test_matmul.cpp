@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -215,6 +216,35 @@ INSTANTIATE_TEST_SUITE_P(Q8_0Activation32Blocks, Avx512PairTest,
                          ::testing::ValuesIn(q8_0_activation_32_block_types()),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
+// Prefill matmul walks blocks of weight rows (~128 KiB) once per 8-token tile within passes of
+// tokens whose activations fit in ~1 MiB. Shapes that cross row blocks, tiles and a pass
+// boundary (Q4_K 7680 columns: 30-row blocks, 112-token passes; Q5_0 1408 columns, the
+// DeepSeek-V2-Lite expert down-projection width: 135-row blocks), split over 1-3 threads: every
+// token's row equals matvec of that token bit for bit, at every level.
+TEST(Kernels, MatmulAcrossRowBlocksTilesAndPassesMatchesMatvec) {
+  ThreadPool pool2(2), pool3(3);
+  for (const auto& [t, cols, n_tok, rows] :
+       {std::tuple{GgmlType::Q4_K, (int64_t)7680, (int64_t)121, (int64_t)70},
+        std::tuple{GgmlType::Q5_0, (int64_t)1408, (int64_t)21, (int64_t)290}}) {
+    std::mt19937 rng(2024 + (int)t);
+    const auto W = random_weights(t, rows, cols, rng);
+    const auto X = random_floats(n_tok * cols, rng);
+    for (const auto& level : levels()) {
+      LevelGuard g(level);
+      std::vector<float> ref(n_tok * rows);
+      for (int64_t tok = 0; tok < n_tok; ++tok)
+        matvec(t, W.data(), rows, cols, X.data() + tok * cols, ref.data() + tok * rows, nullptr);
+      for (ThreadPool* pool : {(ThreadPool*)nullptr, &pool2, &pool3}) {
+        std::vector<float> Y(n_tok * rows, -1.f);
+        matmul(t, W.data(), rows, cols, X.data(), n_tok, Y.data(), pool);
+        for (int64_t tok = 0; tok < n_tok; ++tok)
+          ASSERT_EQ(0, std::memcmp(ref.data() + tok * rows, Y.data() + tok * rows, rows * 4))
+              << type_name(t) << " " << level << " token " << tok << " of " << n_tok;
+      }
+    }
+  }
+}
+
 // Decode matvec sends groups of rows through the multi-row kernels (where a level has one for
 // the type and rows are at least kMultiRowMinBytes = 4 KiB long) and the remainder row by row.
 // Odd row counts, thread splits and column counts on both sides of the 4 KiB threshold exercise
@@ -321,14 +351,34 @@ TEST(Kernels, ActivationQuantizationIsFaithful) {
     EXPECT_EQ(act.size(), activation_row_bytes(t, n));
     const auto a = ref_decode_activation(t, act.data(), n);
     if (t == GgmlType::Q8_0) {
-      // The blocks, then (4-byte aligned) every block's fp16 scale once more as a float.
+      // The blocks, then (4-byte aligned) every block's fp16 scale once more as a float, then
+      // (64-byte aligned) the quants back to back, -128 x the sum of every four quants as
+      // int32 and every block's float scale eight times; the row is a multiple of 64 bytes.
       const size_t tail = (n / 32 * 34 + 3) / 4 * 4;
-      ASSERT_EQ(act.size(), tail + n / 32 * 4);
+      const size_t quants = (tail + n / 32 * 4 + 63) / 64 * 64;
+      const size_t bias = (quants + n + 63) / 64 * 64;
+      const size_t scales8 = bias + n;  // one int32 per four quants
+      ASSERT_EQ(act.size(), (scales8 + n + 63) / 64 * 64);
+      for (int64_t i = 0; i < n; ++i) {
+        const int8_t q = (int8_t)act[i / 32 * 34 + 2 + i % 32];
+        EXPECT_EQ((int8_t)act[quants + i], q) << "element " << i;
+        if (i % 4 == 0) {
+          int32_t sum = 0, got;
+          for (int k = 0; k < 4; ++k) sum += (int8_t)act[(i + k) / 32 * 34 + 2 + (i + k) % 32];
+          std::memcpy(&got, act.data() + bias + i, 4);
+          EXPECT_EQ(got, -128 * sum) << "element " << i;
+        }
+      }
       for (int64_t b = 0; b < n / 32; ++b) {
         uint16_t h;
         float f;
         std::memcpy(&h, act.data() + b * 34, 2);
         std::memcpy(&f, act.data() + tail + b * 4, 4);
+        for (int k = 0; k < 8; ++k) {
+          float f8;
+          std::memcpy(&f8, act.data() + scales8 + (b * 8 + k) * 4, 4);
+          EXPECT_EQ(f8, f) << "block " << b;
+        }
         // fp16 -> float by hand: sign, 5-bit exponent, 10-bit mantissa (subnormals included).
         const int e = (h >> 10) & 31, m = h & 1023;
         const double v =
