@@ -104,6 +104,32 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n,
+                                      const std::function<void(int64_t, int64_t, int)>& fn,
+                                      int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (n_threads_ == 1 || n <= grain) {
+    fn(0, n, 0);
+    return;
+  }
+  // Its own cache line: the claims are the only writes the threads share.
+  alignas(64) std::atomic<int64_t> next{0};
+  const int64_t spread = 2 * (int64_t)n_threads_;
+  run_on_all([&](int t) {
+    int64_t b = next.load(std::memory_order_relaxed);
+    for (;;) {
+      if (b >= n) return;
+      const int64_t left = (n - b + grain - 1) / grain;
+      const int64_t e = std::min(n, b + std::max<int64_t>(1, left / spread) * grain);
+      if (next.compare_exchange_weak(b, e, std::memory_order_relaxed)) {
+        fn(b, e, t);
+        b = next.load(std::memory_order_relaxed);
+      }
+    }
+  });
+}
+
 int default_thread_count() {
 #ifdef __linux__
   cpu_set_t set;

@@ -34,6 +34,15 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
 
+  // fn(begin, end, thread_index) over [0, n) in ranges the threads claim as they go: the next
+  // range is about 1 / (2 * size()) of what is left (guided scheduling), a multiple of `grain`
+  // long (except the last). A thread that starts late (the hand-off) or runs slower (its
+  // hyperthread sibling busy, a page fault) takes less, instead of the others waiting for its
+  // fixed share. Which thread computes which range depends on timing, so fn's result for a range
+  // must not depend on the thread that runs it.
+  void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                            int64_t grain = 1);
+
   // fn(thread_index) on every thread (including the caller as thread 0).
   void run_on_all(const std::function<void(int)>& fn);
 

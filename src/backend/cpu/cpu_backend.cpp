@@ -297,10 +297,20 @@ void CpuBackend::scale(TensorView x, float s) {
 void CpuBackend::softcap(TensorView x, float cap) {
   check_f32(x, "softcap", "input");
   MOEFLOW_CHECK(cap > 0, "softcap: the cap must be positive, got {}", cap);
-  for (int64_t t = 0; t < x.rows(); ++t) {
-    float* r = frow(x, t);
-    for (int64_t i = 0; i < x.cols(); ++i) r[i] = cap * std::tanh(r[i] / cap);
-  }
+  // Gemma's final logits: a tanh per vocabulary entry (262144), which alone on the caller took
+  // ~5% of a decode step. Split over the pool in column ranges; each element is the same call.
+  const int64_t cols = x.cols();
+  auto body = [&](int64_t c0, int64_t c1, int) {
+    for (int64_t t = 0; t < x.rows(); ++t) {
+      float* r = frow(x, t);
+      for (int64_t i = c0; i < c1; ++i) r[i] = cap * std::tanh(r[i] / cap);
+    }
+  };
+  constexpr int64_t kCols = 16384;  // below that the hand-off costs more than it saves
+  if (pool_ && cols >= 2 * kCols)
+    pool_->parallel_for_dynamic(cols, body, kCols / 4);
+  else
+    body(0, cols, 0);
 }
 
 void CpuBackend::gated_add(TensorView acc, const TensorView& x, const TensorView& gate, GateFn f) {
