@@ -108,6 +108,25 @@ void CpuBackend::matmul(const TensorView& w, const TensorView& x, TensorView y) 
       std::memcpy(y.row(t), &y_pack_[(size_t)t * y.cols()], y.cols() * sizeof(float));
 }
 
+void CpuBackend::matmul_heads(const TensorView& w, const TensorView& x, int64_t x_step,
+                              TensorView y, int64_t y_step) {
+  const int64_t heads = w.ne[2];
+  if (x.rows() != 1 || heads <= 1) {
+    Backend::matmul_heads(w, x, x_step, y, y_step);
+    return;
+  }
+  check_host(w, "matmul_heads", "weight");
+  check_f32(x, "matmul_heads", "input");
+  check_f32(y, "matmul_heads", "output");
+  if (x.cols() != w.cols() || y.cols() != w.rows() || y.rows() != 1)
+    fail("cpu backend: matmul_heads shapes do not match: weight {}x{}, input {}x{}, output {}x{}",
+         w.rows(), w.cols(), x.rows(), x.cols(), y.rows(), y.cols());
+  if (w.nb[1] != row_bytes(w.type, w.cols()))
+    fail("cpu backend: matmul_heads needs each head's rows back to back");
+  moeflow::matvec_heads(w.type, w.data, w.nb[2], heads, w.rows(), w.cols(), x.as<const float>(),
+                        x_step, y.as<float>(), y_step, pool_);
+}
+
 void CpuBackend::get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) {
   check_host(table, "get_rows", "table");
   check_f32(out, "get_rows", "output");
