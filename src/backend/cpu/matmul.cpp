@@ -124,8 +124,9 @@ void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
     for (; r < r1; ++r) fn(cols, Wb + (size_t)r * wbytes, a, 0, 1, y + r);
   };
   // Claimed as the threads go rather than split in halves: decode's matvecs are ~100 us each and
-  // many, and with fixed shares the thread that finished first waited 10% of decode for the
-  // other (perf, DeepSeek-V2-Lite shape). Each row is computed alike whichever thread takes it.
+  // many; with fixed shares 12% of decode's perf samples were threads waiting in the pool (the
+  // DeepSeek-V2-Lite shape), 7% with claiming. Each row is computed alike whichever thread
+  // takes it.
   if (pool && pool->size() > 1 && rows > 1)
     pool->parallel_for_dynamic(rows, body, std::max<int64_t>(4, multi.rows));
   else
