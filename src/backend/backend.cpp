@@ -167,6 +167,22 @@ void check_gated_delta_net_shapes(const TensorView& q, const TensorView& k, cons
   MOEFLOW_CHECK(p.A && p.dt_bias, "gated_delta_net: A and dt_bias are required");
 }
 
+TensorView head_block(const TensorView& stack, int64_t h) {
+  return strided_matrix_view(stack.data + (size_t)h * stack.nb[2], stack.type, stack.ne[0],
+                             stack.ne[1], stack.nb[1], stack.space);
+}
+
+TensorView shifted_cols(const TensorView& v, int64_t c0) {
+  return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, v.cols(), v.rows(),
+                             v.row_stride(), v.space);
+}
+
+void Backend::matmul_heads(const TensorView& w, const TensorView& x, int64_t x_step, TensorView y,
+                           int64_t y_step) {
+  for (int64_t h = 0; h < w.ne[2]; ++h)
+    matmul(head_block(w, h), shifted_cols(x, h * x_step), shifted_cols(y, h * y_step));
+}
+
 void Backend::sigmoid_mul(TensorView, const TensorView&) {
   fail("the {} backend has no sigmoid_mul (the attention output gate)", name());
 }

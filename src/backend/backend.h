@@ -155,6 +155,13 @@ class Backend {
   // y[t][r] = sum_c w[r][c] * x[t][c]: w is [rows][cols] of any supported block type, x is
   // [n][cols] float32, y [n][rows]. One token is a matrix-vector product.
   virtual void matmul(const TensorView& w, const TensorView& x, TensorView y) = 0;
+  // One matmul per head of a stacked weight: for h < w.ne[2], y_h = w_h x_h, where w_h is the
+  // [rows][cols] block h (w.nb[2] bytes apart), x_h the columns [h * x_step, + cols) and y_h
+  // the columns [h * y_step, + rows) of x and y, which are given as head 0's column views
+  // (multi-head latent attention's per-head absorptions). Same bits as the per-head matmuls;
+  // by default it is exactly those, and the CPU backend runs a token's heads as one dispatch.
+  virtual void matmul_heads(const TensorView& w, const TensorView& x, int64_t x_step, TensorView y,
+                            int64_t y_step);
   // out[t] = dequantized table row ids[t] (embedding lookup).
   virtual void get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) = 0;
 
@@ -227,6 +234,11 @@ class Backend {
  protected:
   std::vector<float> route_staging_;
 };
+
+// Head h's [rows][cols] block of a stacked weight (ne[2] heads, nb[2] bytes apart), and a float
+// matrix view moved right by c0 columns (same width): matmul_heads' per-head operands.
+TensorView head_block(const TensorView& stack, int64_t h);
+TensorView shifted_cols(const TensorView& v, int64_t c0);
 
 // The routing rule of Backend::route on host memory (what every backend's route computes):
 // n rows of n_expert logits -> n x k experts and weights, n x n_expert probabilities.

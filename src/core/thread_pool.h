@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,16 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
 
+  // fn(begin, end, thread_index) over [0, n) in ranges the threads claim as they go, each a
+  // multiple of `grain` long (except the last): every thread walks its parallel_for share from
+  // the front, and one that is done takes the back half of the next rest it finds. A thread
+  // that starts late (the hand-off) or runs slower (a busy sibling, a page fault) computes
+  // less, instead of the others waiting for its fixed share, and each thread still reads one
+  // sequential stream most of the time. Which thread computes which range depends on timing,
+  // so fn's result for a range must not depend on the thread that runs it.
+  void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                            int64_t grain = 1);
+
   // fn(thread_index) on every thread (including the caller as thread 0).
   void run_on_all(const std::function<void(int)>& fn);
 
@@ -52,6 +63,10 @@ class ThreadPool {
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};  // workers blocked (or about to block) in generation_.wait
   std::atomic<bool> stop_{false};
+  struct alignas(64) Range {  // parallel_for_dynamic's per-thread rest, one cache line each
+    std::atomic<uint64_t> v{0};
+  };
+  std::unique_ptr<Range[]> ranges_;
 };
 
 // CPUs this process may run on (its affinity mask), at least 1.

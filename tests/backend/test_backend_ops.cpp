@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -478,6 +479,59 @@ TEST_P(BackendOps, AddBroadcastScaleAddAndGatedAdd) {
 
 // Gemma's embedding / layer-output scale and its final-logit soft-capping, on a row slice so the
 // rows outside it must stay untouched. Values reach |x| ~ 90 so tanh saturates for some.
+// Multi-head latent attention's per-head products: x and y are column views of wider rows,
+// heads step through them. Every head must equal the per-head matmul bit for bit (on the CPU
+// one token's heads share one dispatch) and the float64 product within quantization error.
+TEST_P(BackendOps, MatmulHeadsEqualsOneMatmulPerHead) {
+  const int64_t H = 5, rows = 9;
+  for (GgmlType t : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K}) {
+    const int64_t cols = cols_for(t).back();
+    const size_t rb = row_bytes(t, cols);
+    const auto wbytes = random_weights(t, rows * H, cols, rng);
+    DeviceTensor W = upload_bytes(be(), wbytes, t, cols, rows * H);
+    TensorView stack = be().adopt_weight(W.view);
+    stack.ne[1] = rows;
+    stack.ne[2] = H;
+    stack.nb[2] = rb * rows;
+    // x: per head [3 floats of other data | cols], y: per head [rows | 2 floats untouched].
+    const int64_t xs = cols + 3, ys = rows + 2;
+    for (int64_t n : {1, 3}) {
+      const auto x = rnd((size_t)(n * H * xs));
+      DeviceTensor X = upload(be(), x, H * xs, n);
+      DeviceTensor Y1 = poisoned(be(), H * ys, n), Y2 = poisoned(be(), H * ys, n);
+      auto col_view = [](const TensorView& v, int64_t c0, int64_t c) {
+        return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, c, v.rows(),
+                                   v.row_stride(), v.space);
+      };
+      be().matmul_heads(stack, col_view(X.view, 3, cols), xs, col_view(Y1.view, 0, rows), ys);
+      for (int64_t h = 0; h < H; ++h)
+        be().matmul(head_block(stack, h), col_view(X.view, h * xs + 3, cols),
+                    col_view(Y2.view, h * ys, rows));
+      const auto y1 = download(be(), Y1.view), y2 = download(be(), Y2.view);
+      for (int64_t tok = 0; tok < n; ++tok)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t r = 0; r < rows; ++r) {
+            const size_t i = (size_t)(tok * H * ys + h * ys + r);
+            ASSERT_EQ(0, std::memcmp(&y1[i], &y2[i], 4))
+                << type_name(t) << " n=" << n << " head " << h << " row " << r;
+            const RefRow wr = ref_decode(t, wbytes.data() + (h * rows + r) * rb, cols);
+            double dot = 0, mag = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const double xv = x[(size_t)(tok * H * xs + h * xs + 3 + c)];
+              dot += wr.val[c] * xv;
+              mag += wr.mag[c] * std::fabs(xv);
+            }
+            ASSERT_NEAR(y1[i], dot, 0.02 * mag + 1e-6) << type_name(t) << " head " << h;
+          }
+      // The columns between heads' outputs are not written.
+      for (int64_t tok = 0; tok < n; ++tok)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t c = rows; c < ys; ++c)
+            ASSERT_TRUE(std::isnan(y1[(size_t)(tok * H * ys + h * ys + c)]));
+    }
+  }
+}
+
 TEST_P(BackendOps, ScaleAndSoftcapOnARowSlice) {
   const int64_t n = 5, d = 131;
   const auto x = rnd(n * d, 30.f), y = rnd(n * d, 30.f);
@@ -495,6 +549,15 @@ TEST_P(BackendOps, ScaleAndSoftcapOnARowSlice) {
     }
   expect_close(xs, want_x, 4 * tol(), 1e-6, "scale");
   expect_close(ys, want_y, 4 * tol(), 1e-6, "softcap");
+  // A vocabulary-wide row (the CPU splits those over its threads).
+  const int64_t wide = 40000;
+  const auto z = rnd(2 * wide, 30.f);
+  DeviceTensor Z = upload(be(), z, wide, 2);
+  be().softcap(Z.view, 30.0f);
+  const auto zs = download(be(), Z.view);
+  std::vector<double> want_z(zs.size());
+  for (size_t i = 0; i < z.size(); ++i) want_z[i] = 30.0 * std::tanh(z[i] / 30.0);
+  expect_close(zs, want_z, 4 * tol(), 1e-6, "softcap of a wide row");
 }
 
 // ---------------------------------------------------------------- routing

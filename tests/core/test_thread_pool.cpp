@@ -56,6 +56,48 @@ TEST(ThreadPool, RangesAreMultiplesOfTheGrain) {
   }
 }
 
+// The claimed ranges: every index once, every range starting on a grain boundary and a whole
+// number of grains long (but the last), and, when one thread is held up, the others take its
+// share instead of waiting (the point of claiming).
+TEST(ThreadPool, DynamicRangesCoverEveryIndexOnceInGrains) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 1000, 4099})
+      for (int64_t grain : {1, 4, 8, 333}) {
+        std::vector<std::atomic<int>> hits((size_t)n);
+        std::atomic<int> bad{0};
+        pool.parallel_for_dynamic(
+            n,
+            [&](int64_t b, int64_t e, int t) {
+              if (b % grain != 0 || (e != n && (e - b) % grain != 0) || b >= e || t < 0 ||
+                  t >= threads)
+                ++bad;
+              for (int64_t i = b; i < e; ++i) ++hits[(size_t)i];
+            },
+            grain);
+        ASSERT_EQ(bad.load(), 0) << "threads " << threads << " n " << n << " grain " << grain;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[(size_t)i].load(), 1) << "n " << n;
+      }
+  }
+}
+
+TEST(ThreadPool, DynamicRangesGoToTheThreadsThatAreFree) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> done_by[2] = {0, 0};
+  pool.parallel_for_dynamic(
+      4000,
+      [&](int64_t b, int64_t e, int t) {
+        // Thread 1 stalls in its first range: thread 0 must take all the rest.
+        if (t == 1 && done_by[1].load() == 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        done_by[t] += e - b;
+      },
+      4);
+  EXPECT_EQ(done_by[0].load() + done_by[1].load(), 4000);
+  // A fixed split would give each thread 2000; thread 1 held one range of at most a quarter.
+  EXPECT_LE(done_by[1].load(), 1000);
+}
+
 TEST(ThreadPool, RunOnAllRunsEachThreadIndexOnce) {
   ThreadPool pool(4);
   for (int rep = 0; rep < 200; ++rep) {

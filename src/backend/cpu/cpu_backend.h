@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   void matmul(const TensorView& w, const TensorView& x, TensorView y) override;
+  // One token: every head in one dispatch (matvec_heads); more tokens: matmul per head.
+  void matmul_heads(const TensorView& w, const TensorView& x, int64_t x_step, TensorView y,
+                    int64_t y_step) override;
   void get_rows(const TensorView& table, std::span<const int32_t> ids, TensorView out) override;
   void rms_norm(const TensorView& x, const float* weight, TensorView out, float eps) override;
   void layer_norm(const TensorView& x, const float* weight, const float* bias, TensorView out,

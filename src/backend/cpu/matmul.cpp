@@ -135,10 +135,55 @@ void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
         multi.fn(cols, Wb + (size_t)r * wbytes, wbytes, a, y + r);
     for (; r < r1; ++r) fn(cols, Wb + (size_t)r * wbytes, a, 0, 1, y + r);
   };
+  // Claimed as the threads go rather than split in halves: decode's matvecs are ~100 us each and
+  // many; with fixed shares 12% of decode's perf samples were threads waiting in the pool (the
+  // DeepSeek-V2-Lite shape), 7% with claiming. Each row is computed alike whichever thread
+  // takes it.
   if (pool && pool->size() > 1 && rows > 1)
-    pool->parallel_for(rows, body, std::max<int64_t>(4, multi.rows));
+    pool->parallel_for_dynamic(rows, body, std::max<int64_t>(4, multi.rows));
   else
     body(0, rows, 0);
+}
+
+void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, int64_t rows,
+                  int64_t cols, const float* x, int64_t x_step, float* y, int64_t y_step,
+                  ThreadPool* pool) {
+  check_shape(w, rows, cols, "matvec_heads");
+  if (rows == 0 || n_head <= 0) return;
+  if (cols == 0) {
+    for (int64_t h = 0; h < n_head; ++h) std::fill(y + h * y_step, y + h * y_step + rows, 0.f);
+    return;
+  }
+  const DotFn fn = kernels::dot_fn(w);
+  const size_t wbytes = row_bytes(w, cols);
+  const kernels::RowsKernel multi =
+      wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
+  const size_t astride = activation_row_bytes(w, cols);
+  std::vector<uint8_t>& act = scratch();
+  act.resize(astride * (size_t)n_head);
+  for (int64_t h = 0; h < n_head; ++h)
+    quantize_into(w, x + h * x_step, cols, act.data() + (size_t)h * astride);
+  const uint8_t* Wb = static_cast<const uint8_t*>(W);
+  // Row i of the dispatch is row i % rows of head i / rows; a range may span heads.
+  auto body = [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1;) {
+      const int64_t h = i / rows, r0 = i % rows, r1 = std::min(rows, r0 + (i1 - i));
+      const uint8_t* Wh = Wb + (size_t)h * head_bytes;
+      const uint8_t* a = act.data() + (size_t)h * astride;
+      float* yh = y + h * y_step;
+      int64_t r = r0;
+      if (multi.fn)
+        for (; r + multi.rows <= r1; r += multi.rows)
+          multi.fn(cols, Wh + (size_t)r * wbytes, wbytes, a, yh + r);
+      for (; r < r1; ++r) fn(cols, Wh + (size_t)r * wbytes, a, 0, 1, yh + r);
+      i += r1 - r0;
+    }
+  };
+  const int64_t total = n_head * rows;
+  if (pool && pool->size() > 1 && total > 1)
+    pool->parallel_for_dynamic(total, body, std::max<int64_t>(4, multi.rows));
+  else
+    body(0, total, 0);
 }
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,

@@ -33,6 +33,13 @@ float vec_dot(GgmlType w, int64_t n, const void* w_row, const void* act);
 void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
             ThreadPool* pool);
 
+// y_h[r] = sum_c W_h[r][c] * x_h[c] for n_head heads: W_h at W + h * head_bytes, x_h at
+// x + h * x_step, y_h at y + h * y_step (floats). Each head's rows equal matvec's bit for bit;
+// the heads' activations are quantized first and all heads' rows share one dispatch.
+void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, int64_t rows,
+                  int64_t cols, const float* x, int64_t x_step, float* y, int64_t y_step,
+                  ThreadPool* pool);
+
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is n_tok x cols, Y is n_tok x rows,
 // both row-major float. Blocks over tokens so each weight row is read once per tile.
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,

@@ -35,12 +35,17 @@ inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 // DRAM with 2 threads: one prefetch per block 1 KiB ahead reached ~60% of the streaming-read
 // bandwidth, every line 2-4 KiB ahead ~84% (distances 2-6 KiB are within noise of each other).
 // Prefetches never fault, so running past the end of the weights is harmless.
+// The hint is T2 (into L2, not L1): on the 2-vCPU Xeon VM (2026-11-27, decode, 2 threads, phase
+// timers around the output head) T0 streamed Gemma 4's 415 MB Q4_K head at 15.6 GB/s and T2 at
+// 17.6; DeepSeek-V2-Lite decode went from 63-64 to 67-70 tok/s; no prefetch at all fell to 11
+// GB/s. Likely because an L1 prefetch holds one of the core's few L1 miss buffers for the whole
+// DRAM latency, while one into L2 leaves them to the demand loads (which then hit L2).
 constexpr int kPrefetchAhead = 3072;
 template <size_t Bytes>
 inline void prefetch_block(const void* block) {
   const char* p = static_cast<const char*>(block) + kPrefetchAhead;
 #pragma GCC unroll 8
-  for (size_t l = 0; l < (Bytes + 63) / 64; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+  for (size_t l = 0; l < (Bytes + 63) / 64; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T2);
 }
 
 // 32 bytes, byte k = 0xFF if bit k of `bits` is set.

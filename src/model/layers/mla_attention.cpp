@@ -11,12 +11,6 @@ TensorView cols_of(const TensorView& v, int64_t c0, int64_t cols) {
                              v.row_stride(), v.space);
 }
 
-// Head h's [rows][cols] block of n_head stacked matrices (ne[2] = n_head, nb[2] = stride).
-TensorView head_matrix(const TensorView& stack, int64_t h) {
-  return strided_matrix_view(stack.data + (size_t)h * stack.nb[2], stack.type, stack.ne[0],
-                             stack.ne[1], stack.nb[1], stack.space);
-}
-
 }  // namespace
 
 void mla_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec, float norm_eps,
@@ -58,8 +52,10 @@ void mla_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   const TensorView qf_heads = f32_view(qf.as<float>(), W, n * H, qf.space);
   be.copy(cols_of(qf_heads, 0, R), cols_of(q_heads, N, R));
   be.rope(qf, (int)H, W, pos0, spec.rope);
-  for (int64_t h = 0; h < H; ++h)
-    be.matmul(head_matrix(L.wk_b, h), cols_of(q, h * hk, N), cols_of(qf, h * W + R, C));
+  MOEFLOW_CHECK(L.wk_b.ne[2] == H && L.wv_b.ne[2] == H,
+                "mla attention: attn_k_b / attn_v_b stack {} / {} heads, the layer has {}",
+                L.wk_b.ne[2], L.wv_b.ne[2], H);
+  be.matmul_heads(L.wk_b, cols_of(q, 0, N), hk, cols_of(qf, R, C), W);
 
   // One shared kv head: keys are whole cache rows, values their latent columns.
   const TensorView keys = kv.k_view(layer);
@@ -69,8 +65,7 @@ void mla_attention(Backend& be, const LayerWeights& L, const AttentionSpec& spec
   // Each head's attended latent, decompressed into its values, then the output projection.
   const int64_t dv = m.head_dim_v;
   const TensorView attv = s.attv.f32(H * dv, n);
-  for (int64_t h = 0; h < H; ++h)
-    be.matmul(head_matrix(L.wv_b, h), cols_of(att, h * C, C), cols_of(attv, h * dv, dv));
+  be.matmul_heads(L.wv_b, cols_of(att, 0, C), C, cols_of(attv, 0, dv), dv);
   be.matmul(L.wo, attv, out);
 }
 
