@@ -159,17 +159,17 @@ void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, 
   const kernels::RowsKernel multi =
       wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
   const size_t astride = activation_row_bytes(w, cols);
-  std::vector<uint8_t>& act = scratch();
-  act.resize(astride * (size_t)n_head);
+  // Laid out as matmul's tokens: one activation row per head, astride apart.
+  uint8_t* const act = scratch(astride * (size_t)n_head);
   for (int64_t h = 0; h < n_head; ++h)
-    quantize_into(w, x + h * x_step, cols, act.data() + (size_t)h * astride);
+    quantize_into(w, x + h * x_step, cols, act + (size_t)h * astride);
   const uint8_t* Wb = static_cast<const uint8_t*>(W);
   // Row i of the dispatch is row i % rows of head i / rows; a range may span heads.
   auto body = [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1;) {
       const int64_t h = i / rows, r0 = i % rows, r1 = std::min(rows, r0 + (i1 - i));
       const uint8_t* Wh = Wb + (size_t)h * head_bytes;
-      const uint8_t* a = act.data() + (size_t)h * astride;
+      const uint8_t* a = act + (size_t)h * astride;
       float* yh = y + h * y_step;
       int64_t r = r0;
       if (multi.fn)

@@ -184,58 +184,9 @@ template <int NT>
 void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
   dot32<BlockQ4_0, NT>(n, w, a, s, o);
 }
-// Q5_0 x Q8_0 for one token (decode): exactly the float operations of dot32<BlockQ5_0, 1>
-// (same weight bytes, same int32 lanes, the same products and fmadds in block order), in about
-// half the instructions, since decode is compute-bound on these short rows (DeepSeek's down
-// projections: rows of 1408). A pair's 64 fifth bits become one mask register: a clear bit means
-// the weight is nib - 16 < 0, so it is both the sign mask (no vpmovb2m) and the select of
-// |q| = 16 - nib (no byte expansion of the bits, no vpabsb). The two blocks' fp16 scales are
-// converted by one vcvtph2ps and multiplied by the activation scales before the broadcast.
-void dot_q5_0_one(int64_t n, const void* w, const void* act, float* out) {
-  const BlockQ5_0* wb = static_cast<const BlockQ5_0*>(w);
-  const BlockQ8_0* a = static_cast<const BlockQ8_0*>(act);
-  const float* da = q8_0_row_scales(act, n);
-  const __m512i m4 = _mm512_set1_epi8(0x0F), k16 = _mm512_set1_epi8(16);
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m512 acc = _mm512_setzero_ps();
-  const int64_t nb = n / 32;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    prefetch_block<2 * sizeof(BlockQ5_0)>(wb + i);
-    const BlockQ5_0& b0 = wb[i];
-    const BlockQ5_0& b1 = wb[i + 1];
-    // 128-bit lanes: b0's low nibbles, b0's high nibbles, b1's low, b1's high (element order).
-    const __m256i qs2 =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)b0.qs)),
-                                _mm_loadu_si128((const __m128i*)b1.qs), 1);
-    const __m512i x = _mm512_shuffle_i64x2(_mm512_castsi256_si512(qs2), _mm512_castsi256_si512(qs2),
-                                           _MM_SHUFFLE(1, 1, 0, 0));
-    const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi64(x, 0xCC, x, 4), m4);
-    uint32_t h0, h1;
-    std::memcpy(&h0, b0.qh, 4);
-    std::memcpy(&h1, b1.qh, 4);
-    const __mmask64 neg = _cvtu64_mask64(~(((uint64_t)h1 << 32) | h0));
-    const __m512i aq = _mm512_mask_sub_epi8(nib, neg, k16, nib);
-    const __m512i y =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)a[i].qs)),
-                           _mm256_loadu_si256((const __m256i*)a[i + 1].qs), 1);
-    const __m512i p = _mm512_dpbusd_epi32(zero, aq, _mm512_mask_sub_epi8(y, neg, zero, y));
-    const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b0.d), b1.d, 1));
-    const __m128 dd = _mm_mul_ps(dw, _mm_castsi128_ps(_mm_loadl_epi64((const __m128i*)(da + i))));
-    acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dd)),
-                          _mm512_cvtepi32_ps(p), acc);
-  }
-  if (i < nb) block_single<BlockQ5_0, 1>(wb[i], &a, &da, i, &acc);
-  *out = hsum512(acc);
-}
-
 template <int NT>
 void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
-  if constexpr (NT == 1)
-    dot_q5_0_one(n, w, a, o);
-  else
-    dot32<BlockQ5_0, NT>(n, w, a, s, o);
+  dot32<BlockQ5_0, NT>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
