@@ -91,10 +91,10 @@ def engine_table() -> str:
         "| | moeflow | llama.cpp | ratio | target |",
         "|---|---:|---:|---:|---|",
         f"| prefill, {d['n_prompt']}-token prompt (tok/s) | {m['prefill_tps']:.1f} | {l['prefill_tps']:.1f} | "
-        f"{x(pr)} | ≥ 0.8× — {met(pr >= 0.8)} |",
-        f"| decode (tok/s) | {m['decode_tps']:.1f} | {l['decode_tps']:.1f} | {x(dr, 3)} | ≥ 1.0× — {met(dr >= 1.0)} |",
+        f"{x(pr)} | ≥ 1.2× (issue 35) — {met(pr >= 1.2)} |",
+        f"| decode (tok/s) | {m['decode_tps']:.1f} | {l['decode_tps']:.1f} | {x(dr, 3)} | ≥ 1.1× (issue 35) — {met(dr >= 1.1)} |",
         f"| decode read bandwidth (% of measured {d['membw']['GBps']:.1f} GB/s) | {pct(m['decode_bw_fraction'], 1)} | "
-        f"{pct(l['decode_bw_fraction'], 1)} | | ≥ 70% — {met(m['decode_bw_fraction'] >= 0.7)} |",
+        f"{pct(l['decode_bw_fraction'], 1)} | | ≥ 90% (issue 35) — {met(m['decode_bw_fraction'] >= 0.9)} |",
         "",
         f"(moeflow {d['moeflow_commit']}, medians of {d['reps']} interleaved reps, `bench/engine.json`.)"])
 
