@@ -172,15 +172,11 @@ TensorView head_block(const TensorView& stack, int64_t h) {
                              stack.ne[1], stack.nb[1], stack.space);
 }
 
-TensorView shifted_cols(const TensorView& v, int64_t c0) {
-  return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, v.cols(), v.rows(),
-                             v.row_stride(), v.space);
-}
-
 void Backend::matmul_heads(const TensorView& w, const TensorView& x, int64_t x_step, TensorView y,
                            int64_t y_step) {
   for (int64_t h = 0; h < w.ne[2]; ++h)
-    matmul(head_block(w, h), shifted_cols(x, h * x_step), shifted_cols(y, h * y_step));
+    matmul(head_block(w, h), f32_columns(x, h * x_step, x.cols()),
+           f32_columns(y, h * y_step, y.cols()));
 }
 
 void Backend::sigmoid_mul(TensorView, const TensorView&) {

@@ -235,10 +235,9 @@ class Backend {
   std::vector<float> route_staging_;
 };
 
-// Head h's [rows][cols] block of a stacked weight (ne[2] heads, nb[2] bytes apart), and a float
-// matrix view moved right by c0 columns (same width): matmul_heads' per-head operands.
+// Head h's [rows][cols] block of a stacked weight (ne[2] heads, nb[2] bytes apart): matmul_heads'
+// per-head weight.
 TensorView head_block(const TensorView& stack, int64_t h);
-TensorView shifted_cols(const TensorView& v, int64_t c0);
 
 // The routing rule of Backend::route on host memory (what every backend's route computes):
 // n rows of n_expert logits -> n x k experts and weights, n x n_expert probabilities.

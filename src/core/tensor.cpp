@@ -55,4 +55,9 @@ TensorView f32_view(const float* data, int64_t cols, int64_t rows, MemSpace spac
   return matrix_view(data, GgmlType::F32, cols, rows, space);
 }
 
+TensorView f32_columns(const TensorView& v, int64_t c0, int64_t cols) {
+  return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, cols, v.rows(),
+                             v.row_stride(), v.space);
+}
+
 }  // namespace moeflow

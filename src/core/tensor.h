@@ -63,5 +63,7 @@ TensorView strided_matrix_view(const void* data, GgmlType type, int64_t cols, in
 // A float32 matrix [rows][cols], rows back to back.
 TensorView f32_view(const float* data, int64_t cols, int64_t rows = 1,
                     MemSpace space = MemSpace::Host);
+// Columns [c0, c0 + cols) of every row of the float32 view v (v's row stride and memory space).
+TensorView f32_columns(const TensorView& v, int64_t c0, int64_t cols);
 
 }  // namespace moeflow

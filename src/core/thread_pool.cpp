@@ -121,11 +121,11 @@ void ThreadPool::parallel_for_dynamic(int64_t n,
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;
-  if (n_threads_ == 1 || units <= 1 || units > (int64_t)UINT32_MAX) {
-    if (n_threads_ == 1 || units <= 1) {
-      fn(0, n, 0);
-      return;
-    }
+  if (n_threads_ == 1 || units <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  if (units > (int64_t)UINT32_MAX) {  // the packed ranges count grains in 32 bits
     parallel_for(n, fn, grain);
     return;
   }

@@ -499,14 +499,10 @@ TEST_P(BackendOps, MatmulHeadsEqualsOneMatmulPerHead) {
       const auto x = rnd((size_t)(n * H * xs));
       DeviceTensor X = upload(be(), x, H * xs, n);
       DeviceTensor Y1 = poisoned(be(), H * ys, n), Y2 = poisoned(be(), H * ys, n);
-      auto col_view = [](const TensorView& v, int64_t c0, int64_t c) {
-        return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, c, v.rows(),
-                                   v.row_stride(), v.space);
-      };
-      be().matmul_heads(stack, col_view(X.view, 3, cols), xs, col_view(Y1.view, 0, rows), ys);
+      be().matmul_heads(stack, f32_columns(X.view, 3, cols), xs, f32_columns(Y1.view, 0, rows), ys);
       for (int64_t h = 0; h < H; ++h)
-        be().matmul(head_block(stack, h), col_view(X.view, h * xs + 3, cols),
-                    col_view(Y2.view, h * ys, rows));
+        be().matmul(head_block(stack, h), f32_columns(X.view, h * xs + 3, cols),
+                    f32_columns(Y2.view, h * ys, rows));
       const auto y1 = download(be(), Y1.view), y2 = download(be(), Y2.view);
       for (int64_t tok = 0; tok < n; ++tok)
         for (int64_t h = 0; h < H; ++h)
@@ -783,19 +779,12 @@ TEST_P(BackendOps, CopyStridedRowsBothWays) {
 
 // ---------------------------------------------------------------- recurrent layers (DeltaNet)
 
-// Columns [c0, c0 + cols) of every row of v, as the DeltaNet layer slices q / k / v out of the
-// convolution's output.
-TensorView column_slice(const TensorView& v, int64_t c0, int64_t cols) {
-  return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, cols, v.rows(), v.nb[1],
-                             v.space);
-}
-
 TEST_P(BackendOps, SigmoidMulOnStridedGate) {
   const int64_t n = 6, d = 37;
   const auto x = rnd(n * d), g = rnd(n * 2 * d, 2.f);
   DeviceTensor X = upload(be(), x, d, n), G = upload(be(), g, 2 * d, n);
-  if (!be().has_recurrent_ops()) return;                 // sigmoid_mul belongs to the hybrids' ops
-  be().sigmoid_mul(X.view, column_slice(G.view, d, d));  // the second half of each row
+  if (!be().has_recurrent_ops()) return;                // sigmoid_mul belongs to the hybrids' ops
+  be().sigmoid_mul(X.view, f32_columns(G.view, d, d));  // the second half of each row
   const auto out = download(be(), X.view);
   std::vector<double> want(out.size());
   for (int64_t t = 0; t < n; ++t)
@@ -907,9 +896,9 @@ TEST_P(BackendOps, GatedDeltaNetGroupedAndTiledHeadsOverTwoCalls) {
         DeltaNetParams p;
         p.n_k_heads = nk, p.n_v_heads = nv, p.head_k = hk, p.head_v = hv, p.tiled = tiled;
         p.A = Ad.view.as<float>(), p.dt_bias = Dd.view.as<float>();
-        be().gated_delta_net(
-            column_slice(X.view, 0, nk * hk), column_slice(X.view, nk * hk, nk * hk),
-            column_slice(X.view, 2 * nk * hk, nv * hv), Ad2.view, Bd.view, S.view, O.view, p);
+        be().gated_delta_net(f32_columns(X.view, 0, nk * hk), f32_columns(X.view, nk * hk, nk * hk),
+                             f32_columns(X.view, 2 * nk * hk, nv * hv), Ad2.view, Bd.view, S.view,
+                             O.view, p);
         delta_rule_ref(qkv, n, width, nk, nv, hk, hv, tiled, a, b, A, dt, Sref, want);
         expect_close(download(be(), O.view), want, 20 * tol(), max_abs(want),
                      tiled ? "gated_delta_net tiled" : "gated_delta_net grouped");

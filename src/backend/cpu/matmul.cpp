@@ -60,8 +60,9 @@ void check_shape(GgmlType w, int64_t rows, int64_t cols, const char* what) {
          cols, std::max<int64_t>(bs, tr.block_size));
 }
 
-// Scratch reused across calls on the same thread: decode calls matvec per token per expert and
-// must not hit the allocator each time.
+// Scratch reused across calls on the same thread (64-byte aligned): decode calls matvec per token
+// per expert and prefill matmul per expert per step, and must not hit the allocator each time.
+// matvec and matmul never nest on one thread, so they share it.
 uint8_t* scratch(size_t bytes) {
   thread_local AlignedBuffer buf;
   if (buf.size() < bytes) buf.allocate(bytes);
@@ -110,51 +111,22 @@ float vec_dot(GgmlType w, int64_t n, const void* w_row, const void* act) {
   return r;
 }
 
-void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
-            ThreadPool* pool) {
-  check_shape(w, rows, cols, "matvec");
-  if (rows == 0) return;
-  if (cols == 0) {
-    std::fill(y, y + rows, 0.f);
-    return;
-  }
-  const DotFn fn = kernels::dot_fn(w);
-  // Groups of R rows go through the multi-row kernel where the level has one (bit-identical
-  // to fn per row); the rest of each thread's range row by row.
-  const size_t wbytes = row_bytes(w, cols);
-  const kernels::RowsKernel multi =
-      wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
-  uint8_t* const act = scratch(activation_row_bytes(w, cols));
-  quantize_into(w, x, cols, act);
-  const uint8_t* Wb = static_cast<const uint8_t*>(W);
-  const uint8_t* a = act;
-  auto body = [&](int64_t r0, int64_t r1, int) {
-    int64_t r = r0;
-    if (multi.fn)
-      for (; r + multi.rows <= r1; r += multi.rows)
-        multi.fn(cols, Wb + (size_t)r * wbytes, wbytes, a, y + r);
-    for (; r < r1; ++r) fn(cols, Wb + (size_t)r * wbytes, a, 0, 1, y + r);
-  };
-  // Claimed as the threads go rather than split in halves: decode's matvecs are ~100 us each and
-  // many; with fixed shares 12% of decode's perf samples were threads waiting in the pool (the
-  // DeepSeek-V2-Lite shape), 7% with claiming. Each row is computed alike whichever thread
-  // takes it.
-  if (pool && pool->size() > 1 && rows > 1)
-    pool->parallel_for_dynamic(rows, body, std::max<int64_t>(4, multi.rows));
-  else
-    body(0, rows, 0);
-}
+namespace {
 
-void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, int64_t rows,
-                  int64_t cols, const float* x, int64_t x_step, float* y, int64_t y_step,
-                  ThreadPool* pool) {
-  check_shape(w, rows, cols, "matvec_heads");
+// matvec of n_head heads (one for matvec): W_h at W + h * head_bytes, x_h at x + h * x_step, y_h
+// at y + h * y_step. `what` names the caller in shape errors.
+void heads_matvec(const char* what, GgmlType w, const void* W, size_t head_bytes, int64_t n_head,
+                  int64_t rows, int64_t cols, const float* x, int64_t x_step, float* y,
+                  int64_t y_step, ThreadPool* pool) {
+  check_shape(w, rows, cols, what);
   if (rows == 0 || n_head <= 0) return;
   if (cols == 0) {
     for (int64_t h = 0; h < n_head; ++h) std::fill(y + h * y_step, y + h * y_step + rows, 0.f);
     return;
   }
   const DotFn fn = kernels::dot_fn(w);
+  // Groups of R rows go through the multi-row kernel where the level has one (bit-identical
+  // to fn per row); the rest of each thread's range row by row.
   const size_t wbytes = row_bytes(w, cols);
   const kernels::RowsKernel multi =
       wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
@@ -179,11 +151,28 @@ void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, 
       i += r1 - r0;
     }
   };
+  // Claimed as the threads go rather than split in halves: decode's matvecs are ~100 us each and
+  // many; with fixed shares 12% of decode's perf samples were threads waiting in the pool (the
+  // DeepSeek-V2-Lite shape), 7% with claiming. Each row is computed alike whichever thread
+  // takes it.
   const int64_t total = n_head * rows;
   if (pool && pool->size() > 1 && total > 1)
     pool->parallel_for_dynamic(total, body, std::max<int64_t>(4, multi.rows));
   else
     body(0, total, 0);
+}
+
+}  // namespace
+
+void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            ThreadPool* pool) {
+  heads_matvec("matvec", w, W, 0, 1, rows, cols, x, 0, y, 0, pool);
+}
+
+void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, int64_t rows,
+                  int64_t cols, const float* x, int64_t x_step, float* y, int64_t y_step,
+                  ThreadPool* pool) {
+  heads_matvec("matvec_heads", w, W, head_bytes, n_head, rows, cols, x, x_step, y, y_step, pool);
 }
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
@@ -199,14 +188,13 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   }
   const DotFn fn = kernels::dot_fn(w);
   const size_t astride = activation_row_bytes(w, cols);
-  // 64-byte aligned, so the Q8_0 rows' wide loads are aligned; up to 64 MiB reused across the
-  // thread's calls (the expert products of a prefill run hundreds per step), larger ones freed.
+  // 64-byte aligned, so the Q8_0 rows' wide loads are aligned; up to 64 MiB in the thread's
+  // scratch, reused across calls (the expert products of a prefill run hundreds per step),
+  // larger ones freed after the call.
   const size_t act_bytes = astride * (size_t)n_tok;
-  thread_local AlignedBuffer act_reused;
   AlignedBuffer act_once;
-  AlignedBuffer& act_buf = act_bytes <= (64u << 20) ? act_reused : act_once;
-  if (act_buf.size() < act_bytes) act_buf.allocate(act_bytes);
-  uint8_t* const act_data = act_buf.data();
+  if (act_bytes > (64u << 20)) act_once.allocate(act_bytes);
+  uint8_t* const act_data = act_bytes > (64u << 20) ? act_once.data() : scratch(act_bytes);
   auto quant = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) quantize_into(w, X + t * cols, cols, act_data + t * astride);
   };

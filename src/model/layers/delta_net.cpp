@@ -8,12 +8,6 @@ TensorView as_rows_of(const TensorView& v, int64_t width) {
   return f32_view(v.as<float>(), width, v.rows() * (v.cols() / width), v.space);
 }
 
-// Columns [c0, c0 + cols) of every row of v (a view with v's row stride).
-TensorView columns(const TensorView& v, int64_t c0, int64_t cols) {
-  return strided_matrix_view(v.data + c0 * sizeof(float), GgmlType::F32, cols, v.rows(), v.nb[1],
-                             v.space);
-}
-
 }  // namespace
 
 void delta_net_attention(Backend& be, const LayerWeights& L, const DeltaNetSpec& d, float norm_eps,
@@ -53,8 +47,8 @@ void delta_net_attention(Backend& be, const LayerWeights& L, const DeltaNetSpec&
   p.A = L.ssm_a.as<float>();
   p.dt_bias = L.ssm_dt.as<float>();
   const TensorView o = s.o.f32(value_dim, n);
-  be.gated_delta_net(columns(conv, 0, key_dim), columns(conv, key_dim, key_dim),
-                     columns(conv, 2 * key_dim, value_dim), a, b, state.ssm(layer), o, p);
+  be.gated_delta_net(f32_columns(conv, 0, key_dim), f32_columns(conv, key_dim, key_dim),
+                     f32_columns(conv, 2 * key_dim, value_dim), a, b, state.ssm(layer), o, p);
 
   // Gated RMSNorm: per value head RMSNorm with ssm_norm, times silu(z).
   be.rms_norm(as_rows_of(o, d.head_v), L.ssm_norm.as<float>(), as_rows_of(o, d.head_v), norm_eps);

@@ -21,9 +21,8 @@ void glu_ffn(Backend& be, const FfnMatrices& w, const TensorView& x, TensorView 
     // One product gives [m][2ff]: each row's gate half, then its up half.
     const TensorView gu = scratch.gu.f32(2 * ff, m);
     be.matmul(w.gate, x, gu);
-    gate = strided_matrix_view(gu.data, GgmlType::F32, ff, m, gu.row_stride(), gu.space);
-    up = strided_matrix_view(gu.data + ff * sizeof(float), GgmlType::F32, ff, m, gu.row_stride(),
-                             gu.space);
+    gate = f32_columns(gu, 0, ff);
+    up = f32_columns(gu, ff, ff);
   } else {
     // Gate and up share x, so they go in one buffer: [m][ff] gate then [m][ff] up.
     const TensorView gu = scratch.gu.f32(ff, 2 * m);
