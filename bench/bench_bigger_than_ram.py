@@ -562,9 +562,10 @@ def replay_args(a) -> list[str]:
     return ["--routing-trace", a.routing_trace, "--routing-request", str(a.routing_request)]
 
 
-def moeflow_cmd(a, model: str, extra: list[str], n_prompt: int, n_gen: int, reps: int = 1) -> list[str]:
+def moeflow_cmd(a, model: str, extra: list[str], n_prompt: int, n_gen: int, reps: int = 1,
+                replay: bool = True) -> list[str]:
     return [a.moeflow, "bench", "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "--reps",
-            str(reps), "--json", "-t", str(a.threads), *replay_args(a), *extra]
+            str(reps), "--json", "-t", str(a.threads), *(replay_args(a) if replay else []), *extra]
 
 
 def summarize(engine: str, res: dict, n_gen: int) -> dict:
@@ -732,18 +733,31 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
                 raise RuntimeError(f"moeflow pack failed: {packing['stderr'][-2000:]}")
             os.replace(packed + ".part", packed)
 
-    # Compute time with every expert resident (page cache warm, no limit)
-    warm_page_cache(model)
-    res = runner.run(moeflow_cmd(a, model, ["--no-offload"], a.p, a.n, reps=a.reps), timeout=a.timeout)
+    # Compute time with every expert resident (page cache warm, no limit). A model larger than
+    # this machine's RAM cannot be resident: --resident-model names a smaller file of the same
+    # shape (fewer layers), measured without the replay (its layer count differs from the
+    # trace's; which experts run does not change the time), and its time per token is scaled
+    # by the ratio of the bytes each token reads (resident decode streams its weights).
+    res_model = a.resident_model.get(name, model)
+    scale = 1.0
+    if res_model != model:
+        scale = info["active_bytes_per_token"] / model_info(res_model)["active_bytes_per_token"]
+    warm_page_cache(res_model)
+    res = runner.run(moeflow_cmd(a, res_model, ["--no-offload"], a.p, a.n, reps=a.reps,
+                                 replay=res_model == model), timeout=a.timeout)
     resident = check(res, "moeflow bench --no-offload")
+    resident = {**resident, "decode_tps": resident["decode_tps"] / scale,
+                "prefill_tps": resident["prefill_tps"] / scale}
     compute_s = 1.0 / resident["decode_tps"]
-    log(f"resident (all experts in RAM, no limit): prefill {resident['prefill_tps']:.2f} tok/s, "
+    log(f"resident (all experts in RAM, no limit{f', {res_model} x {scale:.2f}' if scale != 1 else ''}): "
+        f"prefill {resident['prefill_tps']:.2f} tok/s, "
         f"decode {resident['decode_tps']:.3f} tok/s = {1000 * compute_s:.0f} ms/token")
 
     out = {"model": model, "packed_copy": packed, "shape": desc, "layers": layers, "info": info,
            "odirect_sweep": sweep, "odirect_best_GBps": bw,
            "resident": {"prefill_tps": resident["prefill_tps"], "decode_tps": resident["decode_tps"],
-                        "compute_s_per_token": compute_s, "peak_rss_bytes": res.get("maxrss_bytes")},
+                        "compute_s_per_token": compute_s, "peak_rss_bytes": res.get("maxrss_bytes"),
+                        "measured_on": res_model, "scaled_by_active_bytes": scale},
            "levels": {}}
 
     for level in a.levels:
@@ -1077,6 +1091,10 @@ def main():
                     help="replay this recorded routing in every moeflow run (a trace of the model's "
                          "shape; implies --no-llama: llama.cpp cannot replay a routing)")
     ap.add_argument("--routing-request", type=int, default=0, help="request of --routing-trace")
+    ap.add_argument("--resident-model", action="append", default=[], metavar="NAME=PATH",
+                    help="measure the all-resident compute time on this smaller file of the "
+                         "model's shape, scaled by active bytes per token (for a model larger "
+                         "than RAM)")
     ap.add_argument("--drop-caches", action="store_true",
                     help="also write 1 to /proc/sys/vm/drop_caches before every run (the whole "
                          "machine's clean page cache)")
@@ -1104,6 +1122,7 @@ def main():
         if nm not in MODELS:
             sys.exit(f"--models: unknown '{nm}' (choose from {', '.join(MODELS)})")
     a.model_file = dict(x.split("=", 1) for x in a.model_file)
+    a.resident_model = dict(x.split("=", 1) for x in a.resident_model)
     if a.routing_trace:
         a.no_llama = True
     layers = parse_layers(a.layers, names)

@@ -62,8 +62,21 @@ import time
 from moeflow_version import binary_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# llama-cpp-python built for this CPU by scripts/setup-deps.sh (site-packages may hold a foreign one)
-sys.path.insert(0, os.path.join(ROOT, ".deps", "python"))
+# llama-cpp-python built for this CPU by scripts/setup-deps.sh (site-packages may hold a foreign
+# one). --llama-deps names another build (e.g. one without AVX-512, the fair baseline of a
+# MOEFLOW_SIMD=avx2 run); it reaches the worker processes through MOEFLOW_LLAMA_DEPS.
+DEFAULT_LLAMA_DEPS = os.path.join(ROOT, ".deps", "python")
+LLAMA_DEPS = os.path.abspath(os.environ.get("MOEFLOW_LLAMA_DEPS") or DEFAULT_LLAMA_DEPS)
+sys.path.insert(0, LLAMA_DEPS)
+
+
+def llama_build_flags(deps: str) -> str:
+    """The build settings setup-deps.sh (or whoever built it) stamped beside llama-cpp-python."""
+    try:
+        with open(os.path.join(deps, ".llama-cpp-stamp")) as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown (no .llama-cpp-stamp)"
 
 
 def require_llama_cpp() -> None:
@@ -72,7 +85,7 @@ def require_llama_cpp() -> None:
     try:
         import llama_cpp  # noqa: F401
     except ImportError as e:
-        sys.exit(f"llama-cpp-python cannot be imported from {os.path.join(ROOT, '.deps', 'python')} "
+        sys.exit(f"llama-cpp-python cannot be imported from {LLAMA_DEPS} "
                  f"({type(e).__name__}: {e}); run scripts/setup-deps.sh, or pass --no-llama")
 
 
@@ -242,6 +255,8 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-llama", action="store_true", help="moeflow only")
+    ap.add_argument("--llama-deps", default=DEFAULT_LLAMA_DEPS,
+                    help="folder holding the llama-cpp-python build to compare with (default .deps/python)")
     ap.add_argument("--baseline", help="an older moeflow binary to compare in the same rotation")
     ap.add_argument("--out")
     ap.add_argument("--report")
@@ -251,6 +266,10 @@ def main():
         m, p, n, t = a.llama_worker
         llama_worker(m, int(p), int(n), int(t))
         return
+    if os.path.abspath(a.llama_deps) != LLAMA_DEPS:
+        # Re-run with the chosen build first on the path of this process and of its workers.
+        os.environ["MOEFLOW_LLAMA_DEPS"] = os.path.abspath(a.llama_deps)
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
     if not a.no_llama:
         require_llama_cpp()
 
@@ -303,7 +322,10 @@ def main():
            "reps": a.reps, "cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
            "nproc": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": loadavg(),
-           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "kv_cache": kv, "warmup_runs": warmup, "runs": runs,
+           "membw": {"GBps": bw, "before": bw0, "after": bw1}, "kv_cache": kv,
+           **({} if a.no_llama else {"llama_deps": os.path.relpath(LLAMA_DEPS, ROOT),
+                                     "llama_build": llama_build_flags(LLAMA_DEPS)}),
+           "warmup_runs": warmup, "runs": runs,
            "engines": {}}
     for eng in ("moeflow", "baseline", "llama.cpp"):
         d = med(eng, "decode_tps")
@@ -348,7 +370,8 @@ def main():
         f"active {info['active_bytes_per_token'] / 1e6:.0f} MB/token), {a.threads} threads, "
         f"median of {a.reps} reps, memory bandwidth {bw:.2f} GB/s ({bw0['source']}); "
         f"CPU {res['cpu_model']}, moeflow SIMD level "
-        f"{'/'.join(sorted({r['simd'] for r in runs if 'simd' in r})) or '?'}",
+        f"{'/'.join(sorted({r['simd'] for r in runs if 'simd' in r})) or '?'}"
+        + ("" if a.no_llama else f"; llama.cpp from {res['llama_deps']} ({res['llama_build']})"),
         "",
         f"| engine | prefill pp{a.p} tok/s | decode tg{a.n} tok/s | ms/token | decode GB/s | % of membw |",
         "|---|---:|---:|---:|---:|---:|",

@@ -48,16 +48,23 @@ if [ "${MOEFLOW_SKIP_PY:-0}" != 1 ] && [ "${MOEFLOW_BUILD_ONLY:-0}" != 1 ]; then
   # llama.cpp is built here, for this CPU, into the project's own .deps/python (on PYTHONPATH for
   # the tests and benchmarks), never taken from site-packages: a wheel built natively elsewhere
   # dies of an illegal instruction on another CPU. AMX stays off: llama.cpp's AMX path crashes in
-  # eval on the Sapphire Rapids VMs we run on; AVX-512 is used where the CPU has it. LLAVA_BUILD
-  # off: the multimodal library (mtmd, clip) is loaded only by image chat handlers, which no test
-  # or benchmark uses, and was a third of the build.
+  # eval on the Sapphire Rapids VMs we run on; AVX-512 (with VNNI, VBMI, BF16) and AVX-VNNI are
+  # used where the CPU has them. LLAVA_BUILD off: the multimodal library (mtmd, clip) is loaded
+  # only by image chat handlers, which no test or benchmark uses, and was a third of the build.
   LLAMA_CPP_VERSION=0.3.36
   flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
   has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
-  avx512=OFF
-  [ "$(has avx512f)$(has avx512bw)$(has avx512dq)$(has avx512vl)" = ONONONON ] && avx512=ON
+  avx512=OFF avx512_ext=""
+  if [ "$(has avx512f)$(has avx512bw)$(has avx512dq)$(has avx512vl)" = ONONONON ]; then
+    avx512=ON
+    # GGML_NATIVE=OFF leaves AVX-512's extensions off unless named: without VNNI llama.cpp's
+    # quantized dot products take the maddubs path, a weaker baseline than the CPU allows.
+    avx512_ext=" -DGGML_AVX512_VNNI=$(has avx512_vnni) -DGGML_AVX512_VBMI=$(has avx512vbmi)"
+    avx512_ext+=" -DGGML_AVX512_BF16=$(has avx512_bf16)"
+  fi
   LLAMA_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=$(has avx) -DGGML_AVX2=$(has avx2) -DGGML_FMA=$(has fma)"
-  LLAMA_ARGS+=" -DGGML_F16C=$(has f16c) -DGGML_AVX512=$avx512 -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
+  LLAMA_ARGS+=" -DGGML_F16C=$(has f16c) -DGGML_AVX_VNNI=$(has avx_vnni) -DGGML_AVX512=$avx512$avx512_ext"
+  LLAMA_ARGS+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
   LLAMA_ARGS+=" -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF"
   LLAMA_ARGS+=" -DLLAVA_BUILD=OFF"
   deps=.deps/python

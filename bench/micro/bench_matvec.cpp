@@ -108,8 +108,11 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K})
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q3_K,
+                     GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
+  // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4).
+  for (int threads : {1, 2}) b->Args({(int64_t)GgmlType::MXFP4, 2880, 2880, threads, 64});
   // A DeepSeek-V2-Lite expert at pp512 (~48 tokens each): gate/up Q4_K 2048 -> 1408, down
   // Q5_0 1408 -> 2048 (1408 columns are not a multiple of 256).
   for (int threads : {1, 2}) {
