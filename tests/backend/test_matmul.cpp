@@ -13,7 +13,10 @@
 
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
+#include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "quant/blocks.h"
+#include "quant/k_scales.h"
 #include "ref_formats.h"
 
 namespace moeflow {
@@ -461,6 +464,75 @@ TEST(Kernels, BadArgumentsThrow) {
   EXPECT_NO_THROW(force_simd_level("scalar"));
   EXPECT_STREQ(simd_level(), "scalar");
   force_simd_level(nullptr);
+}
+
+// Q4_K at the AVX2 and AVX-512 levels sums every block exactly in integers and then takes the
+// same two float steps per row, token and block (q4k_exact_*.cpp), so the decode kernels, the
+// 8-row prefill tiles (from 16 tokens) and the row tails all give the bits of this plain
+// evaluation of that formula, at both levels: acc = fma(d * ad, S, acc), then
+// acc = fma(-(dmin * ad), M, acc), with S = sum of scale x quant x activation and M = sum of
+// min x (two bsums).
+float q4k_exact_reference(const BlockQ4_K* w, const BlockQ8_K* a, int64_t nb) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t s = 0, m = 0;
+    for (int sb = 0; sb < 8; ++sb) {
+      uint8_t sc, mn;
+      k4_get_scale_min(w[i].scales, sb, sc, mn);
+      int64_t dot = 0;
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t byte = w[i].qs[32 * (sb / 2) + e];
+        dot += (int64_t)((sb % 2 ? byte >> 4 : byte) & 15) * a[i].qs[32 * sb + e];
+      }
+      s += sc * dot;
+      m += mn * ((int64_t)a[i].bsums[2 * sb] + a[i].bsums[2 * sb + 1]);
+    }
+    const float d = fp16_to_fp32(w[i].d), dmin = fp16_to_fp32(w[i].dmin);
+    acc = std::fma(d * a[i].d, (float)s, acc);
+    acc = std::fma(-(dmin * a[i].d), (float)m, acc);
+  }
+  return acc;
+}
+
+TEST(Kernels, Q4kExactBlockSumsAtEveryVectorLevel) {
+  ThreadPool pool2(2);
+  const GgmlType t = GgmlType::Q4_K;
+  int checked = 0;
+  for (const auto& level : levels()) {
+    if (level == "scalar") continue;  // the scalar kernel keeps its own order
+    LevelGuard g(level);
+    for (int64_t cols : {256, 2048}) {
+      std::mt19937 rng(99 + (int)cols);
+      const int64_t rows = 21;  // two groups of 8 and a tail of 5
+      const auto W = random_weights(t, rows, cols, rng);
+      const size_t rb = row_bytes(t, cols);
+      for (int64_t n_tok : {1, 5, 40}) {
+        const auto X = random_floats(n_tok * cols, rng);
+        std::vector<float> Y(n_tok * rows);
+        matmul(t, W.data(), rows, cols, X.data(), n_tok, Y.data(), n_tok > 1 ? &pool2 : nullptr);
+        for (int64_t tok = 0; tok < n_tok; ++tok) {
+          std::vector<uint8_t> act;
+          quantize_activation(t, X.data() + tok * cols, cols, act);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float ref =
+                q4k_exact_reference(reinterpret_cast<const BlockQ4_K*>(W.data() + r * rb),
+                                    reinterpret_cast<const BlockQ8_K*>(act.data()), cols / QK_K);
+            ASSERT_EQ(0, std::memcmp(&ref, &Y[tok * rows + r], 4))
+                << level << " cols=" << cols << " tokens=" << n_tok << " token " << tok << " row "
+                << r << ": " << Y[tok * rows + r] << " vs " << ref;
+          }
+        }
+      }
+    }
+    ++checked;
+  }
+  // On CI's AVX-512 machine both levels run; capped by MOEFLOW_SIMD=scalar there is none.
+  const char* cap = std::getenv("MOEFLOW_SIMD");
+  if (checked == 0) {
+    ASSERT_TRUE(cap != nullptr && std::string(cap) == "scalar")
+        << "no vector level on this CPU: the exact-sum kernels were not checked";
+    GTEST_SKIP() << "MOEFLOW_SIMD=scalar: no vector Q4_K kernel to check";
+  }
 }
 
 }  // namespace

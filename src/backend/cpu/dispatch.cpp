@@ -67,6 +67,12 @@ struct Tables {
         if (raw[m].fn[k] && raw[m].rows_fn[k] && raw[m].rows[k] > 1) {
           level[l].rows_fn[k] = raw[m].rows_fn[k];
           level[l].rows[k] = raw[m].rows[k];
+          level[l].rows_any_length[k] = raw[m].rows_any_length[k];
+        }
+        if (raw[m].fn[k] && raw[m].pack8[k] && raw[m].tile8[k]) {
+          level[l].pack8[k] = raw[m].pack8[k];
+          level[l].tile8[k] = raw[m].tile8[k];
+          level[l].packed8_block_bytes[k] = raw[m].packed8_block_bytes[k];
         }
       }
   }
@@ -101,7 +107,16 @@ RowsKernel rows_fn(GgmlType w) {
   const uint32_t id = (uint32_t)w;
   if (id >= (uint32_t)kTypeSlots) return {};
   const DotTable& t = tables().level[(int)active_simd()];
-  return t.rows_fn[id] ? RowsKernel{t.rows_fn[id], t.rows[id]} : RowsKernel{};
+  return t.rows_fn[id] ? RowsKernel{t.rows_fn[id], t.rows[id], t.rows_any_length[id]}
+                       : RowsKernel{};
+}
+
+Tile8Kernel tile8_fn(GgmlType w) {
+  const uint32_t id = (uint32_t)w;
+  if (id >= (uint32_t)kTypeSlots) return {};
+  const DotTable& t = tables().level[(int)active_simd()];
+  return t.tile8[id] ? Tile8Kernel{t.pack8[id], t.tile8[id], t.packed8_block_bytes[id]}
+                     : Tile8Kernel{};
 }
 
 }  // namespace kernels

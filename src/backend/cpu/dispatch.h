@@ -12,7 +12,15 @@ DotFn dot_fn(GgmlType w);
 struct RowsKernel {
   RowsFn fn = nullptr;
   int rows = 0;
+  bool any_length = false;  // chooses its own walk by row length: use it for short rows too
 };
 RowsKernel rows_fn(GgmlType w);
+// The 8-row prefill path matching dot_fn(w) bit for bit, or {} when there is none.
+struct Tile8Kernel {
+  Pack8Fn pack = nullptr;
+  Tile8Fn tile = nullptr;
+  size_t block_bytes = 0;  // packed bytes per 256 columns of a group of 8 rows
+};
+Tile8Kernel tile8_fn(GgmlType w);
 
 }  // namespace moeflow::kernels

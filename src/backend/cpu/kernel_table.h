@@ -67,6 +67,15 @@ using RowsFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* a
 // keeps busy.
 constexpr size_t kMultiRowMinBytes = 4096;
 
+// Prefill over groups of 8 weight rows with the rows in the vector lanes, for a level and type
+// whose kernels compute each row's block sums exactly in integers (so the float operations per
+// row and token are the same however the rows are grouped). pack8 writes 8 rows (w, w + w_stride,
+// ...) of n columns into a group of `packed8_bytes(n)` bytes; tile8 dots one packed group with
+// nt <= kMaxTokens activation rows, out[t * 8 + r] = row r . token t, bit-identical to DotFn.
+using Pack8Fn = void (*)(int64_t n, const void* w, size_t w_stride, void* dst);
+using Tile8Fn = void (*)(int64_t n, const void* packed, const void* act, size_t act_stride, int nt,
+                         float* out);
+
 enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 // Indexed by the GgmlType id; nullptr where the level has no kernel of its own (the dispatcher
@@ -78,11 +87,20 @@ struct DotTable {
   // ever used together with fn of the same level, since other levels round differently.
   RowsFn rows_fn[kTypeSlots] = {};
   int rows[kTypeSlots] = {};
+  // The multi-row kernel picks its own walk by row length (rows one after another below
+  // kMultiRowMinBytes, interleaved above), so matvec uses it for rows of any length.
+  bool rows_any_length[kTypeSlots] = {};
+  // Optional 8-row prefill path (nullptr: none), same level as fn; packed bytes per 256 columns.
+  Pack8Fn pack8[kTypeSlots] = {};
+  Tile8Fn tile8[kTypeSlots] = {};
+  size_t packed8_block_bytes[kTypeSlots] = {};
 };
 
 void fill_scalar_table(DotTable& t);
 void fill_avx2_table(DotTable& t);
+void fill_avx2_q4k_exact(DotTable& t);  // called by fill_avx2_table
 void fill_avx512_table(DotTable& t);
+void fill_avx512_q4k_exact(DotTable& t);  // called by fill_avx512_table
 
 // Activation quantizers. Every level produces the same bytes, so activations never depend on
 // the dispatch choice.

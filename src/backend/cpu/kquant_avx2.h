@@ -38,6 +38,54 @@ inline __m256i mins16(uint64_t mn8) {
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
 }
 
+// The per-block metadata of 8 Q4_K rows for the 8-row packs (q4k_exact_*.cpp): every row's 8
+// scales (sc) and 8 mins (mn) as one qword each, rows 0..3 in *_lo and 4..7 in *_hi, and the 8
+// rows' d and dmin as floats in lanes 0..7.
+struct K4Meta8 {
+  __m256i sc_lo, sc_hi, mn_lo, mn_hi;
+  __m256 d, dmin;
+};
+inline K4Meta8 k4_meta8(const uint8_t* const* blocks) {  // blocks[r]: row r's BlockQ4_K
+  uint64_t sc[8], mn[8];
+  uint32_t dd[8];
+  for (int r = 0; r < 8; ++r) {
+    k4_scales(blocks[r] + 4, sc[r], mn[r]);  // scales follow d and dmin
+    std::memcpy(&dd[r], blocks[r], 4);
+  }
+  K4Meta8 m;
+  m.sc_lo =
+      _mm256_set_epi64x((long long)sc[3], (long long)sc[2], (long long)sc[1], (long long)sc[0]);
+  m.sc_hi =
+      _mm256_set_epi64x((long long)sc[7], (long long)sc[6], (long long)sc[5], (long long)sc[4]);
+  m.mn_lo =
+      _mm256_set_epi64x((long long)mn[3], (long long)mn[2], (long long)mn[1], (long long)mn[0]);
+  m.mn_hi =
+      _mm256_set_epi64x((long long)mn[7], (long long)mn[6], (long long)mn[5], (long long)mn[4]);
+  // (d | dmin << 16) per row -> the 8 d halves, then the 8 dmin halves, converted.
+  const __m256i v = _mm256_loadu_si256((const __m256i*)dd);
+  const __m256i sep = _mm256_permute4x64_epi64(
+      _mm256_shuffle_epi8(
+          v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8,
+                              9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)),
+      _MM_SHUFFLE(3, 1, 2, 0));
+  m.d = _mm256_cvtph_ps(_mm256_castsi256_si128(sep));
+  m.dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(sep, 1));
+  return m;
+}
+// From the qwords of 4 rows (two per 128-bit lane), int32 lane k of each 128-bit lane (k = 0, 1:
+// the lane's two rows) = bytes b0 and b1 of that row's qword as int16 (b1 < 0: b0 twice).
+inline __m256i k4_pick_pairs(__m256i q4, int b0, int b1) {
+  const char z = (char)0x80;
+  const char l0 = (char)b0, l1 = (char)b1, h0 = (char)(8 + b0), h1 = (char)(8 + b1);
+  const __m256i ctl = _mm256_setr_epi8(l0, z, l1, z, h0, z, h1, z, z, z, z, z, z, z, z, z,  //
+                                       l0, z, l1, z, h0, z, h1, z, z, z, z, z, z, z, z, z);
+  return _mm256_shuffle_epi8(q4, ctl);
+}
+// 8 rows' int32 pairs (lane r) from the two halves of k4_pick_pairs.
+inline __m256i k4_rows8(__m256i lo, __m256i hi) {
+  return _mm256_permute4x64_epi64(_mm256_unpacklo_epi64(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
 // Q3_K's 16 6-bit scales (4 low bits + 2 high bits each), as int16 minus 32.
 inline __m256i q3k_scales(const uint8_t* s) {
   uint32_t u[3];

@@ -128,8 +128,8 @@ void heads_matvec(const char* what, GgmlType w, const void* W, size_t head_bytes
   // Groups of R rows go through the multi-row kernel where the level has one (bit-identical
   // to fn per row); the rest of each thread's range row by row.
   const size_t wbytes = row_bytes(w, cols);
-  const kernels::RowsKernel multi =
-      wbytes >= kernels::kMultiRowMinBytes ? kernels::rows_fn(w) : kernels::RowsKernel{};
+  kernels::RowsKernel multi = kernels::rows_fn(w);
+  if (wbytes < kernels::kMultiRowMinBytes && !multi.any_length) multi = {};
   const size_t astride = activation_row_bytes(w, cols);
   // Laid out as matmul's tokens: one activation row per head, astride apart.
   uint8_t* const act = scratch(astride * (size_t)n_head);
@@ -208,26 +208,53 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // Tokens per pass: as many as keep the bytes their kernels read (~1 MiB) in L2; the weights
   // are streamed from memory once per pass. Q8_0 rows are larger than what one level reads:
   // AVX-512 reads the back-to-back quants, offsets and x8 scales (3 bytes per column), the other
-  // levels the blocks and x8 scales (about 2). Within a pass, a block of weight rows (~128 KiB,
-  // which stays in L2) is walked once per tile of kMaxTokens tokens, so the tile's activations
-  // (8 x 2.3 KiB for a 2048-column Q8_K row) stay in L1 across the block's rows: activations
-  // are read 8 times per weight byte and the weights once per tile. When each row walked all
-  // of the pass's tiles instead, L2 traffic limited prefill. Every output is the same kernel
-  // call on the same tile whatever the walk order, so the results are too.
+  // levels the blocks and the float scales (about 1.2; 2 is kept as the estimate). Within a pass, a
+  // block of weight rows (~128 KiB, which stays in L2) is walked once per tile of kMaxTokens
+  // tokens, so the tile's activations (8 x 2.3 KiB for a 2048-column Q8_K row) stay in L1 across
+  // the block's rows: activations are read 8 times per weight byte and the weights once per tile.
+  // When each row walked all of the pass's tiles instead, L2 traffic limited prefill. Every output
+  // is the same kernel call on the same tile whatever the walk order, so the results are too.
   const size_t hot = activation_type_for(w) == GgmlType::Q8_0 ? 3 * (size_t)cols : astride;
   const int64_t tok_chunk = std::max<int64_t>(
       kernels::kMaxTokens, (int64_t)((1u << 20) / hot) / kernels::kMaxTokens * kernels::kMaxTokens);
-  const int64_t row_block = std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes));
+  //
+  // Where the level has an 8-row path for the type (rows in the lanes, kernel_table.h), each row
+  // block's groups of 8 rows are packed once per pass into the thread's own buffer and every
+  // tile runs over the packed groups; the rows left over go through fn. Both give the same bits
+  // per row and token, so neither the grouping nor the threads' split can change a result. Below
+  // kTile8MinTokens the packing (about one token's work per row) is not paid back.
+  constexpr int64_t kTile8MinTokens = 16;
+  const kernels::Tile8Kernel x8 =
+      n_tok >= kTile8MinTokens ? kernels::tile8_fn(w) : kernels::Tile8Kernel{};
+  const size_t group_bytes = x8.tile ? x8.block_bytes * (size_t)(cols / QK_K) : 0;
+  const int64_t row_block = x8.tile ? std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes) / 8 * 8)
+                                    : std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes));
   auto body = [&](int64_t r0, int64_t r1, int) {
-    float out[kernels::kMaxTokens];
+    float out[kernels::kMaxTokens * 8];
+    uint8_t* packed = nullptr;
+    if (x8.tile) {
+      thread_local AlignedBuffer pack_buf;  // never the caller's activation scratch
+      const size_t need = group_bytes * (size_t)(row_block / 8);
+      if (pack_buf.size() < need) pack_buf.allocate(need);
+      packed = pack_buf.data();
+    }
     for (int64_t c0 = 0; c0 < n_tok; c0 += tok_chunk) {
       const int64_t c1 = std::min(n_tok, c0 + tok_chunk);
       for (int64_t b0 = r0; b0 < r1; b0 += row_block) {
         const int64_t b1 = std::min(r1, b0 + row_block);
+        const int64_t groups = x8.tile ? (b1 - b0) / 8 : 0;
+        for (int64_t g = 0; g < groups; ++g)
+          x8.pack(cols, Wb + (size_t)(b0 + 8 * g) * wbytes, wbytes,
+                  packed + (size_t)g * group_bytes);
         for (int64_t t = c0; t < c1; t += kernels::kMaxTokens) {
           const int nt = (int)std::min<int64_t>(kernels::kMaxTokens, c1 - t);
           const uint8_t* at = act_data + (size_t)t * astride;
-          for (int64_t r = b0; r < b1; ++r) {
+          for (int64_t g = 0; g < groups; ++g) {
+            x8.tile(cols, packed + (size_t)g * group_bytes, at, astride, nt, out);
+            for (int k = 0; k < nt; ++k)
+              std::memcpy(Y + (t + k) * rows + b0 + 8 * g, out + 8 * k, 8 * sizeof(float));
+          }
+          for (int64_t r = b0 + 8 * groups; r < b1; ++r) {
             fn(cols, Wb + (size_t)r * wbytes, at, astride, nt, out);
             for (int k = 0; k < nt; ++k) Y[(t + k) * rows + r] = out[k];
           }
@@ -236,7 +263,7 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
     }
   };
   if (pool && pool->size() > 1 && rows > 1)
-    pool->parallel_for(rows, body, 4);
+    pool->parallel_for(rows, body, x8.tile ? 8 : 4);
   else
     body(0, rows, 0);
 }

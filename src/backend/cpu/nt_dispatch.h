@@ -3,8 +3,9 @@
 // time. Each NT instantiation runs the same per-token arithmetic, only interleaved.
 #include "backend/cpu/kernel_table.h"
 
-// Kernels instantiated up to NT = 4 (the AVX2 and scalar levels: 16 ymm registers hold four
-// tokens' accumulators, not eight) serve nt = 5..8 as two calls.
+// Kernels instantiated up to NT = 4 (the scalar level, and the AVX2 32-block kernels, whose two
+// accumulators per token would not fit 16 ymm registers for eight tokens) serve nt = 5..8 as two
+// calls.
 #define MOEFLOW_DOT_FN(name)                                                \
   [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) { \
     for (int t0 = 0; t0 < nt; t0 += 4) {                                    \
@@ -18,8 +19,8 @@
     }                                                                       \
   }
 
-// Eight tokens per weight block where the level has the registers for it (AVX-512: 32 zmm):
-// the block is unpacked once for twice as many tokens, which is most of prefill's gain.
+// Eight tokens per weight block where the registers hold them (AVX-512: 32 zmm; AVX2's K-quant
+// kernels, one accumulator per token): the block is unpacked once for twice as many tokens.
 #define MOEFLOW_DOT_FN8(name)                                               \
   [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) { \
     switch (nt) {                                                           \

@@ -1,0 +1,358 @@
+// AVX2 Q4_K kernels with exact block sums, and the 8-row prefill path they make possible: the
+// same per-row, per-token float operations as q4k_exact_avx512.cpp (see there), so AVX2 and
+// AVX-512 give the same Q4_K bits too.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kquant_avx2.h"
+#include "backend/cpu/nt_dispatch.h"
+#include "backend/cpu/simd_avx2_util.h"
+#include "core/aligned_buffer.h"
+#include "quant/blocks.h"
+
+namespace moeflow::kernels {
+namespace {
+
+using namespace avx2;
+
+inline int32_t reduce_i32(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(x);
+}
+
+inline float block_step(float acc, float d, float dmin, float ad, int32_t s, int32_t m) {
+  acc = std::fma(d * ad, (float)s, acc);
+  return std::fma(-(dmin * ad), (float)m, acc);
+}
+
+inline __m256i load_act(const BlockQ8_K& a, int off) {
+  return _mm256_loadu_si256((const __m256i*)(a.qs + off));
+}
+
+struct RowBlock {
+  __m256i sc, mn;
+  float d, dmin;
+};
+inline void row_scales(const BlockQ4_K& b, RowBlock& rb) {
+  uint64_t sc8, mn8;
+  k4_scales(b.scales, sc8, mn8);
+  rb.sc = scales16x2(sc8);
+  rb.mn = mins16(mn8);
+  rb.d = fp16(b.d);
+  rb.dmin = fp16(b.dmin);
+}
+
+// One row, NT tokens (GGUF layout).
+template <int NT>
+void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, float* out) {
+  const BlockQ4_K* wb = static_cast<const BlockQ4_K*>(w);
+  const BlockQ8_K* a[NT];
+  float acc[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    a[t] = act_row<BlockQ8_K>(act, stride, t);
+    acc[t] = 0.f;
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const BlockQ4_K& b = wb[i];
+    prefetch_block<sizeof(BlockQ4_K)>(wb + i);
+    RowBlock rb;
+    row_scales(b, rb);
+    __m256i sumi[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(q, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i s_lo = scale_bcast(rb.sc, 2 * j), s_hi = scale_bcast(rb.sc, 2 * j + 1);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const __m256i p_lo = _mm256_madd_epi16(mul_us(lo, load_act(a[t][i], 64 * j)), s_lo);
+        const __m256i p_hi = _mm256_madd_epi16(mul_us(hi, load_act(a[t][i], 64 * j + 32)), s_hi);
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p_lo, p_hi));
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& at = a[t][i];
+      const int32_t m =
+          reduce_i32(_mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)at.bsums)));
+      acc[t] = block_step(acc[t], rb.d, rb.dmin, at.d, reduce_i32(sumi[t]), m);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) out[t] = acc[t];
+}
+
+// 8 int32 vectors -> one vector whose lane r is the sum of v[r]'s lanes (exact).
+inline __m256i reduce8_rows(const __m256i* v) {
+  __m256i x[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k)  // 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    x[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                            _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  const __m256i y0 =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(x[0], x[1]), _mm256_unpackhi_epi64(x[0], x[1]));
+  const __m256i y1 =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(x[2], x[3]), _mm256_unpackhi_epi64(x[2], x[3]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(y0, y1, 0x20),
+                          _mm256_permute2x128_si256(y0, y1, 0x31));
+}
+
+// S lanes of one row's block (8 int32) against one activation block.
+inline __m256i row_block_sumi(const BlockQ4_K& b, const RowBlock& rb, const __m256i* y) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i q = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
+    const __m256i lo = _mm256_and_si256(q, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    const __m256i p_lo = _mm256_madd_epi16(mul_us(lo, y[2 * j]), scale_bcast(rb.sc, 2 * j));
+    const __m256i p_hi = _mm256_madd_epi16(mul_us(hi, y[2 * j + 1]), scale_bcast(rb.sc, 2 * j + 1));
+    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
+  }
+  return sumi;
+}
+
+// Decode over a group of 8 rows, one token: each block's 8 rows reduced together and their
+// float steps in one vector's lanes, rows interleaved from kMultiRowMinBytes and one after
+// another below (as q4k_exact_avx512.cpp, which explains why).
+struct DecodeScratch {
+  AlignedBuffer buf;
+  uint8_t* get(size_t bytes) {
+    if (buf.size() < bytes) buf.allocate(bytes);
+    return buf.data();
+  }
+};
+constexpr int64_t kRowsPrefetchBlocks = 8;
+template <int R>
+void dot_q4_k_exact_rows(int64_t n, const void* w, size_t stride, const void* act, float* out) {
+  static_assert(R == 8, "the reduction puts 8 rows in 8 lanes");
+  const uint8_t* wr = static_cast<const uint8_t*>(w);
+  const BlockQ8_K* a = static_cast<const BlockQ8_K*>(act);
+  const int64_t nb = n / QK_K;
+  __m256 acc = _mm256_setzero_ps();
+  auto float_step = [&](const __m256i* s8, const __m256i* m8, const float* d, const float* dmin,
+                        float ad_s) {
+    const __m256i s = reduce8_rows(s8);
+    const __m256i m = reduce8_rows(m8);
+    const __m256 ad = _mm256_set1_ps(ad_s);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d), ad), _mm256_cvtepi32_ps(s), acc);
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin), ad), _mm256_cvtepi32_ps(m), acc);
+  };
+  if ((size_t)nb * sizeof(BlockQ4_K) >= kMultiRowMinBytes) {
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t pi = i + kRowsPrefetchBlocks;
+      const size_t poff =
+          (size_t)pi * sizeof(BlockQ4_K) + (pi >= nb ? (size_t)(R - 1) * stride : 0);
+      __m256i s8[R], m8[R], y[8];
+      float d[R], dmin[R];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) y[k] = load_act(a[i], 32 * k);
+      const __m256i bs = _mm256_loadu_si256((const __m256i*)a[i].bsums);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const char* p = reinterpret_cast<const char*>(wr + r * stride + poff);
+        _mm_prefetch(p, _MM_HINT_T0);
+        _mm_prefetch(p + 64, _MM_HINT_T0);
+        _mm_prefetch(p + 128, _MM_HINT_T0);
+        const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(wr + r * stride)[i];
+        RowBlock rb;
+        row_scales(b, rb);
+        s8[r] = row_block_sumi(b, rb, y);
+        m8[r] = _mm256_madd_epi16(rb.mn, bs);
+        d[r] = rb.d;
+        dmin[r] = rb.dmin;
+      }
+      float_step(s8, m8, d, dmin, a[i].d);
+    }
+  } else {
+    thread_local DecodeScratch scratch;
+    // Per block: 8 x 32 bytes of S lanes, 8 x 32 of M lanes, 8 d and 8 dmin.
+    constexpr size_t kPerBlock = 8 * 32 + 8 * 32 + 64;
+    uint8_t* buf = scratch.get((size_t)nb * kPerBlock);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ4_K* wb = reinterpret_cast<const BlockQ4_K*>(wr + r * stride);
+      for (int64_t i = 0; i < nb; ++i) {
+        prefetch_block<sizeof(BlockQ4_K)>(wb + i);
+        RowBlock rb;
+        row_scales(wb[i], rb);
+        __m256i y[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) y[k] = load_act(a[i], 32 * k);
+        uint8_t* bi = buf + (size_t)i * kPerBlock;
+        _mm256_store_si256((__m256i*)(bi + 32 * r), row_block_sumi(wb[i], rb, y));
+        _mm256_store_si256(
+            (__m256i*)(bi + 256 + 32 * r),
+            _mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)a[i].bsums)));
+        reinterpret_cast<float*>(bi + 512)[r] = rb.d;
+        reinterpret_cast<float*>(bi + 544)[r] = rb.dmin;
+      }
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint8_t* bi = buf + (size_t)i * kPerBlock;
+      float_step(reinterpret_cast<const __m256i*>(bi), reinterpret_cast<const __m256i*>(bi + 256),
+                 reinterpret_cast<const float*>(bi + 512), reinterpret_cast<const float*>(bi + 544),
+                 a[i].d);
+    }
+  }
+  _mm256_storeu_ps(out, acc);
+}
+
+// ---- 8 rows in the lanes --------------------------------------------------------------------
+//
+// A packed group holds, per block of 256 columns (kPackedBlockBytes):
+//   wq[8 sub-blocks][8 steps][32 bytes]: bytes 4r..4r+3 = row r's quants (0..15) at columns
+//        32 sb + 4 step + 0..3 (int32 lane r is row r; one broadcast of 4 activation bytes);
+//   sc[8][32 bytes]: int16 lanes 2r, 2r+1 = row r's sub-block scale;
+//   mn[4][32 bytes]: int32 lane r = row r's mins 2q and 2q+1 as int16;
+//   d[8], dmin[8] as floats.
+constexpr size_t kWqBytes = 8 * 8 * 32, kScOff = kWqBytes, kMnOff = kScOff + 8 * 32,
+                 kDOff = kMnOff + 4 * 32, kDminOff = kDOff + 32, kPackedBlockBytes = kDminOff + 32;
+static_assert(kPackedBlockBytes % 64 == 0, "packed blocks keep 64-byte alignment");
+
+// v[r] (8 dwords each) -> o[s] = dword s of every v[r], lane r.
+inline void transpose8x8_epi32(const __m256i* v, __m256i* o) {
+  __m256i t[8], u[8];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+  }
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {
+    u[4 * k + 0] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+#pragma GCC unroll 4
+  for (int s = 0; s < 4; ++s) {
+    o[s] = _mm256_permute2x128_si256(u[s], u[4 + s], 0x20);
+    o[s + 4] = _mm256_permute2x128_si256(u[s], u[4 + s], 0x31);
+  }
+}
+
+void pack8_q4_k(int64_t n, const void* w, size_t stride, void* dst) {
+  const uint8_t* wr = static_cast<const uint8_t*>(w);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    uint8_t* g = out + (size_t)i * kPackedBlockBytes;
+    const BlockQ4_K* b[8];
+    for (int r = 0; r < 8; ++r) b[r] = reinterpret_cast<const BlockQ4_K*>(wr + r * stride) + i;
+    for (int j = 0; j < 4; ++j) {
+      __m256i lo[8], hi[8], o[8];
+      for (int r = 0; r < 8; ++r) {
+        const __m256i q = _mm256_loadu_si256((const __m256i*)(b[r]->qs + 32 * j));
+        lo[r] = _mm256_and_si256(q, m4);
+        hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      }
+      transpose8x8_epi32(lo, o);
+      for (int s = 0; s < 8; ++s)
+        _mm256_store_si256((__m256i*)(g + (size_t)(2 * j * 8 + s) * 32), o[s]);
+      transpose8x8_epi32(hi, o);
+      for (int s = 0; s < 8; ++s)
+        _mm256_store_si256((__m256i*)(g + (size_t)((2 * j + 1) * 8 + s) * 32), o[s]);
+    }
+    const uint8_t* bp[8];
+    for (int r = 0; r < 8; ++r) bp[r] = reinterpret_cast<const uint8_t*>(b[r]);
+    const K4Meta8 m = k4_meta8(bp);
+    for (int sb = 0; sb < 8; ++sb)
+      _mm256_store_si256((__m256i*)(g + kScOff + (size_t)sb * 32),
+                         k4_rows8(k4_pick_pairs(m.sc_lo, sb, sb), k4_pick_pairs(m.sc_hi, sb, sb)));
+    for (int q = 0; q < 4; ++q)
+      _mm256_store_si256((__m256i*)(g + kMnOff + (size_t)q * 32),
+                         k4_rows8(k4_pick_pairs(m.mn_lo, 2 * q, 2 * q + 1),
+                                  k4_pick_pairs(m.mn_hi, 2 * q, 2 * q + 1)));
+    _mm256_store_ps((float*)(g + kDOff), m.d);
+    _mm256_store_ps((float*)(g + kDminOff), m.dmin);
+  }
+}
+
+template <int NT>
+void tile8_q4_k(int64_t n, const void* packed, const void* act, size_t stride, float* out) {
+  const uint8_t* pk = static_cast<const uint8_t*>(packed);
+  const BlockQ8_K* a[NT];
+  __m256 acc[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    a[t] = act_row<BlockQ8_K>(act, stride, t);
+    acc[t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const uint8_t* g = pk + (size_t)i * kPackedBlockBytes;
+    __m256i sumi[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+    // A sub-block's eight steps are summed as int16 before the scale multiply: each
+    // vpmaddubsw lane is at most 2 x 15 x 128 = 3840 in magnitude, eight of them 30720 < 2^15.
+    for (int sb = 0; sb < 8; ++sb) {
+      const __m256i sc = _mm256_load_si256((const __m256i*)(g + kScOff + 32 * sb));
+      const uint8_t* wsb = g + (size_t)sb * 8 * 32;
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* y = a[t][i].qs + 32 * sb;
+        __m256i p16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) {
+          int32_t y4;
+          std::memcpy(&y4, y + 4 * s, 4);
+          p16 = _mm256_add_epi16(
+              p16, _mm256_maddubs_epi16(_mm256_load_si256((const __m256i*)(wsb + 32 * s)),
+                                        _mm256_set1_epi32(y4)));
+        }
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, sc));
+      }
+    }
+    const __m256 d8 = _mm256_load_ps((const float*)(g + kDOff));
+    const __m256 dm8 = _mm256_load_ps((const float*)(g + kDminOff));
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& at = a[t][i];
+      const __m256i bp =
+          _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)at.bsums), _mm256_set1_epi16(1));
+      const __m256i bp16 = _mm256_packs_epi32(bp, bp);  // dwords 0, 1, 4, 5: pairs 0..3
+      const __m256i* mn = reinterpret_cast<const __m256i*>(g + kMnOff);
+      __m256i m = _mm256_madd_epi16(_mm256_load_si256(mn + 0),
+                                    _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(0)));
+      m = _mm256_add_epi32(
+          m, _mm256_madd_epi16(_mm256_load_si256(mn + 1),
+                               _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(1))));
+      m = _mm256_add_epi32(
+          m, _mm256_madd_epi16(_mm256_load_si256(mn + 2),
+                               _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(4))));
+      m = _mm256_add_epi32(
+          m, _mm256_madd_epi16(_mm256_load_si256(mn + 3),
+                               _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(5))));
+      const __m256 ad = _mm256_set1_ps(at.d);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm8, ad), _mm256_cvtepi32_ps(m), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
+}
+
+constexpr int kRows = 8;
+
+}  // namespace
+
+void fill_avx2_q4k_exact(DotTable& t) {
+  const int k = (int)GgmlType::Q4_K;
+  t.fn[k] = MOEFLOW_DOT_FN8(dot_q4_k_exact);
+  t.rows_fn[k] = dot_q4_k_exact_rows<kRows>;
+  t.rows[k] = kRows;
+  t.rows_any_length[k] = true;
+  t.pack8[k] = pack8_q4_k;
+  t.tile8[k] = MOEFLOW_DOT_FN8(tile8_q4_k);
+  t.packed8_block_bytes[k] = kPackedBlockBytes;
+}
+
+}  // namespace moeflow::kernels
