@@ -1,7 +1,10 @@
 #pragma once
 // K-quant scale unpacking shared by the AVX2 and AVX-512 kernels. Internal linkage: see
 // nt_dispatch.h.
+#include <cmath>
+
 #include "backend/cpu/simd_avx2_util.h"
+#include "core/aligned_buffer.h"
 
 namespace moeflow::kernels::avx2 {
 namespace {
@@ -85,6 +88,47 @@ inline __m256i k4_pick_pairs(__m256i q4, int b0, int b1) {
 inline __m256i k4_rows8(__m256i lo, __m256i hi) {
   return _mm256_permute4x64_epi64(_mm256_unpacklo_epi64(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
 }
+
+// ---- Q4_K with exact block sums (q4k_exact_avx2.cpp, q4k_exact_avx512.cpp) ----------------
+
+// The sum of v's int32 lanes (exact).
+inline int32_t reduce_i32(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(x);
+}
+
+// The float steps of one block for one row and token. Both files' vector lanes and scalar paths
+// do exactly these two roundings (a scalar FMA rounds like one lane of a vector FMA).
+inline float block_step(float acc, float d, float dmin, float ad, int32_t s, int32_t m) {
+  acc = std::fma(d * ad, (float)s, acc);
+  return std::fma(-(dmin * ad), (float)m, acc);
+}
+
+// 8 int32 vectors -> one vector whose lane r is the sum of v[r]'s lanes (exact integers).
+inline __m256i reduce8_rows(const __m256i* v) {
+  __m256i x[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k)  // 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    x[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                            _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  const __m256i y0 =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(x[0], x[1]), _mm256_unpackhi_epi64(x[0], x[1]));
+  const __m256i y1 =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(x[2], x[3]), _mm256_unpackhi_epi64(x[2], x[3]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(y0, y1, 0x20),
+                          _mm256_permute2x128_si256(y0, y1, 0x31));
+}
+
+// A thread's buffer for the decode kernels' per-block integer lanes.
+struct DecodeScratch {
+  AlignedBuffer buf;
+  uint8_t* get(size_t bytes) {
+    if (buf.size() < bytes) buf.allocate(bytes);
+    return buf.data();
+  }
+};
 
 // Q3_K's 16 6-bit scales (4 low bits + 2 high bits each), as int16 minus 32.
 inline __m256i q3k_scales(const uint8_t* s) {

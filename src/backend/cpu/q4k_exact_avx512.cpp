@@ -30,26 +30,12 @@ namespace {
 
 using namespace avx2;
 using namespace avx512;
+// The 256-bit overloads (kquant_avx2.h) beside this file's 512-bit ones.
+using avx2::reduce8_rows;
+using avx2::reduce_i32;
 
 inline int32_t reduce_i32(__m512i v) {
-  const __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(x);
-}
-inline int32_t reduce_i32(__m256i v) {
-  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
-  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(x);
-}
-
-// The float step of one block for one row and token (the scalar form of tile8's lanes: a scalar
-// FMA rounds exactly like one lane of a vector FMA).
-inline float block_step(float acc, float d, float dmin, float ad, int32_t s, int32_t m) {
-  acc = std::fma(d * ad, (float)s, acc);
-  return std::fma(-(dmin * ad), (float)m, acc);
+  return reduce_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
 // S_i of one row's block against one activation block, as 16 int32 lanes (the chunk loop of the
@@ -131,20 +117,6 @@ inline __m256i reduce8_rows(const __m512i* v) {
   const __m512i u = _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(3, 1, 2, 0));
   return _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
 }
-inline __m256i reduce8_rows(const __m256i* v) {
-  __m256i x[4];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k)
-    x[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
-                            _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
-  const __m256i y0 =
-      _mm256_add_epi32(_mm256_unpacklo_epi64(x[0], x[1]), _mm256_unpackhi_epi64(x[0], x[1]));
-  const __m256i y1 =
-      _mm256_add_epi32(_mm256_unpacklo_epi64(x[2], x[3]), _mm256_unpackhi_epi64(x[2], x[3]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(y0, y1, 0x20),
-                          _mm256_permute2x128_si256(y0, y1, 0x31));
-}
-
 // Decode over a group of 8 rows, one token: every block's 8 rows are reduced together and take
 // their float steps in the lanes of one vector, as tile8 does (fewer instructions per row and
 // block than reducing each row on its own, and than the older lane-wise float sums). Rows of at
@@ -152,13 +124,6 @@ inline __m256i reduce8_rows(const __m256i* v) {
 // once for all 8, a prefetch stream per row); shorter rows one after another, each a sequential
 // stream the hardware prefetcher follows, with the blocks' integer lanes kept in a small buffer
 // until all 8 rows are done (8 interleaved streams of 2.3 KiB rows ran ~10% slower).
-struct DecodeScratch {
-  AlignedBuffer buf;
-  uint8_t* get(size_t bytes) {
-    if (buf.size() < bytes) buf.allocate(bytes);
-    return buf.data();
-  }
-};
 constexpr int64_t kRowsPrefetchBlocks = 8;
 template <int R>
 void dot_q4_k_exact_rows(int64_t n, const void* w, size_t stride, const void* act, float* out) {
