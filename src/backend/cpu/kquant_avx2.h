@@ -2,9 +2,10 @@
 // K-quant scale unpacking shared by the AVX2 and AVX-512 kernels. Internal linkage: see
 // nt_dispatch.h.
 #include <cmath>
+#include <cstdlib>
+#include <new>
 
 #include "backend/cpu/simd_avx2_util.h"
-#include "core/aligned_buffer.h"
 
 namespace moeflow::kernels::avx2 {
 namespace {
@@ -121,12 +122,27 @@ inline __m256i reduce8_rows(const __m256i* v) {
                           _mm256_permute2x128_si256(y0, y1, 0x31));
 }
 
-// A thread's buffer for the decode kernels' per-block integer lanes.
+// A thread's 64-byte aligned buffer for the decode kernels' per-block integer lanes. Not
+// core/aligned_buffer.h: its inline members compiled here with AVX-512 flags could be the copy
+// the linker keeps for every caller (see nt_dispatch.h).
 struct DecodeScratch {
-  AlignedBuffer buf;
+  uint8_t* p = nullptr;
+  size_t n = 0;
+  DecodeScratch() = default;
+  DecodeScratch(const DecodeScratch&) = delete;
+  DecodeScratch& operator=(const DecodeScratch&) = delete;
+  ~DecodeScratch() { std::free(p); }
   uint8_t* get(size_t bytes) {
-    if (buf.size() < bytes) buf.allocate(bytes);
-    return buf.data();
+    if (n < bytes) {
+      std::free(p);
+      n = (bytes + 63) / 64 * 64;
+      p = static_cast<uint8_t*>(std::aligned_alloc(64, n));
+      if (p == nullptr) {
+        n = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return p;
   }
 };
 

@@ -7,7 +7,6 @@
 #include "backend/cpu/kquant_avx2.h"
 #include "backend/cpu/nt_dispatch.h"
 #include "backend/cpu/simd_avx2_util.h"
-#include "core/aligned_buffer.h"
 #include "quant/blocks.h"
 
 namespace moeflow::kernels {
