@@ -120,7 +120,7 @@ void matmul_args(benchmark::internal::Benchmark* b) {
     b->Args({(int64_t)GgmlType::Q5_0, 2048, 1408, threads, 48});
   }
   // Experts that get few tokens (Q4_K: where matmul starts packing 8-row groups).
-  for (int tok : {4, 8, 12, 16}) b->Args({(int64_t)GgmlType::Q4_K, 1408, 2048, 1, tok});
+  for (int tok : {4, 8, 12, 16, 24, 32}) b->Args({(int64_t)GgmlType::Q4_K, 1408, 2048, 1, tok});
   b->ArgNames({"type", "rows", "cols", "thr", "tok"});
   b->MinTime(0.3);
   b->UseRealTime();

@@ -223,9 +223,10 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // tile runs over the packed groups; the rows left over go through fn. Both give the same bits
   // per row and token, so neither the grouping nor the threads' split can change a result. Below
   // kTile8MinTokens the packing (the weights read once more, 2.4x their bytes written) is not
-  // paid back: on a DeepSeek-V2-Lite expert (Q4_K 1408 x 2048, weights from DRAM) the packed
-  // path overtook the row kernel at 10-12 tokens with AVX-512 and at ~16 with AVX2.
-  constexpr int64_t kTile8MinTokens = 16;
+  // paid back: on a DeepSeek-V2-Lite expert (Q4_K 1408 x 2048, weights from DRAM, one thread)
+  // the row kernel (its tokens reduced together) ran 29k tok/s from 16 to 32 tokens, the packed
+  // path 25k at 16, 29-31k at 24 and 33-35k at 32 (AVX2: 16-20k vs 18-20k, 20-21k, 23-24k).
+  constexpr int64_t kTile8MinTokens = 24;
   const kernels::Tile8Kernel x8 =
       n_tok >= kTile8MinTokens ? kernels::tile8_fn(w) : kernels::Tile8Kernel{};
   const size_t group_bytes = x8.tile ? x8.block_bytes * (size_t)(cols / QK_K) : 0;

@@ -36,12 +36,13 @@ template <int NT>
 void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const BlockQ4_K* wb = static_cast<const BlockQ4_K*>(w);
   const BlockQ8_K* a[NT];
-  float acc[NT];
+  [[maybe_unused]] float acc[NT];
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     a[t] = act_row<BlockQ8_K>(act, stride, t);
     acc[t] = 0.f;
   }
+  [[maybe_unused]] __m256 accv = _mm256_setzero_ps();  // NT >= 4: lane t = token t
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const BlockQ4_K& b = wb[i];
@@ -64,16 +65,41 @@ void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, fl
         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p_lo, p_hi));
       }
     }
+    if constexpr (NT >= 4) {
+      // Several tokens: reduced together into the lanes of one vector (lane t = token t), the
+      // float steps taken there (see q4k_exact_avx512.cpp).
+      __m256i s8[8], m8[8];
+      alignas(32) float ad[8];
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_K& at = a[t][i];
-      const int32_t m =
-          reduce_i32(_mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)at.bsums)));
-      acc[t] = block_step(acc[t], rb.d, rb.dmin, at.d, reduce_i32(sumi[t]), m);
+      for (int t = 0; t < 8; ++t) {
+        s8[t] = t < NT ? sumi[t] : _mm256_setzero_si256();
+        m8[t] = t < NT ? _mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)a[t][i].bsums))
+                       : _mm256_setzero_si256();
+        ad[t] = t < NT ? a[t][i].d : 0.f;
+      }
+      const __m256 adv = _mm256_load_ps(ad);
+      accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(rb.d), adv),
+                             _mm256_cvtepi32_ps(reduce8_rows(s8)), accv);
+      accv = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(rb.dmin), adv),
+                              _mm256_cvtepi32_ps(reduce8_rows(m8)), accv);
+    } else {
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_K& at = a[t][i];
+        const int32_t m =
+            reduce_i32(_mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)at.bsums)));
+        acc[t] = block_step(acc[t], rb.d, rb.dmin, at.d, reduce_i32(sumi[t]), m);
+      }
     }
   }
+  if constexpr (NT >= 4) {
+    alignas(32) float o8[8];
+    _mm256_store_ps(o8, accv);
+    std::memcpy(out, o8, NT * sizeof(float));
+  } else {
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) out[t] = acc[t];
+    for (int t = 0; t < NT; ++t) out[t] = acc[t];
+  }
 }
 
 // S lanes of one row's block (8 int32) against one activation block.
