@@ -118,83 +118,31 @@ inline __m256i row_block_sumi(const BlockQ4_K& b, const RowBlock& rb, const __m2
   return sumi;
 }
 
-// Decode over a group of 8 rows, one token: each block's 8 rows reduced together and their
-// float steps in one vector's lanes, rows interleaved from kMultiRowMinBytes and one after
-// another below (as q4k_exact_avx512.cpp, which explains why).
-constexpr int64_t kRowsPrefetchBlocks = 8;
-template <int R>
-void dot_q4_k_exact_rows(int64_t n, const void* w, size_t stride, const void* act, float* out) {
-  static_assert(R == 8, "the reduction puts 8 rows in 8 lanes");
-  const uint8_t* wr = static_cast<const uint8_t*>(w);
-  const BlockQ8_K* a = static_cast<const BlockQ8_K*>(act);
-  const int64_t nb = n / QK_K;
-  __m256 acc = _mm256_setzero_ps();
-  auto float_step = [&](const __m256i* s8, const __m256i* m8, const float* d, const float* dmin,
-                        float ad_s) {
-    const __m256i s = reduce8_rows(s8);
-    const __m256i m = reduce8_rows(m8);
-    const __m256 ad = _mm256_set1_ps(ad_s);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d), ad), _mm256_cvtepi32_ps(s), acc);
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin), ad), _mm256_cvtepi32_ps(m), acc);
+// The AVX2 level of q4k_exact_rows8 (kquant_avx2.h): a row's S lanes are one ymm.
+struct RowsAvx2 {
+  using Sums = __m256i;
+  struct Act {
+    __m256i y[8];
   };
-  if ((size_t)nb * sizeof(BlockQ4_K) >= kMultiRowMinBytes) {
-    for (int64_t i = 0; i < nb; ++i) {
-      const int64_t pi = i + kRowsPrefetchBlocks;
-      const size_t poff =
-          (size_t)pi * sizeof(BlockQ4_K) + (pi >= nb ? (size_t)(R - 1) * stride : 0);
-      __m256i s8[R], m8[R], y[8];
-      float d[R], dmin[R];
+  struct Prep {};
+  static Prep prep() { return {}; }
+  static Act load(const BlockQ8_K& a) {
+    Act x;
 #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) y[k] = load_act(a[i], 32 * k);
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)a[i].bsums);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const char* p = reinterpret_cast<const char*>(wr + r * stride + poff);
-        _mm_prefetch(p, _MM_HINT_T0);
-        _mm_prefetch(p + 64, _MM_HINT_T0);
-        _mm_prefetch(p + 128, _MM_HINT_T0);
-        const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(wr + r * stride)[i];
-        RowBlock rb;
-        row_scales(b, rb);
-        s8[r] = row_block_sumi(b, rb, y);
-        m8[r] = _mm256_madd_epi16(rb.mn, bs);
-        d[r] = rb.d;
-        dmin[r] = rb.dmin;
-      }
-      float_step(s8, m8, d, dmin, a[i].d);
-    }
-  } else {
-    thread_local DecodeScratch scratch;
-    // Per block: 8 x 32 bytes of S lanes, 8 x 32 of M lanes, 8 d and 8 dmin.
-    constexpr size_t kPerBlock = 8 * 32 + 8 * 32 + 64;
-    uint8_t* buf = scratch.get((size_t)nb * kPerBlock);
-    for (int r = 0; r < R; ++r) {
-      const BlockQ4_K* wb = reinterpret_cast<const BlockQ4_K*>(wr + r * stride);
-      for (int64_t i = 0; i < nb; ++i) {
-        prefetch_block<sizeof(BlockQ4_K)>(wb + i);
-        RowBlock rb;
-        row_scales(wb[i], rb);
-        __m256i y[8];
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) y[k] = load_act(a[i], 32 * k);
-        uint8_t* bi = buf + (size_t)i * kPerBlock;
-        _mm256_store_si256((__m256i*)(bi + 32 * r), row_block_sumi(wb[i], rb, y));
-        _mm256_store_si256(
-            (__m256i*)(bi + 256 + 32 * r),
-            _mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)a[i].bsums)));
-        reinterpret_cast<float*>(bi + 512)[r] = rb.d;
-        reinterpret_cast<float*>(bi + 544)[r] = rb.dmin;
-      }
-    }
-    for (int64_t i = 0; i < nb; ++i) {
-      const uint8_t* bi = buf + (size_t)i * kPerBlock;
-      float_step(reinterpret_cast<const __m256i*>(bi), reinterpret_cast<const __m256i*>(bi + 256),
-                 reinterpret_cast<const float*>(bi + 512), reinterpret_cast<const float*>(bi + 544),
-                 a[i].d);
-    }
+    for (int k = 0; k < 8; ++k) x.y[k] = load_act(a, 32 * k);
+    return x;
   }
-  _mm256_storeu_ps(out, acc);
-}
+  static void row(const Prep&, const BlockQ4_K& b, const Act& x, __m256i bs, Sums& s, __m256i& m,
+                  float& d, float& dmin) {
+    RowBlock rb;
+    row_scales(b, rb);
+    s = row_block_sumi(b, rb, x.y);
+    m = _mm256_madd_epi16(rb.mn, bs);
+    d = rb.d;
+    dmin = rb.dmin;
+  }
+  static __m256i reduce8(const Sums* v) { return reduce8_rows(v); }
+};
 
 // ---- 8 rows in the lanes --------------------------------------------------------------------
 //
@@ -306,28 +254,9 @@ void tile8_q4_k(int64_t n, const void* packed, const void* act, size_t stride, f
     }
     const __m256 d8 = _mm256_load_ps((const float*)(g + kDOff));
     const __m256 dm8 = _mm256_load_ps((const float*)(g + kDminOff));
+    const __m256i* mn = reinterpret_cast<const __m256i*>(g + kMnOff);
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_K& at = a[t][i];
-      const __m256i bp =
-          _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)at.bsums), _mm256_set1_epi16(1));
-      const __m256i bp16 = _mm256_packs_epi32(bp, bp);  // dwords 0, 1, 4, 5: pairs 0..3
-      const __m256i* mn = reinterpret_cast<const __m256i*>(g + kMnOff);
-      __m256i m = _mm256_madd_epi16(_mm256_load_si256(mn + 0),
-                                    _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(0)));
-      m = _mm256_add_epi32(
-          m, _mm256_madd_epi16(_mm256_load_si256(mn + 1),
-                               _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(1))));
-      m = _mm256_add_epi32(
-          m, _mm256_madd_epi16(_mm256_load_si256(mn + 2),
-                               _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(4))));
-      m = _mm256_add_epi32(
-          m, _mm256_madd_epi16(_mm256_load_si256(mn + 3),
-                               _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(5))));
-      const __m256 ad = _mm256_set1_ps(at.d);
-      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, ad), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm8, ad), _mm256_cvtepi32_ps(m), acc[t]);
-    }
+    for (int t = 0; t < NT; ++t) acc[t] = tile8_step(a[t][i], sumi[t], mn, d8, dm8, acc[t]);
   }
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + 8 * t, acc[t]);
@@ -340,7 +269,7 @@ constexpr int kRows = 8;
 void fill_avx2_q4k_exact(DotTable& t) {
   const int k = (int)GgmlType::Q4_K;
   t.fn[k] = MOEFLOW_DOT_FN8(dot_q4_k_exact);
-  t.rows_fn[k] = dot_q4_k_exact_rows<kRows>;
+  t.rows_fn[k] = q4k_exact_rows8<RowsAvx2>;
   t.rows[k] = kRows;
   t.rows_any_length[k] = true;
   t.pack8[k] = pack8_q4_k;

@@ -157,97 +157,42 @@ void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, fl
   }
 }
 
-// Decode over a group of 8 rows, one token: every block's 8 rows are reduced together and take
-// their float steps in the lanes of one vector, as tile8 does (fewer instructions per row and
-// block than reducing each row on its own, and than the older lane-wise float sums). Rows of at
-// least kMultiRowMinBytes are walked interleaved, block by block (the activation chunks loaded
-// once for all 8, a prefetch stream per row); shorter rows one after another, each a sequential
-// stream the hardware prefetcher follows, with the blocks' integer lanes kept in a small buffer
-// until all 8 rows are done (8 interleaved streams of 2.3 KiB rows ran ~10% slower).
-constexpr int64_t kRowsPrefetchBlocks = 8;
-template <int R>
-void dot_q4_k_exact_rows(int64_t n, const void* w, size_t stride, const void* act, float* out) {
-  static_assert(R == 8, "the reduction puts 8 rows in 8 lanes");
-  const uint8_t* wr = static_cast<const uint8_t*>(w);
-  const BlockQ8_K* a = static_cast<const BlockQ8_K*>(act);
-  const int64_t nb = n / QK_K;
-  __m512i sidx[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) sidx[j] = idx_pair(2 * j, 2 * j + 1);
-  __m256 acc = _mm256_setzero_ps();
-  auto float_step = [&](const __m512i* s16, const __m256i* m8, const float* d, const float* dmin,
-                        float ad_s) {
-    const __m256i s = reduce8_rows(s16);
-    const __m256i m = reduce8_rows(m8);
-    const __m256 ad = _mm256_set1_ps(ad_s);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d), ad), _mm256_cvtepi32_ps(s), acc);
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin), ad), _mm256_cvtepi32_ps(m), acc);
+// The AVX-512 level of q4k_exact_rows8 (kquant_avx2.h): a row's S lanes are one zmm.
+struct RowsAvx512 {
+  using Sums = __m512i;
+  struct Act {
+    __m512i y[4];
   };
-  if ((size_t)nb * sizeof(BlockQ4_K) >= kMultiRowMinBytes) {
-    for (int64_t i = 0; i < nb; ++i) {
-      const int64_t pi = i + kRowsPrefetchBlocks;
-      const size_t poff =
-          (size_t)pi * sizeof(BlockQ4_K) + (pi >= nb ? (size_t)(R - 1) * stride : 0);
-      __m512i s16[R];
-      __m256i m8[R];
-      float d[R], dmin[R];
-      const __m256i bs = _mm256_loadu_si256((const __m256i*)a[i].bsums);
-      __m512i y[4];
+  struct Prep {
+    __m512i sidx[4];
+  };
+  static Prep prep() {
+    Prep p;
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) y[j] = load_act64(a[i], 64 * j);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const char* p = reinterpret_cast<const char*>(wr + r * stride + poff);
-        _mm_prefetch(p, _MM_HINT_T0);
-        _mm_prefetch(p + 64, _MM_HINT_T0);
-        _mm_prefetch(p + 128, _MM_HINT_T0);
-        RowBlock rb;
-        unpack_row_block(reinterpret_cast<const BlockQ4_K*>(wr + r * stride)[i], sidx, rb);
-        __m512i sumi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j)
-          sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(rb.q[j], y[j]), rb.s[j]);
-        s16[r] = sumi;
-        m8[r] = _mm256_madd_epi16(rb.mn, bs);
-        d[r] = rb.d;
-        dmin[r] = rb.dmin;
-      }
-      float_step(s16, m8, d, dmin, a[i].d);
-    }
-  } else {
-    thread_local DecodeScratch scratch;
-    // Per block: 8 x 64 bytes of S lanes, 8 x 32 of M lanes, 8 d and 8 dmin.
-    constexpr size_t kPerBlock = 8 * 64 + 8 * 32 + 64;
-    uint8_t* buf = scratch.get((size_t)nb * kPerBlock);
-    for (int r = 0; r < R; ++r) {
-      const BlockQ4_K* wb = reinterpret_cast<const BlockQ4_K*>(wr + r * stride);
-      for (int64_t i = 0; i < nb; ++i) {
-        prefetch_block<sizeof(BlockQ4_K)>(wb + i);
-        RowBlock rb;
-        unpack_row_block(wb[i], sidx, rb);
-        __m512i sumi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j)
-          sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(rb.q[j], load_act64(a[i], 64 * j)),
-                                     rb.s[j]);
-        uint8_t* bi = buf + (size_t)i * kPerBlock;
-        _mm512_store_si512((void*)(bi + 64 * r), sumi);
-        _mm256_store_si256(
-            (__m256i*)(bi + 512 + 32 * r),
-            _mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)a[i].bsums)));
-        reinterpret_cast<float*>(bi + 768)[r] = rb.d;
-        reinterpret_cast<float*>(bi + 800)[r] = rb.dmin;
-      }
-    }
-    for (int64_t i = 0; i < nb; ++i) {
-      const uint8_t* bi = buf + (size_t)i * kPerBlock;
-      float_step(reinterpret_cast<const __m512i*>(bi), reinterpret_cast<const __m256i*>(bi + 512),
-                 reinterpret_cast<const float*>(bi + 768), reinterpret_cast<const float*>(bi + 800),
-                 a[i].d);
-    }
+    for (int j = 0; j < 4; ++j) p.sidx[j] = idx_pair(2 * j, 2 * j + 1);
+    return p;
   }
-  _mm256_storeu_ps(out, acc);
-}
+  static Act load(const BlockQ8_K& a) {
+    Act x;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) x.y[j] = load_act64(a, 64 * j);
+    return x;
+  }
+  static void row(const Prep& p, const BlockQ4_K& b, const Act& x, __m256i bs, Sums& s, __m256i& m,
+                  float& d, float& dmin) {
+    RowBlock rb;
+    unpack_row_block(b, p.sidx, rb);
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(rb.q[j], x.y[j]), rb.s[j]);
+    s = sumi;
+    m = _mm256_madd_epi16(rb.mn, bs);
+    d = rb.d;
+    dmin = rb.dmin;
+  }
+  static __m256i reduce8(const Sums* v) { return reduce8_rows(v); }
+};
 
 // ---- 8 rows in the lanes --------------------------------------------------------------------
 //
@@ -354,20 +299,7 @@ void tile8_q4_k(int64_t n, const void* packed, const void* act, size_t stride, f
       // S: lanes 2r + 2r+1 (exact), the low dword of each qword kept.
       const __m512i s2 = _mm512_add_epi32(sumi[t], _mm512_srli_epi64(sumi[t], 32));
       const __m256i s = _mm512_cvtepi64_epi32(s2);
-      // M: the token's bsum pairs (each |sum| <= 4096, so int16), pairs 2q, 2q+1 broadcast.
-      const __m256i bp =
-          _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)at.bsums), _mm256_set1_epi16(1));
-      const __m256i bp16 = _mm256_packs_epi32(bp, bp);  // dwords 0, 1, 4, 5: pairs 0..3
-      __m256i m = _mm256_madd_epi16(mn[0], _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(0)));
-      m = _mm256_add_epi32(
-          m, _mm256_madd_epi16(mn[1], _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(1))));
-      m = _mm256_add_epi32(
-          m, _mm256_madd_epi16(mn[2], _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(4))));
-      m = _mm256_add_epi32(
-          m, _mm256_madd_epi16(mn[3], _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(5))));
-      const __m256 ad = _mm256_set1_ps(at.d);
-      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, ad), _mm256_cvtepi32_ps(s), acc[t]);
-      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm8, ad), _mm256_cvtepi32_ps(m), acc[t]);
+      acc[t] = tile8_step(at, s, mn, d8, dm8, acc[t]);
     }
   }
 #pragma GCC unroll 8
@@ -381,7 +313,7 @@ constexpr int kRows = 8;
 void fill_avx512_q4k_exact(DotTable& t) {
   const int k = (int)GgmlType::Q4_K;
   t.fn[k] = MOEFLOW_DOT_FN8(dot_q4_k_exact);
-  t.rows_fn[k] = dot_q4_k_exact_rows<kRows>;
+  t.rows_fn[k] = q4k_exact_rows8<RowsAvx512>;
   t.rows[k] = kRows;
   t.rows_any_length[k] = true;
   t.pack8[k] = pack8_q4_k;
