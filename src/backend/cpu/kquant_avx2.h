@@ -94,6 +94,18 @@ inline __m256i k4_rows8(__m256i lo, __m256i hi) {
 
 // ---- Q4_K with exact block sums (q4k_exact_avx2.cpp, q4k_exact_avx512.cpp) ----------------
 
+// block_step in the 8 lanes of a vector (rows or tokens): lane k takes exactly block_step's two
+// roundings with d[k], dmin[k], ad[k], s[k], m[k]. The one float step of every vector path.
+inline __m256 lanes_step(__m256 d, __m256 dmin, __m256 ad, __m256i s, __m256i m, __m256 acc) {
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(d, ad), _mm256_cvtepi32_ps(s), acc);
+  return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, ad), _mm256_cvtepi32_ps(m), acc);
+}
+
+// One activation block's quants [off, off + 32).
+inline __m256i load_act(const BlockQ8_K& a, int off) {
+  return _mm256_loadu_si256((const __m256i*)(a.qs + off));
+}
+
 // The sum of v's int32 lanes (exact).
 inline int32_t reduce_i32(__m256i v) {
   __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -164,9 +176,7 @@ inline __m256 tile8_step(const BlockQ8_K& at, __m256i s, const __m256i* mn, __m2
       m, _mm256_madd_epi16(mn[2], _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(4))));
   m = _mm256_add_epi32(
       m, _mm256_madd_epi16(mn[3], _mm256_permutevar8x32_epi32(bp16, _mm256_set1_epi32(5))));
-  const __m256 ad = _mm256_set1_ps(at.d);
-  acc = _mm256_fmadd_ps(_mm256_mul_ps(d8, ad), _mm256_cvtepi32_ps(s), acc);
-  return _mm256_fnmadd_ps(_mm256_mul_ps(dm8, ad), _mm256_cvtepi32_ps(m), acc);
+  return lanes_step(d8, dm8, _mm256_set1_ps(at.d), s, m, acc);
 }
 
 // Q4_K decode over a group of 8 rows, one token, for both levels (q4k_exact_*.cpp): every
@@ -194,11 +204,8 @@ void q4k_exact_rows8(int64_t n, const void* w, size_t stride, const void* act, f
   __m256 acc = _mm256_setzero_ps();
   auto float_step = [&](const Sums* s8, const __m256i* m8, const float* d, const float* dmin,
                         float ad_s) {
-    const __m256i s = L::reduce8(s8);
-    const __m256i m = reduce8_rows(m8);
-    const __m256 ad = _mm256_set1_ps(ad_s);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d), ad), _mm256_cvtepi32_ps(s), acc);
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin), ad), _mm256_cvtepi32_ps(m), acc);
+    acc = lanes_step(_mm256_loadu_ps(d), _mm256_loadu_ps(dmin), _mm256_set1_ps(ad_s),
+                     L::reduce8(s8), reduce8_rows(m8), acc);
   };
   if ((size_t)nb * sizeof(BlockQ4_K) >= kMultiRowMinBytes) {
     for (int64_t i = 0; i < nb; ++i) {

@@ -14,10 +14,6 @@ namespace {
 
 using namespace avx2;
 
-inline __m256i load_act(const BlockQ8_K& a, int off) {
-  return _mm256_loadu_si256((const __m256i*)(a.qs + off));
-}
-
 struct RowBlock {
   __m256i sc, mn;
   float d, dmin;
@@ -77,11 +73,8 @@ void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, fl
                        : _mm256_setzero_si256();
         ad[t] = t < NT ? a[t][i].d : 0.f;
       }
-      const __m256 adv = _mm256_load_ps(ad);
-      accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(rb.d), adv),
-                             _mm256_cvtepi32_ps(reduce8_rows(s8)), accv);
-      accv = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(rb.dmin), adv),
-                              _mm256_cvtepi32_ps(reduce8_rows(m8)), accv);
+      accv = lanes_step(_mm256_set1_ps(rb.d), _mm256_set1_ps(rb.dmin), _mm256_load_ps(ad),
+                        reduce8_rows(s8), reduce8_rows(m8), accv);
     } else {
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {

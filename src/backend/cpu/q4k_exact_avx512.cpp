@@ -60,12 +60,22 @@ inline void unpack_row_block(const BlockQ4_K& b, const __m512i* sidx, RowBlock& 
   rb.d = _mm_cvtss_f32(dh);
   rb.dmin = _mm_cvtss_f32(_mm_movehdup_ps(dh));
 }
-inline void block_sums(const RowBlock& rb, const BlockQ8_K& a, int32_t& s, int32_t& m) {
+// The block's S lanes against one activation block's four 64-byte chunks y.
+inline __m512i row_sumi(const RowBlock& rb, const __m512i* y) {
   __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j)
-    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(rb.q[j], load_act64(a, 64 * j)), rb.s[j]);
-  s = reduce_i32(sumi);
+    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(rb.q[j], y[j]), rb.s[j]);
+  return sumi;
+}
+inline void load_act4(const BlockQ8_K& a, __m512i* y) {
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) y[j] = load_act64(a, 64 * j);
+}
+inline void block_sums(const RowBlock& rb, const BlockQ8_K& a, int32_t& s, int32_t& m) {
+  __m512i y[4];
+  load_act4(a, y);
+  s = reduce_i32(row_sumi(rb, y));
   m = reduce_i32(_mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)a.bsums)));
 }
 
@@ -114,12 +124,9 @@ void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, fl
 #pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) {
         if (t < NT) {
-          __m512i sumi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j)
-            sumi = _mm512_dpwssd_epi32(
-                sumi, _mm512_maddubs_epi16(rb.q[j], load_act64(a[t][i], 64 * j)), rb.s[j]);
-          s16[t] = sumi;
+          __m512i y[4];
+          load_act4(a[t][i], y);
+          s16[t] = row_sumi(rb, y);
           m8[t] = _mm256_madd_epi16(rb.mn, _mm256_loadu_si256((const __m256i*)a[t][i].bsums));
           ad[t] = a[t][i].d;
         } else {
@@ -128,11 +135,8 @@ void dot_q4_k_exact(int64_t n, const void* w, const void* act, size_t stride, fl
           ad[t] = 0.f;
         }
       }
-      const __m256 adv = _mm256_load_ps(ad);
-      accv = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(rb.d), adv),
-                             _mm256_cvtepi32_ps(reduce8_rows(s16)), accv);
-      accv = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(rb.dmin), adv),
-                              _mm256_cvtepi32_ps(reduce8_rows(m8)), accv);
+      accv = lanes_step(_mm256_set1_ps(rb.d), _mm256_set1_ps(rb.dmin), _mm256_load_ps(ad),
+                        reduce8_rows(s16), reduce8_rows(m8), accv);
     }
     alignas(32) float o8[8];
     _mm256_store_ps(o8, accv);
@@ -174,19 +178,14 @@ struct RowsAvx512 {
   }
   static Act load(const BlockQ8_K& a) {
     Act x;
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) x.y[j] = load_act64(a, 64 * j);
+    load_act4(a, x.y);
     return x;
   }
   static void row(const Prep& p, const BlockQ4_K& b, const Act& x, __m256i bs, Sums& s, __m256i& m,
                   float& d, float& dmin) {
     RowBlock rb;
     unpack_row_block(b, p.sidx, rb);
-    __m512i sumi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j)
-      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(rb.q[j], x.y[j]), rb.s[j]);
-    s = sumi;
+    s = row_sumi(rb, x.y);
     m = _mm256_madd_epi16(rb.mn, bs);
     d = rb.d;
     dmin = rb.dmin;
@@ -268,11 +267,11 @@ void tile8_q4_k(int64_t n, const void* packed, const void* act, size_t stride, f
   }
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const uint8_t* g = pk + (size_t)i * kPackedBlockBytes;
+    // (Summing a sub-block's four vpmaddubsw results as int16 before one vpdpwssd, as the AVX2
+    // tile does, measured 5-10% slower here.)
     __m512i sumi[NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
-      // (Summing a sub-block's four vpmaddubsw results as int16 before one vpdpwssd, as the AVX2
-      // tile does, measured 5-10% slower here.)
 #pragma GCC unroll 8
     for (int sb = 0; sb < 8; ++sb) {
       const __m512i sc = _mm512_load_si512((const void*)(g + kScOff + 64 * sb));

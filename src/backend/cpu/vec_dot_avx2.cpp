@@ -99,9 +99,6 @@ struct KAcc {
   }
 };
 
-inline __m256i load_act(const BlockQ8_K& a, int off) {
-  return _mm256_loadu_si256((const __m256i*)(a.qs + off));
-}
 inline __m256i load_bsums(const BlockQ8_K& a) {
   return _mm256_loadu_si256((const __m256i*)a.bsums);
 }
