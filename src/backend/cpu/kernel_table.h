@@ -70,8 +70,9 @@ constexpr size_t kMultiRowMinBytes = 4096;
 // Prefill over groups of 8 weight rows with the rows in the vector lanes, for a level and type
 // whose kernels compute each row's block sums exactly in integers (so the float operations per
 // row and token are the same however the rows are grouped). pack8 writes 8 rows (w, w + w_stride,
-// ...) of n columns into a group of `packed8_bytes(n)` bytes; tile8 dots one packed group with
-// nt <= kMaxTokens activation rows, out[t * 8 + r] = row r . token t, bit-identical to DotFn.
+// ...) of n columns into a group of packed8_block_bytes x n / 256 bytes; tile8 dots one packed
+// group with nt <= kMaxTokens activation rows, out[t * 8 + r] = row r . token t, bit-identical to
+// DotFn.
 using Pack8Fn = void (*)(int64_t n, const void* w, size_t w_stride, void* dst);
 using Tile8Fn = void (*)(int64_t n, const void* packed, const void* act, size_t act_stride, int nt,
                          float* out);
