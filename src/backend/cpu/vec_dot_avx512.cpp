@@ -16,6 +16,8 @@
 #include "backend/cpu/unpack32_avx2.h"
 #include "quant/blocks.h"
 
+#include <array>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -105,6 +107,24 @@ inline __m512i unpack_pair_u(const BlockQ5_0& b0, const BlockQ5_0& b1) {
   return _mm512_add_epi8(nibble_pair(b0, b1), off);
 }
 
+// IQ4_NL / MXFP4: the pair's nibbles as for Q4_0, then one 512-bit table lookup whose table
+// holds value + 128 (v ^ 0x80), so the lookup gives the unsigned bytes directly: ~6 vector
+// instructions for the pair instead of two AVX2 lookups, an insert and an xor. The same bytes.
+template <typename B>
+inline __m512i lookup_pair_u(const B& b0, const B& b1, const int8_t* table) {
+  const __m512i t = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)table)),
+                                     _mm512_set1_epi8((char)0x80));
+  return _mm512_shuffle_epi8(t, nibble_pair(b0, b1));
+}
+template <>
+inline __m512i unpack_pair_u(const BlockIQ4_NL& b0, const BlockIQ4_NL& b1) {
+  return lookup_pair_u(b0, b1, kIq4nlValues);
+}
+template <>
+inline __m512i unpack_pair_u(const BlockMXFP4& b0, const BlockMXFP4& b1) {
+  return lookup_pair_u(b0, b1, kMxfp4Values);
+}
+
 // Token t's activation: its blocks' float scales, the quants back to back and the int32 offsets
 // (the blocks themselves are not read).
 template <int NT>
@@ -115,12 +135,24 @@ struct Act32 {
   const float* da8[NT];
 };
 
+// MXFP4's 256 block scales as floats, e8m0_half of every exponent byte, made at compile time
+// (constexpr: no start-up code in this file, which only runs on AVX-512 machines). A pair's
+// scales are then two broadcasts from memory, on the load ports, instead of two scalar
+// conversions moved into vector registers on the shuffle port the unpacking needs too.
+constexpr std::array<float, 256> kE8m0Half = [] {
+  std::array<float, 256> t{};
+  for (uint32_t e = 0; e < 256; ++e)
+    t[e] = std::bit_cast<float>(e >= 2 ? (e - 1) << 23 : 0x00200000u << e);
+  return t;
+}();
+
 // [scale of w[0] x 8 | scale of w[1] x 8]. For fp16 scales both are converted by one vcvtph2ps
 // and spread by one permute (the same values as two scalar conversions and broadcasts).
 template <typename B>
 inline __m512 scale_pair(const B* w) {
   if constexpr (std::is_same_v<B, BlockMXFP4>) {
-    return _mm512_insertf32x8(_mm512_set1_ps(scale(w[0])), _mm256_set1_ps(scale(w[1])), 1);
+    return _mm512_insertf32x8(_mm512_set1_ps(kE8m0Half[w[0].e]),
+                              _mm256_broadcast_ss(&kE8m0Half[w[1].e]), 1);
   } else {
     const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)w[1].d << 16 | w[0].d)));
     return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
