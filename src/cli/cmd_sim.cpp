@@ -18,6 +18,8 @@ struct SimArgs {
               cache_rates = "0.5", predictor_model;
   bool json = false, per_layer = false, global = false, with_prefill = false;
   int max_prefetch = 8;
+  int oracle_lookahead = 32;
+  double oracle_recall = 1.0, oracle_wrong = 0.0;
   std::vector<double> hobbit_weights;  // empty: fitted on the calibration trace
 };
 
@@ -47,6 +49,13 @@ void write_file(const std::string& path, const std::string& data, const char* wh
 }
 
 int run_sim(const SimArgs& a) {
+  const bool oracle_options =
+      a.oracle_lookahead != 32 || a.oracle_recall != 1.0 || a.oracle_wrong != 0.0;
+  if (oracle_options && a.predictor != "oracle" && a.predictor != "all")
+    fail(
+        "--oracle-lookahead / --oracle-recall / --oracle-wrong shape --predictor oracle (the "
+        "predictor is {})",
+        a.predictor);
   trace::Trace t = trace::load_any(a.trace);
   if (!a.with_prefill) t = trace::filter_steps(t, false, true);
   MOEFLOW_CHECK(!t.steps.empty(), "trace '{}': no decode steps (use --with-prefill)", a.trace[0]);
@@ -56,6 +65,9 @@ int run_sim(const SimArgs& a) {
   base.global_budget = a.global;
   base.max_prefetch_per_call = a.max_prefetch;
   base.predictor_model = a.predictor_model;
+  base.oracle_lookahead = a.oracle_lookahead;
+  base.oracle_recall = a.oracle_recall;
+  base.oracle_wrong = a.oracle_wrong;
   if (!a.hobbit_weights.empty()) {
     MOEFLOW_CHECK(a.hobbit_weights.size() == 4,
                   "--hobbit-weights: expected 4 numbers (lru, lfu, lhu, fld), got {}",
@@ -165,6 +177,17 @@ const bool registered_sim = register_command(
           ->delimiter(',');
       sub.add_option("--max-prefetch", a->max_prefetch,
                      "prefetches issued per routed layer at most (0: no cap, as the live engine)");
+      sub.add_option("--oracle-lookahead", a->oracle_lookahead,
+                     "--predictor oracle: routes ahead it predicts (layers; default 32)")
+          ->check(CLI::Range(1, 1 << 20));
+      sub.add_option("--oracle-recall", a->oracle_recall,
+                     "--predictor oracle: share of the future experts it predicts (default 1)")
+          ->check(CLI::Range(0.0, 1.0));
+      sub.add_option("--oracle-wrong", a->oracle_wrong,
+                     "--predictor oracle: experts per predicted route it adds that the route "
+                     "does not use, on average (default 0): with --oracle-recall, a predictor "
+                     "of a given quality")
+          ->check(CLI::Range(0.0, 1024.0));
       sub.add_flag("--global-budget", a->global,
                    "one cache budget over all layers (default: per layer)");
       sub.add_flag("--with-prefill", a->with_prefill,

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cstddef>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "trace/oracle.h"
@@ -66,9 +68,24 @@ class Belady final : public BeladyPolicy {
   std::unordered_map<uint64_t, std::vector<uint64_t>> uses_;
 };
 
+// A uniform draw in [0, 1) from four integers (splitmix64 finaliser over their mix).
+double draw(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ a * 0xBF58476D1CE4E5B9ull ^
+               b * 0x94D049BB133111EBull ^ (c + 0x632BE59BD9B4E019ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1.0p-53;
+}
+
 class Oracle final : public Predictor {
  public:
-  Oracle(const Trace& t, int lookahead) : t_(t), look_(lookahead) {
+  Oracle(const Trace& t, int lookahead, const OracleQuality& q) : t_(t), look_(lookahead), q_(q) {
+    MOEFLOW_CHECK(q.recall >= 0 && q.recall <= 1, "oracle recall must be in [0, 1], got {}",
+                  q.recall);
+    MOEFLOW_CHECK(q.wrong >= 0 && q.wrong <= t.n_experts,
+                  "oracle wrong experts per route must be in [0, {}], got {}", t.n_experts,
+                  q.wrong);
     for (size_t s = 0; s < t.steps.size(); ++s)
       for (size_t r = 0; r < t.steps[s].routes.size(); ++r) order_.push_back({s, r});
   }
@@ -87,13 +104,37 @@ class Oracle final : public Predictor {
       const auto& st = t_.steps[it->first];
       if (st.request != req) break;  // a new request's routing is unknowable
       const auto& r = st.routes[it->second];
-      for (int e : r.experts) out.push_back({r.layer, e, 1.0f - (float)n / (float)(look_ + 1)});
+      const float score = 1.0f - (float)n / (float)(look_ + 1);
+      const uint64_t step = it->first, layer = (uint64_t)r.layer;
+      for (int e : r.experts)
+        if (q_.recall >= 1 || draw(q_.seed, step, layer, (uint64_t)e) < q_.recall)
+          out.push_back({r.layer, e, score});
+      add_wrong(r, step, score, out);
     }
   }
 
  private:
+  // The route's wrong guesses: experts it does not use, drawn uniformly without repeats.
+  void add_wrong(const LayerRoute& r, uint64_t step, float score,
+                 std::vector<Prediction>& out) const {
+    if (q_.wrong <= 0) return;
+    std::vector<int> unused;
+    for (int e = 0; e < t_.n_experts; ++e)
+      if (std::find(r.experts.begin(), r.experts.end(), e) == r.experts.end()) unused.push_back(e);
+    const uint64_t layer = (uint64_t)r.layer, salt = (uint64_t)t_.n_experts;
+    int n = (int)q_.wrong;
+    if (draw(q_.seed, step, layer, salt) < q_.wrong - n) ++n;
+    for (int k = 0; k < n && !unused.empty(); ++k) {
+      const size_t pick =
+          (size_t)(draw(q_.seed, step, layer, salt + 1 + (uint64_t)k) * (double)unused.size());
+      out.push_back({r.layer, unused[std::min(pick, unused.size() - 1)], score});
+      unused.erase(unused.begin() + (std::ptrdiff_t)std::min(pick, unused.size() - 1));
+    }
+  }
+
   const Trace& t_;
   int look_;
+  OracleQuality q_;
   std::vector<std::pair<size_t, size_t>> order_;
 };
 
@@ -102,8 +143,9 @@ class Oracle final : public Predictor {
 std::unique_ptr<BeladyPolicy> make_belady(const Trace& t, bool bypass) {
   return std::make_unique<Belady>(t, bypass);
 }
-std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead) {
-  return std::make_unique<Oracle>(t, lookahead);
+std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead,
+                                                 const OracleQuality& q) {
+  return std::make_unique<Oracle>(t, lookahead, q);
 }
 
 }  // namespace moeflow::trace

@@ -26,7 +26,19 @@ class BeladyPolicy : public EvictionPolicy {
 };
 
 std::unique_ptr<BeladyPolicy> make_belady(const Trace& t, bool bypass = true);
-// Predicts exactly the experts of the next `lookahead` (step, layer) routes after the current one.
-std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead);
+// How good an imperfect oracle is: each expert of a future route is predicted with probability
+// `recall`, and each predicted route adds `wrong` experts it does not use on average (whole part
+// always, fractional part with that probability). A predictor of a given recall and precision
+// at a given distance, to find the quality a causal predictor would need (bench/
+// predictor_quality.py). Draws hash (seed, step, layer, expert): the same on every run.
+struct OracleQuality {
+  double recall = 1.0;
+  double wrong = 0.0;
+  uint64_t seed = 1;
+};
+// Predicts the experts of the next `lookahead` (step, layer) routes after the current one:
+// exactly them with the default quality.
+std::unique_ptr<Predictor> make_oracle_predictor(const Trace& t, int lookahead,
+                                                 const OracleQuality& q = {});
 
 }  // namespace moeflow::trace

@@ -548,7 +548,8 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
   }
   std::unique_ptr<Predictor> pred;
   if (cfg.predictor == "oracle") {
-    pred = make_oracle_predictor(t, std::min(cfg.oracle_lookahead, t.n_layers));
+    pred = make_oracle_predictor(t, std::min(cfg.oracle_lookahead, t.n_layers),
+                                 OracleQuality{cfg.oracle_recall, cfg.oracle_wrong});
   } else if (cfg.predictor != "none" && !cfg.predictor.empty()) {
     PredictorOptions po;
     po.n_layers = t.n_layers;

@@ -24,7 +24,9 @@ struct SimConfig {
   std::vector<double> hobbit_weights;  // empty = fit on the calibration trace
   // Cap on prefetches issued after one layer routes; 0: none (the live engine has none).
   int max_prefetch_per_call = 8;
-  int oracle_lookahead = 32;    // layers ahead the oracle predictor sees
+  int oracle_lookahead = 32;   // layers ahead the oracle predictor sees
+  double oracle_recall = 1.0;  // the oracle's quality (trace/oracle.h OracleQuality)
+  double oracle_wrong = 0.0;
   std::string predictor_model;  // trained predictor weights (promoe)
   bool skip_late_prefetches =
       true;  // do not start a prefetch whose target runs before it can arrive

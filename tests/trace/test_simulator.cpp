@@ -2,6 +2,7 @@
 // random traces, presets/auto, and the `moeflow sim --json` contract.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -14,6 +15,7 @@
 #include "support/require_data.h"
 #include "trace/hw_profile.h"
 #include "trace/importers.h"
+#include "trace/oracle.h"
 #include "trace/presets.h"
 #include "trace/report.h"
 #include "trace/simulator.h"
@@ -215,6 +217,75 @@ TEST(Simulator, PerfectPrefetchWithBeladyNeverLosesHitsWhenCopiesAreFree) {
   }
 }
 
+// The imperfect oracle predicts the share of the next route's experts it is told to, adds the
+// wrong ones it is told to (never one the route uses, never twice), and draws the same on every
+// run; at recall 1 and no wrong ones it is the perfect oracle.
+TEST(Simulator, ImperfectOracleHasTheAskedRecallAndWrongGuesses) {
+  std::mt19937 rng(11);
+  Trace t = testing::random_trace(rng, 4, 16, 2, 600, 1, 0.5);
+  struct Count {
+    uint64_t routes = 0, actual = 0, right = 0, wrong = 0;
+    std::vector<std::vector<int>> out;
+  };
+  auto run = [&](OracleQuality q) {
+    auto p = make_oracle_predictor(t, 1, q);
+    Count c;
+    for (size_t s = 0; s < t.steps.size(); ++s) {
+      const auto& routes = t.steps[s].routes;
+      for (size_t i = 0; i < routes.size(); ++i) {
+        std::vector<Prediction> out;
+        p->on_layer({RouteEvent{routes[i].layer, (uint64_t)s, false, routes[i].experts, {}}, {}},
+                    out);
+        // The route predicted: the next one in the trace (same request, lookahead 1).
+        const bool last = i + 1 == routes.size();
+        if (last && (s + 1 == t.steps.size() || t.steps[s + 1].request != t.steps[s].request)) {
+          EXPECT_TRUE(out.empty());
+          continue;
+        }
+        const LayerRoute& next = last ? t.steps[s + 1].routes[0] : routes[i + 1];
+        ++c.routes;
+        c.actual += next.experts.size();
+        std::vector<int> seen;
+        for (const Prediction& pr : out) {
+          EXPECT_EQ(pr.layer, next.layer);
+          EXPECT_EQ(std::count(seen.begin(), seen.end(), pr.expert), 0) << "predicted twice";
+          seen.push_back(pr.expert);
+          const bool used = std::count(next.experts.begin(), next.experts.end(), pr.expert) > 0;
+          (used ? c.right : c.wrong) += 1;
+        }
+        c.out.push_back(seen);
+      }
+    }
+    return c;
+  };
+  const Count perfect = run({});
+  EXPECT_EQ(perfect.right, perfect.actual);
+  EXPECT_EQ(perfect.wrong, 0u);
+  ASSERT_GT(perfect.routes, 2000u);
+
+  const Count noisy = run({0.6, 1.5, 3});
+  const double recall = (double)noisy.right / (double)noisy.actual;
+  const double wrong = (double)noisy.wrong / (double)noisy.routes;
+  EXPECT_NEAR(recall, 0.6, 0.03);
+  EXPECT_NEAR(wrong, 1.5, 0.06);
+  EXPECT_EQ(run({0.6, 1.5, 3}).out, noisy.out) << "not deterministic";
+  EXPECT_NE(run({0.6, 1.5, 4}).out, noisy.out) << "the seed changes nothing";
+
+  // In the simulator: a worse predictor never has more of its predictions right.
+  SimConfig c;
+  c.hw = hw_profile("instant");
+  c.policy = "lru";
+  c.predictor = "oracle";
+  c.oracle_lookahead = 1;
+  const SimResult good = simulate(t, c);
+  c.oracle_recall = 0.5;
+  c.oracle_wrong = 2;
+  const SimResult bad = simulate(t, c);
+  EXPECT_NEAR(good.pred_precision, 1.0, 1e-9);
+  EXPECT_LT(bad.pred_precision, 0.5);
+  EXPECT_LT(bad.hits, good.hits);
+}
+
 TEST(Presets, ResolveNamesThePaperConfigurations) {
   std::mt19937 rng(3);
   Trace t = testing::random_trace(rng, 4, 8, 2, 60, 2, 0.6);
@@ -333,6 +404,49 @@ TEST(Report, CsvAndSvg) {
 
 // The CLI contract: `moeflow sim --json` rows, with a `belady` row and predictor `none` for
 // demand-only rows.
+// --oracle-* shape the oracle only: with another predictor they are refused by name, not
+// ignored; with the oracle they change what it predicts.
+TEST(SimCli, OracleQualityOptions) {
+  std::mt19937 rng(6);
+  Trace t = testing::random_trace(rng, 2, 8, 2, 60, 1, 0.5);
+  auto path = (std::filesystem::temp_directory_path() /
+               ("sim_oracle_" + std::to_string(::getpid()) + ".mft"))
+                  .string();
+  write_trace(t, path);
+  auto run = [&](const std::string& args, int& rc) {
+    std::string cmd = std::string(MOEFLOW_BINARY) + " sim --trace " + path +
+                      " --policy lru --hw instant --json " + args + " 2>&1";
+    std::FILE* f = ::popen(cmd.c_str(), "r");
+    std::string out;
+    if (!f) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    rc = ::pclose(f);
+    return out;
+  };
+  int rc = 0;
+  std::string out = run("--predictor duoserve --oracle-recall 0.5", rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--predictor oracle"), std::string::npos) << out;
+  out = run("--predictor oracle --oracle-recall 1.5", rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--oracle-recall"), std::string::npos) << out;
+  auto precision = [&](const std::string& args) {
+    int r = 0;
+    std::string o = run("--predictor oracle " + args, r);
+    EXPECT_EQ(r, 0) << o;
+    const nlohmann::json j = nlohmann::json::parse(o);
+    for (auto& row : j["results"])
+      if (row["predictor"] == "oracle") return row["prediction_precision"].get<double>();
+    ADD_FAILURE() << "no oracle row: " << o;
+    return -1.0;
+  };
+  EXPECT_NEAR(precision(""), 1.0, 1e-12);
+  EXPECT_LT(precision("--oracle-lookahead 1 --oracle-wrong 2"), 0.6);
+  std::filesystem::remove(path);
+}
+
 TEST(SimCli, JsonContract) {
   std::mt19937 rng(5);
   Trace t = testing::random_trace(rng, 2, 8, 2, 40, 2, 0.5);
