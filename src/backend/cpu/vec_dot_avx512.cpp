@@ -16,8 +16,6 @@
 #include "backend/cpu/unpack32_avx2.h"
 #include "quant/blocks.h"
 
-#include <array>
-#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -135,22 +133,13 @@ struct Act32 {
   const float* da8[NT];
 };
 
-// MXFP4's 256 block scales as floats, e8m0_half of every exponent byte, made at compile time
-// (constexpr: no start-up code in this file, which only runs on AVX-512 machines). A pair's
-// scales are then two broadcasts from memory, on the load ports, instead of two scalar
-// conversions moved into vector registers on the shuffle port the unpacking needs too.
-constexpr std::array<float, 256> kE8m0Half = [] {
-  std::array<float, 256> t{};
-  for (uint32_t e = 0; e < 256; ++e)
-    t[e] = std::bit_cast<float>(e >= 2 ? (e - 1) << 23 : 0x00200000u << e);
-  return t;
-}();
-
 // [scale of w[0] x 8 | scale of w[1] x 8]. For fp16 scales both are converted by one vcvtph2ps
 // and spread by one permute (the same values as two scalar conversions and broadcasts).
 template <typename B>
 inline __m512 scale_pair(const B* w) {
   if constexpr (std::is_same_v<B, BlockMXFP4>) {
+    // Two broadcasts from memory (load ports) rather than two scalar conversions moved into
+    // vector registers on the shuffle port the unpacking needs too.
     return _mm512_insertf32x8(_mm512_set1_ps(kE8m0Half[w[0].e]),
                               _mm256_broadcast_ss(&kE8m0Half[w[1].e]), 1);
   } else {
