@@ -35,16 +35,6 @@ inline float scale(const BlockQ4_0& b) { return fp16(b.d); }
 inline float scale(const BlockQ5_0& b) { return fp16(b.d); }
 inline float scale(const BlockIQ4_NL& b) { return fp16(b.d); }
 inline float scale(const BlockMXFP4& b) { return e8m0_half(b.e); }
-// The block's scale in all 8 lanes: MXFP4's broadcast from its table (a load), the others
-// converted and broadcast. The same value either way.
-template <typename B>
-inline __m256 scale8(const B& b) {
-  return _mm256_set1_ps(scale(b));
-}
-template <>
-inline __m256 scale8(const BlockMXFP4& b) {
-  return _mm256_broadcast_ss(&kE8m0Half[b.e]);
-}
 
 }  // namespace
 }  // namespace moeflow::kernels::avx2

@@ -21,7 +21,7 @@ template <typename B, int NT>
 inline void block32(const B& w, const BlockQ8_0* const* a, const float* const* da, int64_t i,
                     __m256* acc) {
   const __m256i q = unpack(w);
-  const __m256 dw = scale8(w);
+  const __m256 dw = _mm256_set1_ps(scale(w));
   const __m256i aq = _mm256_sign_epi8(q, q);
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) {
