@@ -56,7 +56,9 @@ Per model:
                        with twice the I/O threads, `tight` the budget plus half of auto's margin,
                        `split` the same budget with the other partitioning (one global LFU budget
                        vs --cache-per-layer), `noprefetch` the same budget with --prefetch none
-                       (demand reads only), `packed` auto on the file's `moeflow pack` copy (expert
+                       (demand reads only; under --routing-trace the same as auto, whose
+                       default predictor is then none), `prefetch-NAME` the same budget with
+                       --prefetch NAME, `packed` auto on the file's `moeflow pack` copy (expert
                        slices 4 KiB-aligned; made once beside the model); "moeflow best" is the
                        best median among them
   Belady   : `moeflow sim --policy belady --global-budget --with-prefill` on each auto run's
@@ -627,6 +629,9 @@ def best_candidates(plan: dict, which: list[str], packed: str | None = None) -> 
         c["tight"] = ["--expert-cache", str(b + m // 2)]
     if "noprefetch" in which:  # demand reads only: no speculative bytes on a read-bound disk
         c["noprefetch"] = ["--expert-cache", str(b), "--prefetch", "none"]
+    for w in which:  # prefetch-NAME: the same budget with predictor NAME (e.g. a history
+        if w.startswith("prefetch-"):  # predictor, the ones that run under a routing replay)
+            c[w] = ["--expert-cache", str(b), "--prefetch", w[len("prefetch-"):]]
     if "packed" in which and packed:  # auto again, on the `moeflow pack` copy
         c["packed"] = ["@" + packed]
     if "split" in which:
@@ -1082,7 +1087,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--levels", default="0.5,0.25", help="free RAM as fractions of the model file")
     ap.add_argument("--best", default="io,tight,split",
-                    help="moeflow explicit candidates: io, tight, split, noprefetch, packed (comma list; '' for none)")
+                    help="moeflow explicit candidates: io, tight, split, noprefetch, prefetch-NAME, packed (comma list; '' for none)")
     ap.add_argument("--sweep-seconds", type=float, default=0.5, help="per point of pack --sweep")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 rep, -p 16 -n 4: checks the script only")
