@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/attn_math.h"
@@ -60,88 +61,118 @@ const AttnTileCase kAttnTileCases[] = {
     {16, 1, 1, 0, 0, false},     // one query, one key
 };
 
+// Every q.k tile this machine runs (the dispatched one, and AVX2's on an AVX-512 machine too,
+// where dispatch would never pick it) against the dispatched pair loop.
+std::vector<std::pair<const char*, QkTileFn>> attn_qk_tiles() {
+  std::vector<std::pair<const char*, QkTileFn>> v = {{"dispatched", attn_qk_tile_fn()}};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    v.push_back({"avx2", attn_qk_tile_avx2});
+  return v;
+}
+
 TEST(AttnTile, ScoresEqualThePairLoopBitForBit) {
-  const QkTileFn tile = attn_qk_tile_fn();
   const DotF32Fn dot = attn_dot_fn();
-  for (const AttnTileCase& c : kAttnTileCases) {
-    std::vector<int64_t> lo, hi;
-    attn_tile_ranges(c.nq, c.heads, c.pos0, c.window, c.empties, lo, hi);
-    const int64_t n_keys = hi.back() + 3, k_stride = c.hd * 3 + 8;  // rows of a wider cache
-    const auto q = attn_tile_random((size_t)c.nq * c.hd, 1),
-               k = attn_tile_random((size_t)n_keys * k_stride, 2);
-    std::vector<const float*> qp(c.nq);
-    for (int u = 0; u < c.nq; ++u) qp[u] = q.data() + u * c.hd;
-    const float* kh = k.data() + c.hd;  // the second head of each row
-    const float scale = 1.0f / std::sqrt((float)c.hd);
-    // The whole rectangle, then each query's own range on its own (how the backend calls it).
-    std::vector<float> s(c.nq * n_keys, NAN), s1(c.nq * n_keys, NAN);
-    tile(qp.data(), c.nq, kh, k_stride, 0, n_keys, c.hd, scale, s.data(), n_keys);
-    for (int u = 0; u < c.nq; ++u)
-      tile(qp.data() + u, 1, kh, k_stride, lo[u], hi[u], c.hd, scale, s1.data() + u * n_keys,
-           n_keys);
-    for (int u = 0; u < c.nq; ++u)
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float want = dot(qp[u], kh + j * k_stride, c.hd) * scale;
-        ASSERT_EQ(std::memcmp(&s[u * n_keys + j], &want, 4), 0)
-            << attn_tile_name(c) << " query " << u << " key " << j;
-        const bool in = j >= lo[u] && j < hi[u];
-        if (in) ASSERT_EQ(std::memcmp(&s1[u * n_keys + j], &want, 4), 0) << attn_tile_name(c);
-        if (!in) ASSERT_TRUE(std::isnan(s1[u * n_keys + j])) << "wrote outside its range";
-        double ref = 0;
-        for (int64_t i = 0; i < c.hd; ++i) ref += (double)qp[u][i] * kh[j * k_stride + i];
-        ref *= scale;
-        ASSERT_NEAR(s[u * n_keys + j], ref, 1e-5 * std::sqrt((double)c.hd)) << attn_tile_name(c);
-      }
+  // The AVX2 tile is attn_dot_avx2's arithmetic: against the pair loop it must match only
+  // where the pair loop is attn_dot_avx2 (any vector level; MOEFLOW_SIMD=scalar gives another).
+  const bool avx2_pairs = dot == attn_dot_avx2;
+  for (auto [tile_name, tile] : attn_qk_tiles()) {
+    if (std::string(tile_name) == "avx2" && !avx2_pairs) continue;
+    SCOPED_TRACE(tile_name);
+    for (const AttnTileCase& c : kAttnTileCases) {
+      std::vector<int64_t> lo, hi;
+      attn_tile_ranges(c.nq, c.heads, c.pos0, c.window, c.empties, lo, hi);
+      const int64_t n_keys = hi.back() + 3, k_stride = c.hd * 3 + 8;  // rows of a wider cache
+      const auto q = attn_tile_random((size_t)c.nq * c.hd, 1),
+                 k = attn_tile_random((size_t)n_keys * k_stride, 2);
+      std::vector<const float*> qp(c.nq);
+      for (int u = 0; u < c.nq; ++u) qp[u] = q.data() + u * c.hd;
+      const float* kh = k.data() + c.hd;  // the second head of each row
+      const float scale = 1.0f / std::sqrt((float)c.hd);
+      // The whole rectangle, then each query's own range on its own (how the backend calls it).
+      std::vector<float> s(c.nq * n_keys, NAN), s1(c.nq * n_keys, NAN);
+      tile(qp.data(), c.nq, kh, k_stride, 0, n_keys, c.hd, scale, s.data(), n_keys);
+      for (int u = 0; u < c.nq; ++u)
+        tile(qp.data() + u, 1, kh, k_stride, lo[u], hi[u], c.hd, scale, s1.data() + u * n_keys,
+             n_keys);
+      for (int u = 0; u < c.nq; ++u)
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float want = dot(qp[u], kh + j * k_stride, c.hd) * scale;
+          ASSERT_EQ(std::memcmp(&s[u * n_keys + j], &want, 4), 0)
+              << attn_tile_name(c) << " query " << u << " key " << j;
+          const bool in = j >= lo[u] && j < hi[u];
+          if (in) {
+            ASSERT_EQ(std::memcmp(&s1[u * n_keys + j], &want, 4), 0) << attn_tile_name(c);
+          } else {
+            ASSERT_TRUE(std::isnan(s1[u * n_keys + j])) << "wrote outside its range";
+          }
+          double ref = 0;
+          for (int64_t i = 0; i < c.hd; ++i) ref += (double)qp[u][i] * kh[j * k_stride + i];
+          ref *= scale;
+          ASSERT_NEAR(s[u * n_keys + j], ref, 1e-5 * std::sqrt((double)c.hd)) << attn_tile_name(c);
+        }
+    }
   }
 }
 
+std::vector<std::pair<const char*, PvTileFn>> attn_pv_tiles() {
+  std::vector<std::pair<const char*, PvTileFn>> v = {{"dispatched", attn_pv_tile_fn()}};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    v.push_back({"avx2", attn_pv_tile_avx2});
+  return v;
+}
+
 TEST(AttnTile, WeightedValuesEqualTheAxpyLoopBitForBit) {
-  const PvTileFn tile = attn_pv_tile_fn();
   const AxpyF32Fn axpy = attn_axpy_fn();
-  for (const AttnTileCase& c : kAttnTileCases) {
-    const int64_t hdv = c.hd;
-    std::vector<int64_t> lo, hi;
-    attn_tile_ranges(c.nq, c.heads, c.pos0, c.window, c.empties, lo, hi);
-    // More keys than the 16-key blocks, and windows that start inside one.
-    for (int64_t& h : hi) h += 30;
-    for (int u = 0; u < c.nq; ++u) {
-      if (c.window > 0) lo[u] = std::min(hi[u], lo[u] + 30);
-      if (c.empties && u % 5 == 4) lo[u] = hi[u];
-    }
-    const int64_t n_keys = hi.back() + 2, v_stride = hdv * 2 + 8;
-    for (bool spread : {false, true}) {
-      auto v = attn_tile_random((size_t)n_keys * v_stride, 3);
-      auto p = attn_tile_random((size_t)c.nq * n_keys, 4);
-      for (float& x : p) x = std::fabs(x) / 16;  // softmax weights
-      if (spread) {
-        // Weights from 1 down to e^-130 (subnormal below ~e^-87) and exact zeros, some value
-        // rows all zero, some values tiny: the kernel's exact skip of terms that cannot change
-        // the sum, next to accumulators that are still tiny themselves.
-        std::mt19937 rng(5);
-        std::uniform_real_distribution<float> e(-130.f, 0.f);
-        for (size_t i = 0; i < p.size(); ++i) p[i] = i % 23 == 0 ? 0.f : std::exp(e(rng));
-        for (size_t i = 0; i < v.size(); ++i)
-          if (i % 7 == 0) v[i] *= 1e-30f;
-        for (int64_t j = 3; j < n_keys; j += 11)
-          std::fill(v.begin() + j * v_stride, v.begin() + (j + 1) * v_stride, 0.f);
-      }
-      const float* vh = v.data() + 8;
-      std::vector<float> o((size_t)c.nq * hdv, NAN), want((size_t)c.nq * hdv, 0.f);
-      const std::string what = attn_tile_name(c) + (spread ? " spread weights" : "");
-      std::vector<float*> op(c.nq);
-      for (int u = 0; u < c.nq; ++u) op[u] = o.data() + u * hdv;
-      tile(op.data(), c.nq, p.data(), n_keys, lo.data(), hi.data(), vh, v_stride, hdv);
+  const bool avx2_pairs = axpy == attn_axpy_avx2;
+  for (auto [tile_name, tile] : attn_pv_tiles()) {
+    if (std::string(tile_name) == "avx2" && !avx2_pairs) continue;
+    SCOPED_TRACE(tile_name);
+    for (const AttnTileCase& c : kAttnTileCases) {
+      const int64_t hdv = c.hd;
+      std::vector<int64_t> lo, hi;
+      attn_tile_ranges(c.nq, c.heads, c.pos0, c.window, c.empties, lo, hi);
+      // More keys than the 16-key blocks, and windows that start inside one.
+      for (int64_t& h : hi) h += 30;
       for (int u = 0; u < c.nq; ++u) {
-        float* w = want.data() + u * hdv;
-        for (int64_t j = lo[u]; j < hi[u]; ++j) axpy(w, vh + j * v_stride, p[u * n_keys + j], hdv);
-        ASSERT_EQ(std::memcmp(op[u], w, hdv * sizeof(float)), 0) << what << " query " << u;
-        for (int64_t i = 0; i < hdv; ++i) {
-          double ref = 0, mag = 0;
-          for (int64_t j = lo[u]; j < hi[u]; ++j) {
-            ref += (double)p[u * n_keys + j] * vh[j * v_stride + i];
-            mag += std::fabs((double)p[u * n_keys + j] * vh[j * v_stride + i]);
+        if (c.window > 0) lo[u] = std::min(hi[u], lo[u] + 30);
+        if (c.empties && u % 5 == 4) lo[u] = hi[u];
+      }
+      const int64_t n_keys = hi.back() + 2, v_stride = hdv * 2 + 8;
+      for (bool spread : {false, true}) {
+        auto v = attn_tile_random((size_t)n_keys * v_stride, 3);
+        auto p = attn_tile_random((size_t)c.nq * n_keys, 4);
+        for (float& x : p) x = std::fabs(x) / 16;  // softmax weights
+        if (spread) {
+          // Weights from 1 down to e^-130 (subnormal below ~e^-87) and exact zeros, some value
+          // rows all zero, some values tiny: the kernel's exact skip of terms that cannot change
+          // the sum, next to accumulators that are still tiny themselves.
+          std::mt19937 rng(5);
+          std::uniform_real_distribution<float> e(-130.f, 0.f);
+          for (size_t i = 0; i < p.size(); ++i) p[i] = i % 23 == 0 ? 0.f : std::exp(e(rng));
+          for (size_t i = 0; i < v.size(); ++i)
+            if (i % 7 == 0) v[i] *= 1e-30f;
+          for (int64_t j = 3; j < n_keys; j += 11)
+            std::fill(v.begin() + j * v_stride, v.begin() + (j + 1) * v_stride, 0.f);
+        }
+        const float* vh = v.data() + 8;
+        std::vector<float> o((size_t)c.nq * hdv, NAN), want((size_t)c.nq * hdv, 0.f);
+        const std::string what = attn_tile_name(c) + (spread ? " spread weights" : "");
+        std::vector<float*> op(c.nq);
+        for (int u = 0; u < c.nq; ++u) op[u] = o.data() + u * hdv;
+        tile(op.data(), c.nq, p.data(), n_keys, lo.data(), hi.data(), vh, v_stride, hdv);
+        for (int u = 0; u < c.nq; ++u) {
+          float* w = want.data() + u * hdv;
+          for (int64_t j = lo[u]; j < hi[u]; ++j)
+            axpy(w, vh + j * v_stride, p[u * n_keys + j], hdv);
+          ASSERT_EQ(std::memcmp(op[u], w, hdv * sizeof(float)), 0) << what << " query " << u;
+          for (int64_t i = 0; i < hdv; ++i) {
+            double ref = 0, mag = 0;
+            for (int64_t j = lo[u]; j < hi[u]; ++j) {
+              ref += (double)p[u * n_keys + j] * vh[j * v_stride + i];
+              mag += std::fabs((double)p[u * n_keys + j] * vh[j * v_stride + i]);
+            }
+            ASSERT_NEAR(op[u][i], ref, 1e-6 * mag + 1e-30) << what;
           }
-          ASSERT_NEAR(op[u][i], ref, 1e-6 * mag + 1e-30) << what;
         }
       }
     }

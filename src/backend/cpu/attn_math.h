@@ -32,13 +32,20 @@ using PvTileFn = void (*)(float* const* o, int nq, const float* p, int64_t p_str
                           const int64_t* lo, const int64_t* hi, const float* v, int64_t v_stride,
                           int64_t hdv);
 
-// The AVX-512 tiles where the CPU has them (and MOEFLOW_SIMD allows), else the loops above.
+// The AVX-512 tiles where the CPU has them (and MOEFLOW_SIMD allows), else the AVX2 tiles,
+// else the loops above.
 QkTileFn attn_qk_tile_fn();
 PvTileFn attn_pv_tile_fn();
 // The p.v tile as the axpy loop at every level: decode's single query per head gains nothing
 // from the packed key blocks and was ~9% slower per token with them (gemma4, 2 threads).
 PvTileFn attn_pv_pairs_fn();
 
+// The tiles at AVX2 (attn_math_avx2.cpp). q.k: 2 queries x 2 keys per pass.
+void attn_qk_tile_avx2(const float* const* q, int nq, const float* k, int64_t k_stride, int64_t j0,
+                       int64_t j1, int64_t hd, float scale, float* s, int64_t s_stride);
+// The p.v tile at AVX2: 4 / 2 / 1 queries per pass, the value rows read in place.
+void attn_pv_tile_avx2(float* const* o, int nq, const float* p, int64_t p_stride, const int64_t* lo,
+                       const int64_t* hi, const float* v, int64_t v_stride, int64_t hdv);
 void attn_qk_tile_avx512(const float* const* q, int nq, const float* k, int64_t k_stride,
                          int64_t j0, int64_t j1, int64_t hd, float scale, float* s,
                          int64_t s_stride);
