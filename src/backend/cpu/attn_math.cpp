@@ -64,6 +64,11 @@ QkTileFn attn_qk_tile_fn() {
 
 PvTileFn attn_pv_pairs_fn() { return pv_tile_pairs; }
 
+QkTileFn attn_qk_decode_fn() {
+  static const QkTileFn fn = have_avx512() ? attn_qk_tile_avx512 : qk_tile_pairs;
+  return fn;
+}
+
 PvTileFn attn_pv_tile_fn() {
   static const PvTileFn fn = have_avx512()     ? attn_pv_tile_avx512
                              : have_avx2_fma() ? attn_pv_tile_avx2

@@ -39,6 +39,11 @@ PvTileFn attn_pv_tile_fn();
 // The p.v tile as the axpy loop at every level: decode's single query per head gains nothing
 // from the packed key blocks and was ~9% slower per token with them (gemma4, 2 threads).
 PvTileFn attn_pv_pairs_fn();
+// The q.k tile for decode: the AVX-512 tile, else the pair loop. The AVX2 tile is 1.4-1.5x the
+// pair loop on its own (8 queries x 544 keys, head 64-576), yet gpt-oss decode at AVX2 ran 5%
+// slower with it (23.6 vs 24.9 tok/s, alternating runs; DeepSeek's unchanged), so decode keeps
+// the loop there until that is understood.
+QkTileFn attn_qk_decode_fn();
 
 // The tiles at AVX2 (attn_math_avx2.cpp). q.k: 2 queries x 2 keys per pass.
 void attn_qk_tile_avx2(const float* const* q, int nq, const float* k, int64_t k_stride, int64_t j0,

@@ -202,7 +202,7 @@ void CpuBackend::attention(const TensorView& q, const TensorView& k, const Tenso
   const float scale = p.scale;
   const int64_t k_stride = (int64_t)(k.row_stride() / sizeof(float)),
                 v_stride = (int64_t)(v.row_stride() / sizeof(float));
-  const QkTileFn qk_tile = attn_qk_tile_fn();
+  const QkTileFn qk_tile = n > 1 ? attn_qk_tile_fn() : attn_qk_decode_fn();
   const PvTileFn pv_tile = n > 1 ? attn_pv_tile_fn() : attn_pv_pairs_fn();
   auto body = [&](int64_t b, int64_t e, int th) {
     float* s = scores_[th].data();
