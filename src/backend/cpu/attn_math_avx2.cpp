@@ -8,27 +8,10 @@
 
 namespace moeflow {
 
-float attn_dot_avx2(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8)
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  s0 = _mm256_add_ps(s0, s1);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float s = _mm_cvtss_f32(h);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 namespace {
 
-// The end of attn_dot_avx2: s0 + s1, its horizontal sum, then the scalar tail in order.
+// The end of attn_dot_avx2 and of every pair of the q.k tile: s0 + s1, the horizontal sum,
+// then the scalar tail in order.
 inline float finish_dot2(__m256 s0, __m256 s1, const float* a, const float* b, int64_t i,
                          int64_t n) {
   s0 = _mm256_add_ps(s0, s1);
@@ -39,6 +22,22 @@ inline float finish_dot2(__m256 s0, __m256 s1, const float* a, const float* b, i
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+
+}  // namespace
+
+float attn_dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  return finish_dot2(s0, s1, a, b, i, n);
+}
+
+namespace {
 
 // QB queries x KB keys with attn_dot_avx2's two accumulators per pair (the first and second 8
 // floats of every 16, the 8-float tail into the first): each key row is loaded once for the QB
