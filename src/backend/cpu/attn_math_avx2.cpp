@@ -70,14 +70,13 @@ inline void qk_block2(const float* const* q, const float* k, int64_t k_stride, i
       }
     }
   }
-  const int64_t i8 = i;
   if (i + 8 <= hd) {
 #pragma GCC unroll 4
     for (int a = 0; a < QB; ++a)
 #pragma GCC unroll 4
       for (int b = 0; b < KB; ++b)
-        a0[a][b] = _mm256_fmadd_ps(_mm256_loadu_ps(q[a] + i8),
-                                   _mm256_loadu_ps(kr + b * k_stride + i8), a0[a][b]);
+        a0[a][b] = _mm256_fmadd_ps(_mm256_loadu_ps(q[a] + i),
+                                   _mm256_loadu_ps(kr + b * k_stride + i), a0[a][b]);
     i += 8;
   }
 #pragma GCC unroll 4

@@ -1,7 +1,6 @@
 #pragma once
 // Turns a kernel template `name<NT>(n, w, act, stride, out)` into a DotFn that picks NT at run
 // time. Each NT instantiation runs the same per-token arithmetic, only interleaved.
-#include <array>
 #include <bit>
 
 #include "backend/cpu/kernel_table.h"
@@ -54,14 +53,6 @@ inline const T* act_row(const void* a, size_t stride, int t) {
 constexpr float e8m0_half(uint8_t e) {
   return std::bit_cast<float>(e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e);
 }
-// The same for all 256 bytes, made at compile time (constexpr: no start-up code, which in a file
-// built for AVX-512 could run on a machine without it). The vector kernels broadcast a block's
-// scale from here, a load, instead of converting it in integer registers and moving it over.
-constexpr std::array<float, 256> kE8m0Half = [] {
-  std::array<float, 256> t{};
-  for (int e = 0; e < 256; ++e) t[e] = e8m0_half((uint8_t)e);
-  return t;
-}();
 
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};

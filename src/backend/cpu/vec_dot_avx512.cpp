@@ -16,6 +16,7 @@
 #include "backend/cpu/unpack32_avx2.h"
 #include "quant/blocks.h"
 
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -132,6 +133,14 @@ struct Act32 {
   const int32_t* bias[NT];
   const float* da8[NT];
 };
+
+// e8m0_half of all 256 bytes, made at compile time (constexpr: no start-up code, which in this
+// file, built for AVX-512, could run on a machine without it), for MXFP4's scale broadcasts.
+constexpr std::array<float, 256> kE8m0Half = [] {
+  std::array<float, 256> t{};
+  for (int e = 0; e < 256; ++e) t[e] = e8m0_half((uint8_t)e);
+  return t;
+}();
 
 // [scale of w[0] x 8 | scale of w[1] x 8]. For fp16 scales both are converted by one vcvtph2ps
 // and spread by one permute (the same values as two scalar conversions and broadcasts).
