@@ -18,8 +18,8 @@ struct SimArgs {
               cache_rates = "0.5", predictor_model;
   bool json = false, per_layer = false, global = false, with_prefill = false;
   int max_prefetch = 8;
-  int oracle_lookahead = 32;
-  double oracle_recall = 1.0, oracle_wrong = 0.0;
+  int oracle_lookahead = trace::SimConfig{}.oracle_lookahead;
+  trace::OracleQuality oracle;
   std::vector<double> hobbit_weights;  // empty: fitted on the calibration trace
 };
 
@@ -49,8 +49,10 @@ void write_file(const std::string& path, const std::string& data, const char* wh
 }
 
 int run_sim(const SimArgs& a) {
-  const bool oracle_options =
-      a.oracle_lookahead != 32 || a.oracle_recall != 1.0 || a.oracle_wrong != 0.0;
+  const trace::SimConfig defaults;
+  const bool oracle_options = a.oracle_lookahead != defaults.oracle_lookahead ||
+                              a.oracle.recall != defaults.oracle.recall ||
+                              a.oracle.wrong != defaults.oracle.wrong;
   if (oracle_options && a.predictor != "oracle" && a.predictor != "all")
     fail(
         "--oracle-lookahead / --oracle-recall / --oracle-wrong shape --predictor oracle (the "
@@ -66,8 +68,7 @@ int run_sim(const SimArgs& a) {
   base.max_prefetch_per_call = a.max_prefetch;
   base.predictor_model = a.predictor_model;
   base.oracle_lookahead = a.oracle_lookahead;
-  base.oracle_recall = a.oracle_recall;
-  base.oracle_wrong = a.oracle_wrong;
+  base.oracle = a.oracle;
   if (!a.hobbit_weights.empty()) {
     MOEFLOW_CHECK(a.hobbit_weights.size() == 4,
                   "--hobbit-weights: expected 4 numbers (lru, lfu, lhu, fld), got {}",
@@ -180,10 +181,10 @@ const bool registered_sim = register_command(
       sub.add_option("--oracle-lookahead", a->oracle_lookahead,
                      "--predictor oracle: routes ahead it predicts (layers; default 32)")
           ->check(CLI::Range(1, 1 << 20));
-      sub.add_option("--oracle-recall", a->oracle_recall,
+      sub.add_option("--oracle-recall", a->oracle.recall,
                      "--predictor oracle: share of the future experts it predicts (default 1)")
           ->check(CLI::Range(0.0, 1.0));
-      sub.add_option("--oracle-wrong", a->oracle_wrong,
+      sub.add_option("--oracle-wrong", a->oracle.wrong,
                      "--predictor oracle: experts per predicted route it adds that the route "
                      "does not use, on average (default 0): with --oracle-recall, a predictor "
                      "of a given quality")

@@ -125,10 +125,11 @@ class Oracle final : public Predictor {
     int n = (int)q_.wrong;
     if (draw(q_.seed, step, layer, salt) < q_.wrong - n) ++n;
     for (int k = 0; k < n && !unused.empty(); ++k) {
-      const size_t pick =
-          (size_t)(draw(q_.seed, step, layer, salt + 1 + (uint64_t)k) * (double)unused.size());
-      out.push_back({r.layer, unused[std::min(pick, unused.size() - 1)], score});
-      unused.erase(unused.begin() + (std::ptrdiff_t)std::min(pick, unused.size() - 1));
+      const size_t pick = std::min(
+          unused.size() - 1,
+          (size_t)(draw(q_.seed, step, layer, salt + 1 + (uint64_t)k) * (double)unused.size()));
+      out.push_back({r.layer, unused[pick], score});
+      unused.erase(unused.begin() + (std::ptrdiff_t)pick);
     }
   }
 

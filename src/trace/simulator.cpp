@@ -548,8 +548,7 @@ SimResult simulate(const Trace& t, const SimConfig& cfg) {
   }
   std::unique_ptr<Predictor> pred;
   if (cfg.predictor == "oracle") {
-    pred = make_oracle_predictor(t, std::min(cfg.oracle_lookahead, t.n_layers),
-                                 OracleQuality{cfg.oracle_recall, cfg.oracle_wrong});
+    pred = make_oracle_predictor(t, std::min(cfg.oracle_lookahead, t.n_layers), cfg.oracle);
   } else if (cfg.predictor != "none" && !cfg.predictor.empty()) {
     PredictorOptions po;
     po.n_layers = t.n_layers;

@@ -9,6 +9,7 @@
 
 #include "policy/resident_set.h"
 #include "trace/hw_profile.h"
+#include "trace/oracle.h"
 #include "trace/trace.h"
 
 namespace moeflow::trace {
@@ -24,9 +25,8 @@ struct SimConfig {
   std::vector<double> hobbit_weights;  // empty = fit on the calibration trace
   // Cap on prefetches issued after one layer routes; 0: none (the live engine has none).
   int max_prefetch_per_call = 8;
-  int oracle_lookahead = 32;   // layers ahead the oracle predictor sees
-  double oracle_recall = 1.0;  // the oracle's quality (trace/oracle.h OracleQuality)
-  double oracle_wrong = 0.0;
+  int oracle_lookahead = 32;    // layers ahead the oracle predictor sees
+  OracleQuality oracle;         // and how good it is (default: perfect)
   std::string predictor_model;  // trained predictor weights (promoe)
   bool skip_late_prefetches =
       true;  // do not start a prefetch whose target runs before it can arrive

@@ -278,8 +278,8 @@ TEST(Simulator, ImperfectOracleHasTheAskedRecallAndWrongGuesses) {
   c.predictor = "oracle";
   c.oracle_lookahead = 1;
   const SimResult good = simulate(t, c);
-  c.oracle_recall = 0.5;
-  c.oracle_wrong = 2;
+  c.oracle.recall = 0.5;
+  c.oracle.wrong = 2;
   const SimResult bad = simulate(t, c);
   EXPECT_NEAR(good.pred_precision, 1.0, 1e-9);
   EXPECT_LT(bad.pred_precision, 0.5);
