@@ -61,22 +61,21 @@ const AttnTileCase kAttnTileCases[] = {
     {16, 1, 1, 0, 0, false},     // one query, one key
 };
 
-// Every q.k tile this machine runs (the dispatched one, and AVX2's on an AVX-512 machine too,
-// where dispatch would never pick it) against the dispatched pair loop.
-std::vector<std::pair<const char*, QkTileFn>> attn_qk_tiles() {
-  std::vector<std::pair<const char*, QkTileFn>> v = {{"dispatched", attn_qk_tile_fn()}};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    v.push_back({"avx2", attn_qk_tile_avx2});
+// The tiles checked against the dispatched pair loop: the dispatched one, and AVX2's wherever
+// the pair loop is AVX2's arithmetic (any vector level: on an AVX-512 machine too, where
+// dispatch never picks the AVX2 tile; MOEFLOW_SIMD=scalar gives other pair loops).
+template <typename Fn>
+std::vector<std::pair<const char*, Fn>> attn_tiles_to_check(Fn dispatched, Fn avx2,
+                                                            bool pairs_are_avx2) {
+  std::vector<std::pair<const char*, Fn>> v = {{"dispatched", dispatched}};
+  if (pairs_are_avx2) v.push_back({"avx2", avx2});
   return v;
 }
 
 TEST(AttnTile, ScoresEqualThePairLoopBitForBit) {
   const DotF32Fn dot = attn_dot_fn();
-  // The AVX2 tile is attn_dot_avx2's arithmetic: against the pair loop it must match only
-  // where the pair loop is attn_dot_avx2 (any vector level; MOEFLOW_SIMD=scalar gives another).
-  const bool avx2_pairs = dot == attn_dot_avx2;
-  for (auto [tile_name, tile] : attn_qk_tiles()) {
-    if (std::string(tile_name) == "avx2" && !avx2_pairs) continue;
+  for (auto [tile_name, tile] :
+       attn_tiles_to_check(attn_qk_tile_fn(), attn_qk_tile_avx2, dot == attn_dot_avx2)) {
     SCOPED_TRACE(tile_name);
     for (const AttnTileCase& c : kAttnTileCases) {
       std::vector<int64_t> lo, hi;
@@ -114,18 +113,10 @@ TEST(AttnTile, ScoresEqualThePairLoopBitForBit) {
   }
 }
 
-std::vector<std::pair<const char*, PvTileFn>> attn_pv_tiles() {
-  std::vector<std::pair<const char*, PvTileFn>> v = {{"dispatched", attn_pv_tile_fn()}};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    v.push_back({"avx2", attn_pv_tile_avx2});
-  return v;
-}
-
 TEST(AttnTile, WeightedValuesEqualTheAxpyLoopBitForBit) {
   const AxpyF32Fn axpy = attn_axpy_fn();
-  const bool avx2_pairs = axpy == attn_axpy_avx2;
-  for (auto [tile_name, tile] : attn_pv_tiles()) {
-    if (std::string(tile_name) == "avx2" && !avx2_pairs) continue;
+  for (auto [tile_name, tile] :
+       attn_tiles_to_check(attn_pv_tile_fn(), attn_pv_tile_avx2, axpy == attn_axpy_avx2)) {
     SCOPED_TRACE(tile_name);
     for (const AttnTileCase& c : kAttnTileCases) {
       const int64_t hdv = c.hd;
