@@ -131,7 +131,7 @@ ForwardContext::ForwardContext(const Model& model, ExpertProvider& provider, int
       max_batch_(std::max(1, max_batch)),
       kv_(model.kv_layer_widths(), n_ctx, be_.allocator()),
       rs_(make_recurrent_state(model, be_)),
-      snapshots_(model.specs(), be_.allocator(), 0),
+      snapshots_(model.specs(), HostAllocator::instance(), 0),
       moe_(be_, hp_, hp_.n_expert > 0 ? max_batch_ : 1),
       attn_scratch_(be_),
       mla_scratch_(be_),
@@ -193,7 +193,8 @@ int64_t ForwardContext::rewind_to(int64_t p) {
 }
 
 void ForwardContext::set_snapshot_limit(int limit) {
-  snapshots_ = StateSnapshots(model_.specs(), be_.allocator(), limit);
+  // Host memory on every backend (model/state_snapshots.h): the backend's copy moves the state.
+  snapshots_ = StateSnapshots(model_.specs(), HostAllocator::instance(), limit);
 }
 
 void ForwardContext::snapshot_state() {

@@ -17,9 +17,17 @@ namespace moeflow {
 
 uint64_t fit_margin(uint64_t available) { return (64ull << 20) + available / 16; }
 
-std::string state_term(const ModelMemory& m) {
+std::string state_term(const ModelMemory& m, bool snapshots_apart) {
   if (m.state_bytes == 0) return "";
-  return fmt::format(" + recurrent state {}", format_bytes(m.state_bytes));
+  if (m.snapshot_bytes == 0)
+    return fmt::format(" + recurrent state {}", format_bytes(m.state_bytes));
+  const uint64_t n = m.snapshot_bytes / m.state_bytes;
+  if (snapshots_apart)
+    return fmt::format(" + recurrent state {} ({} snapshot{} {} in host memory)",
+                       format_bytes(m.state_bytes), n, n == 1 ? "" : "s",
+                       format_bytes(m.snapshot_bytes));
+  return fmt::format(" + recurrent state and {} snapshot{} {}", n, n == 1 ? "" : "s",
+                     format_bytes(m.state_bytes + m.snapshot_bytes));
 }
 
 FitDecision auto_fit(const ModelMemory& m, uint64_t available, const std::string& source) {
@@ -110,8 +118,8 @@ ModelMemory model_memory(const GgufFile& file, const FitContext& c) {
   // The layers' own cache rows and recurrent state, as the forward pass allocates them.
   const Model model(file);
   m.kv_bytes = KvCache::bytes_for(model.kv_layer_widths(), c.n_ctx);
-  m.state_bytes =
-      model.recurrent_state_bytes() * (1 + static_cast<uint64_t>(std::max(0, c.state_snapshots)));
+  m.state_bytes = model.recurrent_state_bytes();
+  m.snapshot_bytes = m.state_bytes * static_cast<uint64_t>(std::max(0, c.state_snapshots));
   m.scratch_bytes = activation_bytes(h, c);
   m.top_k = hp.n_expert_used;
   if (m.expert_bytes > 0) {

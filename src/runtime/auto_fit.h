@@ -31,14 +31,19 @@ struct ModelMemory {
   uint64_t table_bytes = 0;
   uint64_t expert_bytes = 0;  // all routed experts
   uint64_t kv_bytes = 0;  // KV cache for n_ctx (each layer's own rows; none for DeltaNet layers)
-  // The recurrent state of gated DeltaNet layers and its snapshots (FitContext::state_snapshots)
+  // The recurrent state of gated DeltaNet layers, in the backend's memory (VRAM on a GPU)
   uint64_t state_bytes = 0;
+  // Its snapshots (FitContext::state_snapshots), always in host memory (model/state_snapshots.h)
+  uint64_t snapshot_bytes = 0;
   uint64_t scratch_bytes = 0;  // activations for the batch (estimate)
   uint64_t min_budget = 0;     // smallest expert budget the cache accepts
   int64_t n_ctx = 0;
   int top_k = 0;
+  // What the computing backend's memory holds besides the experts (VRAM on a GPU).
   uint64_t fixed() const { return non_expert_bytes + kv_bytes + state_bytes + scratch_bytes; }
-  uint64_t fixed_host() const { return fixed() - table_bytes; }
+  // What host memory holds besides the experts when the CPU computes: the same, less the
+  // embedding left in the mapping, plus the snapshots.
+  uint64_t fixed_host() const { return fixed() - table_bytes + snapshot_bytes; }
 };
 
 struct FitDecision {
@@ -51,8 +56,10 @@ struct FitDecision {
 
 // 64 MiB + available / 16.
 uint64_t fit_margin(uint64_t available);
-// " + recurrent state SIZE" for a model that has one, else "" (the plans' accounts).
-std::string state_term(const ModelMemory& m);
+// " + recurrent state SIZE" for a model that has one, else "" (the plans' accounts); with
+// snapshots " + recurrent state SIZE (N snapshots SIZE in host memory)" when `snapshots_apart`
+// (the VRAM plan, whose device does not hold them), else the sum of both.
+std::string state_term(const ModelMemory& m, bool snapshots_apart = false);
 
 // The decision. available == 0 means unknown (no /proc/meminfo): everything stays resident, as
 // before auto-fit. Throws moeflow::Error with the whole account when even min_budget does not fit.

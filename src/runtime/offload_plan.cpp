@@ -66,6 +66,7 @@ nlohmann::json memory_json(const OffloadPlan& plan) {
           {"expert_bytes", m.expert_bytes},
           {"kv_bytes", m.kv_bytes},
           {"state_bytes", m.state_bytes},
+          {"snapshot_bytes", m.snapshot_bytes},
           {"scratch_bytes", m.scratch_bytes},
           {"n_ctx", m.n_ctx},
           {"vm_rss_bytes", pm.vm_rss},

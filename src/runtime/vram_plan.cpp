@@ -24,7 +24,7 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
   const std::string rest =
       fmt::format("non-expert weights {} + KV cache {} (-c {}){} + activations {}",
                   format_bytes(m.non_expert_bytes), format_bytes(m.kv_bytes), m.n_ctx,
-                  state_term(m), format_bytes(m.scratch_bytes));
+                  state_term(m, true), format_bytes(m.scratch_bytes));
   const std::string vram =
       fmt::format("{} of {} VRAM free{}", format_bytes(free_vram), format_bytes(total_vram),
                   o.vram_limit ? " (--vram-limit)" : "");
@@ -54,9 +54,11 @@ VramPlan plan_vram(const OffloadOptions& o, const ModelMemory& m, uint64_t free_
         "the VRAM expert cache would get {}, less than one layer's top-{} experts ({}): {}; {}. "
         "Free VRAM, lower -c, or give a larger --vram-budget / smaller --vram-free",
         format_bytes(p.budget), m.top_k, format_bytes(m.min_budget), vram, rest);
-  // The mapped file is the better slow tier when host memory can hold (and lock) the experts.
+  // The mapped file is the better slow tier when host memory can hold (and lock) the experts,
+  // beside the state snapshots kept there.
   const bool host_fits =
-      host_available == 0 || m.expert_bytes + fit_margin(host_available) <= host_available;
+      host_available == 0 ||
+      m.expert_bytes + m.snapshot_bytes + fit_margin(host_available) <= host_available;
   if (o.expert_source == DeviceSource::File || (!o.expert_source && !host_fits))
     p.source = DeviceSource::File;
   p.reason +=

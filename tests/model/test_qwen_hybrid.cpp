@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/standin/standin_device.h"
 #include "core/error.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
@@ -22,7 +23,9 @@
 #include "model/model.h"
 #include "runtime/auto_fit.h"
 #include "runtime/engine.h"
+#include "runtime/offload_options.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/vram_plan.h"
 #include "support/model_file_edit.h"
 #include "support/run_binary.h"
 #include "support/stand_in_device.h"
@@ -102,10 +105,22 @@ TEST(QwenHybrid, KvCacheHoldsRowsOnlyForAttentionLayersAndThePlanCountsTheState)
     fc.state_snapshots = 3;
     const ModelMemory m = model_memory(*f, fc);
     EXPECT_EQ(m.kv_bytes, want);
-    EXPECT_EQ(m.state_bytes, 4 * kTinyHybridStateBytes);  // the state and 3 snapshots
+    EXPECT_EQ(m.state_bytes, kTinyHybridStateBytes);
+    EXPECT_EQ(m.snapshot_bytes, 3 * kTinyHybridStateBytes);
+    // The backend's memory holds the state; host memory the state and the 3 snapshots.
     EXPECT_EQ(m.fixed(), m.non_expert_bytes + want + m.state_bytes + m.scratch_bytes);
+    EXPECT_EQ(m.fixed_host(), m.fixed() - m.table_bytes + 3 * kTinyHybridStateBytes);
     const FitDecision d = auto_fit(m, m.fixed_host() + m.expert_bytes + (1ull << 30), "test");
-    EXPECT_NE(d.reason.find("recurrent state"), std::string::npos) << d.reason;
+    EXPECT_NE(d.reason.find("recurrent state and 3 snapshots"), std::string::npos) << d.reason;
+    // A GPU's plan leaves the snapshots out of VRAM (a cache of every byte the device has left
+    // beside fixed(): the state alone) and says where they are.
+    OffloadOptions o;
+    o.vram_free = 1 << 20;
+    const uint64_t vram = m.fixed() + *o.vram_free + m.expert_bytes / 2;
+    const VramPlan v = plan_vram(o, m, vram, vram, 0);
+    EXPECT_EQ(v.budget, m.expert_bytes / 2);
+    EXPECT_NE(v.reason.find("3 snapshots"), std::string::npos) << v.reason;
+    EXPECT_NE(v.reason.find("in host memory"), std::string::npos) << v.reason;
   }
 }
 
@@ -259,6 +274,39 @@ TEST(QwenHybrid, ThePrefixCacheGoesBackToAStateSnapshotExactly) {
       EXPECT_EQ(e.pos(), 4);
     }
   }
+}
+
+TEST(QwenHybrid, StateSnapshotsTakeNoDeviceMemory) {
+  // On a device the snapshots are kept in host memory (model/state_snapshots.h): an engine that
+  // keeps 3 ends its turns with as much VRAM in use as one that keeps none, and still goes back
+  // to them exactly (the test above, on the stand-in).
+  const std::string path = gen_hy("qwen3next");
+  const std::vector<int32_t> p1 = {4, 8, 15, 16, 23, 42, 4, 8, 1, 95};
+  std::vector<int32_t> p2(p1.begin(), p1.begin() + 9);
+  p2.push_back(200);
+  uint64_t used[2] = {0, 0};
+  for (int snapshots : {0, 3}) {
+    SCOPED_TRACE(snapshots);
+    const uint64_t before = standin_vram_used();
+    {
+      EngineOptions o = opts(3);
+      o.backend = BackendKind::StandIn;
+      o.state_snapshots = snapshots;
+      o.snapshot_interval = 4;
+      Engine e(path, o);
+      PrefixCache pc;
+      size_t reused = 0;
+      hybrid_turn(e, pc, p1, &reused);
+      const std::vector<float> got = hybrid_turn(e, pc, p2, &reused);
+      EXPECT_EQ(reused, snapshots ? 9u : 0u);  // back to the snapshot before p1's last token
+      HybridColdRuns(path).expect_rows(p2, reused, got);
+      EXPECT_EQ(e.context().snapshot_positions().size(), snapshots ? 3u : 0u);
+      used[snapshots ? 1 : 0] = standin_vram_used() - before;
+    }
+    EXPECT_EQ(standin_vram_used(), before);
+  }
+  EXPECT_GT(used[0], 0u);
+  EXPECT_EQ(used[1], used[0]);
 }
 
 TEST(QwenHybrid, WithoutSnapshotsADivergedPromptStartsOver) {

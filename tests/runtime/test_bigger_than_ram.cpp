@@ -97,7 +97,8 @@ TEST(AutoFit, ModelBiggerThanTheAllowanceOffloadsAndSaysWhy) {
   EXPECT_LT(table, mem["non_expert_bytes"].get<uint64_t>());
   EXPECT_EQ(budget + mem["non_expert_bytes"].get<uint64_t>() - table +
                 mem["kv_bytes"].get<uint64_t>() + mem["state_bytes"].get<uint64_t>() +
-                mem["scratch_bytes"].get<uint64_t>() + mem["margin_bytes"].get<uint64_t>(),
+                mem["snapshot_bytes"].get<uint64_t>() + mem["scratch_bytes"].get<uint64_t>() +
+                mem["margin_bytes"].get<uint64_t>(),
             96 * MiB);
   EXPECT_EQ(r.stats["offload"]["budget_bytes"].get<uint64_t>(), budget);
   EXPECT_EQ(r.text, ref.text);  // offloading stays exact
@@ -218,8 +219,8 @@ TEST(BiggerThanRam, ResidentSetStaysWithinThePlanUnderAMemoryLimit) {
       << mem.dump();
   EXPECT_EQ(r.text, ref.text);
   const uint64_t plan = mem["non_expert_bytes"].get<uint64_t>() + mem["kv_bytes"].get<uint64_t>() +
-                        mem["state_bytes"].get<uint64_t>() + mem["scratch_bytes"].get<uint64_t>() +
-                        mem["budget_bytes"].get<uint64_t>();
+                        mem["state_bytes"].get<uint64_t>() + mem["snapshot_bytes"].get<uint64_t>() +
+                        mem["scratch_bytes"].get<uint64_t>() + mem["budget_bytes"].get<uint64_t>();
   const uint64_t hwm = mem["vm_hwm_bytes"], rss = mem["vm_rss_bytes"];
   EXPECT_LE(hwm, plan + kRuntimeSlack) << mem.dump();
   EXPECT_LE(rss, plan + kRuntimeSlack) << mem.dump();
