@@ -99,12 +99,16 @@ types at MOEFLOW_SIMD=avx512 | at scalar, and the bounds (3x margin):
   deepseek2 1.9e-2 97.7% Q8_0   10.9% Q4_1  | 1.9e-2 98.0% Q4_K   10.5% Q4_K  -> 93.0%, 3%
   deepseek3 2.1e-2 96.1% Q3_K    4.3% Q5_1  | 2.2e-2 96.1% Q3_K    4.3% Q5_1  -> 88.0%, 1%
   glm4moe   2.3e-2 97.3% Q5_1   17.6% Q4_1  | 2.5e-2 97.3% Q5_1   17.6% Q4_1  -> 91.5%, 5%
-  qwen3next / qwen35moe (4 layers: 3 gated DeltaNet + gated full attention), 2026-11-27,
-  avx512 only: F32 p95 2.1e-6 / 3.5e-6, every row within 7e-6 (the same function, the
-  converter's value-head orders included); over the 13 types worst p95 2.7e-2 / 3.4e-2 (Q5_K),
-  least top-1 96.9% (Q5_K) / 96.9% (Q5_1), other types 98.0..99.6%, least exact 11% (Q5_1) /
-  5.9% (Q5_1)  -> 90.0%, 2%, p95 bound 5e-2 (ARCH_P95): the recurrent state carries a flipped
-  activation rounding to every later position, as the KV cache does, in 3 of 4 layers.
+  qwen3next / qwen35moe (4 layers: 3 gated DeltaNet + gated full attention; 4 sequences of 192
+  tokens, ARCH_TOKENS), 2026-11-27 (moeflow e933511+): F32 p95 2.1e-6 / 3.5e-6, every row
+  within 7e-6 (the same function, the converter's value-head orders included); over the 13
+  types at avx512 | scalar, worst p95, least top-1 (type), least exact share (type):
+  qwen3next 2.5e-2 98.05% Q4_K  2.9% Q5_1  | 2.5e-2 98.05% Q2_K  2.9% Q5_1
+  qwen35moe 2.7e-2 96.88% Q4_1  2.3% Q5_1  | 2.7e-2 97.27% Q4_1  2.3% Q5_1   -> 90.0%, 0.7%,
+  p95 bound 4e-2 (ARCH_P95, 1.5x): the recurrent state carries a flipped activation rounding to
+  every later position, as the KV cache does, in 3 of 4 layers, so most sequences leave the
+  exact rows within their first 20 tokens (with 64-token sequences the least top-1 was 96.1%
+  over 256 rows, qwen3next Q5_K: the longer ones measure the same noise more finely).
   minimax-m2 1.2e-2 98.4% Q5_K  27.3% Q5_1  | 1.1e-2 99.2% Q5_0   38.3% Q5_1  -> 95.0%, 9%
     (2026-11-27, 14c6570+, same machine and llama.cpp; max row error 0.19, one router flip)
 The p95 bound (3e-2) is 1.2x glm4moe's worst (scalar), 2x mixtral's: these are the activation
@@ -144,6 +148,10 @@ MODELS = [(a, a, "small", 2) for a in om.ARCHS if a != "phimoe"] + [
     ("qwen3next", "qwen3next", "small", 4), ("qwen35moe", "qwen35moe", "small", 4)]
 ARCHS = [m[0] for m in MODELS]
 N_TOKENS, N_SEQS, N_VOCAB, ROUTER_SCALE, SEED = 64, 4, 512, 8.0, 7
+# The hybrids' sequences are three of llama.cpp's 64-token DeltaNet chunks long (its chunked form;
+# on the CPU 0.3.36 runs its fused gated-delta-net op instead), so the recurrent state carries
+# over 192 positions of one batch (the issue: "a prompt long enough to cross several chunks").
+ARCH_TOKENS = {"qwen3next": 192, "qwen35moe": 192}
 EXACT = 1e-5  # a row "agrees exactly" below this relative error (float32 summation order only)
 TYPES = ["Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
          "IQ4_XS", "MXFP4"]
@@ -154,16 +162,16 @@ ARCH_BOUNDS = {
     "mixtral": (0.960, 0.10), "qwen2moe": (0.950, 0.05), "qwen3moe": (0.950, 0.07),
     "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
     "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05), "minimax-m2": (0.950, 0.09),
-    "qwen3next": (0.900, 0.02), "qwen35moe": (0.900, 0.02),
+    "qwen3next": (0.900, 0.007), "qwen35moe": (0.900, 0.007),
     # gemma4: no row is exact, llama.cpp's GELU is a table of fp16 inputs (module docstring);
     # top-1 at the issue's 98% (measured 100% on every type).
     "gemma4": (0.980, 0.0),
 }
-# Per-arch p95 bounds (default P95). The hybrids' (worst measured 3.4e-2, qwen35moe Q5_K): the
+# Per-arch p95 bounds (default P95). The hybrids' (worst measured 2.7e-2, qwen35moe Q4_1): the
 # recurrent state carries a flipped activation rounding into every later position of every
 # DeltaNet layer, 1.5x margin; gemma4's: the engines compute different GELUs on purpose.
 # A different model is >= 0.39.
-ARCH_P95 = {"qwen3next": 5e-2, "qwen35moe": 5e-2, "gemma4": 4e-2}
+ARCH_P95 = {"qwen3next": 4e-2, "qwen35moe": 4e-2, "gemma4": 4e-2}
 # Set to a path prefix to print the measured numbers and save every row error (calibration).
 REPORT = os.environ.get("MOEFLOW_LLAMACPP_REPORT")
 
@@ -183,9 +191,9 @@ def gen_model(path, name: str, wtype: str, seed: int = SEED, yarn: bool = False)
     return str(path)
 
 
-def sequences() -> list[list[int]]:
+def sequences(n_tokens: int = N_TOKENS) -> list[list[int]]:
     rng = np.random.default_rng(2024)
-    return [[int(t) for t in rng.integers(3, N_VOCAB, N_TOKENS)] for _ in range(N_SEQS)]
+    return [[int(t) for t in rng.integers(3, N_VOCAB, n_tokens)] for _ in range(N_SEQS)]
 
 
 def llama_logits(path, seqs: list[list[int]]) -> list[np.ndarray]:
@@ -233,9 +241,9 @@ def model_dir(tmp_path_factory):
 # matrix (the same weights, no activation quantization) and moeflow's F32 path is the reference
 # (F32 agrees with transformers to 1e-5). moeflow must be no further from it than llama.cpp is:
 # top-1 agreement with it at most HYBRID_TOP1_SLACK below llama.cpp's, p95 row error at most
-# HYBRID_P95_RATIO x llama.cpp's. Measured 2026-11-27 (avx512), top-1 vs the exact model
-# moeflow / llama.cpp: qwen35moe Q5_K 88.7 / 89.5%, Q5_1 92.6 / 92.6%, Q8_0 95.3 / 96.9%;
-# qwen3next Q5_K 89.1 / 89.8%, Q5_1 93.8 / 93.4%, Q8_0 93.8 / 93.8%; p95 within 1.1x both ways.
+# HYBRID_P95_RATIO x llama.cpp's. Measured 2026-11-27 over 4 x 192 tokens (avx512 and scalar,
+# 13 types), top-1 vs the exact model moeflow - llama.cpp: -1.3 (qwen35moe Q8_0 at avx512,
+# 93.2 / 94.5%) .. +0.8 points; p95 within 1.07x both ways.
 HYBRIDS = ("qwen3next", "qwen35moe")
 HYBRID_TOP1_SLACK, HYBRID_P95_RATIO = 0.04, 1.3
 
@@ -273,9 +281,9 @@ def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
     with ThreadPoolExecutor(2) as ex:  # generation is the slow part: both cores
         paths = dict(zip(ARCHS, ex.map(lambda a: gen_model(model_dir / f"{a}-{wtype}.gguf", a, wtype),
                                        ARCHS)))
-    seqs = sequences()
     stats = {}
     for arch in ARCHS:
+        seqs = sequences(ARCH_TOKENS.get(arch, N_TOKENS))
         ref = llama_logits(paths[arch], seqs)
         got = moeflow_logits(paths[arch], seqs, tmp_path)
         errs = np.concatenate([om.rel_err_rows(g, r) for g, r in zip(got, ref)])
