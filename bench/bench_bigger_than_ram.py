@@ -58,7 +58,10 @@ Per model:
                        vs --cache-per-layer), `noprefetch` the same budget with --prefetch none
                        (demand reads only; under --routing-trace the same as auto, whose
                        default predictor is then none), `prefetch-NAME` the same budget with
-                       --prefetch NAME, `packed` auto on the file's `moeflow pack` copy (expert
+                       --prefetch NAME, `policy-NAME` the same budget and partitioning with
+                       --cache-policy NAME (static and daop calibrated by --policy-calib), with
+                       the simulator's hits and reads for the same configuration on auto's
+                       routing beside it; `packed` auto on the file's `moeflow pack` copy (expert
                        slices 4 KiB-aligned; made once beside the model); "moeflow best" is the
                        best median among them
   Belady   : `moeflow sim --policy belady --global-budget --with-prefill` on each auto run's
@@ -615,7 +618,15 @@ def summarize(engine: str, res: dict, n_gen: int) -> dict:
     return r
 
 
-def best_candidates(plan: dict, which: list[str], packed: str | None = None) -> dict:
+# Eviction policies that place experts by a calibration trace's counts (--policy-calib).
+CALIBRATED_POLICIES = ("static", "daop")
+# The live hobbit policy's score weights (lru, lfu, lhu, fld), given to the simulator so that it
+# replays the same policy instead of fitting its own.
+HOBBIT_WEIGHTS = "0.4,0.3,0.1,0.2"
+
+
+def best_candidates(plan: dict, which: list[str], packed: str | None = None,
+                    calib: str | None = None) -> dict:
     """Explicit moeflow settings derived from auto's plan at a level. An argument list that
     starts with "@PATH" runs on that file instead of the model (the packed copy)."""
     b, m = plan.get("budget_bytes") or 0, plan.get("margin_bytes") or 0
@@ -632,6 +643,14 @@ def best_candidates(plan: dict, which: list[str], packed: str | None = None) -> 
     for w in which:  # prefetch-NAME: the same budget with predictor NAME (e.g. a history
         if w.startswith("prefetch-"):  # predictor, the ones that run under a routing replay)
             c[w] = ["--expert-cache", str(b), "--prefetch", w[len("prefetch-"):]]
+    for w in which:  # policy-NAME: the same budget and partitioning with eviction policy NAME
+        if w.startswith("policy-"):
+            name = w[len("policy-"):]
+            if name in CALIBRATED_POLICIES and not calib:
+                raise SystemExit(f"--best {w}: the {name} policy needs --policy-calib")
+            c[w] = (["--expert-cache", str(b), "--cache-policy", name]
+                    + (["--cache-per-layer"] if plan.get("per_layer_budget") else [])
+                    + (["--policy-calib", calib] if name in CALIBRATED_POLICIES else []))
     if "packed" in which and packed:  # auto again, on the `moeflow pack` copy
         c["packed"] = ["@" + packed]
     if "split" in which:
@@ -663,6 +682,39 @@ def belady(a, runner: Runner, trace: str, info: dict, n_slots: int, slot_bytes: 
     out = dict(sim("belady", True), cache_rate=rate)
     out["sim_lfu"] = dict(sim(policy, not per_layer), per_layer=per_layer, policy=policy)
     return out
+
+
+def candidate_sim(a, runner: Runner, trace: str, info: dict, plan: dict, cand: str,
+                  args: list[str]) -> dict | None:
+    """What the simulator reads for a candidate's policy, predictor and partitioning with auto's
+    slots on the routing of auto's run (`trace`): every prefetch in time (--hw instant, no cap),
+    so for `--prefetch none` the live run's exact counts (bench/REPORT-replay.md), for a
+    predictor the reads it would issue if none came late. None for candidates that change
+    something else (I/O threads, budget, file)."""
+    if not (cand.startswith(("policy-", "prefetch-")) or cand == "noprefetch"):
+        return None
+    opt = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+    policy = opt.get("--cache-policy") or plan.get("policy") or "lfu"
+    predictor = opt.get("--prefetch", "none")
+    per_layer = bool(plan.get("per_layer_budget"))
+    total = info["n_expert"] * max(1, info["n_moe_layers"])
+    if not plan.get("n_slots") or not total:
+        return None
+    cmd = [a.moeflow, "sim", "-t", trace, "--policy", policy, "--predictor", predictor,
+           "--with-prefill", "--hw", "instant", "--max-prefetch", "0",
+           "--cache-rate", repr(min(1.0, plan["n_slots"] / total)), "--json",
+           *([] if per_layer else ["--global-budget"])]
+    if policy in CALIBRATED_POLICIES:
+        cmd += ["--calib", opt["--policy-calib"]]
+    if policy == "hobbit":
+        cmd += ["--hobbit-weights", HOBBIT_WEIGHTS]
+    row = next(r for r in check(runner.run(cmd, timeout=600), "moeflow sim")["results"]
+               if r["policy"] == policy)
+    steps = row.get("decode_tokens") or a.n
+    reads = row["demand_loads"] + row["prefetches"] + row.get("placement_loads", 0)
+    return {"policy": policy, "predictor": predictor, "per_layer": per_layer,
+            "hit_rate": row["hit_rate"], "experts_read": reads, "decode_tokens": steps,
+            "bytes_per_token": reads * plan["slot_bytes"] / steps}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -788,11 +840,22 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
                         "status", "budget_bytes", "margin_bytes", "n_slots", "slot_bytes", "policy",
                         "per_layer_budget", "io_threads", "available_bytes", "plan_reason", "error")}
                     log(f"auto-fit: {r.get('plan_reason') or (r.get('error') or '-').splitlines()[-1]}")
-                    cands = (best_candidates(lv["plan"], a.best, packed)
+                    cands = (best_candidates(lv["plan"], a.best, packed, a.policy_calib)
                              if r["ok"] and r.get("offload") else {})
                     lv["candidates"] = cands
                     engines = base + [f"moeflow-{c}" for c in cands]
                     order = engines
+        # The simulator's reads for each candidate that changes the policy or predictor, on
+        # the routing of auto's first run (replay routes every run the same way).
+        trace0 = os.path.join(tracedir, f"{name}_{level:g}_0.mft")
+        if cands and os.path.exists(trace0):
+            for c, args in cands.items():
+                try:
+                    sim = candidate_sim(a, runner, trace0, info, lv["plan"], c, args)
+                except (RuntimeError, StopIteration, KeyError) as e:
+                    sim = {"error": str(e)[-400:]}
+                if sim:
+                    lv.setdefault("candidate_sim", {})[c] = sim
         aggregate_level(lv, engines, compute_s, bw, sweep)
         out["levels"][f"{level:g}"] = lv
     return out
@@ -821,6 +884,7 @@ def aggregate_level(lv: dict, engines: list[str], compute_s: float, bw: float, s
                   "decode_tps": med(r["decode_tps"] for r in ok),
                   "prefill_tps": med(r["prefill_tps"] for r in ok),
                   "bytes_read_per_token": med(r["bytes_read_per_token"] for r in ok),
+                  "hit_rate": med(r.get("hit_rate") for r in ok),
                   "achieved_read_GBps": med(r["achieved_read_GBps"] for r in ok),
                   "peak_rss_bytes": med(r.get("peak_rss_bytes") for r in rs),
                   "cgroup_peak_bytes": med(r.get("cgroup_peak_bytes") for r in rs),
@@ -954,6 +1018,24 @@ def report(res: dict, a) -> str:
                     f"{fmt_cell(e, 'achieved_read_GBps', 2)} | "
                     f"{(e['peak_rss_bytes'] or 0) / GIB:.2f} | {(e['cgroup_peak_bytes'] or 0) / GIB:.2f} | "
                     f"{e['n_ok']}/{e['n_runs']} ok, {e['n_oom']} OOM |")
+        sims = [(key, lv) for key, lv in m["levels"].items() if lv.get("candidate_sim")]
+        if sims:
+            lines += ["", "live vs simulator (the same policy, predictor, partitioning and slots on "
+                      "auto's routing; the simulator with every prefetch in time):", "",
+                      "| free RAM | candidate | policy | predictor | decode tok/s | hit % live / sim "
+                      "| read MB/token live / sim |", "|---|---|---|---|---:|---:|---:|"]
+            for key, lv in sims:
+                for c, sm in lv["candidate_sim"].items():
+                    e = lv["engines"].get(f"moeflow-{c}") or {}
+                    if "error" in sm:
+                        lines.append(f"| {key} | {c} | sim failed: {sm['error'][-80:]!r} | | | | |")
+                        continue
+                    hr, rb = e.get("hit_rate"), e.get("bytes_read_per_token")
+                    lines.append(
+                        f"| {key} | {c} | {sm['policy']} | {sm['predictor']} | {fmt_cell(e)} | "
+                        f"{f'{100 * hr:.1f}' if hr is not None else '-'} / {100 * sm['hit_rate']:.1f} | "
+                        f"{f'{rb / 1e6:.1f}' if rb is not None else '-'} / "
+                        f"{sm['bytes_per_token'] / 1e6:.1f} |")
         lines.append("")
         for key, lv in m["levels"].items():
             p = lv["plan"]
@@ -1087,7 +1169,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--levels", default="0.5,0.25", help="free RAM as fractions of the model file")
     ap.add_argument("--best", default="io,tight,split",
-                    help="moeflow explicit candidates: io, tight, split, noprefetch, prefetch-NAME, packed (comma list; '' for none)")
+                    help="moeflow explicit candidates: io, tight, split, noprefetch, prefetch-NAME, policy-NAME, packed (comma list; '' for none)")
     ap.add_argument("--sweep-seconds", type=float, default=0.5, help="per point of pack --sweep")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="1 rep, -p 16 -n 4: checks the script only")
@@ -1096,6 +1178,8 @@ def main():
                     help="replay this recorded routing in every moeflow run (a trace of the model's "
                          "shape; implies --no-llama: llama.cpp cannot replay a routing)")
     ap.add_argument("--routing-request", type=int, default=0, help="request of --routing-trace")
+    ap.add_argument("--policy-calib", help="routing trace calibrating the policy-static and "
+                    "policy-daop candidates (moeflow's --policy-calib; the simulator's --calib)")
     ap.add_argument("--resident-model", action="append", default=[], metavar="NAME=PATH",
                     help="measure the all-resident compute time on this smaller file of the "
                          "model's shape, scaled by active bytes per token (for a model larger "
