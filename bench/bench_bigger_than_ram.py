@@ -600,6 +600,7 @@ def summarize(engine: str, res: dict, n_gen: int) -> dict:
         rb = tot.get("bytes_read", 0)
         r.update({"offload": bool(off.get("enabled")), "budget_bytes": off.get("budget_bytes", 0),
                   "n_slots": off.get("n_slots"), "slot_bytes": off.get("slot_bytes"),
+                  "n_transient_slots": off.get("n_transient_slots"),
                   "policy": off.get("policy"), "per_layer_budget": off.get("per_layer_budget"),
                   "io_threads": off.get("io_threads"), "hit_rate": tot.get("hit_rate"),
                   "misses": tot.get("misses"), "stall_s": tot.get("stall_s"),
@@ -685,9 +686,11 @@ def belady(a, runner: Runner, trace: str, info: dict, n_slots: int, slot_bytes: 
 
 
 def candidate_sim(a, runner: Runner, trace: str, info: dict, plan: dict, cand: str,
-                  args: list[str]) -> dict | None:
-    """What the simulator reads for a candidate's policy, predictor and partitioning with auto's
-    slots on the routing of auto's run (`trace`): every prefetch in time (--hw instant, no cap),
+                  args: list[str], places: int | None) -> dict | None:
+    """What the simulator reads for a candidate's policy, predictor and partitioning with its
+    `places` (the live run's slots less the transient ones of a policy that declines misses;
+    auto's slots when unknown) on the routing of auto's run (`trace`): every prefetch in time
+    (--hw instant, no cap),
     so for `--prefetch none` the live run's exact counts (bench/REPORT-replay.md), for a
     predictor the reads it would issue if none came late. None for candidates that change
     something else (I/O threads, budget, file)."""
@@ -698,11 +701,12 @@ def candidate_sim(a, runner: Runner, trace: str, info: dict, plan: dict, cand: s
     predictor = opt.get("--prefetch", "none")
     per_layer = bool(plan.get("per_layer_budget"))
     total = info["n_expert"] * max(1, info["n_moe_layers"])
-    if not plan.get("n_slots") or not total:
+    places = places or plan.get("n_slots")
+    if not places or not total:
         return None
     cmd = [a.moeflow, "sim", "-t", trace, "--policy", policy, "--predictor", predictor,
            "--with-prefill", "--hw", "instant", "--max-prefetch", "0",
-           "--cache-rate", repr(min(1.0, plan["n_slots"] / total)), "--json",
+           "--cache-rate", repr(min(1.0, places / total)), "--json",
            *([] if per_layer else ["--global-budget"])]
     if policy in CALIBRATED_POLICIES:
         cmd += ["--calib", opt["--policy-calib"]]
@@ -712,7 +716,7 @@ def candidate_sim(a, runner: Runner, trace: str, info: dict, plan: dict, cand: s
                if r["policy"] == policy)
     steps = row.get("decode_tokens") or a.n
     reads = row["demand_loads"] + row["prefetches"] + row.get("placement_loads", 0)
-    return {"policy": policy, "predictor": predictor, "per_layer": per_layer,
+    return {"policy": policy, "predictor": predictor, "per_layer": per_layer, "places": places,
             "hit_rate": row["hit_rate"], "experts_read": reads, "decode_tokens": steps,
             "bytes_per_token": reads * plan["slot_bytes"] / steps}
 
@@ -850,8 +854,11 @@ def bench_model(a, runner: Runner, name: str, layers: int, tracedir: str) -> dic
         trace0 = os.path.join(tracedir, f"{name}_{level:g}_0.mft")
         if cands and os.path.exists(trace0):
             for c, args in cands.items():
+                run = next((r for r in lv["runs"] if r["engine"] == f"moeflow-{c}" and r["ok"]
+                            and r.get("n_slots")), None)
+                places = run["n_slots"] - (run.get("n_transient_slots") or 0) if run else None
                 try:
-                    sim = candidate_sim(a, runner, trace0, info, lv["plan"], c, args)
+                    sim = candidate_sim(a, runner, trace0, info, lv["plan"], c, args, places)
                 except (RuntimeError, StopIteration, KeyError) as e:
                     sim = {"error": str(e)[-400:]}
                 if sim:
