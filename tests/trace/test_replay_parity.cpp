@@ -64,15 +64,14 @@ struct Counts {
 // through which a policy that declines misses reads them).
 Counts live(const std::string& policy, double rate, bool per_layer, const std::string& rec,
             int& slots, const std::string& predictor = "none", int tokens = 96) {
-  const Cmd c =
-      run_moeflow("bench -m " + mixtral_shaped() + " -p 0 -n " + std::to_string(tokens) +
-                      " --reps 1 -t 1 --json --routing-request 1 --routing-trace " + kTrace +
-                      " --cache-rate " + std::to_string(rate) + " --cache-policy " + policy +
-                      " --prefetch " + predictor + (predictor == "none" ? "" : " --prefetch-wait") +
-                      (per_layer ? " --cache-per-layer" : "") +
-                      (calibrated(policy) ? " --policy-calib " + kCalib : "") +
-                      " --trace-out " + rec,
-                  /*merge_stderr=*/false);
+  const Cmd c = run_moeflow(
+      "bench -m " + mixtral_shaped() + " -p 0 -n " + std::to_string(tokens) +
+          " --reps 1 -t 1 --json --routing-request 1 --routing-trace " + kTrace + " --cache-rate " +
+          std::to_string(rate) + " --cache-policy " + policy + " --prefetch " + predictor +
+          (predictor == "none" ? "" : " --prefetch-wait") +
+          (per_layer ? " --cache-per-layer" : "") +
+          (calibrated(policy) ? " --policy-calib " + kCalib : "") + " --trace-out " + rec,
+      /*merge_stderr=*/false);
   EXPECT_EQ(c.rc, 0) << c.out;
   const nlohmann::json j = last_json_line(c.out);
   slots = j["offload"]["n_slots"].get<int>() - j["offload"]["n_transient_slots"].get<int>();
