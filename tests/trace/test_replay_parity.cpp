@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "policy/eviction_policy.h"
 #include "support/require_data.h"
 #include "support/run_binary.h"
 #include "support/test_helpers.h"
@@ -37,8 +38,6 @@ const std::string kTrace = MOEFLOW_SHARED_DATA
 // daop), as the simulator tables calibrate them (an in-sample calibration would overstate them).
 const std::string kCalib = MOEFLOW_SHARED_DATA
     "/traces/mixtral-8x7b-instruct_speculative-moe/analysis/deep_analysis/routing_raw.jsonl";
-
-bool calibrated(const std::string& policy) { return policy == "static" || policy == "daop"; }
 
 const std::string& mixtral_shaped() {
   static const std::string p = [] {
@@ -70,7 +69,8 @@ Counts live(const std::string& policy, double rate, bool per_layer, const std::s
           std::to_string(rate) + " --cache-policy " + policy + " --prefetch " + predictor +
           (predictor == "none" ? "" : " --prefetch-wait") +
           (per_layer ? " --cache-per-layer" : "") +
-          (calibrated(policy) ? " --policy-calib " + kCalib : "") + " --trace-out " + rec,
+          (eviction_policy_needs_calibration(policy) ? " --policy-calib " + kCalib : "") +
+          " --trace-out " + rec,
       /*merge_stderr=*/false);
   EXPECT_EQ(c.rc, 0) << c.out;
   const nlohmann::json j = last_json_line(c.out);
@@ -97,7 +97,8 @@ Counts simulated(const std::string& policy, int slots, bool per_layer, const std
   // The live policy counts every step of its calibration trace; the simulator keeps the prompt
   // steps of its --calib only with --with-prefill (which changes nothing else here: `rec` has no
   // prompt, bench ran -p 0).
-  const std::string calib = calibrated(policy) ? " --with-prefill --calib " + kCalib : "";
+  const std::string calib =
+      eviction_policy_needs_calibration(policy) ? " --with-prefill --calib " + kCalib : "";
   const Cmd c = run_moeflow("sim -t " + rec + " --policy " + policy + " --predictor " + predictor +
                                 weights + calib + " --cache-rate " + std::to_string(rate) +
                                 (per_layer ? "" : " --global-budget") +
