@@ -660,21 +660,33 @@ def best_candidates(plan: dict, which: list[str], packed: str | None = None,
     return c
 
 
+def cache_rate(info: dict, places: int) -> float:
+    """`places` expert slots as the simulator's --cache-rate: a share of every MoE layer's experts."""
+    total = info["n_expert"] * max(1, info["n_moe_layers"])
+    return min(1.0, places / total) if total else 1.0
+
+
+def sim_row(a, runner: Runner, trace: str, policy: str, rate: float, per_layer: bool,
+            extra: tuple = ()) -> dict:
+    """`moeflow sim`'s result row for `policy` replaying `trace` (its prompt steps too, which the
+    live runs also route) at `rate`, per layer or over one budget; `extra`: more sim flags."""
+    res = runner.run([a.moeflow, "sim", "-t", trace, "--policy", policy, "--with-prefill",
+                      *([] if per_layer else ["--global-budget"]), "--cache-rate", repr(rate),
+                      "--json", *extra], timeout=600)
+    return next(r for r in check(res, "moeflow sim")["results"] if r["policy"] == policy)
+
+
 def belady(a, runner: Runner, trace: str, info: dict, n_slots: int, slot_bytes: int, n_gen: int,
            per_layer: bool, policy: str):
     """Belady's missed bytes per decode token on a recorded routing with n_slots expert slots
     (one global budget: the fewest reads of any partitioning), and for comparison the simulator's
     replay of the live run's policy with its partitioning (what it would read, no timing)."""
-    total = info["n_expert"] * max(1, info["n_moe_layers"])
-    rate = min(1.0, n_slots / total) if total else 1.0
+    rate = cache_rate(info, n_slots)
     if rate <= 0:
         return None
 
     def sim(policy: str, glob: bool) -> dict:
-        res = runner.run([a.moeflow, "sim", "-t", trace, "--policy", policy, "--with-prefill",
-                          *(["--global-budget"] if glob else []), "--cache-rate", repr(rate),
-                          "--json"], timeout=600)
-        row = next(r for r in check(res, "moeflow sim")["results"] if r["policy"] == policy)
+        row = sim_row(a, runner, trace, policy, rate, not glob)
         steps = row.get("decode_tokens") or n_gen
         misses = row["uses"] - row["hits"]
         return {"capacity": row["capacity"], "uses": row["uses"], "misses": misses,
@@ -700,20 +712,15 @@ def candidate_sim(a, runner: Runner, trace: str, info: dict, plan: dict, cand: s
     policy = opt.get("--cache-policy") or plan.get("policy") or "lfu"
     predictor = opt.get("--prefetch", "none")
     per_layer = bool(plan.get("per_layer_budget"))
-    total = info["n_expert"] * max(1, info["n_moe_layers"])
     places = places or plan.get("n_slots")
-    if not places or not total:
+    if not places or not info["n_expert"]:
         return None
-    cmd = [a.moeflow, "sim", "-t", trace, "--policy", policy, "--predictor", predictor,
-           "--with-prefill", "--hw", "instant", "--max-prefetch", "0",
-           "--cache-rate", repr(min(1.0, places / total)), "--json",
-           *([] if per_layer else ["--global-budget"])]
+    extra = ["--predictor", predictor, "--hw", "instant", "--max-prefetch", "0"]
     if policy in CALIBRATED_POLICIES:
-        cmd += ["--calib", opt["--policy-calib"]]
+        extra += ["--calib", opt["--policy-calib"]]
     if policy == "hobbit":
-        cmd += ["--hobbit-weights", HOBBIT_WEIGHTS]
-    row = next(r for r in check(runner.run(cmd, timeout=600), "moeflow sim")["results"]
-               if r["policy"] == policy)
+        extra += ["--hobbit-weights", HOBBIT_WEIGHTS]
+    row = sim_row(a, runner, trace, policy, cache_rate(info, places), per_layer, tuple(extra))
     steps = row.get("decode_tokens") or a.n
     reads = row["demand_loads"] + row["prefetches"] + row.get("placement_loads", 0)
     return {"policy": policy, "predictor": predictor, "per_layer": per_layer, "places": places,
