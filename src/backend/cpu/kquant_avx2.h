@@ -185,10 +185,16 @@ inline __m256 tile8_step(const BlockQ8_K& at, __m256i s, const __m256i* mn, __m2
 // its own, and than the older lane-wise float sums). Rows of at least kMultiRowMinBytes are
 // walked interleaved, block by block (the activation loaded once for all 8, a prefetch stream
 // per row); shorter rows one after another, each a sequential stream the hardware prefetcher
-// follows, with the blocks' integer lanes kept in a small buffer until all 8 rows are done (8
-// interleaved streams of 2.3 KiB rows ran ~10% slower). L is the level: its S-lane vector Sums,
-// the activation block it loads once (Act, load), per-call constants (Prep, prep), one row's
-// block (row: S lanes, M lanes, d, dmin) and the 8-row reduction of S lanes (reduce8).
+// follows (8 interleaved streams of 2.3 KiB rows ran ~10% slower), each row's S and M reduced to
+// int32 as its block is done and kept, with d and dmin, in a small buffer (128 bytes per block)
+// until all 8 rows are done. Keeping the blocks' unreduced lanes there instead (832 bytes per
+// block, 5.8x the weights' 144) stalled the weight stream: on a Zen 4 EPYC (2026-11-28,
+// `bench_micro BM_matvec/type:12/rows:14336/cols:4096`, cold) 9-11 GB/s on one thread against
+// 16 now, 19-20 on two against 26-29, while cache-hot it was 5% faster; Mixtral-shape decode
+// 18.7 -> 24.1 tok/s. The exact integer sums make either order give the same bits. L is the
+// level: its S-lane vector Sums, the activation block it loads once (Act, load), per-call
+// constants (Prep, prep), one row's block (row: S lanes, M lanes, d, dmin), the 8-row reduction
+// of S lanes (reduce8) and one row's (reduce1).
 template <typename L>
 void q4k_exact_rows8(int64_t n, const void* w, size_t stride, const void* act, float* out) {
   constexpr int R = 8;
@@ -230,10 +236,8 @@ void q4k_exact_rows8(int64_t n, const void* w, size_t stride, const void* act, f
     }
   } else {
     thread_local DecodeScratch scratch;
-    // Per block: 8 rows' S lanes, 8 x 32 bytes of M lanes, 8 d and 8 dmin.
-    constexpr size_t kS = sizeof(Sums), kM = 8 * kS, kD = kM + 8 * 32, kDmin = kD + 32;
-    constexpr size_t kPerBlock = kDmin + 32;
-    static_assert(kPerBlock % 64 == 0, "every block's lanes stay 64-byte aligned");
+    // Per block, lane r = row r: S and M as int32, then d and dmin (32 bytes each).
+    constexpr size_t kS = 0, kM = 32, kD = 64, kDmin = 96, kPerBlock = 128;
     uint8_t* buf = scratch.get((size_t)nb * kPerBlock);
     for (int r = 0; r < R; ++r) {
       for (int64_t i = 0; i < nb; ++i) {
@@ -243,15 +247,16 @@ void q4k_exact_rows8(int64_t n, const void* w, size_t stride, const void* act, f
         __m256i m;
         L::row(prep, block(r, i), L::load(a[i]), _mm256_loadu_si256((const __m256i*)a[i].bsums), s,
                m, reinterpret_cast<float*>(bi + kD)[r], reinterpret_cast<float*>(bi + kDmin)[r]);
-        std::memcpy(bi + kS * r, &s, kS);
-        _mm256_store_si256((__m256i*)(bi + kM + 32 * r), m);
+        reinterpret_cast<int32_t*>(bi + kS)[r] = L::reduce1(s);
+        reinterpret_cast<int32_t*>(bi + kM)[r] = reduce_i32(m);
       }
     }
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t* bi = buf + (size_t)i * kPerBlock;
-      float_step(reinterpret_cast<const Sums*>(bi), reinterpret_cast<const __m256i*>(bi + kM),
-                 reinterpret_cast<const float*>(bi + kD),
-                 reinterpret_cast<const float*>(bi + kDmin), a[i].d);
+      acc = lanes_step(_mm256_load_ps(reinterpret_cast<const float*>(bi + kD)),
+                       _mm256_load_ps(reinterpret_cast<const float*>(bi + kDmin)),
+                       _mm256_set1_ps(a[i].d), _mm256_load_si256((const __m256i*)(bi + kS)),
+                       _mm256_load_si256((const __m256i*)(bi + kM)), acc);
     }
   }
   _mm256_storeu_ps(out, acc);

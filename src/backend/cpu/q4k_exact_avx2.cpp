@@ -135,6 +135,7 @@ struct RowsAvx2 {
     dmin = rb.dmin;
   }
   static __m256i reduce8(const Sums* v) { return reduce8_rows(v); }
+  static int32_t reduce1(const Sums& v) { return reduce_i32(v); }
 };
 
 // ---- 8 rows in the lanes --------------------------------------------------------------------
