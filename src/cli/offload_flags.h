@@ -66,6 +66,10 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
   app.add_flag(
       "--no-offload", o.no_offload,
       "keep every expert resident (mmap) even when the model does not fit the free memory");
+  app.add_flag("--mmap", o.mmap,
+               "a model that fits the free memory: read its weights from the file's mapping (the "
+               "page cache, shared with other processes) instead of a copy in this process's "
+               "memory with 2 MiB pages (the default; faster decode, a read of the file at load)");
   add_size_option(app, "--mem-limit", o.mem_limit,
                   "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
                   "has more free");

@@ -76,6 +76,19 @@ class GgufFile {
   // Absolute offset of the aligned data section of a split file.
   uint64_t data_section_offset(uint32_t split = 0) const;
 
+  // This model with every split part's bytes read into the process's anonymous memory instead
+  // of mapped from the page cache: the same metadata and tensors, data() pointing into the copy.
+  // Asks for transparent huge pages (2 MiB), which the page cache of a regular file does not
+  // give: one TLB entry per 2 MiB instead of per 4 KiB, and a weight stream the hardware
+  // prefetchers follow further. Costs a read of the whole file up front, and the memory is the
+  // process's own (not shared with other processes, not evicted under pressure): for a model
+  // that fits, read from RAM every token (runtime/engine_assembly.cpp decides). Throws naming
+  // the file on a read error, or if the file changed on disk since it was opened. The
+  // page-cache hints below do nothing on the copy.
+  std::shared_ptr<const GgufFile> read_into_memory() const;
+  // True for a read_into_memory copy.
+  bool in_anonymous_memory() const;
+
   // Page-cache hints for the mapping (never change results): prefetch = MADV_WILLNEED,
   // release = MADV_DONTNEED (drops this process's pages of the tensor), advise_random stops
   // kernel read-ahead from pulling neighbouring experts in on every fault.

@@ -17,9 +17,18 @@ struct GgufFile::Mapping {
   uint64_t data_start = 0;
   uint64_t alignment = 32;
   std::vector<uint8_t> owned;  // in-memory images only
+  // The file's bytes read into anonymous memory (GgufFile::read_into_memory), not its mapping.
+  bool anonymous = false;
 
   explicit Mapping(const std::string& p);  // opens and maps; throws naming the file
   Mapping(const std::string& name, const void* data, uint64_t n);  // owned heap copy
+  struct ReadTag {};
+  // Reads the n bytes of file p into anonymous memory; throws naming the file and the byte
+  // where a read failed, or if the file is no longer n bytes long.
+  Mapping(const std::string& p, uint64_t n, ReadTag);
+  // Page-cache hints apply to file mappings only: on anonymous or heap memory MADV_DONTNEED
+  // would discard the bytes themselves.
+  bool file_backed() const { return owned.empty() && !anonymous; }
   ~Mapping();
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;

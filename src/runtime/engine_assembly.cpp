@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/thread_pool.h"
+#include "core/watchdog.h"
 #include "model/hparams.h"
 #include "runtime/backend_choice.h"
 #include "runtime/hybrid_costs.h"
@@ -92,6 +93,17 @@ LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt
     return dev;
   }
   le.plan = plan_offload(offload, *file, fc, read_memory_facts());
+  // A model that fits is read into the process's memory, where it gets 2 MiB pages; the page
+  // cache maps a file in 4 KiB pages. Measured on a Zen 4 EPYC (2026-11-28, Mixtral shape, 4
+  // layers Q4_K, 2 threads, 8 interleaved runs): decode median 24.1 -> 26.6 tok/s; a streaming
+  // read of 640 MiB 28-38 GB/s in 4 KiB pages, 34-56 in huge pages. Not when offloading (the
+  // file is the experts' slow tier; the non-expert weights are copied out anyway, CpuBackend)
+  // nor with --no-offload (a model that may not fit stays evictable).
+  if (le.plan.how == "auto" && !le.plan.offload() && !offload.mmap) {
+    phase("reading the model into memory");
+    file = file->read_into_memory();
+    le.plan.read_into_memory = true;
+  }
   if (le.plan.how == "auto" && le.plan.offload())
     std::fprintf(stderr, "moeflow: %s\n", le.plan.fit.reason.c_str());
   le.offload = make_offload(le.plan.options, *file);

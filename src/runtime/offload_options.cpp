@@ -86,6 +86,11 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
     return err(
         "--mem-limit sizes the automatic expert budget; it does nothing with --no-offload or "
         "an explicit --expert-cache / --cache-rate");
+  if (o.mmap && (o.no_offload || o.enabled()))
+    return err(
+        "--mmap keeps a model that fits the free memory mapped instead of read into memory; "
+        "with --no-offload or an explicit --expert-cache / --cache-rate the file stays mapped "
+        "anyway");
   if (o.vram_budget && o.vram_free)
     return err("--vram-budget and --vram-free are exclusive: give one of them");
   if ((o.low_cache.has_value() + (o.low_cache_rate != 0) + o.low_share.has_value()) > 1)
@@ -110,10 +115,11 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
         "VRAM "
         "expert cache of --backend cuda; the CPU backend's RAM cache takes --expert-cache or "
         "--cache-rate");
-  if (backend && *backend != BackendKind::Cpu && (o.enabled() || o.no_offload || o.mem_limit))
+  if (backend && *backend != BackendKind::Cpu &&
+      (o.enabled() || o.no_offload || o.mem_limit || o.mmap))
     return err(
-        "--expert-cache, --cache-rate, --no-offload and --mem-limit size the CPU backend's RAM "
-        "cache; with --backend {} give --vram-budget SIZE or --vram-free SIZE",
+        "--expert-cache, --cache-rate, --no-offload, --mem-limit and --mmap shape the CPU "
+        "backend's RAM use; with --backend {} give --vram-budget SIZE or --vram-free SIZE",
         backend_kind_name(*backend));
   // Options that belong to another mode, or to another option: they would do nothing.
   const char* mode = expert_mode_name(o.mode);

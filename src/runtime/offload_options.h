@@ -52,6 +52,10 @@ struct OffloadOptions {
   double low_cache_rate = 0;          // ... as a fraction of all low-copy bytes
   std::optional<double> low_share;    // ... as a fraction of the expert budget
   bool no_offload = false;            // every expert resident (the mmap) whatever the memory
+  // --mmap: where auto-fit finds that the whole model fits, read the weights from the file's
+  // mapping (the page cache: shared with other processes, evictable) instead of a copy in the
+  // process's memory with huge pages (GgufFile::read_into_memory; runtime/engine_assembly.cpp).
+  bool mmap = false;
   // A device backend (runtime/vram_plan.h): a VRAM expert cache of this size, or of what leaves
   // vram_free of VRAM free; planned as if the device had at most vram_limit.
   std::optional<uint64_t> vram_budget, vram_free, vram_limit;

@@ -57,6 +57,7 @@ nlohmann::json memory_json(const OffloadPlan& plan) {
   return {{"plan", plan.how},
           {"offload", plan.offload()},
           {"reason", plan.fit.reason},
+          {"weights_read_into_memory", plan.read_into_memory},
           {"available_bytes", plan.fit.available},
           {"available_source", plan.fit.source},
           {"margin_bytes", plan.fit.margin},

@@ -24,6 +24,9 @@ struct OffloadPlan {
   std::string how;         // "auto", "explicit" or "off"
   FitDecision fit;         // fit.reason: the line to print
   ModelMemory memory;      // the byte counts the decision used
+  // The model was read into the process's memory (a model that fits, no --mmap:
+  // runtime/engine_assembly.cpp), not read from the file's mapping.
+  bool read_into_memory = false;
   bool offload() const { return options.enabled(); }
 };
 

@@ -147,6 +147,23 @@ TEST(AutoFit, ModelThatFitsKeepsEveryExpertResident) {
   const RunResult plain = run_split("run -m " + m + kGen);
   ASSERT_EQ(plain.rc, 0) << plain.err;
   EXPECT_FALSE(plain.stats["memory"]["offload"].get<bool>()) << plain.err;
+  // A model that fits is read into the process's memory (2 MiB pages) unless --mmap: the
+  // weights show up in the anonymous part of the resident set, or in the file part; the same
+  // tokens either way.
+  const uint64_t file_bytes = std::filesystem::file_size(m);
+  EXPECT_TRUE(plain.stats["memory"]["weights_read_into_memory"].get<bool>()) << plain.err;
+  EXPECT_GE(plain.stats["memory"]["rss_anon_bytes"].get<uint64_t>(), file_bytes) << plain.err;
+  EXPECT_LT(plain.stats["memory"]["rss_file_bytes"].get<uint64_t>(), file_bytes / 2) << plain.err;
+  const RunResult mapped = run_split("run -m " + m + kGen + " --mmap");
+  ASSERT_EQ(mapped.rc, 0) << mapped.err;
+  EXPECT_FALSE(mapped.stats["memory"]["weights_read_into_memory"].get<bool>()) << mapped.err;
+  EXPECT_LT(mapped.stats["memory"]["rss_anon_bytes"].get<uint64_t>(), file_bytes / 2) << mapped.err;
+  EXPECT_EQ(mapped.text, plain.text);
+  // --no-offload keeps the mapping: it is also how a model that does not fit runs resident.
+  const RunResult off = run_split("run -m " + m + kGen + " --no-offload");
+  ASSERT_EQ(off.rc, 0) << off.err;
+  EXPECT_FALSE(off.stats["memory"]["weights_read_into_memory"].get<bool>()) << off.err;
+  EXPECT_EQ(off.text, plain.text);
 }
 
 TEST(AutoFit, ExplicitSettingsOverrideAndContradictionsAreErrors) {

@@ -167,6 +167,9 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
       {"perplexity -m /nonexistent.gguf -f /nonexistent.txt --mem-limit 1GiB --no-offload",
        "--mem-limit"},
       {"serve -m /nonexistent.gguf --cache-policy daop", "--policy-calib"},
+      {run + "--mmap --no-offload", "--mmap"},
+      {run + "--mmap --expert-cache 1GiB", "--mmap"},
+      {"bench -m /nonexistent.gguf --backend standin --mmap", "--mmap"},
   };
   for (const Case& c : cases) {
     const Out o = moeflow(c.args);
