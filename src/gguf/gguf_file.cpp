@@ -52,6 +52,7 @@ GgufFile::Mapping::Mapping(const std::string& name, const void* data, uint64_t n
     fail("{}: file is truncated: {} bytes is too small for a GGUF header", name, n);
   // Exactly n bytes on the heap, so a sanitizer flags any read past the end.
   owned.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+  base = owned.data();
   size = n;
 }
 
@@ -133,7 +134,6 @@ std::shared_ptr<const GgufFile> GgufFile::read_into_memory() const {
     std::unique_ptr<Mapping> c =
         m->owned.empty() ? std::make_unique<Mapping>(m->path, m->size, Mapping::ReadTag{})
                          : std::make_unique<Mapping>(m->path, m->base, m->size);
-    if (!m->owned.empty()) c->base = c->owned.data();
     // The metadata and tensor table were parsed from the first bytes: the copy must hold the
     // same ones, or the file was rewritten in between.
     if (std::memcmp(c->base, m->base, m->data_start) != 0)
@@ -157,7 +157,6 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) { return GgufP
 std::unique_ptr<GgufFile> GgufFile::open_bytes(const std::string& name, const void* data,
                                                uint64_t size) {
   auto m = std::make_unique<Mapping>(name, data, size);
-  m->base = m->owned.data();
   return GgufParser::open(std::move(m));
 }
 
@@ -307,23 +306,18 @@ uint64_t GgufFile::data_section_offset(uint32_t split) const {
   return maps_[split]->data_start;
 }
 
-namespace {
-
-void advise(const uint8_t* base, uint64_t map_size, uint64_t off, uint64_t n, int advice) {
-  if (n == 0) return;
+void GgufFile::Mapping::advise(uint64_t off, uint64_t n, int advice) const {
+  if (n == 0 || !file_backed()) return;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t start = off / page * page;
-  const uint64_t end = std::min(map_size, off + n);
+  const uint64_t end = std::min(size, off + n);
   // Advice is only a hint: a failure changes performance, never results.
   (void)::madvise(const_cast<uint8_t*>(base) + start, end - start, advice);
 }
 
-}  // namespace
-
 void GgufFile::prefetch(const GgufTensorInfo& t) const {
   data(t);
-  if (!maps_[t.split]->file_backed()) return;
-  advise(maps_[t.split]->base, maps_[t.split]->size, t.file_offset, t.nbytes, MADV_WILLNEED);
+  maps_[t.split]->advise(t.file_offset, t.nbytes, MADV_WILLNEED);
 }
 
 void GgufFile::drop_mapped(const void* p, uint64_t n) const {
@@ -331,7 +325,7 @@ void GgufFile::drop_mapped(const void* p, uint64_t n) const {
   for (const auto& m : maps_) {
     if (!m->file_backed() || u < m->base || u + n > m->base + m->size || n == 0) continue;
     const uint64_t off = static_cast<uint64_t>(u - m->base);
-    advise(m->base, m->size, off, n, MADV_DONTNEED);
+    m->advise(off, n, MADV_DONTNEED);
     const int fd = ::open(m->path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     (void)::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED);
@@ -342,13 +336,11 @@ void GgufFile::drop_mapped(const void* p, uint64_t n) const {
 
 void GgufFile::release(const GgufTensorInfo& t) const {
   data(t);
-  if (!maps_[t.split]->file_backed()) return;
-  advise(maps_[t.split]->base, maps_[t.split]->size, t.file_offset, t.nbytes, MADV_DONTNEED);
+  maps_[t.split]->advise(t.file_offset, t.nbytes, MADV_DONTNEED);
 }
 
 void GgufFile::advise_random() const {
-  for (const auto& m : maps_)
-    if (m->file_backed()) advise(m->base, m->size, 0, m->size, MADV_RANDOM);
+  for (const auto& m : maps_) m->advise(0, m->size, MADV_RANDOM);
 }
 
 }  // namespace moeflow

@@ -29,6 +29,8 @@ struct GgufFile::Mapping {
   // Page-cache hints apply to file mappings only: on anonymous or heap memory MADV_DONTNEED
   // would discard the bytes themselves.
   bool file_backed() const { return owned.empty() && !anonymous; }
+  // madvise over bytes [off, off + n) (page-aligned down); nothing unless file_backed().
+  void advise(uint64_t off, uint64_t n, int advice) const;
   ~Mapping();
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
