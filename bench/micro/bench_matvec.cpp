@@ -95,9 +95,11 @@ void BM_matmul(benchmark::State& st) {
 }
 
 void matvec_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_K,
-                     GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
-                     GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+  // Q4_K_R8: Q4_K as the CPU backend repacks it at load (random bytes are valid weights).
+  for (GgmlType t :
+       {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
+        GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
+        GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int threads : {1, 2}) {
       b->Args({(int64_t)t, 14336, 4096, threads});  // gate / up: 4096 -> 14336
       b->Args({(int64_t)t, 4096, 14336, threads});  // down: 14336 -> 4096
@@ -108,8 +110,9 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q3_K,
-                     GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
+  for (GgmlType t :
+       {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
+        GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
   // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4).
   for (int threads : {1, 2}) b->Args({(int64_t)GgmlType::MXFP4, 2880, 2880, threads, 64});
@@ -117,10 +120,12 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   // Q5_0 1408 -> 2048 (1408 columns are not a multiple of 256).
   for (int threads : {1, 2}) {
     b->Args({(int64_t)GgmlType::Q4_K, 1408, 2048, threads, 48});
+    b->Args({(int64_t)GgmlType::Q4_K_R8, 1408, 2048, threads, 48});
     b->Args({(int64_t)GgmlType::Q5_0, 2048, 1408, threads, 48});
   }
   // Experts that get few tokens (Q4_K: where matmul starts packing 8-row groups).
-  for (int tok : {4, 8, 12, 16, 24, 32}) b->Args({(int64_t)GgmlType::Q4_K, 1408, 2048, 1, tok});
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q4_K_R8})
+    for (int tok : {4, 8, 12, 16, 24, 32}) b->Args({(int64_t)t, 1408, 2048, 1, tok});
   b->ArgNames({"type", "rows", "cols", "thr", "tok"});
   b->MinTime(0.3);
   b->UseRealTime();
@@ -134,7 +139,10 @@ void hot_args(benchmark::internal::Benchmark* b) {
                      GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
                      GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
-  for (int level : {1, 2}) b->Args({(int64_t)GgmlType::Q4_K, 14336, level});
+  for (GgmlType t : {GgmlType::Q4_K_R8})
+    for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q4_K_R8})
+    for (int level : {1, 2}) b->Args({(int64_t)t, 14336, level});
   b->ArgNames({"type", "cols", "simd"});
   b->MinTime(0.1);
 }

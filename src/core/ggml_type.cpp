@@ -47,7 +47,10 @@ constexpr Entry kTypes[] = {
     {GgmlType::TQ1_0, {"TQ1_0", 256, 54, false}},
     {GgmlType::TQ2_0, {"TQ2_0", 256, 66, false}},
     {GgmlType::MXFP4, {"MXFP4", 32, 17, true}},
+    {GgmlType::Q4_K_R8, {"Q4_K_R8", 256, 144, true}},
 };
+
+bool in_memory_only(GgmlType t) { return t == GgmlType::Q4_K_R8; }
 
 const Entry* lookup(uint32_t id) {
   for (const auto& e : kTypes)
@@ -57,7 +60,10 @@ const Entry* lookup(uint32_t id) {
 
 }  // namespace
 
-bool is_known_type(uint32_t id) { return lookup(id) != nullptr; }
+bool is_known_type(uint32_t id) {
+  const Entry* e = lookup(id);
+  return e != nullptr && !in_memory_only(e->type);
+}
 
 const TypeTraits& type_traits(GgmlType t) {
   const Entry* e = lookup((uint32_t)t);
@@ -81,7 +87,7 @@ std::optional<GgmlType> type_from_name(std::string_view name) {
   std::string up(name);
   std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return std::toupper(c); });
   for (const auto& e : kTypes)
-    if (up == e.traits.name) return e.type;
+    if (up == e.traits.name && !in_memory_only(e.type)) return e.type;
   return std::nullopt;
 }
 

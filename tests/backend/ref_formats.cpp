@@ -6,6 +6,7 @@
 
 #include "core/fp16.h"
 #include "quant/blocks.h"
+#include "quant/k_scales.h"
 
 namespace moeflow::test {
 namespace {
@@ -299,6 +300,28 @@ const std::vector<GgmlType>& kernel_types() {
       GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
       GgmlType::Q4_K,   GgmlType::Q5_K,  GgmlType::Q6_K, GgmlType::IQ4_XS};
   return types;
+}
+
+float q4k_exact_reference(const BlockQ4_K* w, const BlockQ8_K* a, int64_t nb) {
+  float acc = 0.f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t s = 0, m = 0;
+    for (int sb = 0; sb < 8; ++sb) {
+      uint8_t sc, mn;
+      k4_get_scale_min(w[i].scales, sb, sc, mn);
+      int64_t dot = 0;
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t byte = w[i].qs[32 * (sb / 2) + e];
+        dot += (int64_t)((sb % 2 ? byte >> 4 : byte) & 15) * a[i].qs[32 * sb + e];
+      }
+      s += sc * dot;
+      m += mn * ((int64_t)a[i].bsums[2 * sb] + a[i].bsums[2 * sb + 1]);
+    }
+    const float d = fp16_to_fp32(w[i].d), dmin = fp16_to_fp32(w[i].dmin);
+    acc = std::fma(d * a[i].d, (float)s, acc);
+    acc = std::fma(-(dmin * a[i].d), (float)m, acc);
+  }
+  return acc;
 }
 
 }  // namespace moeflow::test

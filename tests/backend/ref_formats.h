@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ggml_type.h"
+#include "quant/blocks.h"
 
 namespace moeflow::test {
 
@@ -27,6 +28,11 @@ std::vector<double> ref_activation_block_sums(GgmlType w, const void* act, int64
 // Random but valid weight bytes: payload bits uniformly random, scale fields set to finite
 // values of a sensible range.
 std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, std::mt19937& rng);
+
+// One Q4_K row against a Q8_K activation as the exact-sum kernels compute it (q4k_exact_*.cpp,
+// q4k_rows8*.cpp): per block S = sum of scale x quant x activation and M = sum of min x (two
+// bsums) in integers, then acc = fma(d * ad, S, acc) and acc = fma(-(dmin * ad), M, acc).
+float q4k_exact_reference(const BlockQ4_K* w, const BlockQ8_K* a, int64_t nb);
 
 // All weight types the CPU kernels support.
 const std::vector<GgmlType>& kernel_types();

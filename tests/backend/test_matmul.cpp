@@ -23,6 +23,7 @@ namespace moeflow {
 namespace {
 
 using test::kernel_types;
+using test::q4k_exact_reference;
 using test::random_weights;
 using test::ref_decode;
 using test::ref_decode_activation;
@@ -469,31 +470,9 @@ TEST(Kernels, BadArgumentsThrow) {
 // Q4_K at the AVX2 and AVX-512 levels sums every block exactly in integers and then takes the
 // same two float steps per row, token and block (q4k_exact_*.cpp), so the decode kernels, the
 // 8-row prefill tiles (from 16 tokens) and the row tails all give the bits of this plain
-// evaluation of that formula, at both levels: acc = fma(d * ad, S, acc), then
-// acc = fma(-(dmin * ad), M, acc), with S = sum of scale x quant x activation and M = sum of
-// min x (two bsums).
-float q4k_exact_reference(const BlockQ4_K* w, const BlockQ8_K* a, int64_t nb) {
-  float acc = 0.f;
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t s = 0, m = 0;
-    for (int sb = 0; sb < 8; ++sb) {
-      uint8_t sc, mn;
-      k4_get_scale_min(w[i].scales, sb, sc, mn);
-      int64_t dot = 0;
-      for (int e = 0; e < 32; ++e) {
-        const uint8_t byte = w[i].qs[32 * (sb / 2) + e];
-        dot += (int64_t)((sb % 2 ? byte >> 4 : byte) & 15) * a[i].qs[32 * sb + e];
-      }
-      s += sc * dot;
-      m += mn * ((int64_t)a[i].bsums[2 * sb] + a[i].bsums[2 * sb + 1]);
-    }
-    const float d = fp16_to_fp32(w[i].d), dmin = fp16_to_fp32(w[i].dmin);
-    acc = std::fma(d * a[i].d, (float)s, acc);
-    acc = std::fma(-(dmin * a[i].d), (float)m, acc);
-  }
-  return acc;
-}
-
+// evaluation of that formula (test::q4k_exact_reference), at both levels: acc = fma(d * ad, S,
+// acc), then acc = fma(-(dmin * ad), M, acc), with S = sum of scale x quant x activation and M =
+// sum of min x (two bsums).
 TEST(Kernels, Q4kExactBlockSumsAtEveryVectorLevel) {
   ThreadPool pool2(2);
   const GgmlType t = GgmlType::Q4_K;

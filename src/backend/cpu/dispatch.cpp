@@ -69,6 +69,7 @@ struct Tables {
           level[l].rows[k] = raw[m].rows[k];
           level[l].rows_any_length[k] = raw[m].rows_any_length[k];
         }
+        if (raw[m].fn[k]) level[l].groups8[k] = raw[m].groups8[k];
         if (raw[m].fn[k] && raw[m].pack8[k] && raw[m].tile8[k]) {
           level[l].pack8[k] = raw[m].pack8[k];
           level[l].tile8[k] = raw[m].tile8[k];
@@ -97,26 +98,31 @@ Simd active_simd() {
 Simd best_simd() { return tables().best; }
 
 DotFn dot_fn(GgmlType w) {
-  const uint32_t id = (uint32_t)w;
-  DotFn f = id < (uint32_t)kTypeSlots ? tables().level[(int)active_simd()].fn[id] : nullptr;
+  const int id = type_slot(w);
+  DotFn f = id >= 0 ? tables().level[(int)active_simd()].fn[id] : nullptr;
   if (!f) fail("no CPU dot kernel for weight type {}", type_name(w));
   return f;
 }
 
 RowsKernel rows_fn(GgmlType w) {
-  const uint32_t id = (uint32_t)w;
-  if (id >= (uint32_t)kTypeSlots) return {};
+  const int id = type_slot(w);
+  if (id < 0) return {};
   const DotTable& t = tables().level[(int)active_simd()];
   return t.rows_fn[id] ? RowsKernel{t.rows_fn[id], t.rows[id], t.rows_any_length[id]}
                        : RowsKernel{};
 }
 
 Tile8Kernel tile8_fn(GgmlType w) {
-  const uint32_t id = (uint32_t)w;
-  if (id >= (uint32_t)kTypeSlots) return {};
+  const int id = type_slot(w);
+  if (id < 0) return {};
   const DotTable& t = tables().level[(int)active_simd()];
   return t.tile8[id] ? Tile8Kernel{t.pack8[id], t.tile8[id], t.packed8_block_bytes[id]}
                      : Tile8Kernel{};
+}
+
+Tile8Fn groups8_fn(GgmlType w) {
+  const int id = type_slot(w);
+  return id < 0 ? nullptr : tables().level[(int)active_simd()].groups8[id];
 }
 
 }  // namespace kernels

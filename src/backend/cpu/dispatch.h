@@ -22,5 +22,7 @@ struct Tile8Kernel {
   size_t block_bytes = 0;  // packed bytes per 256 columns of a group of 8 rows
 };
 Tile8Kernel tile8_fn(GgmlType w);
+// The in-place kernel of an interleaved type (kernel_table.h, groups8), or nullptr.
+Tile8Fn groups8_fn(GgmlType w);
 
 }  // namespace moeflow::kernels

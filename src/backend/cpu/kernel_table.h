@@ -79,9 +79,21 @@ using Tile8Fn = void (*)(int64_t n, const void* packed, const void* act, size_t 
 
 enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
-// Indexed by the GgmlType id; nullptr where the level has no kernel of its own (the dispatcher
+// Indexed by type_slot(type); nullptr where the level has no kernel of its own (the dispatcher
 // then falls back to the next lower level).
-constexpr int kTypeSlots = 40;
+constexpr int kTypeSlots = 41;
+// A file type's slot is its ggml id (all below 40); the in-memory layouts come after.
+constexpr int kQ4KR8Slot = 40;
+inline int type_slot(GgmlType t) {
+  const uint32_t id = (uint32_t)t;
+  if (id < (uint32_t)kQ4KR8Slot) return (int)id;
+  return t == GgmlType::Q4_K_R8 ? kQ4KR8Slot : -1;
+}
+
+// Types whose rows are interleaved in groups of 8 (Q4_K_R8, q4k_rows8.h): out[t * 8 + r] = row r
+// of the group at w . token t, for nt <= kMaxTokens activation rows, read in place (the Tile8Fn
+// signature). Rows past the last whole group keep the base type's layout and go through DotFn
+// (which, for these types, is the base type's kernel of the same level: the same bits).
 struct DotTable {
   DotFn fn[kTypeSlots] = {};
   // Optional multi-row kernels (nullptr: matvec uses fn row by row) and their row counts. Only
@@ -95,6 +107,8 @@ struct DotTable {
   Pack8Fn pack8[kTypeSlots] = {};
   Tile8Fn tile8[kTypeSlots] = {};
   size_t packed8_block_bytes[kTypeSlots] = {};
+  // Interleaved types only (see above); matvec and matmul use it for every whole group.
+  Tile8Fn groups8[kTypeSlots] = {};
 };
 
 void fill_scalar_table(DotTable& t);
@@ -102,6 +116,10 @@ void fill_avx2_table(DotTable& t);
 void fill_avx2_q4k_exact(DotTable& t);  // called by fill_avx2_table
 void fill_avx512_table(DotTable& t);
 void fill_avx512_q4k_exact(DotTable& t);  // called by fill_avx512_table
+// Q4_K_R8 (q4k_rows8*.cpp), called by the fill functions above after their Q4_K entries.
+void fill_scalar_q4k_rows8(DotTable& t);
+void fill_avx2_q4k_rows8(DotTable& t);
+void fill_avx512_q4k_rows8(DotTable& t);
 
 // Activation quantizers. Every level produces the same bytes, so activations never depend on
 // the dispatch choice.

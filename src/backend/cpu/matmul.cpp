@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/q4k_rows8.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/fp16.h"
@@ -86,6 +87,7 @@ GgmlType activation_type_for(GgmlType w) {
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
+    case GgmlType::Q4_K_R8:
     case GgmlType::Q5_K:
     case GgmlType::Q6_K:
     case GgmlType::IQ4_XS: return GgmlType::Q8_K;
@@ -106,6 +108,8 @@ void quantize_activation(GgmlType w, const float* x, int64_t n, std::vector<uint
 
 float vec_dot(GgmlType w, int64_t n, const void* w_row, const void* act) {
   check_shape(w, 1, n, "vec_dot");
+  if (kernels::groups8_fn(w))
+    fail("vec_dot: the rows of {} are interleaved in groups of 8, not one row alone", type_name(w));
   float r = 0;
   if (n > 0) kernels::dot_fn(w)(n, w_row, act, 0, 1, &r);
   return r;
@@ -130,6 +134,11 @@ void heads_matvec(const char* what, GgmlType w, const void* W, size_t head_bytes
   const size_t wbytes = row_bytes(w, cols);
   kernels::RowsKernel multi = kernels::rows_fn(w);
   if (wbytes < kernels::kMultiRowMinBytes && !multi.any_length) multi = {};
+  // An interleaved type (Q4_K_R8) is only readable group by group: each head's groups must
+  // start at a multiple of 8 rows of the dispatch, which the grain below keeps.
+  if (kernels::groups8_fn(w) && n_head > 1 && rows % multi.rows != 0)
+    fail("{}: {} heads of {} rows are not whole groups of {} interleaved rows", what, n_head, rows,
+         multi.rows);
   const size_t astride = activation_row_bytes(w, cols);
   // Laid out as matmul's tokens: one activation row per head, astride apart.
   uint8_t* const act = scratch(astride * (size_t)n_head);
@@ -173,6 +182,21 @@ void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, 
                   int64_t cols, const float* x, int64_t x_step, float* y, int64_t y_step,
                   ThreadPool* pool) {
   heads_matvec("matvec_heads", w, W, head_bytes, n_head, rows, cols, x, x_step, y, y_step, pool);
+}
+
+GgmlType cpu_repacked_type(GgmlType w, int64_t rows) {
+  if (w == GgmlType::Q4_K && rows > 0 && rows % kernels::q4k_rows8::kRows == 0 &&
+      kernels::active_simd() >= kernels::Simd::Avx2)
+    return GgmlType::Q4_K_R8;
+  return w;
+}
+
+void repack_for_cpu(GgmlType w, void* data, int64_t cols, int64_t rows, int64_t n_mat) {
+  if (cpu_repacked_type(w, rows) == w)
+    fail("repack_for_cpu: {} weights stay as they are", type_name(w));
+  check_shape(w, rows, cols, "repack_for_cpu");
+  kernels::q4k_rows8::repack(cols, data, row_bytes(w, cols),
+                             n_mat * (rows / kernels::q4k_rows8::kRows));
 }
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
@@ -227,15 +251,18 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // the row kernel (its tokens reduced together) ran 29k tok/s from 16 to 32 tokens, the packed
   // path 25k at 16, 29-31k at 24 and 33-35k at 32 (AVX2: 16-20k vs 18-20k, 20-21k, 23-24k).
   constexpr int64_t kTile8MinTokens = 24;
-  const kernels::Tile8Kernel x8 =
+  kernels::Tile8Kernel x8 =
       n_tok >= kTile8MinTokens ? kernels::tile8_fn(w) : kernels::Tile8Kernel{};
+  // An interleaved type's groups are dotted where they lie, whatever the token count (no pack).
+  if (const kernels::Tile8Fn in_place = kernels::groups8_fn(w))
+    x8 = {nullptr, in_place, 8 * row_bytes(w, QK_K)};
   const size_t group_bytes = x8.tile ? x8.block_bytes * (size_t)(cols / QK_K) : 0;
   const int64_t row_block = x8.tile ? std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes) / 8 * 8)
                                     : std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes));
   auto body = [&](int64_t r0, int64_t r1, int) {
     float out[kernels::kMaxTokens * 8];
     uint8_t* packed = nullptr;
-    if (x8.tile) {
+    if (x8.pack) {
       thread_local AlignedBuffer pack_buf;  // never the caller's activation scratch
       const size_t need = group_bytes * (size_t)(row_block / 8);
       if (pack_buf.size() < need) pack_buf.allocate(need);
@@ -246,14 +273,17 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
       for (int64_t b0 = r0; b0 < r1; b0 += row_block) {
         const int64_t b1 = std::min(r1, b0 + row_block);
         const int64_t groups = x8.tile ? (b1 - b0) / 8 : 0;
-        for (int64_t g = 0; g < groups; ++g)
-          x8.pack(cols, Wb + (size_t)(b0 + 8 * g) * wbytes, wbytes,
-                  packed + (size_t)g * group_bytes);
+        // Packed into the thread's buffer, or (in place) the groups as they lie in W.
+        const uint8_t* gbase = x8.pack ? packed : Wb + (size_t)b0 * wbytes;
+        if (x8.pack)
+          for (int64_t g = 0; g < groups; ++g)
+            x8.pack(cols, Wb + (size_t)(b0 + 8 * g) * wbytes, wbytes,
+                    packed + (size_t)g * group_bytes);
         for (int64_t t = c0; t < c1; t += kernels::kMaxTokens) {
           const int nt = (int)std::min<int64_t>(kernels::kMaxTokens, c1 - t);
           const uint8_t* at = act_data + (size_t)t * astride;
           for (int64_t g = 0; g < groups; ++g) {
-            x8.tile(cols, packed + (size_t)g * group_bytes, at, astride, nt, out);
+            x8.tile(cols, gbase + (size_t)g * group_bytes, at, astride, nt, out);
             for (int k = 0; k < nt; ++k)
               std::memcpy(Y + (t + k) * rows + b0 + 8 * g, out + 8 * k, 8 * sizeof(float));
           }

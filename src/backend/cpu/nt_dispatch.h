@@ -21,6 +21,22 @@
     }                                                                       \
   }
 
+// The same for kernels of 8 interleaved rows (kernel_table.h, groups8), whose output holds 8
+// floats per token.
+#define MOEFLOW_GROUPS8_FN(name)                                            \
+  [](int64_t n, const void* w, const void* a, size_t s, int nt, float* o) { \
+    for (int t0 = 0; t0 < nt; t0 += 4) {                                    \
+      const void* at = static_cast<const uint8_t*>(a) + (size_t)t0 * s;     \
+      float* ot = o + 8 * t0;                                               \
+      switch (nt - t0) {                                                    \
+        case 1: name<1>(n, w, at, s, ot); break;                            \
+        case 2: name<2>(n, w, at, s, ot); break;                            \
+        case 3: name<3>(n, w, at, s, ot); break;                            \
+        default: name<4>(n, w, at, s, ot); break;                           \
+      }                                                                     \
+    }                                                                       \
+  }
+
 // Eight tokens per weight block where the registers hold them (AVX-512: 32 zmm; AVX2's K-quant
 // kernels, one accumulator per token): the block is unpacked once for twice as many tokens.
 #define MOEFLOW_DOT_FN8(name)                                               \

@@ -422,6 +422,7 @@ void fill_avx2_table(DotTable& t) {
   set(GgmlType::IQ4_XS, MOEFLOW_DOT_FN8(dot_iq4_xs));
   // Q4_K: exact block sums and the 8-row prefill path (q4k_exact_avx2.cpp).
   fill_avx2_q4k_exact(t);
+  fill_avx2_q4k_rows8(t);
 }
 
 }  // namespace moeflow::kernels

@@ -611,6 +611,7 @@ void fill_avx512_table(DotTable& t) {
   rows(GgmlType::Q5_K, dot_q45_k_rows<kQ45kRows, true>, kQ45kRows);
   // Q4_K: exact block sums and the 8-row prefill path (q4k_exact_avx512.cpp).
   fill_avx512_q4k_exact(t);
+  fill_avx512_q4k_rows8(t);
 }
 
 }  // namespace moeflow::kernels

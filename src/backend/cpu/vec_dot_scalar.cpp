@@ -364,6 +364,7 @@ void fill_scalar_table(DotTable& t) {
   set(GgmlType::Q5_K, MOEFLOW_DOT_FN(dot_q5_k));
   set(GgmlType::Q6_K, MOEFLOW_DOT_FN(dot_q6_k));
   set(GgmlType::IQ4_XS, MOEFLOW_DOT_FN(dot_iq4_xs));
+  fill_scalar_q4k_rows8(t);
 }
 
 }  // namespace moeflow::kernels

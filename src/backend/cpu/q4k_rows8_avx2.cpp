@@ -1,0 +1,140 @@
+// AVX2 kernels of Q4_K_R8 (layout: q4k_rows8.h): the AVX-512 kernel's steps (q4k_rows8_avx512.cpp)
+// on each half of a group (rows 0-3, then 4-7: bytes 32h..32h+31 of every 64-byte chunk) with
+// vpmaddwd + vpaddd for vpdpwssd, and the float steps in the 4 lanes of each half (an FMA lane
+// rounds alike at any width), so the same bits.
+// GCC 12 flags the undefined upper half of _mm*_setzero/cast intrinsics (its own headers).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <cstring>
+
+#include "backend/cpu/kernel_table.h"
+#include "backend/cpu/nt_dispatch.h"
+#include "backend/cpu/q4k_rows8.h"
+#include "backend/cpu/simd_avx2_util.h"
+#include "quant/blocks.h"
+
+namespace moeflow::kernels {
+namespace {
+
+using namespace q4k_rows8;
+
+// vpshufb controls per 128-bit lane (rows 2L, 2L + 1): see q4k_rows8_avx512.cpp.
+struct Controls {
+  __m256i scale[8];
+  __m256i min[2];
+  Controls() {
+    alignas(32) int8_t c[32];
+    for (int j = 0; j < 8; ++j) {
+      for (int b = 0; b < 32; ++b) c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
+      scale[j] = _mm256_load_si256((const __m256i*)c);
+    }
+    for (int h = 0; h < 2; ++h) {
+      for (int b = 0; b < 32; ++b) {
+        const int l = b % 16, row = l / 8, k = (l % 8) / 2;
+        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)(8 * row + 4 * h + k);
+      }
+      min[h] = _mm256_load_si256((const __m256i*)c);
+    }
+  }
+};
+
+// Lanes 2r + 2r+1 summed (exact): the 4 rows' sums.
+inline __m128i rows_of(__m256i v) {
+  const __m256i s = _mm256_add_epi32(v, _mm256_srli_epi64(v, 32));
+  return _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+}
+
+constexpr size_t kPrefetchBytes = 4 * kBlockBytes;
+
+template <int NT>
+void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
+  static const Controls ctl;
+  const uint8_t* g = static_cast<const uint8_t*>(w);
+  const BlockQ8_K* a[NT];
+  __m128 acc[NT][2];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    a[t] = act_row<BlockQ8_K>(act, stride, t);
+    acc[t][0] = acc[t][1] = _mm_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m63 = _mm256_set1_epi8(63),
+                m30 = _mm256_set1_epi8(0x30);
+  for (int64_t i = 0; i < n / QK_K; ++i, g += kBlockBytes) {
+#pragma GCC unroll 18
+    for (size_t l = 0; l < kBlockBytes; l += 64) _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
+    const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDOff)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDminOff)));
+    const __m256i nib = _mm256_loadu_si256((const __m256i*)(g + kMinOff));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i scv = _mm256_loadu_si256((const __m256i*)(g + kScaleOff + 32 * h));
+      const __m256i sc6 = _mm256_and_si256(scv, m63);
+      __m256i s[NT];
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i*)(g + 128 * j + 32 * h));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i*)(g + 128 * j + 64 + 32 * h));
+        const __m256i q0 = _mm256_and_si256(w0, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
+        const __m256i q2 = _mm256_and_si256(w1, m4), q3 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
+        const __m256i sc = _mm256_shuffle_epi8(sc6, ctl.scale[j]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+          int64_t y[4];
+          std::memcpy(y, a[t][i].qs + 32 * j, 32);
+          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, _mm256_set1_epi64x(y[0])),
+                                               _mm256_maddubs_epi16(q1, _mm256_set1_epi64x(y[1])));
+          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, _mm256_set1_epi64x(y[2])),
+                                               _mm256_maddubs_epi16(q3, _mm256_set1_epi64x(y[3])));
+          s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), sc));
+        }
+      }
+      // Mins e = 8r + j of this half (e in [32h, 32h + 32)): their low nibbles sit in the low
+      // (h = 0) or high (h = 1) nibbles of the 32 nibble bytes.
+      const __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(nib, 4) : nib, m4);
+      const __m256i mn = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(scv, 2), m30));
+      const __m256i mn0 = _mm256_shuffle_epi8(mn, ctl.min[0]), mn1 = _mm256_shuffle_epi8(mn, ctl.min[1]);
+      const __m128 d4 = h ? _mm256_extractf128_ps(dd, 1) : _mm256_castps256_ps128(dd);
+      const __m128 dm4 = h ? _mm256_extractf128_ps(dm, 1) : _mm256_castps256_ps128(dm);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_K& at = a[t][i];
+        const __m128i b32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i*)at.bsums),
+                                           _mm_loadu_si128((const __m128i*)(at.bsums + 8)));
+        const __m256i m = _mm256_add_epi32(
+            _mm256_madd_epi16(mn0, _mm256_broadcastq_epi64(b32)),
+            _mm256_madd_epi16(mn1, _mm256_broadcastq_epi64(_mm_unpackhi_epi64(b32, b32))));
+        const __m128 ad = _mm_set1_ps(at.d);
+        __m128 x = _mm_fmadd_ps(_mm_mul_ps(d4, ad), _mm_cvtepi32_ps(rows_of(s[t])), acc[t][h]);
+        acc[t][h] = _mm_fnmadd_ps(_mm_mul_ps(dm4, ad), _mm_cvtepi32_ps(rows_of(m)), x);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    _mm_storeu_ps(out + kRows * t, acc[t][0]);
+    _mm_storeu_ps(out + kRows * t + 4, acc[t][1]);
+  }
+}
+
+void rows8_q4_k(int64_t n, const void* w, size_t, const void* act, float* out) {
+  groups8_q4_k<1>(n, w, act, 0, out);
+}
+
+}  // namespace
+
+void fill_avx2_q4k_rows8(DotTable& t) {
+  const int k = kQ4KR8Slot;
+  t.fn[k] = t.fn[(int)GgmlType::Q4_K];  // rows past the last whole group
+  t.rows_fn[k] = rows8_q4_k;
+  t.rows[k] = kRows;
+  t.rows_any_length[k] = true;
+  t.groups8[k] = MOEFLOW_GROUPS8_FN(groups8_q4_k);
+}
+
+}  // namespace moeflow::kernels
