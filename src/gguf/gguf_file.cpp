@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -110,18 +112,56 @@ GgufFile::Mapping::Mapping(const std::string& p, uint64_t n, ReadTag) : path(p) 
     ::munmap(m, n);
     fail("{}", error);
   }
-  // Read-only from here, as the mapping was: a stray write faults instead of changing a weight.
-  (void)::mprotect(m, n, PROT_READ);
   base = dst;
   size = n;
   anonymous = true;
+}
+
+void GgufFile::Mapping::protect() const {
+  if (anonymous) (void)::mprotect(const_cast<uint8_t*>(base), size, PROT_READ);
 }
 
 GgufFile::Mapping::~Mapping() {
   if (base && owned.empty()) ::munmap(const_cast<uint8_t*>(base), size);
 }
 
-std::shared_ptr<const GgufFile> GgufFile::read_into_memory() const {
+namespace {
+
+// transform(t, bytes) for every tensor, on up to 4 threads claiming tensors as they go; the
+// types it returns replace the tensors' own. Rethrows the first failure.
+void transform_tensors(std::vector<GgufTensorInfo>& tensors, const GgufFile& f,
+                       const GgufFile::TensorTransform& transform) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < tensors.size();) {
+      GgufTensorInfo& t = tensors[k];
+      try {
+        const GgmlType to = transform(t, const_cast<uint8_t*>(f.data(t)));
+        if (to != t.type && row_bytes(to, t.dims[0]) != row_bytes(t.type, t.dims[0]))
+          fail("{}: tensor '{}' rewritten from {} to {}, which take different bytes", f.path(),
+               t.name, type_name(t.type), type_name(to));
+        t.type = to;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        next = tensors.size();
+      }
+    }
+  };
+  {
+    const int n = (int)std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4);
+    std::vector<std::jthread> workers;
+    for (int k = 1; k < n; ++k) workers.emplace_back(work);
+    work();
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+std::shared_ptr<const GgufFile> GgufFile::read_into_memory(const TensorTransform& transform) const {
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->paths_ = paths_;
   f->version_ = version_;
@@ -142,6 +182,8 @@ std::shared_ptr<const GgufFile> GgufFile::read_into_memory() const {
     c->alignment = m->alignment;
     f->maps_.push_back(std::move(c));
   }
+  if (transform) transform_tensors(f->tensors_, *f, transform);
+  for (const auto& m : f->maps_) m->protect();
   return f;
 }
 

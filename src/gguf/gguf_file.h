@@ -4,6 +4,7 @@
 // against the file size, and any problem throws moeflow::Error naming the file and the key or
 // tensor at fault. Split models ("name-00001-of-00003.gguf") open as one: pass the first part.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,7 +86,13 @@ class GgufFile {
   // that fits, read from RAM every token (runtime/engine_assembly.cpp decides). Throws naming
   // the file on a read error, or if the file changed on disk since it was opened. The
   // page-cache hints below do nothing on the copy.
-  std::shared_ptr<const GgufFile> read_into_memory() const;
+  //
+  // `transform`, if given, may rewrite each tensor's bytes in the copy before it turns
+  // read-only, and returns the type they hold then (the tensor's own to leave it alone; a new
+  // type must take the same bytes). It runs once per tensor, on several threads at once for
+  // different tensors; its first exception is rethrown.
+  using TensorTransform = std::function<GgmlType(const GgufTensorInfo& t, uint8_t* bytes)>;
+  std::shared_ptr<const GgufFile> read_into_memory(const TensorTransform& transform = {}) const;
   // True for a read_into_memory copy.
   bool in_anonymous_memory() const;
 

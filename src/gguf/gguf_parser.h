@@ -23,9 +23,12 @@ struct GgufFile::Mapping {
   explicit Mapping(const std::string& p);  // opens and maps; throws naming the file
   Mapping(const std::string& name, const void* data, uint64_t n);  // owned heap copy
   struct ReadTag {};
-  // Reads the n bytes of file p into anonymous memory; throws naming the file and the byte
-  // where a read failed, or if the file is no longer n bytes long.
+  // Reads the n bytes of file p into anonymous memory, writable until protect(); throws naming
+  // the file and the byte where a read failed, or if the file is no longer n bytes long.
   Mapping(const std::string& p, uint64_t n, ReadTag);
+  // Makes an anonymous copy read-only, as a mapping is: a stray write faults instead of
+  // changing a weight.
+  void protect() const;
   // Page-cache hints apply to file mappings only: on anonymous or heap memory MADV_DONTNEED
   // would discard the bytes themselves.
   bool file_backed() const { return owned.empty() && !anonymous; }

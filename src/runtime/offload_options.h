@@ -56,6 +56,9 @@ struct OffloadOptions {
   // mapping (the page cache: shared with other processes, evictable) instead of a copy in the
   // process's memory with huge pages (GgufFile::read_into_memory; runtime/engine_assembly.cpp).
   bool mmap = false;
+  // --no-repack: a model read into memory keeps its GGUF layout, instead of the CPU kernels' own
+  // for the weights that have one (runtime/cpu_repack.h; the same results either way).
+  bool no_repack = false;
   // A device backend (runtime/vram_plan.h): a VRAM expert cache of this size, or of what leaves
   // vram_free of VRAM free; planned as if the device had at most vram_limit.
   std::optional<uint64_t> vram_budget, vram_free, vram_limit;

@@ -58,6 +58,7 @@ nlohmann::json memory_json(const OffloadPlan& plan) {
           {"offload", plan.offload()},
           {"reason", plan.fit.reason},
           {"weights_read_into_memory", plan.read_into_memory},
+          {"weights_repacked_bytes", plan.repacked_bytes},
           {"available_bytes", plan.fit.available},
           {"available_source", plan.fit.source},
           {"margin_bytes", plan.fit.margin},

@@ -27,6 +27,8 @@ struct OffloadPlan {
   // The model was read into the process's memory (a model that fits, no --mmap:
   // runtime/engine_assembly.cpp), not read from the file's mapping.
   bool read_into_memory = false;
+  // Bytes of those weights rewritten into the CPU kernels' own layouts (runtime/cpu_repack.h).
+  uint64_t repacked_bytes = 0;
   bool offload() const { return options.enabled(); }
 };
 

@@ -90,8 +90,8 @@ TEST(Q4kRows8, RepackedProductsAreTheExactSumsAtEveryLevel) {
                             reinterpret_cast<const BlockQ8_K*>(act.data()), cols / QK_K)
                       : Yq[tok * rows + r];
               ASSERT_TRUE(same_bits(ref, y))
-                  << level << " cols=" << cols << " tokens=" << n_tok << " token " << tok
-                  << " row " << r << ": " << y << " vs " << ref;
+                  << level << " cols=" << cols << " tokens=" << n_tok << " token " << tok << " row "
+                  << r << ": " << y << " vs " << ref;
               if (level != "scalar") {
                 ASSERT_TRUE(same_bits(Yq[tok * rows + r], y));
               }
@@ -169,8 +169,8 @@ TEST(Q4kRows8, MisuseFailsWithAMessage) {
   }
   std::vector<float> y(2 * 12);
   std::vector<float> xs(2 * cols, 0.5f);
-  EXPECT_THROW(matvec_heads(kR8, w.data(), 12 * row_bytes(kQ4K, cols), 2, 12, cols, xs.data(),
-                            cols, y.data(), 12, nullptr),
+  EXPECT_THROW(matvec_heads(kR8, w.data(), 12 * row_bytes(kQ4K, cols), 2, 12, cols, xs.data(), cols,
+                            y.data(), 12, nullptr),
                Error);
   EXPECT_THROW(repack_for_cpu(GgmlType::Q6_K, w.data(), cols, 16, 1), Error);
   EXPECT_THROW(repack_for_cpu(kQ4K, w.data(), cols, 12, 1), Error);

@@ -4,6 +4,7 @@
 // was opened is refused by name.
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -125,6 +126,54 @@ TEST(GgufReadIntoMemory, AnInMemoryImageCopiesToo) {
   const GgufTensorInfo& t = copy->tensor("t2");
   EXPECT_EQ(std::memcmp(copy->data(t), image->data(image->tensor("t2")), t.nbytes), 0);
   EXPECT_FALSE(copy->in_anonymous_memory());  // a heap copy, as the image itself
+}
+
+TEST(GgufReadIntoMemory, ATransformRewritesTensorsAndTheirTypesInTheCopyOnly) {
+  TempDir dir;
+  auto mapped = GgufFile::open(write_model(dir.file("m.gguf"), 6));
+  const GgufTensorInfo& t1 = mapped->tensor("t1");
+  const std::vector<uint8_t> before(mapped->data(t1), mapped->data(t1) + t1.nbytes);
+  std::atomic<int> calls{0};
+  const auto copy = mapped->read_into_memory([&](const GgufTensorInfo& t, uint8_t* bytes) {
+    ++calls;
+    if (t.name != "t1") return t.type;
+    for (uint64_t i = 0; i < t.nbytes; ++i) bytes[i] ^= 0x5A;
+    return GgmlType::I32;  // the same 4 bytes per element
+  });
+  EXPECT_EQ(calls.load(), 3);
+  const GgufTensorInfo& c1 = copy->tensor("t1");
+  EXPECT_EQ(c1.type, GgmlType::I32);
+  EXPECT_EQ(t1.type, GgmlType::F32) << "the mapping's table is its own";
+  for (uint64_t i = 0; i < c1.nbytes; ++i)
+    ASSERT_EQ(copy->data(c1)[i], before[i] ^ 0x5A) << "byte " << i;
+  EXPECT_EQ(std::memcmp(mapped->data(t1), before.data(), before.size()), 0);
+  for (const char* name : {"t0", "t2"}) {
+    const GgufTensorInfo& c = copy->tensor(name);
+    EXPECT_EQ(c.type, GgmlType::F32);
+    EXPECT_EQ(std::memcmp(copy->data(c), mapped->data(mapped->tensor(name)), c.nbytes), 0);
+  }
+}
+
+TEST(GgufReadIntoMemory, ATransformsFailureOrSizeChangeIsReportedByName) {
+  TempDir dir;
+  auto mapped = GgufFile::open(write_model(dir.file("m.gguf"), 7));
+  try {
+    mapped->read_into_memory([](const GgufTensorInfo& t, uint8_t*) -> GgmlType {
+      if (t.name == "t2") fail("cannot rewrite {}", t.name);
+      return t.type;
+    });
+    FAIL() << "the transform's error was lost";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot rewrite t2"), std::string::npos) << e.what();
+  }
+  try {
+    mapped->read_into_memory([](const GgufTensorInfo& t, uint8_t*) {
+      return t.name == "t0" ? GgmlType::F16 : t.type;  // half the bytes
+    });
+    FAIL() << "a type of another size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'t0'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -171,6 +172,35 @@ TEST(AutoFit, ModelThatFitsKeepsEveryExpertResident) {
   ASSERT_EQ(off.rc, 0) << off.err;
   EXPECT_FALSE(off.stats["memory"]["weights_read_into_memory"].get<bool>()) << off.err;
   EXPECT_EQ(off.text, plain.text);
+}
+
+// A Q4_K model read into memory gets its matmul weights repacked into the CPU kernels' layout
+// (Q4_K_R8, runtime/cpu_repack.h) where the SIMD level has one: the same tokens as the file's
+// layout (--no-repack) and as the mapping (--mmap), which repack nothing.
+TEST(AutoFit, RepackedWeightsGenerateTheSameTokens) {
+  const std::string m = temp_path("fit_q4k.gguf");
+  if (!std::filesystem::exists(m)) {
+    const Cmd c =
+        run_moeflow("gen-model --arch mixtral --preset small --type Q4_K --seed 5 -q -o " + m);
+    ASSERT_EQ(c.rc, 0) << c.out;
+  }
+  const RunResult plain = run_split("run -m " + m + kGen);
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  ASSERT_TRUE(plain.stats["memory"]["weights_read_into_memory"].get<bool>()) << plain.err;
+  const uint64_t repacked = plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
+  // Every expert and attention matrix of this model is Q4_K with whole groups of 8 rows; only
+  // the scalar level (MOEFLOW_SIMD=scalar) keeps its own kernel and repacks nothing.
+  const char* cap = std::getenv("MOEFLOW_SIMD");
+  if (cap != nullptr && std::string(cap) == "scalar")
+    EXPECT_EQ(repacked, 0u);
+  else
+    EXPECT_GE(repacked, std::filesystem::file_size(m) / 2) << plain.err;
+  for (const char* flag : {" --no-repack", " --mmap"}) {
+    const RunResult r = run_split("run -m " + m + kGen + flag);
+    ASSERT_EQ(r.rc, 0) << flag << ": " << r.err;
+    EXPECT_EQ(r.stats["memory"]["weights_repacked_bytes"].get<uint64_t>(), 0u) << flag;
+    EXPECT_EQ(r.text, plain.text) << flag;
+  }
 }
 
 TEST(AutoFit, ExplicitSettingsOverrideAndContradictionsAreErrors) {

@@ -170,6 +170,10 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
       {run + "--mmap --no-offload", "--mmap"},
       {run + "--mmap --expert-cache 1GiB", "--mmap"},
       {"bench -m /nonexistent.gguf --backend standin --mmap", "--mmap"},
+      {run + "--no-repack --mmap", "--no-repack"},
+      {run + "--no-repack --no-offload", "--no-repack"},
+      {run + "--no-repack --cache-rate 0.5", "--no-repack"},
+      {"bench -m /nonexistent.gguf --backend standin --no-repack", "--no-repack"},
   };
   for (const Case& c : cases) {
     const Out o = moeflow(c.args);

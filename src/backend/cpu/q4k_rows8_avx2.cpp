@@ -28,7 +28,8 @@ struct Controls {
   Controls() {
     alignas(32) int8_t c[32];
     for (int j = 0; j < 8; ++j) {
-      for (int b = 0; b < 32; ++b) c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
+      for (int b = 0; b < 32; ++b)
+        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
       scale[j] = _mm256_load_si256((const __m256i*)c);
     }
     for (int h = 0; h < 2; ++h) {
@@ -65,7 +66,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
                 m30 = _mm256_set1_epi8(0x30);
   for (int64_t i = 0; i < n / QK_K; ++i, g += kBlockBytes) {
 #pragma GCC unroll 18
-    for (size_t l = 0; l < kBlockBytes; l += 64) _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
+    for (size_t l = 0; l < kBlockBytes; l += 64)
+      _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
     const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDOff)));
     const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDminOff)));
     const __m256i nib = _mm256_loadu_si256((const __m256i*)(g + kMinOff));
@@ -80,8 +82,10 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
       for (int j = 0; j < 8; ++j) {
         const __m256i w0 = _mm256_loadu_si256((const __m256i*)(g + 128 * j + 32 * h));
         const __m256i w1 = _mm256_loadu_si256((const __m256i*)(g + 128 * j + 64 + 32 * h));
-        const __m256i q0 = _mm256_and_si256(w0, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
-        const __m256i q2 = _mm256_and_si256(w1, m4), q3 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
+        const __m256i q0 = _mm256_and_si256(w0, m4),
+                      q1 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
+        const __m256i q2 = _mm256_and_si256(w1, m4),
+                      q3 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
         const __m256i sc = _mm256_shuffle_epi8(sc6, ctl.scale[j]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
@@ -98,7 +102,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
       // (h = 0) or high (h = 1) nibbles of the 32 nibble bytes.
       const __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(nib, 4) : nib, m4);
       const __m256i mn = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(scv, 2), m30));
-      const __m256i mn0 = _mm256_shuffle_epi8(mn, ctl.min[0]), mn1 = _mm256_shuffle_epi8(mn, ctl.min[1]);
+      const __m256i mn0 = _mm256_shuffle_epi8(mn, ctl.min[0]),
+                    mn1 = _mm256_shuffle_epi8(mn, ctl.min[1]);
       const __m128 d4 = h ? _mm256_extractf128_ps(dd, 1) : _mm256_castps256_ps128(dd);
       const __m128 dm4 = h ? _mm256_extractf128_ps(dm, 1) : _mm256_castps256_ps128(dm);
 #pragma GCC unroll 4

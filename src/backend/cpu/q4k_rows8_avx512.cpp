@@ -34,7 +34,8 @@ struct Controls {
   Controls() {
     alignas(64) int8_t c[64];
     for (int j = 0; j < 8; ++j) {
-      for (int b = 0; b < 64; ++b) c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
+      for (int b = 0; b < 64; ++b)
+        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
       scale[j] = _mm512_load_si512(c);
     }
     for (int h = 0; h < 2; ++h) {
@@ -70,7 +71,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
                 m30 = _mm512_set1_epi8(0x30);
   for (int64_t i = 0; i < n / QK_K; ++i, g += kBlockBytes) {
 #pragma GCC unroll 18
-    for (size_t l = 0; l < kBlockBytes; l += 64) _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
+    for (size_t l = 0; l < kBlockBytes; l += 64)
+      _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
     const __m512i scv = _mm512_loadu_si512(g + kScaleOff);
     const __m512i sc6 = _mm512_and_si512(scv, m63);
     __m512i s[NT];
@@ -79,8 +81,10 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const __m512i w0 = _mm512_loadu_si512(g + 128 * j), w1 = _mm512_loadu_si512(g + 128 * j + 64);
-      const __m512i q0 = _mm512_and_si512(w0, m4), q1 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-      const __m512i q2 = _mm512_and_si512(w1, m4), q3 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+      const __m512i q0 = _mm512_and_si512(w0, m4),
+                    q1 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+      const __m512i q2 = _mm512_and_si512(w1, m4),
+                    q3 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
       const __m512i sc = _mm512_shuffle_epi8(sc6, ctl.scale[j]);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
@@ -97,7 +101,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
     __m512i lo = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(g + kMinOff)));
     lo = _mm512_and_si512(_mm512_mask_srli_epi64(lo, 0xF0, lo, 4), m4);
     const __m512i mn = _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(scv, 2), m30));
-    const __m512i mn0 = _mm512_shuffle_epi8(mn, ctl.min[0]), mn1 = _mm512_shuffle_epi8(mn, ctl.min[1]);
+    const __m512i mn0 = _mm512_shuffle_epi8(mn, ctl.min[0]),
+                  mn1 = _mm512_shuffle_epi8(mn, ctl.min[1]);
     const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(g + kDOff)));
     const __m256 d8 = _mm512_castps512_ps256(dd), dm8 = _mm512_extractf32x8_ps(dd, 1);
 #pragma GCC unroll 8
