@@ -17,13 +17,13 @@ bool is_matmul_only_weight(const std::string& name) {
   if (dot == std::string::npos) return false;
   const std::string_view what = std::string_view(name).substr(dot + 1);
   static constexpr std::array<std::string_view, 20> kMatmulOnly = {
-      "ffn_gate.weight",      "ffn_up.weight",         "ffn_down.weight",
-      "ffn_gate_exps.weight", "ffn_up_exps.weight",    "ffn_down_exps.weight",
+      "ffn_gate.weight",         "ffn_up.weight",         "ffn_down.weight",
+      "ffn_gate_exps.weight",    "ffn_up_exps.weight",    "ffn_down_exps.weight",
       "ffn_gate_up_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-      "ffn_down_shexp.weight", "attn_q.weight",        "attn_k.weight",
-      "attn_v.weight",        "attn_qkv.weight",       "attn_output.weight",
-      "attn_gate.weight",     "attn_q_a.weight",       "attn_q_b.weight",
-      "attn_kv_a_mqa.weight", "ssm_out.weight"};
+      "ffn_down_shexp.weight",   "attn_q.weight",         "attn_k.weight",
+      "attn_v.weight",           "attn_qkv.weight",       "attn_output.weight",
+      "attn_gate.weight",        "attn_q_a.weight",       "attn_q_b.weight",
+      "attn_kv_a_mqa.weight",    "ssm_out.weight"};
   for (std::string_view m : kMatmulOnly)
     if (what == m) return true;
   return false;

@@ -26,8 +26,8 @@ TEST(CpuRepack, OnlyMatmulOnlyWeightsQualify) {
   for (const char* name :
        {"token_embd.weight", "blk.0.attn_kv_b.weight", "blk.0.attn_k_b.weight",
         "blk.0.attn_v_b.weight", "blk.0.attn_norm.weight", "blk.0.ffn_gate_inp.weight",
-        "blk.0.ffn_gate_exps.bias", "output_norm.weight", "blk.ffn_up.weight", "xblk.0.attn_q.weight",
-        "blk.0.attn_q.weight.extra"})
+        "blk.0.ffn_gate_exps.bias", "output_norm.weight", "blk.ffn_up.weight",
+        "xblk.0.attn_q.weight", "blk.0.attn_q.weight.extra"})
     EXPECT_FALSE(is_matmul_only_weight(name)) << name;
 }
 

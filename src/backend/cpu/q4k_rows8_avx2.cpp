@@ -68,40 +68,44 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
 #pragma GCC unroll 18
     for (size_t l = 0; l < kBlockBytes; l += 64)
       _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
-    const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDOff)));
-    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDminOff)));
-    const __m256i nib = _mm256_loadu_si256((const __m256i*)(g + kMinOff));
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i scv = _mm256_loadu_si256((const __m256i*)(g + kScaleOff + 32 * h));
-      const __m256i sc6 = _mm256_and_si256(scv, m63);
-      __m256i s[NT];
+    const __m256i scv[2] = {_mm256_loadu_si256((const __m256i*)(g + kScaleOff)),
+                            _mm256_loadu_si256((const __m256i*)(g + kScaleOff + 32))};
+    const __m256i sc6[2] = {_mm256_and_si256(scv[0], m63), _mm256_and_si256(scv[1], m63)};
+    __m256i s[NT][2];
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+    for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+      // Sub-block by sub-block, both halves: a token's 4 activation broadcasts serve the two.
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
         const __m256i w0 = _mm256_loadu_si256((const __m256i*)(g + 128 * j + 32 * h));
         const __m256i w1 = _mm256_loadu_si256((const __m256i*)(g + 128 * j + 64 + 32 * h));
         const __m256i q0 = _mm256_and_si256(w0, m4),
                       q1 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
         const __m256i q2 = _mm256_and_si256(w1, m4),
                       q3 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
-        const __m256i sc = _mm256_shuffle_epi8(sc6, ctl.scale[j]);
+        const __m256i sc = _mm256_shuffle_epi8(sc6[h], ctl.scale[j]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
-          int64_t y[4];
-          std::memcpy(y, a[t][i].qs + 32 * j, 32);
+          const int64_t* y = reinterpret_cast<const int64_t*>(a[t][i].qs + 32 * j);
           const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, _mm256_set1_epi64x(y[0])),
                                                _mm256_maddubs_epi16(q1, _mm256_set1_epi64x(y[1])));
           const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, _mm256_set1_epi64x(y[2])),
                                                _mm256_maddubs_epi16(q3, _mm256_set1_epi64x(y[3])));
-          s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), sc));
+          s[t][h] = _mm256_add_epi32(s[t][h], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), sc));
         }
       }
+    }
+    const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDOff)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(g + kDminOff)));
+    const __m256i nib = _mm256_loadu_si256((const __m256i*)(g + kMinOff));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
       // Mins e = 8r + j of this half (e in [32h, 32h + 32)): their low nibbles sit in the low
       // (h = 0) or high (h = 1) nibbles of the 32 nibble bytes.
       const __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(nib, 4) : nib, m4);
-      const __m256i mn = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(scv, 2), m30));
+      const __m256i mn = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(scv[h], 2), m30));
       const __m256i mn0 = _mm256_shuffle_epi8(mn, ctl.min[0]),
                     mn1 = _mm256_shuffle_epi8(mn, ctl.min[1]);
       const __m128 d4 = h ? _mm256_extractf128_ps(dd, 1) : _mm256_castps256_ps128(dd);
@@ -115,7 +119,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
             _mm256_madd_epi16(mn0, _mm256_broadcastq_epi64(b32)),
             _mm256_madd_epi16(mn1, _mm256_broadcastq_epi64(_mm_unpackhi_epi64(b32, b32))));
         const __m128 ad = _mm_set1_ps(at.d);
-        __m128 x = _mm_fmadd_ps(_mm_mul_ps(d4, ad), _mm_cvtepi32_ps(rows_of(s[t])), acc[t][h]);
+        const __m128 x =
+            _mm_fmadd_ps(_mm_mul_ps(d4, ad), _mm_cvtepi32_ps(rows_of(s[t][h])), acc[t][h]);
         acc[t][h] = _mm_fnmadd_ps(_mm_mul_ps(dm4, ad), _mm_cvtepi32_ps(rows_of(m)), x);
       }
     }
