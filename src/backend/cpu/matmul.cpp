@@ -253,8 +253,9 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   constexpr int64_t kTile8MinTokens = 24;
   kernels::Tile8Kernel x8 =
       n_tok >= kTile8MinTokens ? kernels::tile8_fn(w) : kernels::Tile8Kernel{};
-  // An interleaved type's groups are dotted where they lie, whatever the token count (no pack).
-  if (const kernels::Tile8Fn in_place = kernels::groups8_fn(w))
+  // An interleaved type's groups are dotted where they lie, unless the level packs them for its
+  // tiles (AVX2 from kTile8MinTokens: its in-place kernel unpacks per 4 tokens).
+  if (const kernels::Tile8Fn in_place = kernels::groups8_fn(w); in_place && !x8.tile)
     x8 = {nullptr, in_place, 8 * row_bytes(w, QK_K)};
   const size_t group_bytes = x8.tile ? x8.block_bytes * (size_t)(cols / QK_K) : 0;
   const int64_t row_block = x8.tile ? std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes) / 8 * 8)
