@@ -49,7 +49,7 @@ inline __m128i rows_of(__m256i v) {
       _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
 }
 
-constexpr size_t kPrefetchBytes = 4 * kBlockBytes;
+constexpr size_t kPrefetchBytes = 4 * kBlockBytes;  // into L2: see q4k_rows8_avx512.cpp
 
 template <int NT>
 void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
@@ -67,7 +67,7 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
   for (int64_t i = 0; i < n / QK_K; ++i, g += kBlockBytes) {
 #pragma GCC unroll 18
     for (size_t l = 0; l < kBlockBytes; l += 64)
-      _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T0);
+      _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T1);
     const __m256i scv[2] = {_mm256_loadu_si256((const __m256i*)(g + kScaleOff)),
                             _mm256_loadu_si256((const __m256i*)(g + kScaleOff + 32))};
     const __m256i sc6[2] = {_mm256_and_si256(scv[0], m63), _mm256_and_si256(scv[1], m63)};
