@@ -21,28 +21,24 @@ inline const float* q8_0_row_scales(const void* row, int64_t n) {
   return reinterpret_cast<const float*>(static_cast<const uint8_t*>(row) + q8_0_scales_offset(n));
 }
 // After the float scales (at the next 64-byte boundary of the row) come the row's quants once
-// more, back to back (32 bytes per block, so two blocks are one 64-byte load), then per group of
-// four quants -128 times their sum as int32 (8 per block). The AVX-512 32-block kernels dot
-// the weights offset to unsigned bytes (q + 128) with vpdpbusd starting from that int32:
-// (q + 128) . y - 128 sum(y) = q . y exactly, with no per-token sign fix-up.
+// more, back to back (32 bytes per block, so two blocks are one 64-byte load) and offset to
+// unsigned bytes (y + 128 = y ^ 0x80). The AVX-512 32-block kernels dot them with the signed
+// weights by vpdpbusd starting from -128 x the weights' sum per four (once per weight pair):
+// (y + 128) . w - 128 sum(w) = y . w exactly, with no per-token sign fix-up.
 inline size_t q8_0_quants_offset(int64_t n) {
   return (q8_0_scales_offset(n) + (size_t)(n / 32) * 4 + 63) & ~(size_t)63;
 }
-inline size_t q8_0_bias_offset(int64_t n) {
-  return (q8_0_quants_offset(n) + (size_t)(n / 32) * 32 + 63) & ~(size_t)63;
-}
 // Then every block's float scale eight times (a pair of blocks is one zmm of scales for the
 // lanes that hold their sums).
-inline size_t q8_0_scales8_offset(int64_t n) { return q8_0_bias_offset(n) + (size_t)(n / 32) * 32; }
+inline size_t q8_0_scales8_offset(int64_t n) {
+  return (q8_0_quants_offset(n) + (size_t)(n / 32) * 32 + 63) & ~(size_t)63;
+}
 // A multiple of 64 bytes, so that in 64-byte aligned buffers every row's wide loads are aligned.
 inline size_t q8_0_activation_row_bytes(int64_t n) {
   return (q8_0_scales8_offset(n) + (size_t)(n / 32) * 32 + 63) & ~(size_t)63;
 }
-inline const int8_t* q8_0_row_quants(const void* row, int64_t n) {
-  return reinterpret_cast<const int8_t*>(static_cast<const uint8_t*>(row) + q8_0_quants_offset(n));
-}
-inline const int32_t* q8_0_row_bias(const void* row, int64_t n) {
-  return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(row) + q8_0_bias_offset(n));
+inline const uint8_t* q8_0_row_quants_u8(const void* row, int64_t n) {
+  return static_cast<const uint8_t*>(row) + q8_0_quants_offset(n);
 }
 inline const float* q8_0_row_scales8(const void* row, int64_t n) {
   return reinterpret_cast<const float*>(static_cast<const uint8_t*>(row) + q8_0_scales8_offset(n));

@@ -27,17 +27,12 @@ void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
         kernels::quantize_q8_0(x, n, out);
       const auto* blocks = reinterpret_cast<const BlockQ8_0*>(out);
       float* scales = const_cast<float*>(kernels::q8_0_row_scales(out, n));
-      int8_t* qs = const_cast<int8_t*>(kernels::q8_0_row_quants(out, n));
-      int32_t* bias = const_cast<int32_t*>(kernels::q8_0_row_bias(out, n));
+      uint8_t* qs = const_cast<uint8_t*>(kernels::q8_0_row_quants_u8(out, n));
       float* scales8 = const_cast<float*>(kernels::q8_0_row_scales8(out, n));
       for (int64_t b = 0; b < n / QK8_0; ++b) {
         scales[b] = fp16_to_fp32(blocks[b].d);
         std::fill(scales8 + 8 * b, scales8 + 8 * b + 8, scales[b]);
-        std::memcpy(qs + b * QK8_0, blocks[b].qs, QK8_0);
-        for (int g = 0; g < QK8_0 / 4; ++g) {
-          const int8_t* y = blocks[b].qs + 4 * g;
-          bias[b * 8 + g] = -128 * ((int32_t)y[0] + y[1] + y[2] + y[3]);
-        }
+        for (int k = 0; k < QK8_0; ++k) qs[b * QK8_0 + k] = (uint8_t)blocks[b].qs[k] ^ 0x80;
       }
       break;
     }

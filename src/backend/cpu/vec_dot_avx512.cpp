@@ -69,21 +69,36 @@ inline void hsum_out(const __m512* acc, float* out) {
 // Two blocks per zmm: the low half holds block i's eight int32 partial sums, the high half
 // block i + 1's, so each half runs exactly the float operations of the AVX2 kernel's even and
 // odd accumulators (same lanes, same scale products, same order) and the results are the
-// AVX2 level's bit for bit. The weights are offset to unsigned bytes (q ^ 0x80 = q + 128) once
-// per pair; per token, vpdpbusd starts from the activation row's -128 sum(y) per lane (see
-// q8_0_bias_offset) and reads its quants back to back, so each int32 lane is q . y exactly, as
-// before, in one multiply and no sign fix-up.
+// AVX2 level's bit for bit. The activation row carries its quants back to back offset to unsigned
+// bytes (y + 128, see q8_0_quants_offset); per pair of weight blocks w (signed bytes) the kernel
+// takes c = -128 sum(w) per group of four once (one vpdpbusd), and per token one vpdpbusd from c
+// over 64 weights: (y + 128) . w - 128 sum(w) = y . w exactly, with one load per token (the
+// quants) besides the scales. Until 2026-11-28 the weights were the offset side and each token
+// loaded its own -128 sum(y) as the start value: on a Zen 4 EPYC, whose L1 serves one 512-bit
+// load per cycle, the prefill tiles were bound by those loads (MXFP4 2880 x 2880 x 64 tokens,
+// one thread: 4.1k -> 5.9k tok/s without that load).
 
-// Weight bytes q + 128 of two blocks in element order (block b0 in bytes 0..31).
+// Weight bytes of two blocks in element order (block b0 in bytes 0..31), signed.
 template <typename B>
-inline __m512i unpack_pair_u(const B& b0, const B& b1) {
-  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
-  return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+inline __m512i unpack_pair_s(const B& b0, const B& b1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
+}
+// -128 x the sum of every four of w's signed bytes: the start value that cancels the +128 of
+// the unsigned activation bytes.
+inline __m512i offset_start(__m512i w) {
+  return _mm512_sub_epi32(
+      _mm512_setzero_si512(),
+      _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), w));
+}
+inline __m256i offset_start(__m256i w) {
+  return _mm256_sub_epi32(
+      _mm256_setzero_si256(),
+      _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), w));
 }
 // Q4_0 / Q5_0 in AVX-512 ops: the two blocks' 16 nibble bytes go to 128-bit lanes [b0 b0 b1 b1]
 // (the odd lanes shifted for the high nibbles), Q5_0's 2 x 32 fifth bits become a mask register,
-// and the offset is added per byte: q + 128 = nibble + 16 * bit + 112 (Q5_0), nibble + 120
-// (Q4_0); ~7 vector instructions for the pair instead of ~18 with the AVX2 unpacking.
+// and the offset is added per byte: q = nibble + 16 * bit - 16 (Q5_0), nibble - 8 (Q4_0); ~7
+// vector instructions for the pair instead of ~18 with the AVX2 unpacking.
 template <typename B>
 inline __m512i nibble_pair(const B& b0, const B& b1) {
   const __m256i both = _mm256_set_m128i(_mm_loadu_si128((const __m128i*)b1.qs),
@@ -93,44 +108,41 @@ inline __m512i nibble_pair(const B& b0, const B& b1) {
   return _mm512_and_si512(_mm512_mask_srli_epi64(v, 0xCC, v, 4), _mm512_set1_epi8(0x0F));
 }
 template <>
-inline __m512i unpack_pair_u(const BlockQ4_0& b0, const BlockQ4_0& b1) {
-  return _mm512_add_epi8(nibble_pair(b0, b1), _mm512_set1_epi8(120));
+inline __m512i unpack_pair_s(const BlockQ4_0& b0, const BlockQ4_0& b1) {
+  return _mm512_sub_epi8(nibble_pair(b0, b1), _mm512_set1_epi8(8));
 }
 template <>
-inline __m512i unpack_pair_u(const BlockQ5_0& b0, const BlockQ5_0& b1) {
+inline __m512i unpack_pair_s(const BlockQ5_0& b0, const BlockQ5_0& b1) {
   uint32_t h0, h1;
   std::memcpy(&h0, b0.qh, 4);
   std::memcpy(&h1, b1.qh, 4);
   const __mmask64 fifth = _cvtu64_mask64((uint64_t)h1 << 32 | h0);
-  const __m512i off = _mm512_mask_blend_epi8(fifth, _mm512_set1_epi8(112), _mm512_set1_epi8(-128));
+  const __m512i off = _mm512_mask_blend_epi8(fifth, _mm512_set1_epi8(-16), _mm512_setzero_si512());
   return _mm512_add_epi8(nibble_pair(b0, b1), off);
 }
 
-// IQ4_NL / MXFP4: the pair's nibbles as for Q4_0, then one 512-bit table lookup whose table
-// holds value + 128 (v ^ 0x80), so the lookup gives the unsigned bytes directly: ~6 vector
-// instructions for the pair instead of two AVX2 lookups, an insert and an xor. The same bytes.
+// IQ4_NL / MXFP4: the pair's nibbles as for Q4_0, then one 512-bit table lookup: ~5 vector
+// instructions for the pair instead of two AVX2 lookups and an insert. The same bytes.
 template <typename B>
-inline __m512i lookup_pair_u(const B& b0, const B& b1, const int8_t* table) {
-  const __m512i t = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)table)),
-                                     _mm512_set1_epi8((char)0x80));
+inline __m512i lookup_pair_s(const B& b0, const B& b1, const int8_t* table) {
+  const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)table));
   return _mm512_shuffle_epi8(t, nibble_pair(b0, b1));
 }
 template <>
-inline __m512i unpack_pair_u(const BlockIQ4_NL& b0, const BlockIQ4_NL& b1) {
-  return lookup_pair_u(b0, b1, kIq4nlValues);
+inline __m512i unpack_pair_s(const BlockIQ4_NL& b0, const BlockIQ4_NL& b1) {
+  return lookup_pair_s(b0, b1, kIq4nlValues);
 }
 template <>
-inline __m512i unpack_pair_u(const BlockMXFP4& b0, const BlockMXFP4& b1) {
-  return lookup_pair_u(b0, b1, kMxfp4Values);
+inline __m512i unpack_pair_s(const BlockMXFP4& b0, const BlockMXFP4& b1) {
+  return lookup_pair_s(b0, b1, kMxfp4Values);
 }
 
-// Token t's activation: its blocks' float scales, the quants back to back and the int32 offsets
-// (the blocks themselves are not read).
+// Token t's activation: its blocks' float scales (once, and x8) and the quants back to back as
+// unsigned bytes (the blocks themselves are not read).
 template <int NT>
 struct Act32 {
   const float* da[NT];
-  const int8_t* qs[NT];
-  const int32_t* bias[NT];
+  const uint8_t* qs[NT];
   const float* da8[NT];
 };
 
@@ -160,12 +172,13 @@ inline __m512 scale_pair(const B* w) {
 
 template <typename B, int NT>
 inline void block_pair(const B* w, const Act32<NT>& x, int64_t i, __m512* acc) {
-  const __m512i u = unpack_pair_u(w[0], w[1]);
+  const __m512i s = unpack_pair_s(w[0], w[1]);
+  const __m512i start = offset_start(s);
   const __m512 dw = scale_pair(w);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void*)(x.bias[t] + 8 * i)), u,
-                                          _mm512_loadu_si512((const void*)(x.qs[t] + 32 * i)));
+    const __m512i p =
+        _mm512_dpbusd_epi32(start, _mm512_loadu_si512((const void*)(x.qs[t] + 32 * i)), s);
     const __m512 d2 = _mm512_loadu_ps(x.da8[t] + 8 * i);
     acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, d2), _mm512_cvtepi32_ps(p), acc[t]);
   }
@@ -174,13 +187,13 @@ inline void block_pair(const B* w, const Act32<NT>& x, int64_t i, __m512* acc) {
 // The last block of an odd count: into the low (even) half only, as the AVX2 kernel does.
 template <typename B, int NT>
 inline void block_single(const B& w, const Act32<NT>& x, int64_t i, __m512* acc) {
-  const __m256i u = _mm256_xor_si256(unpack(w), _mm256_set1_epi8((char)0x80));
+  const __m256i s = unpack(w);
+  const __m256i start = offset_start(s);
   const float dw = scale(w);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     const __m256i p =
-        _mm256_dpbusd_epi32(_mm256_loadu_si256((const __m256i*)(x.bias[t] + 8 * i)), u,
-                            _mm256_loadu_si256((const __m256i*)(x.qs[t] + 32 * i)));
+        _mm256_dpbusd_epi32(start, _mm256_loadu_si256((const __m256i*)(x.qs[t] + 32 * i)), s);
     const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.da[t][i]), _mm256_cvtepi32_ps(p),
                                       _mm512_castps512_ps256(acc[t]));
     acc[t] = _mm512_insertf32x8(acc[t], lo, 0);
@@ -196,8 +209,7 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (int t = 0; t < NT; ++t) {
     const void* row = act_row<uint8_t>(act, stride, t);
     x.da[t] = q8_0_row_scales(row, n);
-    x.qs[t] = q8_0_row_quants(row, n);
-    x.bias[t] = q8_0_row_bias(row, n);
+    x.qs[t] = q8_0_row_quants_u8(row, n);
     x.da8[t] = q8_0_row_scales8(row, n);
     acc[t] = _mm512_setzero_ps();
   }
