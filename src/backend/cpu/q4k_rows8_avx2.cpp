@@ -49,6 +49,12 @@ inline __m128i rows_of(__m256i v) {
       _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
 }
 
+// 8 activation bytes in every qword: one vpbroadcastq from memory (an unaligned load: qs sits
+// 4 bytes into its block).
+inline __m256i bcast8(const int8_t* p) {
+  return _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i*)p));
+}
+
 constexpr size_t kPrefetchBytes = 4 * kBlockBytes;  // into L2: see q4k_rows8_avx512.cpp
 
 template <int NT>
@@ -88,11 +94,11 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
         const __m256i sc = _mm256_shuffle_epi8(sc6[h], ctl.scale[j]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
-          const int64_t* y = reinterpret_cast<const int64_t*>(a[t][i].qs + 32 * j);
-          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, _mm256_set1_epi64x(y[0])),
-                                               _mm256_maddubs_epi16(q1, _mm256_set1_epi64x(y[1])));
-          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, _mm256_set1_epi64x(y[2])),
-                                               _mm256_maddubs_epi16(q3, _mm256_set1_epi64x(y[3])));
+          const int8_t* y = a[t][i].qs + 32 * j;
+          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast8(y)),
+                                               _mm256_maddubs_epi16(q1, bcast8(y + 8)));
+          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q2, bcast8(y + 16)),
+                                               _mm256_maddubs_epi16(q3, bcast8(y + 24)));
           s[t][h] = _mm256_add_epi32(s[t][h], _mm256_madd_epi16(_mm256_add_epi16(p01, p23), sc));
         }
       }
