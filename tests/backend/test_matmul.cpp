@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernel_levels.h"
 #include "quant/blocks.h"
 #include "quant/k_scales.h"
 #include "ref_formats.h"
@@ -28,29 +29,9 @@ using test::random_weights;
 using test::ref_decode;
 using test::ref_decode_activation;
 
-std::vector<std::string> levels() {
-  std::vector<std::string> out;
-  for (const char* l : {"scalar", "avx2", "avx512"}) {
-    try {
-      force_simd_level(l);
-      out.push_back(l);
-    } catch (const Error&) {}
-  }
-  force_simd_level(nullptr);
-  return out;
-}
-
-struct LevelGuard {
-  explicit LevelGuard(const std::string& l) { force_simd_level(l.c_str()); }
-  ~LevelGuard() { force_simd_level(nullptr); }
-};
-
-std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+using test::LevelGuard;
+using test::levels;
+using test::random_floats;
 
 // Column counts: the smallest legal ones and some larger, per block size.
 std::vector<int64_t> col_sizes(GgmlType t) {

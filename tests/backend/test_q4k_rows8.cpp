@@ -13,6 +13,7 @@
 #include "backend/cpu/q4k_rows8.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernel_levels.h"
 #include "quant/blocks.h"
 #include "ref_formats.h"
 
@@ -21,29 +22,9 @@ namespace {
 
 constexpr GgmlType kQ4K = GgmlType::Q4_K, kR8 = GgmlType::Q4_K_R8;
 
-std::vector<std::string> levels() {
-  std::vector<std::string> out;
-  for (const char* l : {"scalar", "avx2", "avx512"}) {
-    try {
-      force_simd_level(l);
-      out.push_back(l);
-    } catch (const Error&) {}
-  }
-  force_simd_level(nullptr);
-  return out;
-}
-
-struct LevelGuard {
-  explicit LevelGuard(const std::string& l) { force_simd_level(l.c_str()); }
-  ~LevelGuard() { force_simd_level(nullptr); }
-};
-
-std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+using test::LevelGuard;
+using test::levels;
+using test::random_floats;
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
