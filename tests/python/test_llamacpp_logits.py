@@ -17,7 +17,9 @@ noise flips one 8-bit activation rounding; from then on the KV cache carries the
 later rows differ at the level of the activation quantization noise itself (~1e-2), with the
 occasional router top-k flip (a single row up to ~0.5). Q4_1/Q5_1 take Q8_1 activations, whose
 block sum is stored in fp16 (moeflow follows that; with the exact integer sum, as moeflow did
-before, no row agreed exactly and top-1 fell to 97.75-98.1%).
+before, no row agreed exactly and top-1 fell to 97.75-98.1%), and since 2026-11-28 moeflow sums
+their dot in llama.cpp's x86 order (8 float lanes of four products each, the minimums' terms apart:
+the hybrids' Q4_1 top-1 96.88% -> 98.05% on qwen35moe, bench/REPORT-hybrid-noise-floor.md).
 Hence three checks per type, each per architecture (256 rows), so that a bug confined to one
 architecture fails (pooled over the eight, it could hide in the others' rows):
   * the 95th percentile of row errors < 3e-2 (measured worst per arch 1.3e-2 .. 2.3e-2),
