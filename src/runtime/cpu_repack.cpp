@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "backend/cpu/matmul.h"
+#include "gguf/tensor_names.h"
 
 namespace moeflow {
 
@@ -16,14 +17,16 @@ bool is_matmul_only_weight(const std::string& name) {
   const size_t dot = name.find('.', kPrefix.size());
   if (dot == std::string::npos) return false;
   const std::string_view what = std::string_view(name).substr(dot + 1);
-  static constexpr std::array<std::string_view, 20> kMatmulOnly = {
-      "ffn_gate.weight",         "ffn_up.weight",         "ffn_down.weight",
-      "ffn_gate_exps.weight",    "ffn_up_exps.weight",    "ffn_down_exps.weight",
-      "ffn_gate_up_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-      "ffn_down_shexp.weight",   "attn_q.weight",         "attn_k.weight",
-      "attn_v.weight",           "attn_qkv.weight",       "attn_output.weight",
-      "attn_gate.weight",        "attn_q_a.weight",       "attn_q_b.weight",
-      "attn_kv_a_mqa.weight",    "ssm_out.weight"};
+  // The routed experts' stacks, as gguf/tensor_names.h spells them (their "low" copies are not
+  // the model's weights).
+  if (const auto e = parse_expert_tensor_name(name)) return e->suffix == "weight";
+  static constexpr std::array<std::string_view, 16> kMatmulOnly = {
+      "ffn_gate.weight",       "ffn_up.weight",       "ffn_down.weight",
+      "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+      "attn_q.weight",         "attn_k.weight",       "attn_v.weight",
+      "attn_qkv.weight",       "attn_output.weight",  "attn_gate.weight",
+      "attn_q_a.weight",       "attn_q_b.weight",     "attn_kv_a_mqa.weight",
+      "ssm_out.weight"};
   for (std::string_view m : kMatmulOnly)
     if (what == m) return true;
   return false;
