@@ -44,6 +44,10 @@ inline void fill_weights(GgmlType t, uint8_t* p, size_t bytes, uint64_t seed) {
     // denormal slow paths instead of the kernel).
     if (t == GgmlType::MXFP4)
       for (size_t b = 0; b + 17 <= bytes; b += 17) p[b] = (uint8_t)(120 + next(s) % 12);
+    // MXFP4_R8 (backend/cpu/mxfp4_rows8.h): the 8 rows' exponents end each 136-byte group block.
+    if (t == GgmlType::MXFP4_R8)
+      for (size_t b = 0; b + 136 <= bytes; b += 136)
+        for (size_t r = 128; r < 136; ++r) p[b + r] = (uint8_t)(120 + next(s) % 12);
   }
 }
 

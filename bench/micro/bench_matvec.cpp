@@ -104,6 +104,9 @@ void matvec_args(benchmark::internal::Benchmark* b) {
       b->Args({(int64_t)t, 14336, 4096, threads});  // gate / up: 4096 -> 14336
       b->Args({(int64_t)t, 4096, 14336, threads});  // down: 14336 -> 4096
     }
+  // A gpt-oss-20b expert (MXFP4 2880 -> 2880), as the file has it and as the CPU repacks it.
+  for (GgmlType t : {GgmlType::MXFP4, GgmlType::MXFP4_R8})
+    for (int threads : {1, 2}) b->Args({(int64_t)t, 2880, 2880, threads});
   b->ArgNames({"type", "rows", "cols", "thr"});
   b->MinTime(0.3);
   b->UseRealTime();
@@ -115,7 +118,8 @@ void matmul_args(benchmark::internal::Benchmark* b) {
         GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
   // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4).
-  for (int threads : {1, 2}) b->Args({(int64_t)GgmlType::MXFP4, 2880, 2880, threads, 64});
+  for (GgmlType t : {GgmlType::MXFP4, GgmlType::MXFP4_R8})
+    for (int threads : {1, 2}) b->Args({(int64_t)t, 2880, 2880, threads, 64});
   // A DeepSeek-V2-Lite expert at pp512 (~48 tokens each): gate/up Q4_K 2048 -> 1408, down
   // Q5_0 1408 -> 2048 (1408 columns are not a multiple of 256).
   for (int threads : {1, 2}) {
@@ -139,7 +143,7 @@ void hot_args(benchmark::internal::Benchmark* b) {
                      GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
                      GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
-  for (GgmlType t : {GgmlType::Q4_K_R8})
+  for (GgmlType t : {GgmlType::Q4_K_R8, GgmlType::MXFP4_R8})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q4_K_R8})
     for (int level : {1, 2}) b->Args({(int64_t)t, 14336, level});

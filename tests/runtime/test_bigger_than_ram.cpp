@@ -174,9 +174,31 @@ TEST(AutoFit, ModelThatFitsKeepsEveryExpertResident) {
   EXPECT_EQ(off.text, plain.text);
 }
 
-// A Q4_K model read into memory gets its matmul weights repacked into the CPU kernels' layout
-// (Q4_K_R8, runtime/cpu_repack.h) where the SIMD level has one: the same tokens as the file's
-// layout (--no-repack) and as the mapping (--mmap), which repack nothing.
+// A model read into memory gets its matmul weights repacked into the CPU kernels' layouts
+// (runtime/cpu_repack.h) where the SIMD level has one: the same tokens as the file's layout
+// (--no-repack) and as the mapping (--mmap), which repack nothing. Returns the bytes repacked.
+uint64_t expect_repack_keeps_tokens(const std::string& m) {
+  const RunResult plain = run_split("run -m " + m + kGen);
+  EXPECT_EQ(plain.rc, 0) << plain.err;
+  if (plain.rc != 0) return 0;
+  EXPECT_TRUE(plain.stats["memory"]["weights_read_into_memory"].get<bool>()) << plain.err;
+  for (const char* flag : {" --no-repack", " --mmap"}) {
+    const RunResult r = run_split("run -m " + m + kGen + flag);
+    EXPECT_EQ(r.rc, 0) << flag << ": " << r.err;
+    if (r.rc != 0) continue;
+    EXPECT_EQ(r.stats["memory"]["weights_repacked_bytes"].get<uint64_t>(), 0u) << flag;
+    EXPECT_EQ(r.text, plain.text) << flag;
+  }
+  return plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
+}
+
+// The level the suite runs at as MOEFLOW_SIMD caps it ("" when not capped).
+std::string simd_cap() {
+  const char* cap = std::getenv("MOEFLOW_SIMD");
+  return cap == nullptr ? "" : cap;
+}
+
+// Q4_K -> Q4_K_R8 at the AVX2 and AVX-512 levels.
 TEST(AutoFit, RepackedWeightsGenerateTheSameTokens) {
   const std::string m = temp_path("fit_q4k.gguf");
   if (!std::filesystem::exists(m)) {
@@ -184,23 +206,33 @@ TEST(AutoFit, RepackedWeightsGenerateTheSameTokens) {
         run_moeflow("gen-model --arch mixtral --preset small --type Q4_K --seed 5 -q -o " + m);
     ASSERT_EQ(c.rc, 0) << c.out;
   }
-  const RunResult plain = run_split("run -m " + m + kGen);
-  ASSERT_EQ(plain.rc, 0) << plain.err;
-  ASSERT_TRUE(plain.stats["memory"]["weights_read_into_memory"].get<bool>()) << plain.err;
-  const uint64_t repacked = plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
+  const uint64_t repacked = expect_repack_keeps_tokens(m);
   // Every expert and attention matrix of this model is Q4_K with whole groups of 8 rows; only
   // the scalar level (MOEFLOW_SIMD=scalar) keeps its own kernel and repacks nothing.
-  const char* cap = std::getenv("MOEFLOW_SIMD");
-  if (cap != nullptr && std::string(cap) == "scalar")
+  if (simd_cap() == "scalar")
     EXPECT_EQ(repacked, 0u);
   else
-    EXPECT_GE(repacked, std::filesystem::file_size(m) / 2) << plain.err;
-  for (const char* flag : {" --no-repack", " --mmap"}) {
-    const RunResult r = run_split("run -m " + m + kGen + flag);
-    ASSERT_EQ(r.rc, 0) << flag << ": " << r.err;
-    EXPECT_EQ(r.stats["memory"]["weights_repacked_bytes"].get<uint64_t>(), 0u) << flag;
-    EXPECT_EQ(r.text, plain.text) << flag;
+    EXPECT_GE(repacked, std::filesystem::file_size(m) / 2);
+}
+
+// MXFP4 experts (gpt-oss) -> MXFP4_R8 at the AVX-512 level only (backend/cpu/mxfp4_rows8.h).
+TEST(AutoFit, RepackedMxfp4ExpertsGenerateTheSameTokens) {
+  const std::string m = temp_path("fit_mxfp4.gguf");
+  if (!std::filesystem::exists(m)) {
+    const Cmd c = run_moeflow(
+        "gen-model --arch gpt-oss --preset small --type Q8_0 --expert-type MXFP4 --seed 5 -q -o " +
+        m);
+    ASSERT_EQ(c.rc, 0) << c.out;
   }
+  const uint64_t repacked = expect_repack_keeps_tokens(m);
+  const Cmd probe = run_moeflow("bench -m " + m + " -p 0 -n 1 --reps 1 --json");
+  ASSERT_EQ(probe.rc, 0) << probe.out;
+  const bool avx512 = probe.out.find("\"simd\": \"avx512\"") != std::string::npos ||
+                      probe.out.find("\"simd\":\"avx512\"") != std::string::npos;
+  if (avx512)
+    EXPECT_GE(repacked, std::filesystem::file_size(m) / 4);
+  else
+    EXPECT_EQ(repacked, 0u);
 }
 
 TEST(AutoFit, ExplicitSettingsOverrideAndContradictionsAreErrors) {

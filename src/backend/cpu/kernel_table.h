@@ -66,9 +66,10 @@ constexpr size_t kMultiRowMinBytes = 4096;
 // Prefill over groups of 8 weight rows with the rows in the vector lanes, for a level and type
 // whose kernels compute each row's block sums exactly in integers (so the float operations per
 // row and token are the same however the rows are grouped). pack8 writes 8 rows (w, w + w_stride,
-// ...) of n columns into a group of packed8_block_bytes x n / 256 bytes; tile8 dots one packed
-// group with nt <= kMaxTokens activation rows, out[t * 8 + r] = row r . token t, bit-identical to
-// DotFn.
+// ...) of n columns into a group of packed8_block_bytes x (n / the type's block size) bytes;
+// tile8 dots one packed group with nt <= kMaxTokens activation rows, out[t * 8 + r] = row r .
+// token t, bit-identical to DotFn. (MXFP4_R8 uses the pair the other way round: pack8 restores a
+// group's 8 GGUF rows, tile8 runs the level's MXFP4 kernel on each.)
 using Pack8Fn = void (*)(int64_t n, const void* w, size_t w_stride, void* dst);
 using Tile8Fn = void (*)(int64_t n, const void* packed, const void* act, size_t act_stride, int nt,
                          float* out);
@@ -77,19 +78,26 @@ enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 // Indexed by type_slot(type); nullptr where the level has no kernel of its own (the dispatcher
 // then falls back to the next lower level).
-constexpr int kTypeSlots = 41;
+constexpr int kTypeSlots = 42;
 // A file type's slot is its ggml id (all below 40); the in-memory layouts come after.
-constexpr int kQ4KR8Slot = 40;
+constexpr int kQ4KR8Slot = 40, kMxfp4R8Slot = 41;
 inline int type_slot(GgmlType t) {
   const uint32_t id = (uint32_t)t;
   if (id < (uint32_t)kQ4KR8Slot) return (int)id;
-  return t == GgmlType::Q4_K_R8 ? kQ4KR8Slot : -1;
+  if (t == GgmlType::Q4_K_R8) return kQ4KR8Slot;
+  return t == GgmlType::MXFP4_R8 ? kMxfp4R8Slot : -1;
+}
+// The layouts whose weight rows are interleaved in groups of 8 (q4k_rows8.h, mxfp4_rows8.h):
+// readable group by group only, never one row alone.
+inline bool rows_interleaved(GgmlType t) {
+  return t == GgmlType::Q4_K_R8 || t == GgmlType::MXFP4_R8;
 }
 
-// Types whose rows are interleaved in groups of 8 (Q4_K_R8, q4k_rows8.h): out[t * 8 + r] = row r
+// Types whose rows are interleaved in groups of 8 (rows_interleaved): out[t * 8 + r] = row r
 // of the group at w . token t, for nt <= kMaxTokens activation rows, read in place (the Tile8Fn
 // signature). Rows past the last whole group keep the base type's layout and go through DotFn
-// (which, for these types, is the base type's kernel of the same level: the same bits).
+// (which, for these types, is the base type's kernel of the same level: the same bits). A type
+// without it (MXFP4_R8) has pack8/tile8 for every token count instead.
 struct DotTable {
   DotFn fn[kTypeSlots] = {};
   // Optional multi-row kernels (nullptr: matvec uses fn row by row) and their row counts. Only
@@ -99,7 +107,8 @@ struct DotTable {
   // The multi-row kernel picks its own walk by row length (rows one after another below
   // kMultiRowMinBytes, interleaved above), so matvec uses it for rows of any length.
   bool rows_any_length[kTypeSlots] = {};
-  // Optional 8-row prefill path (nullptr: none), same level as fn; packed bytes per 256 columns.
+  // Optional 8-row prefill path (nullptr: none), same level as fn; packed bytes per block of the
+  // weight type (256 columns for the K-quants).
   Pack8Fn pack8[kTypeSlots] = {};
   Tile8Fn tile8[kTypeSlots] = {};
   size_t packed8_block_bytes[kTypeSlots] = {};
@@ -116,6 +125,10 @@ void fill_avx512_q4k_exact(DotTable& t);  // called by fill_avx512_table
 void fill_scalar_q4k_rows8(DotTable& t);
 void fill_avx2_q4k_rows8(DotTable& t);
 void fill_avx512_q4k_rows8(DotTable& t);
+// MXFP4_R8 (mxfp4_rows8*.cpp), likewise after the MXFP4 entries.
+void fill_scalar_mxfp4_rows8(DotTable& t);
+void fill_avx2_mxfp4_rows8(DotTable& t);
+void fill_avx512_mxfp4_rows8(DotTable& t);
 
 // Activation quantizers. Every level produces the same bytes, so activations never depend on
 // the dispatch choice.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/mxfp4_rows8.h"
 #include "backend/cpu/q4k_rows8.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
@@ -78,7 +79,8 @@ GgmlType activation_type_for(GgmlType w) {
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
-    case GgmlType::MXFP4: return GgmlType::Q8_0;
+    case GgmlType::MXFP4:
+    case GgmlType::MXFP4_R8: return GgmlType::Q8_0;
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
@@ -103,7 +105,7 @@ void quantize_activation(GgmlType w, const float* x, int64_t n, std::vector<uint
 
 float vec_dot(GgmlType w, int64_t n, const void* w_row, const void* act) {
   check_shape(w, 1, n, "vec_dot");
-  if (kernels::groups8_fn(w))
+  if (kernels::rows_interleaved(w))
     fail("vec_dot: the rows of {} are interleaved in groups of 8, not one row alone", type_name(w));
   float r = 0;
   if (n > 0) kernels::dot_fn(w)(n, w_row, act, 0, 1, &r);
@@ -129,9 +131,9 @@ void heads_matvec(const char* what, GgmlType w, const void* W, size_t head_bytes
   const size_t wbytes = row_bytes(w, cols);
   kernels::RowsKernel multi = kernels::rows_fn(w);
   if (wbytes < kernels::kMultiRowMinBytes && !multi.any_length) multi = {};
-  // An interleaved type (Q4_K_R8) is only readable group by group: each head's groups must
-  // start at a multiple of 8 rows of the dispatch, which the grain below keeps.
-  if (kernels::groups8_fn(w) && n_head > 1 && rows % multi.rows != 0)
+  // An interleaved type (Q4_K_R8, MXFP4_R8) is only readable group by group: each head's groups
+  // must start at a multiple of 8 rows of the dispatch, which the grain below keeps.
+  if (kernels::rows_interleaved(w) && n_head > 1 && rows % multi.rows != 0)
     fail("{}: {} heads of {} rows are not whole groups of {} interleaved rows", what, n_head, rows,
          multi.rows);
   const size_t astride = activation_row_bytes(w, cols);
@@ -180,18 +182,23 @@ void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, 
 }
 
 GgmlType cpu_repacked_type(GgmlType w, int64_t rows) {
-  if (w == GgmlType::Q4_K && rows > 0 && rows % kernels::q4k_rows8::kRows == 0 &&
-      kernels::active_simd() >= kernels::Simd::Avx2)
-    return GgmlType::Q4_K_R8;
+  if (rows <= 0 || rows % 8 != 0) return w;
+  const kernels::Simd level = kernels::active_simd();
+  if (w == GgmlType::Q4_K && level >= kernels::Simd::Avx2) return GgmlType::Q4_K_R8;
+  // Only AVX-512 has an MXFP4_R8 kernel of its own (the other levels would unpack every group).
+  if (w == GgmlType::MXFP4 && level >= kernels::Simd::Avx512) return GgmlType::MXFP4_R8;
   return w;
 }
 
 void repack_for_cpu(GgmlType w, void* data, int64_t cols, int64_t rows, int64_t n_mat) {
-  if (cpu_repacked_type(w, rows) == w)
-    fail("repack_for_cpu: {} weights stay as they are", type_name(w));
+  const GgmlType to = cpu_repacked_type(w, rows);
+  if (to == w) fail("repack_for_cpu: {} weights stay as they are", type_name(w));
   check_shape(w, rows, cols, "repack_for_cpu");
-  kernels::q4k_rows8::repack(cols, data, row_bytes(w, cols),
-                             n_mat * (rows / kernels::q4k_rows8::kRows));
+  const int64_t groups = n_mat * (rows / 8);
+  if (to == GgmlType::Q4_K_R8)
+    kernels::q4k_rows8::repack(cols, data, row_bytes(w, cols), groups);
+  else
+    kernels::mxfp4_rows8::repack(cols, data, row_bytes(w, cols), groups);
 }
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
@@ -246,13 +253,19 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // the row kernel (its tokens reduced together) ran 29k tok/s from 16 to 32 tokens, the packed
   // path 25k at 16, 29-31k at 24 and 33-35k at 32 (AVX2: 16-20k vs 18-20k, 20-21k, 23-24k).
   constexpr int64_t kTile8MinTokens = 24;
-  kernels::Tile8Kernel x8 =
-      n_tok >= kTile8MinTokens ? kernels::tile8_fn(w) : kernels::Tile8Kernel{};
+  const kernels::Tile8Fn in_place = kernels::groups8_fn(w);
+  // An interleaved type without an in-place kernel (MXFP4_R8) goes through its pack/tile pair
+  // (which restores the GGUF rows) at every token count.
+  kernels::Tile8Kernel x8 = n_tok >= kTile8MinTokens || (kernels::rows_interleaved(w) && !in_place)
+                                ? kernels::tile8_fn(w)
+                                : kernels::Tile8Kernel{};
   // An interleaved type's groups are dotted where they lie, unless the level packs them for its
   // tiles (AVX2 from kTile8MinTokens: its in-place kernel unpacks per 4 tokens).
-  if (const kernels::Tile8Fn in_place = kernels::groups8_fn(w); in_place && !x8.tile)
-    x8 = {nullptr, in_place, 8 * row_bytes(w, QK_K)};
-  const size_t group_bytes = x8.tile ? x8.block_bytes * (size_t)(cols / QK_K) : 0;
+  const int64_t block = type_traits(w).block_size;
+  if (in_place && !x8.tile) x8 = {nullptr, in_place, 8 * row_bytes(w, block)};
+  if (kernels::rows_interleaved(w) && !x8.tile)
+    fail("matmul: no CPU kernel reads {} groups at this SIMD level", type_name(w));
+  const size_t group_bytes = x8.tile ? x8.block_bytes * (size_t)(cols / block) : 0;
   const int64_t row_block = x8.tile ? std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes) / 8 * 8)
                                     : std::max<int64_t>(8, (int64_t)((128u << 10) / wbytes));
   auto body = [&](int64_t r0, int64_t r1, int) {

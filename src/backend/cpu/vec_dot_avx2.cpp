@@ -423,6 +423,7 @@ void fill_avx2_table(DotTable& t) {
   // Q4_K: exact block sums and the 8-row prefill path (q4k_exact_avx2.cpp).
   fill_avx2_q4k_exact(t);
   fill_avx2_q4k_rows8(t);
+  fill_avx2_mxfp4_rows8(t);
 }
 
 }  // namespace moeflow::kernels

@@ -624,6 +624,7 @@ void fill_avx512_table(DotTable& t) {
   // Q4_K: exact block sums and the 8-row prefill path (q4k_exact_avx512.cpp).
   fill_avx512_q4k_exact(t);
   fill_avx512_q4k_rows8(t);
+  fill_avx512_mxfp4_rows8(t);
 }
 
 }  // namespace moeflow::kernels

@@ -1,0 +1,168 @@
+// MXFP4_R8, the CPU's interleaved MXFP4 layout (backend/cpu/mxfp4_rows8.h): repacked weights give,
+// at every SIMD level, the bits of that level's MXFP4 kernel on the GGUF rows, for matvec (the
+// AVX-512 8-row kernel, whose float lanes and summation tree are MXFP4's), matmul of any token
+// count, heads, threads, odd block counts and the E8M0 scales' subnormal end; the repacking is
+// undone exactly; and misuse fails with a message.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/mxfp4_rows8.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernel_levels.h"
+#include "quant/blocks.h"
+#include "ref_formats.h"
+
+namespace moeflow {
+namespace {
+
+constexpr GgmlType kMx = GgmlType::MXFP4, kR8 = GgmlType::MXFP4_R8;
+
+using test::LevelGuard;
+using test::levels;
+using test::random_floats;
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+struct Weights {
+  std::vector<uint8_t> plain, packed;
+};
+// rows x cols MXFP4 weights (scales spread over 0..255 when `wide`, to reach the subnormal and
+// large ends), and a copy whose first `grouped` rows are repacked.
+Weights make(int64_t rows, int64_t cols, int64_t grouped, std::mt19937& rng, bool wide = false) {
+  Weights w;
+  w.plain = test::random_weights(kMx, rows, cols, rng);
+  if (wide) {
+    auto* b = reinterpret_cast<BlockMXFP4*>(w.plain.data());
+    const uint8_t es[] = {0, 1, 2, 3, 60, 127, 128, 150};
+    for (int64_t i = 0; i < rows * cols / 32; ++i) b[i].e = es[rng() % 8];
+  }
+  w.packed = w.plain;
+  kernels::mxfp4_rows8::repack(cols, w.packed.data(), row_bytes(kMx, cols), grouped / 8);
+  return w;
+}
+
+TEST(Mxfp4Rows8, RepackedProductsAreTheMxfp4BitsAtEveryLevel) {
+  ThreadPool pool2(2);
+  for (const auto& level : levels()) {
+    LevelGuard guard(level);
+    // 3 blocks (odd, one pair and the last block alone), gpt-oss's 90, 5 x 32.
+    for (int64_t cols : {96, 2880, 160}) {
+      for (bool wide : {false, true}) {
+        std::mt19937 rng(7 + (int)cols + wide);
+        const int64_t rows = 29, grouped = 24;  // three groups and a tail of 5
+        const Weights w = make(rows, cols, grouped, rng, wide);
+        ASSERT_NE(w.plain, w.packed);
+        for (int64_t n_tok : {1, 3, 8, 13, 40}) {
+          for (ThreadPool* pool : {(ThreadPool*)nullptr, &pool2}) {
+            const auto X = random_floats(n_tok * cols, rng);
+            std::vector<float> Y(n_tok * rows), Ym(n_tok * rows);
+            matmul(kR8, w.packed.data(), rows, cols, X.data(), n_tok, Y.data(), pool);
+            matmul(kMx, w.plain.data(), rows, cols, X.data(), n_tok, Ym.data(), pool);
+            for (int64_t i = 0; i < n_tok * rows; ++i)
+              ASSERT_TRUE(same_bits(Ym[i], Y[i]))
+                  << level << " cols=" << cols << " wide=" << wide << " tokens=" << n_tok
+                  << " token " << i / rows << " row " << i % rows << ": " << Y[i] << " vs "
+                  << Ym[i];
+          }
+        }
+        // One token through matvec is the one-row kernel's result too (vec_dot, row by row).
+        const auto x = random_floats(cols, rng);
+        std::vector<float> y(rows);
+        matvec(kR8, w.packed.data(), rows, cols, x.data(), y.data(), &pool2);
+        std::vector<uint8_t> act;
+        quantize_activation(kMx, x.data(), cols, act);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float ref = vec_dot(kMx, cols, w.plain.data() + r * row_bytes(kMx, cols), act.data());
+          ASSERT_TRUE(same_bits(ref, y[r])) << level << " cols=" << cols << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(Mxfp4Rows8, UnpackRestoresTheGgufRows) {
+  std::mt19937 rng(2);
+  const int64_t rows = 16, cols = 2880;
+  const Weights w = make(rows, cols, rows, rng, true);
+  const size_t group = 8 * row_bytes(kMx, cols);
+  std::vector<uint8_t> back(w.plain.size());
+  for (int g = 0; g < 2; ++g) kernels::mxfp4_rows8::unpack(cols, w.packed.data() + g * group, back.data() + g * group);
+  EXPECT_EQ(w.plain, back);
+}
+
+TEST(Mxfp4Rows8, HeadsOfWholeGroupsMatchMatvec) {
+  std::mt19937 rng(3);
+  const int64_t rows = 16, cols = 512, heads = 3;
+  const Weights w = make(rows * heads, cols, rows * heads, rng);
+  const size_t head_bytes = row_bytes(kMx, cols) * rows;
+  const auto X = random_floats(heads * cols, rng);
+  ThreadPool pool2(2);
+  for (const auto& level : levels()) {
+    LevelGuard guard(level);
+    std::vector<float> Y(heads * rows), one(rows);
+    matvec_heads(kR8, w.packed.data(), head_bytes, heads, rows, cols, X.data(), cols, Y.data(),
+                 rows, &pool2);
+    for (int64_t h = 0; h < heads; ++h) {
+      matvec(kMx, w.plain.data() + h * head_bytes, rows, cols, X.data() + h * cols, one.data(),
+             nullptr);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_TRUE(same_bits(one[r], Y[h * rows + r])) << level << " head " << h << " row " << r;
+    }
+  }
+}
+
+TEST(Mxfp4Rows8, PublicRepackChoosesTheLayoutAtAvx512Only) {
+  std::mt19937 rng(11);
+  const int64_t rows = 16, cols = 320, n_mat = 2;
+  const auto plain = test::random_weights(kMx, rows * n_mat, cols, rng);
+  for (const auto& level : levels()) {
+    LevelGuard guard(level);
+    if (level != "avx512") {
+      // The other levels would unpack every group: MXFP4 stays as it is.
+      EXPECT_EQ(kMx, cpu_repacked_type(kMx, rows)) << level;
+      EXPECT_THROW(repack_for_cpu(kMx, std::vector<uint8_t>(plain).data(), cols, rows, n_mat),
+                   Error);
+      continue;
+    }
+    EXPECT_EQ(kR8, cpu_repacked_type(kMx, rows));
+    EXPECT_EQ(kMx, cpu_repacked_type(kMx, rows + 4));  // not whole groups
+    auto data = plain;
+    repack_for_cpu(kMx, data.data(), cols, rows, n_mat);
+    auto direct = plain;
+    kernels::mxfp4_rows8::repack(cols, direct.data(), row_bytes(kMx, cols), rows * n_mat / 8);
+    EXPECT_EQ(direct, data);
+    EXPECT_NE(plain, data);
+  }
+}
+
+TEST(Mxfp4Rows8, MisuseFailsWithAMessage) {
+  std::mt19937 rng(5);
+  const int64_t cols = 64;
+  auto w = test::random_weights(kMx, 16, cols, rng);
+  std::vector<uint8_t> act;
+  const auto x = random_floats(cols, rng);
+  quantize_activation(kR8, x.data(), cols, act);
+  try {
+    vec_dot(kR8, cols, w.data(), act.data());
+    FAIL() << "vec_dot on an interleaved row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("interleaved"), std::string::npos) << e.what();
+  }
+  std::vector<float> y(2 * 12);
+  std::vector<float> xs(2 * cols, 0.5f);
+  EXPECT_THROW(matvec_heads(kR8, w.data(), 12 * row_bytes(kMx, cols), 2, 12, cols, xs.data(), cols,
+                            y.data(), 12, nullptr),
+               Error);
+  EXPECT_FALSE(is_known_type((uint32_t)kR8));
+  EXPECT_FALSE(type_from_name("MXFP4_R8").has_value());
+  EXPECT_STREQ("MXFP4_R8", type_name(kR8));
+}
+
+}  // namespace
+}  // namespace moeflow
