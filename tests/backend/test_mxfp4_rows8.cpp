@@ -1,8 +1,8 @@
 // MXFP4_R8, the CPU's interleaved MXFP4 layout (backend/cpu/mxfp4_rows8.h): repacked weights give,
 // at every SIMD level, the bits of that level's MXFP4 kernel on the GGUF rows, for matvec (the
-// AVX-512 8-row kernel, whose float lanes and summation tree are MXFP4's), matmul of any token
-// count, heads, threads, odd block counts and the E8M0 scales' subnormal end; the repacking is
-// undone exactly; and misuse fails with a message.
+// AVX2 and AVX-512 8-row kernels, whose float lanes and summation tree are MXFP4's), matmul of any
+// token count, heads, threads, odd block counts and the E8M0 scales' subnormal end; the repacking
+// is undone exactly; and misuse fails with a message.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -78,7 +78,8 @@ TEST(Mxfp4Rows8, RepackedProductsAreTheMxfp4BitsAtEveryLevel) {
         std::vector<uint8_t> act;
         quantize_activation(kMx, x.data(), cols, act);
         for (int64_t r = 0; r < rows; ++r) {
-          const float ref = vec_dot(kMx, cols, w.plain.data() + r * row_bytes(kMx, cols), act.data());
+          const float ref =
+              vec_dot(kMx, cols, w.plain.data() + r * row_bytes(kMx, cols), act.data());
           ASSERT_TRUE(same_bits(ref, y[r])) << level << " cols=" << cols << " row " << r;
         }
       }
@@ -92,7 +93,8 @@ TEST(Mxfp4Rows8, UnpackRestoresTheGgufRows) {
   const Weights w = make(rows, cols, rows, rng, true);
   const size_t group = 8 * row_bytes(kMx, cols);
   std::vector<uint8_t> back(w.plain.size());
-  for (int g = 0; g < 2; ++g) kernels::mxfp4_rows8::unpack(cols, w.packed.data() + g * group, back.data() + g * group);
+  for (int g = 0; g < 2; ++g)
+    kernels::mxfp4_rows8::unpack(cols, w.packed.data() + g * group, back.data() + g * group);
   EXPECT_EQ(w.plain, back);
 }
 
@@ -117,14 +119,14 @@ TEST(Mxfp4Rows8, HeadsOfWholeGroupsMatchMatvec) {
   }
 }
 
-TEST(Mxfp4Rows8, PublicRepackChoosesTheLayoutAtAvx512Only) {
+TEST(Mxfp4Rows8, PublicRepackChoosesTheLayoutAboveScalar) {
   std::mt19937 rng(11);
   const int64_t rows = 16, cols = 320, n_mat = 2;
   const auto plain = test::random_weights(kMx, rows * n_mat, cols, rng);
   for (const auto& level : levels()) {
     LevelGuard guard(level);
-    if (level != "avx512") {
-      // The other levels would unpack every group: MXFP4 stays as it is.
+    if (level == "scalar") {
+      // The scalar level would unpack every group: MXFP4 stays as it is.
       EXPECT_EQ(kMx, cpu_repacked_type(kMx, rows)) << level;
       EXPECT_THROW(repack_for_cpu(kMx, std::vector<uint8_t>(plain).data(), cols, rows, n_mat),
                    Error);

@@ -185,8 +185,8 @@ GgmlType cpu_repacked_type(GgmlType w, int64_t rows) {
   if (rows <= 0 || rows % 8 != 0) return w;
   const kernels::Simd level = kernels::active_simd();
   if (w == GgmlType::Q4_K && level >= kernels::Simd::Avx2) return GgmlType::Q4_K_R8;
-  // Only AVX-512 has an MXFP4_R8 kernel of its own (the other levels would unpack every group).
-  if (w == GgmlType::MXFP4 && level >= kernels::Simd::Avx512) return GgmlType::MXFP4_R8;
+  // The scalar level has no MXFP4_R8 kernel of its own (it would unpack every group).
+  if (w == GgmlType::MXFP4 && level >= kernels::Simd::Avx2) return GgmlType::MXFP4_R8;
   return w;
 }
 

@@ -48,7 +48,7 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
 // Layouts of the CPU kernels' own (core/ggml_type.h: Q4_K_R8, MXFP4_R8), rewritten once at load
 // where the weights lie in memory the process owns (a model read into memory): the type a
 // matrix of `rows` rows of type w becomes, or w where it stays (no such layout, rows not a
-// multiple of 8, or a level without a kernel for it: Q4_K_R8 needs AVX2, MXFP4_R8 AVX-512).
+// multiple of 8, or the scalar level, which keeps its own kernels).
 GgmlType cpu_repacked_type(GgmlType w, int64_t rows);
 // Rewrites n_mat matrices of rows x cols of type w, back to back at data, into
 // cpu_repacked_type(w, rows) in place (the same bytes). At the levels that choose a layout every

@@ -98,10 +98,9 @@ void tile8_unpacked(int64_t n, const void* packed, const void* act, size_t act_s
 
 }  // namespace mxfp4_rows8
 
-namespace {
 // Every level: rows past the last whole group are MXFP4 rows; whole groups unpacked (decode)
 // or restored once per pass (prefill, any token count: there is no in-place kernel).
-void fill_unpacked(DotTable& t) {
+void fill_mxfp4_rows8_unpacked(DotTable& t) {
   const int k = kMxfp4R8Slot;
   t.fn[k] = t.fn[(int)GgmlType::MXFP4];
   t.rows_fn[k] = mxfp4_rows8::rows8_unpacked;
@@ -111,9 +110,7 @@ void fill_unpacked(DotTable& t) {
   t.tile8[k] = mxfp4_rows8::tile8_unpacked;
   t.packed8_block_bytes[k] = mxfp4_rows8::kBlockBytes;
 }
-}  // namespace
 
-void fill_scalar_mxfp4_rows8(DotTable& t) { fill_unpacked(t); }
-void fill_avx2_mxfp4_rows8(DotTable& t) { fill_unpacked(t); }
+void fill_scalar_mxfp4_rows8(DotTable& t) { fill_mxfp4_rows8_unpacked(t); }
 
 }  // namespace moeflow::kernels

@@ -12,10 +12,10 @@
 // So one broadcast of the token's 8 activation bytes meets all 8 rows, and int32 lane 2r + h
 // of a product of 8 columns 8k.. belongs to row r's columns 8k + 4h .. 8k + 4h + 3: exactly the
 // sum of four that lane 2k + h of the MXFP4 kernels (AVX2 and AVX-512) holds for row r. The
-// AVX-512 kernel keeps those lanes apart (even and odd blocks too), takes the same float steps
-// per lane and adds them up in the same tree at the end: the bits of MXFP4 at that level. The
-// other levels and prefill restore a group's GGUF rows (unpack) and run the MXFP4 kernel of the
-// level on them: the same bits by construction.
+// AVX-512 and AVX2 decode kernels keep those lanes apart (even and odd blocks too), take the same
+// float steps per lane and add them up in the same tree at the end: the bits of MXFP4 at that
+// level. The scalar level and prefill restore a group's GGUF rows (unpack) and run the MXFP4
+// kernel of the level on them: the same bits by construction.
 //
 // The same bytes as the 8 rows in GGUF layout (8 x 17 per block), so a tensor is repacked in
 // place. Rows past a matrix's last whole group keep the GGUF layout (and the MXFP4 kernels).
@@ -43,3 +43,9 @@ void tile8_unpacked(int64_t n, const void* packed, const void* act, size_t act_s
                     float* out);
 
 }  // namespace moeflow::kernels::mxfp4_rows8
+
+namespace moeflow::kernels {
+// The table entries of those (MXFP4's one-row kernel of the table must be set already); the
+// AVX2 and AVX-512 fills then put their own decode kernel in rows_fn.
+void fill_mxfp4_rows8_unpacked(DotTable& t);
+}  // namespace moeflow::kernels

@@ -41,11 +41,11 @@ inline __m512i bcast8(const uint8_t* p) {
 // results included: nothing in moeflow sets DAZ or FTZ) in 4 instructions instead of 8.
 inline __m512 row_scales(const uint8_t* e8, float da) {
   // Byte 4L of the broadcast qword <- byte L / 2 (row L / 2's exponent), the other bytes zero.
-  const __m512i idx = _mm512_set_epi8(
-      -1, -1, -1, 7, -1, -1, -1, 7, -1, -1, -1, 6, -1, -1, -1, 6,  //
-      -1, -1, -1, 5, -1, -1, -1, 5, -1, -1, -1, 4, -1, -1, -1, 4,  //
-      -1, -1, -1, 3, -1, -1, -1, 3, -1, -1, -1, 2, -1, -1, -1, 2,  //
-      -1, -1, -1, 1, -1, -1, -1, 1, -1, -1, -1, 0, -1, -1, -1, 0);
+  const __m512i idx =
+      _mm512_set_epi8(-1, -1, -1, 7, -1, -1, -1, 7, -1, -1, -1, 6, -1, -1, -1, 6,  //
+                      -1, -1, -1, 5, -1, -1, -1, 5, -1, -1, -1, 4, -1, -1, -1, 4,  //
+                      -1, -1, -1, 3, -1, -1, -1, 3, -1, -1, -1, 2, -1, -1, -1, 2,  //
+                      -1, -1, -1, 1, -1, -1, -1, 1, -1, -1, -1, 0, -1, -1, -1, 0);
   const __m512i e = _mm512_shuffle_epi8(bcast8(e8), idx);
   const __m512 k = _mm512_sub_ps(_mm512_cvtepi32_ps(e), _mm512_set1_ps(128.f));
   return _mm512_scalef_ps(_mm512_set1_ps(da), k);
@@ -56,11 +56,10 @@ inline void block(const uint8_t* g, const uint8_t* yu, float da, __m512* acc) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)kMxfp4Values));
   const __m512i lo = _mm512_loadu_si512(g + kLowOff), hi = _mm512_loadu_si512(g + kHighOff);
-  const __m512i w[4] = {
-      _mm512_shuffle_epi8(table, _mm512_and_si512(lo, m4)),
-      _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4)),
-      _mm512_shuffle_epi8(table, _mm512_and_si512(hi, m4)),
-      _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4))};
+  const __m512i w[4] = {_mm512_shuffle_epi8(table, _mm512_and_si512(lo, m4)),
+                        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4)),
+                        _mm512_shuffle_epi8(table, _mm512_and_si512(hi, m4)),
+                        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4))};
   const __m512 d = row_scales(g + kScaleOff, da);
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
@@ -93,15 +92,17 @@ void rows8_mxfp4(int64_t n, const void* w, size_t, const void* act, float* out) 
   for (int k = 0; k < 4; ++k) a[k] = _mm512_add_ps(even[k], odd[k]);
   const __m512 c = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
   // Lanes 2r + 2r + 1, row r's result in the low float of each qword.
-  const __m512 s = _mm512_add_ps(c, _mm512_castsi512_ps(_mm512_srli_epi64(_mm512_castps_si512(c), 32)));
-  _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(
-                            _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0), s)));
+  const __m512 s =
+      _mm512_add_ps(c, _mm512_castsi512_ps(_mm512_srli_epi64(_mm512_castps_si512(c), 32)));
+  _mm256_storeu_ps(out,
+                   _mm512_castps512_ps256(_mm512_permutexvar_ps(
+                       _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0), s)));
 }
 
 }  // namespace
 
 void fill_avx512_mxfp4_rows8(DotTable& t) {
-  fill_avx2_mxfp4_rows8(t);  // rows past the last group, and prefill (mxfp4_rows8.cpp)
+  fill_mxfp4_rows8_unpacked(t);  // rows past the last group, and prefill (mxfp4_rows8.cpp)
   t.rows_fn[kMxfp4R8Slot] = rows8_mxfp4;
 }
 
