@@ -20,6 +20,11 @@
 
 namespace moeflow {
 
+// Threads that read a file into memory, and that transform its tensors: the CPUs, at most 4.
+static int load_threads() {
+  return (int)std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4);
+}
+
 // Magic + version + tensor count + metadata count.
 constexpr uint64_t kMinHeaderBytes = 24;
 
@@ -78,7 +83,7 @@ GgufFile::Mapping::Mapping(const std::string& p, uint64_t n, ReadTag) : path(p) 
   // Several readers, each a 2 MiB-aligned share in 8 MiB reads: the copy's cost is mostly the
   // page faults that zero the new huge pages, and on the 2-vCPU VM a 3.4 GB file (in the page
   // cache) took 0.4-0.9 s with two readers against 0.7-6.5 s with one (64 MiB reads: 1.7-6.5).
-  const int readers = (int)std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4);
+  const int readers = load_threads();
   constexpr uint64_t kAlign = uint64_t{2} << 20, kChunk = uint64_t{8} << 20;
   std::mutex mu;
   std::string error;  // the first failure
@@ -151,7 +156,7 @@ void transform_tensors(std::vector<GgufTensorInfo>& tensors, const GgufFile& f,
     }
   };
   {
-    const int n = (int)std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4);
+    const int n = load_threads();
     std::vector<std::jthread> workers;
     for (int k = 1; k < n; ++k) workers.emplace_back(work);
     work();

@@ -1,9 +1,9 @@
 // AVX2 decode kernel of MXFP4_R8 (layout: mxfp4_rows8.h): the AVX-512 kernel's plan
 // (mxfp4_rows8_avx512.cpp) on each half of a group in turn, rows 0-3 then rows 4-7 (bytes
 // 32h .. 32h + 31 of both 64-byte chunks), taking turns every 32 blocks: the two halves' 16
-// accumulators would not fit the 16 ymm registers. The integer sums of four are the AVX2 MXFP4 kernel's own steps (|w| times y with
-// w's sign, vpmaddubsw, vpmaddwd by ones), the float steps per lane too, and the final tree is
-// hsum's: the bits of MXFP4 at this level.
+// accumulators would not fit the 16 ymm registers. The integer sums of four are the AVX2 MXFP4
+// kernel's own steps (|w| times y with w's sign, vpmaddubsw, vpmaddwd by ones), the float steps per
+// lane too, and the final tree is hsum's: the bits of MXFP4 at this level.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -64,9 +64,9 @@ inline void half_block(const uint8_t* g, int h, const int8_t* y, float da, __m25
 // Row r's result from the accumulators of its half (hsum's tree, simd_avx2_util.h): lane j of
 // the even plus the odd accumulator, then j + j + 4, j + j + 2, j + j + 1.
 inline void finish_half(const __m256* even, const __m256* odd, float* out4) {
-  const __m256 c = _mm256_add_ps(
-      _mm256_add_ps(_mm256_add_ps(even[0], odd[0]), _mm256_add_ps(even[2], odd[2])),
-      _mm256_add_ps(_mm256_add_ps(even[1], odd[1]), _mm256_add_ps(even[3], odd[3])));
+  const __m256 c =
+      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(even[0], odd[0]), _mm256_add_ps(even[2], odd[2])),
+                    _mm256_add_ps(_mm256_add_ps(even[1], odd[1]), _mm256_add_ps(even[3], odd[3])));
   // [r0 r1 r0 r1 | r2 r3 r2 r3] -> the half's 4 rows.
   const __m256 s = _mm256_hadd_ps(c, c);
   _mm_storeu_ps(out4, _mm_movelh_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
@@ -107,7 +107,8 @@ void rows8_mxfp4(int64_t n, const void* w, size_t, const void* act, float* out) 
   }
   for (int h = 0; h < 2; ++h) {
     // The last block of an odd count: the even lanes only, as the MXFP4 kernel.
-    if (pairs_end < nb) half_block(g0 + pairs_end * kBlockBytes, h, a[pairs_end].qs, da[pairs_end], acc[h]);
+    if (pairs_end < nb)
+      half_block(g0 + pairs_end * kBlockBytes, h, a[pairs_end].qs, da[pairs_end], acc[h]);
     finish_half(acc[h], acc[h] + 4, out + 4 * h);
   }
 }

@@ -242,10 +242,8 @@ void pack8_q4_k_r8(int64_t n, const void* w, size_t, void* dst) {
     alignas(32) int16_t sc[8][16], mn[4][16];
     for (int r = 0; r < 8; ++r)
       for (int j = 0; j < 8; ++j) {
-        const int e = 8 * r + j, s = g[r8::kScaleOff + e];
-        const int low = e < 32 ? g[r8::kMinOff + e] & 0x0F : g[r8::kMinOff + e - 32] >> 4;
-        sc[j][2 * r] = sc[j][2 * r + 1] = (int16_t)(s & 63);
-        mn[j / 2][2 * r + j % 2] = (int16_t)(low | ((s >> 6) << 4));
+        sc[j][2 * r] = sc[j][2 * r + 1] = (int16_t)r8::scale_of(g, r, j);
+        mn[j / 2][2 * r + j % 2] = (int16_t)r8::min_of(g, r, j);
       }
     std::memcpy(o + kScOff, sc, sizeof sc);
     std::memcpy(o + kMnOff, mn, sizeof mn);

@@ -51,17 +51,11 @@ void repack_block(const uint8_t* src, size_t row_bytes, int64_t i, uint8_t* dst)
     dst[kMinOff + e] = (uint8_t)((mins[e] & 0x0F) | ((mins[e + 32] & 0x0F) << 4));
 }
 
-// Row r's quant at column c of a group block, its sub-block j's scale and min.
+// Row r's quant at column c of a group block.
 int quant(const uint8_t* g, int r, int c) {
   const int j = c / 32, o = c % 32, p = o / 16, b = o % 16;
   const uint8_t byte = g[(size_t)(2 * j + p) * 64 + 8 * r + b % 8];
   return b < 8 ? byte & 0x0F : byte >> 4;
-}
-int scale(const uint8_t* g, int r, int j) { return g[kScaleOff + 8 * r + j] & 63; }
-int min(const uint8_t* g, int r, int j) {
-  const int e = 8 * r + j;
-  const int low = e < 32 ? g[kMinOff + e] & 0x0F : g[kMinOff + e - 32] >> 4;
-  return low | ((g[kScaleOff + e] >> 6) << 4);
 }
 float half(const uint8_t* p) {
   uint16_t h;
@@ -81,8 +75,8 @@ void groups8_scalar(int64_t n, const void* w, const void* act, size_t stride, fl
         for (int j = 0; j < 8; ++j) {
           int32_t sj = 0;
           for (int c = 32 * j; c < 32 * j + 32; ++c) sj += quant(g, r, c) * a.qs[c];
-          s += scale(g, r, j) * sj;
-          m += min(g, r, j) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+          s += scale_of(g, r, j) * sj;
+          m += min_of(g, r, j) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
         }
         // The vector kernels' two lane steps (lanes_step): a scalar fma rounds like one lane.
         const float d = half(g + kDOff + 2 * r), dmin = half(g + kDminOff + 2 * r);

@@ -33,6 +33,34 @@ constexpr size_t kQuantBytes = 1024, kScaleOff = 1024, kMinOff = 1088, kDOff = 1
                  kDminOff = 1136, kBlockBytes = 1152;
 static_assert(kBlockBytes == kRows * 144, "a group's block is its 8 rows' Q4_K blocks");
 
+// Row r's sub-block j scale (6 bits) and min (6 bits) in a group block g: the scalar decoding
+// the scalar kernel and AVX2's prefill packing (pack8_q4_k_r8) share.
+inline int scale_of(const uint8_t* g, int r, int j) { return g[kScaleOff + 8 * r + j] & 63; }
+inline int min_of(const uint8_t* g, int r, int j) {
+  const int e = 8 * r + j;
+  const int low = e < 32 ? g[kMinOff + e] & 0x0F : g[kMinOff + e - 32] >> 4;
+  return low | ((g[kScaleOff + e] >> 6) << 4);
+}
+
+// The vpshufb controls of the AVX2 and AVX-512 kernels, the same 16 bytes in every 128-bit lane
+// (a lane holds rows 2L and 2L + 1 of the scale bytes; odd bytes 0x80 zero-extend to int16):
+// scale[j]: int16 lanes 4r .. 4r + 3 = row r's scale byte of sub-block j; min[h]: int16 lane
+// 4r + k = row r's min byte of sub-block 4h + k. A constant table, built at compile time.
+struct LaneControls {
+  int8_t scale[8][16];
+  int8_t min[2][16];
+};
+inline constexpr LaneControls kLaneControls = [] {
+  LaneControls c{};
+  for (int b = 0; b < 16; ++b) {
+    for (int j = 0; j < 8; ++j)
+      c.scale[j][b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b < 8 ? 0 : 8) + j);
+    for (int h = 0; h < 2; ++h)
+      c.min[h][b] = (b & 1) ? (int8_t)0x80 : (int8_t)(8 * (b / 8) + 4 * h + (b % 8) / 2);
+  }
+  return c;
+}();
+
 // Rewrites `groups` groups of 8 Q4_K rows of n columns (rows back to back, row_bytes apart)
 // into the layout above, in place.
 void repack(int64_t n, void* rows, size_t row_bytes, int64_t groups);

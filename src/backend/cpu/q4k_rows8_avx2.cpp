@@ -21,26 +21,10 @@ namespace {
 
 using namespace q4k_rows8;
 
-// vpshufb controls per 128-bit lane (rows 2L, 2L + 1): see q4k_rows8_avx512.cpp.
-struct Controls {
-  __m256i scale[8];
-  __m256i min[2];
-  Controls() {
-    alignas(32) int8_t c[32];
-    for (int j = 0; j < 8; ++j) {
-      for (int b = 0; b < 32; ++b)
-        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
-      scale[j] = _mm256_load_si256((const __m256i*)c);
-    }
-    for (int h = 0; h < 2; ++h) {
-      for (int b = 0; b < 32; ++b) {
-        const int l = b % 16, row = l / 8, k = (l % 8) / 2;
-        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)(8 * row + 4 * h + k);
-      }
-      min[h] = _mm256_load_si256((const __m256i*)c);
-    }
-  }
-};
+// A 16-byte control of kLaneControls (q4k_rows8.h) in both 128-bit lanes.
+inline __m256i lane_control(const int8_t* c16) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)c16));
+}
 
 // Lanes 2r + 2r+1 summed (exact): the 4 rows' sums.
 inline __m128i rows_of(__m256i v) {
@@ -59,8 +43,12 @@ constexpr size_t kPrefetchBytes = 4 * kBlockBytes;  // into L2: see q4k_rows8_av
 
 template <int NT>
 void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
-  static const Controls ctl;
   const uint8_t* g = static_cast<const uint8_t*>(w);
+  // Full-width controls once per call (kept in registers or the stack, read as operands).
+  __m256i scale_ctl[8], min_ctl[2];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) scale_ctl[j] = lane_control(kLaneControls.scale[j]);
+  for (int h = 0; h < 2; ++h) min_ctl[h] = lane_control(kLaneControls.min[h]);
   const BlockQ8_K* a[NT];
   __m128 acc[NT][2];
 #pragma GCC unroll 4
@@ -91,7 +79,7 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
                       q1 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
         const __m256i q2 = _mm256_and_si256(w1, m4),
                       q3 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
-        const __m256i sc = _mm256_shuffle_epi8(sc6[h], ctl.scale[j]);
+        const __m256i sc = _mm256_shuffle_epi8(sc6[h], scale_ctl[j]);
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
           const int8_t* y = a[t][i].qs + 32 * j;
@@ -112,8 +100,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
       // (h = 0) or high (h = 1) nibbles of the 32 nibble bytes.
       const __m256i lo = _mm256_and_si256(h ? _mm256_srli_epi16(nib, 4) : nib, m4);
       const __m256i mn = _mm256_or_si256(lo, _mm256_and_si256(_mm256_srli_epi16(scv[h], 2), m30));
-      const __m256i mn0 = _mm256_shuffle_epi8(mn, ctl.min[0]),
-                    mn1 = _mm256_shuffle_epi8(mn, ctl.min[1]);
+      const __m256i mn0 = _mm256_shuffle_epi8(mn, min_ctl[0]),
+                    mn1 = _mm256_shuffle_epi8(mn, min_ctl[1]);
       const __m128 d4 = h ? _mm256_extractf128_ps(dd, 1) : _mm256_castps256_ps128(dd);
       const __m128 dm4 = h ? _mm256_extractf128_ps(dm, 1) : _mm256_castps256_ps128(dm);
 #pragma GCC unroll 4

@@ -25,28 +25,10 @@ namespace {
 using namespace q4k_rows8;
 using avx2::lanes_step;
 
-// vpshufb controls, the same in each 128-bit lane (rows 2L and 2L + 1 of the scale bytes):
-// kScaleCtl[j]: int16 lanes 4r..4r+3 = row r's scale byte of sub-block j (zero-extended);
-// kMinCtl[h]: int16 lane 4r + k = row r's min byte of sub-block 4h + k.
-struct Controls {
-  __m512i scale[8];
-  __m512i min[2];
-  Controls() {
-    alignas(64) int8_t c[64];
-    for (int j = 0; j < 8; ++j) {
-      for (int b = 0; b < 64; ++b)
-        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)((b % 16 < 8 ? 0 : 8) + j);
-      scale[j] = _mm512_load_si512(c);
-    }
-    for (int h = 0; h < 2; ++h) {
-      for (int b = 0; b < 64; ++b) {
-        const int l = b % 16, row = l / 8, k = (l % 8) / 2;
-        c[b] = (b & 1) ? (int8_t)0x80 : (int8_t)(8 * row + 4 * h + k);
-      }
-      min[h] = _mm512_load_si512(c);
-    }
-  }
-};
+// A 16-byte control of kLaneControls (q4k_rows8.h) in all four 128-bit lanes.
+inline __m512i lane_control(const int8_t* c16) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)c16));
+}
 
 // Lanes 2r + 2r+1 summed (exact), the low dword of each qword kept: row r's sum in lane r.
 inline __m256i rows_of(__m512i v) {
@@ -68,8 +50,12 @@ constexpr size_t kPrefetchBytes = 4 * kBlockBytes;
 
 template <int NT>
 void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, float* out) {
-  static const Controls ctl;
   const uint8_t* g = static_cast<const uint8_t*>(w);
+  // Full-width controls once per call (kept in registers or the stack, read as operands).
+  __m512i scale_ctl[8], min_ctl[2];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) scale_ctl[j] = lane_control(kLaneControls.scale[j]);
+  for (int h = 0; h < 2; ++h) min_ctl[h] = lane_control(kLaneControls.min[h]);
   const BlockQ8_K* a[NT];
   __m256 acc[NT];
 #pragma GCC unroll 8
@@ -95,7 +81,7 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
                     q1 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
       const __m512i q2 = _mm512_and_si512(w1, m4),
                     q3 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
-      const __m512i sc = _mm512_shuffle_epi8(sc6, ctl.scale[j]);
+      const __m512i sc = _mm512_shuffle_epi8(sc6, scale_ctl[j]);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const int8_t* y = a[t][i].qs + 32 * j;
@@ -110,8 +96,8 @@ void groups8_q4_k(int64_t n, const void* w, const void* act, size_t stride, floa
     __m512i lo = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(g + kMinOff)));
     lo = _mm512_and_si512(_mm512_mask_srli_epi64(lo, 0xF0, lo, 4), m4);
     const __m512i mn = _mm512_or_si512(lo, _mm512_and_si512(_mm512_srli_epi16(scv, 2), m30));
-    const __m512i mn0 = _mm512_shuffle_epi8(mn, ctl.min[0]),
-                  mn1 = _mm512_shuffle_epi8(mn, ctl.min[1]);
+    const __m512i mn0 = _mm512_shuffle_epi8(mn, min_ctl[0]),
+                  mn1 = _mm512_shuffle_epi8(mn, min_ctl[1]);
     const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(g + kDOff)));
     const __m256 d8 = _mm512_castps512_ps256(dd), dm8 = _mm512_extractf32x8_ps(dd, 1);
 #pragma GCC unroll 8
