@@ -95,11 +95,11 @@ void BM_matmul(benchmark::State& st) {
 }
 
 void matvec_args(benchmark::internal::Benchmark* b) {
-  // Q4_K_R8: Q4_K as the CPU backend repacks it at load (random bytes are valid weights).
+  // Q4_K_R8, Q8_0_R8: as the CPU backend repacks them at load (random bytes are valid weights).
   for (GgmlType t :
-       {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0,
-        GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
-        GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+       {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q8_0_R8,
+        GgmlType::Q4_0, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
+        GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int threads : {1, 2}) {
       b->Args({(int64_t)t, 14336, 4096, threads});  // gate / up: 4096 -> 14336
       b->Args({(int64_t)t, 4096, 14336, threads});  // down: 14336 -> 4096
@@ -143,7 +143,7 @@ void hot_args(benchmark::internal::Benchmark* b) {
                      GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
                      GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
-  for (GgmlType t : {GgmlType::Q4_K_R8, GgmlType::MXFP4_R8})
+  for (GgmlType t : {GgmlType::Q4_K_R8, GgmlType::MXFP4_R8, GgmlType::Q8_0_R8})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q4_K_R8})
     for (int level : {1, 2}) b->Args({(int64_t)t, 14336, level});

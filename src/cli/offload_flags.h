@@ -70,10 +70,11 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
                "a model that fits the free memory: read its weights from the file's mapping (the "
                "page cache, shared with other processes) instead of a copy in this process's "
                "memory with 2 MiB pages (the default; faster decode, a read of the file at load)");
-  app.add_flag("--no-repack", o.no_repack,
-               "a model read into memory: keep its weights in the file's layout instead of the one "
-               "the CPU kernels read fastest (Q4_K rows interleaved by 8; the same results; for "
-               "comparisons)");
+  app.add_flag(
+      "--no-repack", o.no_repack,
+      "a model read into memory: keep its weights in the file's layout instead of the one "
+      "the CPU kernels read fastest (Q4_K and MXFP4 rows interleaved by 8; the same results; "
+      "for comparisons)");
   add_size_option(app, "--mem-limit", o.mem_limit,
                   "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
                   "has more free");

@@ -49,9 +49,12 @@ constexpr Entry kTypes[] = {
     {GgmlType::MXFP4, {"MXFP4", 32, 17, true}},
     {GgmlType::Q4_K_R8, {"Q4_K_R8", 256, 144, true}},
     {GgmlType::MXFP4_R8, {"MXFP4_R8", 32, 17, true}},
+    {GgmlType::Q8_0_R8, {"Q8_0_R8", 32, 34, true}},
 };
 
-bool in_memory_only(GgmlType t) { return t == GgmlType::Q4_K_R8 || t == GgmlType::MXFP4_R8; }
+bool in_memory_only(GgmlType t) {
+  return t == GgmlType::Q4_K_R8 || t == GgmlType::MXFP4_R8 || t == GgmlType::Q8_0_R8;
+}
 
 const Entry* lookup(uint32_t id) {
   for (const auto& e : kTypes)

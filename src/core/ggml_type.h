@@ -45,8 +45,9 @@ enum class GgmlType : uint32_t {
   // moeflow's own in-memory layouts, never in a file (is_known_type is false for them): the
   // CPU backend repacks some weights at load into layouts its kernels read faster
   // (backend/cpu/matmul.h, repack_for_cpu). Q4_K_R8: Q4_K with every group of 8 rows
-  // interleaved block by block (docs/kernels.md), the same bytes per row. MXFP4_R8: MXFP4 the
-  // same way, 8 rows' 32-column blocks side by side.
+  // interleaved block by block (docs/kernels.md), the same bytes per row. MXFP4_R8, Q8_0_R8:
+  // MXFP4 and Q8_0 the same way, 8 rows' 32-column blocks side by side.
+  Q8_0_R8 = 1008,
   Q4_K_R8 = 1012,
   MXFP4_R8 = 1039,
 };
@@ -61,7 +62,7 @@ struct TypeTraits {
 // Traits of a known type; throws moeflow::Error for an id that is no ggml type.
 const TypeTraits& type_traits(GgmlType t);
 // True when `id` names a ggml type at all (supported or not): the types a GGUF file may hold,
-// so not moeflow's in-memory layouts (Q4_K_R8, MXFP4_R8).
+// so not moeflow's in-memory layouts (Q4_K_R8, MXFP4_R8, Q8_0_R8).
 bool is_known_type(uint32_t id);
 // Bytes taken by `n` elements of type t (n must be a multiple of the block size).
 size_t row_bytes(GgmlType t, int64_t n);

@@ -68,8 +68,8 @@ constexpr size_t kMultiRowMinBytes = 4096;
 // row and token are the same however the rows are grouped). pack8 writes 8 rows (w, w + w_stride,
 // ...) of n columns into a group of packed8_block_bytes x (n / the type's block size) bytes;
 // tile8 dots one packed group with nt <= kMaxTokens activation rows, out[t * 8 + r] = row r .
-// token t, bit-identical to DotFn. (MXFP4_R8 uses the pair the other way round: pack8 restores a
-// group's 8 GGUF rows, tile8 runs the level's MXFP4 kernel on each.)
+// token t, bit-identical to DotFn. (MXFP4_R8 and Q8_0_R8 use the pair the other way round: pack8
+// restores a group's 8 GGUF rows, tile8 runs the level's kernel of the base type on each.)
 using Pack8Fn = void (*)(int64_t n, const void* w, size_t w_stride, void* dst);
 using Tile8Fn = void (*)(int64_t n, const void* packed, const void* act, size_t act_stride, int nt,
                          float* out);
@@ -78,26 +78,27 @@ enum class Simd : int { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 // Indexed by type_slot(type); nullptr where the level has no kernel of its own (the dispatcher
 // then falls back to the next lower level).
-constexpr int kTypeSlots = 42;
+constexpr int kTypeSlots = 43;
 // A file type's slot is its ggml id (all below 40); the in-memory layouts come after.
-constexpr int kQ4KR8Slot = 40, kMxfp4R8Slot = 41;
+constexpr int kQ4KR8Slot = 40, kMxfp4R8Slot = 41, kQ80R8Slot = 42;
 inline int type_slot(GgmlType t) {
   const uint32_t id = (uint32_t)t;
   if (id < (uint32_t)kQ4KR8Slot) return (int)id;
   if (t == GgmlType::Q4_K_R8) return kQ4KR8Slot;
-  return t == GgmlType::MXFP4_R8 ? kMxfp4R8Slot : -1;
+  if (t == GgmlType::MXFP4_R8) return kMxfp4R8Slot;
+  return t == GgmlType::Q8_0_R8 ? kQ80R8Slot : -1;
 }
-// The layouts whose weight rows are interleaved in groups of 8 (q4k_rows8.h, mxfp4_rows8.h):
-// readable group by group only, never one row alone.
+// The layouts whose weight rows are interleaved in groups of 8 (q4k_rows8.h, mxfp4_rows8.h,
+// q8_0_rows8.h): readable group by group only, never one row alone.
 inline bool rows_interleaved(GgmlType t) {
-  return t == GgmlType::Q4_K_R8 || t == GgmlType::MXFP4_R8;
+  return t == GgmlType::Q4_K_R8 || t == GgmlType::MXFP4_R8 || t == GgmlType::Q8_0_R8;
 }
 
 // Types whose rows are interleaved in groups of 8 (rows_interleaved): out[t * 8 + r] = row r
 // of the group at w . token t, for nt <= kMaxTokens activation rows, read in place (the Tile8Fn
 // signature). Rows past the last whole group keep the base type's layout and go through DotFn
 // (which, for these types, is the base type's kernel of the same level: the same bits). A type
-// without it (MXFP4_R8) has pack8/tile8 for every token count instead.
+// without it (MXFP4_R8, Q8_0_R8) has pack8/tile8 for every token count instead.
 struct DotTable {
   DotFn fn[kTypeSlots] = {};
   // Optional multi-row kernels (nullptr: matvec uses fn row by row) and their row counts. Only
@@ -125,10 +126,14 @@ void fill_avx512_q4k_exact(DotTable& t);  // called by fill_avx512_table
 void fill_scalar_q4k_rows8(DotTable& t);
 void fill_avx2_q4k_rows8(DotTable& t);
 void fill_avx512_q4k_rows8(DotTable& t);
-// MXFP4_R8 (mxfp4_rows8*.cpp), likewise after the MXFP4 entries.
+// MXFP4_R8 and Q8_0_R8 (mxfp4_rows8.cpp, q8_0_rows8.cpp, rows8_32_*.cpp), likewise after the
+// MXFP4 and Q8_0 entries.
 void fill_scalar_mxfp4_rows8(DotTable& t);
 void fill_avx2_mxfp4_rows8(DotTable& t);
 void fill_avx512_mxfp4_rows8(DotTable& t);
+void fill_scalar_q8_0_rows8(DotTable& t);
+void fill_avx2_q8_0_rows8(DotTable& t);
+void fill_avx512_q8_0_rows8(DotTable& t);
 
 // Activation quantizers. Every level produces the same bytes, so activations never depend on
 // the dispatch choice.

@@ -8,6 +8,7 @@
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/mxfp4_rows8.h"
 #include "backend/cpu/q4k_rows8.h"
+#include "backend/cpu/q8_0_rows8.h"
 #include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/fp16.h"
@@ -78,6 +79,7 @@ GgmlType activation_type_for(GgmlType w) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
+    case GgmlType::Q8_0_R8:
     case GgmlType::IQ4_NL:
     case GgmlType::MXFP4:
     case GgmlType::MXFP4_R8: return GgmlType::Q8_0;
@@ -185,8 +187,9 @@ GgmlType cpu_repacked_type(GgmlType w, int64_t rows) {
   if (rows <= 0 || rows % 8 != 0) return w;
   const kernels::Simd level = kernels::active_simd();
   if (w == GgmlType::Q4_K && level >= kernels::Simd::Avx2) return GgmlType::Q4_K_R8;
-  // The scalar level has no MXFP4_R8 kernel of its own (it would unpack every group).
+  // The scalar level has no MXFP4_R8 / Q8_0_R8 kernel of its own (it would unpack every group).
   if (w == GgmlType::MXFP4 && level >= kernels::Simd::Avx2) return GgmlType::MXFP4_R8;
+  if (w == GgmlType::Q8_0 && level >= kernels::Simd::Avx2) return GgmlType::Q8_0_R8;
   return w;
 }
 
@@ -197,8 +200,10 @@ void repack_for_cpu(GgmlType w, void* data, int64_t cols, int64_t rows, int64_t 
   const int64_t groups = n_mat * (rows / 8);
   if (to == GgmlType::Q4_K_R8)
     kernels::q4k_rows8::repack(cols, data, row_bytes(w, cols), groups);
-  else
+  else if (to == GgmlType::MXFP4_R8)
     kernels::mxfp4_rows8::repack(cols, data, row_bytes(w, cols), groups);
+  else
+    kernels::q8_0_rows8::repack(cols, data, row_bytes(w, cols), groups);
 }
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
@@ -254,8 +259,8 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // path 25k at 16, 29-31k at 24 and 33-35k at 32 (AVX2: 16-20k vs 18-20k, 20-21k, 23-24k).
   constexpr int64_t kTile8MinTokens = 24;
   const kernels::Tile8Fn in_place = kernels::groups8_fn(w);
-  // An interleaved type without an in-place kernel (MXFP4_R8) goes through its pack/tile pair
-  // (which restores the GGUF rows) at every token count.
+  // An interleaved type without an in-place kernel (MXFP4_R8, Q8_0_R8) goes through its pack/tile
+  // pair (which restores the GGUF rows) at every token count.
   kernels::Tile8Kernel x8 = n_tok >= kTile8MinTokens || (kernels::rows_interleaved(w) && !in_place)
                                 ? kernels::tile8_fn(w)
                                 : kernels::Tile8Kernel{};

@@ -1,11 +1,11 @@
-// MXFP4_R8 (mxfp4_rows8.h): the repacking both ways, and the kernels of the levels without one
-// of their own, which restore a group's GGUF rows and run the level's MXFP4 kernel on them.
+// MXFP4_R8 (mxfp4_rows8.h): the repacking both ways, and the table entries of the levels without
+// a kernel of their own (rows8_unpacked.h).
 #include "backend/cpu/mxfp4_rows8.h"
 
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/dispatch.h"
+#include "backend/cpu/rows8_unpacked.h"
 #include "quant/blocks.h"
 
 namespace moeflow::kernels {
@@ -45,13 +45,6 @@ void unpack_block(const uint8_t* src, BlockMXFP4* const* rows, int64_t i) {
   }
 }
 
-// The thread's buffer for one unpacked group (rows8_unpacked: matvec never nests on a thread).
-uint8_t* group_scratch(size_t bytes) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < bytes) buf.resize(bytes);
-  return buf.data();
-}
-
 }  // namespace
 
 void repack(int64_t n, void* rows, size_t row_bytes, int64_t groups) {
@@ -75,40 +68,11 @@ void unpack(int64_t n, const void* group, void* dst) {
   for (int64_t i = 0; i < nb; ++i) unpack_block(g + i * kBlockBytes, rows, i);
 }
 
-void rows8_unpacked(int64_t n, const void* w, size_t, const void* act, float* out) {
-  const size_t rb = (size_t)(n / 32) * sizeof(BlockMXFP4);
-  uint8_t* rows = group_scratch(kRows * rb);
-  unpack(n, w, rows);
-  const DotFn fn = dot_fn(GgmlType::MXFP4);
-  for (int r = 0; r < kRows; ++r) fn(n, rows + r * rb, act, 0, 1, out + r);
-}
-
-void pack8_unpack(int64_t n, const void* w, size_t, void* dst) { unpack(n, w, dst); }
-
-void tile8_unpacked(int64_t n, const void* packed, const void* act, size_t act_stride, int nt,
-                    float* out) {
-  const size_t rb = (size_t)(n / 32) * sizeof(BlockMXFP4);
-  const DotFn fn = dot_fn(GgmlType::MXFP4);
-  float y[kMaxTokens];
-  for (int r = 0; r < kRows; ++r) {
-    fn(n, static_cast<const uint8_t*>(packed) + r * rb, act, act_stride, nt, y);
-    for (int t = 0; t < nt; ++t) out[kRows * t + r] = y[t];
-  }
-}
-
 }  // namespace mxfp4_rows8
 
-// Every level: rows past the last whole group are MXFP4 rows; whole groups unpacked (decode)
-// or restored once per pass (prefill, any token count: there is no in-place kernel).
 void fill_mxfp4_rows8_unpacked(DotTable& t) {
-  const int k = kMxfp4R8Slot;
-  t.fn[k] = t.fn[(int)GgmlType::MXFP4];
-  t.rows_fn[k] = mxfp4_rows8::rows8_unpacked;
-  t.rows[k] = mxfp4_rows8::kRows;
-  t.rows_any_length[k] = true;
-  t.pack8[k] = mxfp4_rows8::pack8_unpack;
-  t.tile8[k] = mxfp4_rows8::tile8_unpacked;
-  t.packed8_block_bytes[k] = mxfp4_rows8::kBlockBytes;
+  rows8_unpacked::Kernels<GgmlType::MXFP4, sizeof(BlockMXFP4), mxfp4_rows8::unpack>::fill(
+      t, kMxfp4R8Slot);
 }
 
 void fill_scalar_mxfp4_rows8(DotTable& t) { fill_mxfp4_rows8_unpacked(t); }

@@ -36,16 +36,10 @@ void repack(int64_t n, void* rows, size_t row_bytes, int64_t groups);
 // One group (n columns) back into its 8 GGUF rows, back to back at dst (8 x n / 32 x 17 bytes).
 void unpack(int64_t n, const void* group, void* dst);
 
-// The kernels every level can use (they call the level's MXFP4 kernel on unpacked rows).
-void rows8_unpacked(int64_t n, const void* w, size_t w_stride, const void* act, float* out);
-void pack8_unpack(int64_t n, const void* w, size_t w_stride, void* dst);
-void tile8_unpacked(int64_t n, const void* packed, const void* act, size_t act_stride, int nt,
-                    float* out);
-
 }  // namespace moeflow::kernels::mxfp4_rows8
 
 namespace moeflow::kernels {
-// The table entries of those (MXFP4's one-row kernel of the table must be set already); the
-// AVX2 and AVX-512 fills then put their own decode kernel in rows_fn.
+// The entries that restore GGUF rows (rows8_unpacked.h; MXFP4's one-row kernel of the table must
+// be set already); the AVX2 and AVX-512 fills then put their own decode kernel in rows_fn.
 void fill_mxfp4_rows8_unpacked(DotTable& t);
 }  // namespace moeflow::kernels

@@ -424,6 +424,7 @@ void fill_avx2_table(DotTable& t) {
   fill_avx2_q4k_exact(t);
   fill_avx2_q4k_rows8(t);
   fill_avx2_mxfp4_rows8(t);
+  fill_avx2_q8_0_rows8(t);
 }
 
 }  // namespace moeflow::kernels

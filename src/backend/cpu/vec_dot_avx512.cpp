@@ -625,6 +625,7 @@ void fill_avx512_table(DotTable& t) {
   fill_avx512_q4k_exact(t);
   fill_avx512_q4k_rows8(t);
   fill_avx512_mxfp4_rows8(t);
+  fill_avx512_q8_0_rows8(t);
 }
 
 }  // namespace moeflow::kernels

@@ -395,6 +395,7 @@ void fill_scalar_table(DotTable& t) {
   set(GgmlType::IQ4_XS, MOEFLOW_DOT_FN(dot_iq4_xs));
   fill_scalar_q4k_rows8(t);
   fill_scalar_mxfp4_rows8(t);
+  fill_scalar_q8_0_rows8(t);
 }
 
 }  // namespace moeflow::kernels
