@@ -114,8 +114,8 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (GgmlType t :
-       {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::Q5_K,
-        GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
+       {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q8_0, GgmlType::Q8_0_R8, GgmlType::Q6_K,
+        GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
   // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4).
   for (GgmlType t : {GgmlType::MXFP4, GgmlType::MXFP4_R8})
