@@ -120,6 +120,8 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4).
   for (GgmlType t : {GgmlType::MXFP4, GgmlType::MXFP4_R8})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 2880, 2880, threads, 64});
+  // gpt-oss-20b's attention query projection (Q8_0 2880 -> 4096) at pp512: every token.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q8_0_R8}) b->Args({(int64_t)t, 4096, 2880, 2, 512});
   // A DeepSeek-V2-Lite expert at pp512 (~48 tokens each): gate/up Q4_K 2048 -> 1408, down
   // Q5_0 1408 -> 2048 (1408 columns are not a multiple of 256).
   for (int threads : {1, 2}) {

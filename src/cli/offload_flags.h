@@ -73,7 +73,7 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
   app.add_flag(
       "--no-repack", o.no_repack,
       "a model read into memory: keep its weights in the file's layout instead of the one "
-      "the CPU kernels read fastest (Q4_K and MXFP4 rows interleaved by 8; the same results; "
+      "the CPU kernels read fastest (Q4_K, MXFP4 and Q8_0 rows interleaved by 8; the same results; "
       "for comparisons)");
   add_size_option(app, "--mem-limit", o.mem_limit,
                   "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "

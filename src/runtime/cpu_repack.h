@@ -1,10 +1,10 @@
 #pragma once
 // Which weights of a model read into memory the CPU backend rewrites into its own layouts
-// (backend/cpu/matmul.h: repack_for_cpu; today Q4_K and MXFP4 rows interleaved by 8, Q4_K_R8
-// and MXFP4_R8), as the
-// GgufFile::read_into_memory transform. Only the matrices the model multiplies through
-// Backend::matmul and nothing else (never token_embd, read row by row, nor attn_kv_b, whose
-// rows are dequantized and transposed): an interleaved matrix has no single rows to read.
+// (backend/cpu/matmul.h: repack_for_cpu; today Q4_K, MXFP4 and Q8_0 rows interleaved by 8:
+// Q4_K_R8, MXFP4_R8, Q8_0_R8), as the GgufFile::read_into_memory transform. Only the matrices the
+// model multiplies through Backend::matmul and nothing else (never token_embd, read row by row, nor
+// attn_kv_b, whose rows are dequantized and transposed): an interleaved matrix has no single rows
+// to read.
 #include <atomic>
 #include <cstdint>
 #include <string>

@@ -45,14 +45,14 @@ void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
             float* Y, ThreadPool* pool);
 
-// Layouts of the CPU kernels' own (core/ggml_type.h: Q4_K_R8, MXFP4_R8), rewritten once at load
-// where the weights lie in memory the process owns (a model read into memory): the type a
-// matrix of `rows` rows of type w becomes, or w where it stays (no such layout, rows not a
+// Layouts of the CPU kernels' own (core/ggml_type.h: Q4_K_R8, MXFP4_R8, Q8_0_R8), rewritten
+// once at load where the weights lie in memory the process owns (a model read into memory): the
+// type a matrix of `rows` rows of type w becomes, or w where it stays (no such layout, rows not a
 // multiple of 8, or the scalar level, which keeps its own kernels).
 GgmlType cpu_repacked_type(GgmlType w, int64_t rows);
 // Rewrites n_mat matrices of rows x cols of type w, back to back at data, into
 // cpu_repacked_type(w, rows) in place (the same bytes). At the levels that choose a layout every
-// product gives the same bits as before (and at every level for MXFP4_R8).
+// product gives the same bits as before (at every level for MXFP4_R8 and Q8_0_R8).
 void repack_for_cpu(GgmlType w, void* data, int64_t cols, int64_t rows, int64_t n_mat);
 
 // Name of the instruction set the dispatcher picked ("avx512", "avx2", "scalar"), and a way

@@ -45,8 +45,8 @@ void unpack(int64_t n, const void* group, void* dst) {
 }  // namespace q8_0_rows8
 
 void fill_q8_0_rows8_unpacked(DotTable& t) {
-  rows8_unpacked::Kernels<GgmlType::Q8_0, sizeof(BlockQ8_0), q8_0_rows8::unpack>::fill(
-      t, kQ80R8Slot);
+  rows8_unpacked::Kernels<GgmlType::Q8_0, sizeof(BlockQ8_0), q8_0_rows8::unpack>::fill(t,
+                                                                                       kQ80R8Slot);
 }
 
 void fill_scalar_q8_0_rows8(DotTable& t) { fill_q8_0_rows8_unpacked(t); }
