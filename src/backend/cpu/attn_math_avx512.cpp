@@ -1,13 +1,6 @@
 // AVX-512 tiles of attention's two inner loops (see attn_math.h): several queries against
 // several keys per pass, each key / value row loaded once for all of them.
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own "undefined" pass-through
-// operands (extract); nothing in this file reads uninitialised data.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-#include <immintrin.h>
+#include "backend/cpu/simd_intrinsics.h"
 
 #include <algorithm>
 #include <cmath>

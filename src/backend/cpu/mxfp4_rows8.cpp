@@ -3,8 +3,8 @@
 #include "backend/cpu/mxfp4_rows8.h"
 
 #include <cstring>
-#include <vector>
 
+#include "backend/cpu/rows8_repack.h"
 #include "backend/cpu/rows8_unpacked.h"
 #include "quant/blocks.h"
 
@@ -48,16 +48,13 @@ void unpack_block(const uint8_t* src, BlockMXFP4* const* rows, int64_t i) {
 }  // namespace
 
 void repack(int64_t n, void* rows, size_t row_bytes, int64_t groups) {
-  const int64_t nb = n / 32;
-  std::vector<uint8_t> copy((size_t)kRows * row_bytes);
-  auto* p = static_cast<uint8_t*>(rows);
-  for (int64_t gi = 0; gi < groups; ++gi, p += copy.size()) {
-    std::memcpy(copy.data(), p, copy.size());
-    const BlockMXFP4* src[kRows];
-    for (int r = 0; r < kRows; ++r)
-      src[r] = reinterpret_cast<const BlockMXFP4*>(copy.data() + (size_t)r * row_bytes);
-    for (int64_t i = 0; i < nb; ++i) repack_block(src, i, p + i * kBlockBytes);
-  }
+  repack_groups_in_place(n / 32, rows, row_bytes, groups, kBlockBytes,
+                         [&](const uint8_t* copy, int64_t i, uint8_t* dst) {
+                           const BlockMXFP4* src[kRows];
+                           for (int r = 0; r < kRows; ++r)
+                             src[r] = reinterpret_cast<const BlockMXFP4*>(copy + r * row_bytes);
+                           repack_block(src, i, dst);
+                         });
 }
 
 void unpack(int64_t n, const void* group, void* dst) {

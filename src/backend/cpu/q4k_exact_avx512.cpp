@@ -10,10 +10,7 @@
 // GGUF kernels compute S_i and M_i per row as 16 / 8 int32 lanes and reduce them (exact) before
 // the same float operations, scalar; before this file the AVX-512 kernels summed each lane in
 // float and reduced at the end (vec_dot_avx512.cpp still does so for Q5_K).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/simd_intrinsics.h"
 
 #include <cmath>
 #include <cstring>

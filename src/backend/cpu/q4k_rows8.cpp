@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/nt_dispatch.h"
+#include "backend/cpu/rows8_repack.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
 #include "quant/k_scales.h"
@@ -94,13 +94,9 @@ void rows8_scalar(int64_t n, const void* w, size_t, const void* act, float* out)
 }  // namespace
 
 void repack(int64_t n, void* rows, size_t row_bytes, int64_t groups) {
-  const int64_t nb = n / QK_K;
-  std::vector<uint8_t> copy((size_t)kRows * row_bytes);
-  auto* p = static_cast<uint8_t*>(rows);
-  for (int64_t gi = 0; gi < groups; ++gi, p += copy.size()) {
-    std::memcpy(copy.data(), p, copy.size());
-    for (int64_t i = 0; i < nb; ++i) repack_block(copy.data(), row_bytes, i, p + i * kBlockBytes);
-  }
+  repack_groups_in_place(
+      n / QK_K, rows, row_bytes, groups, kBlockBytes,
+      [&](const uint8_t* copy, int64_t i, uint8_t* dst) { repack_block(copy, row_bytes, i, dst); });
 }
 
 }  // namespace q4k_rows8

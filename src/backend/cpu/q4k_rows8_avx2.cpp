@@ -2,11 +2,7 @@
 // on each half of a group (rows 0-3, then 4-7: bytes 32h..32h+31 of every 64-byte chunk) with
 // vpmaddwd + vpaddd for vpdpwssd, and the float steps in the 4 lanes of each half (an FMA lane
 // rounds alike at any width), so the same bits.
-// GCC 12 flags the undefined upper half of _mm*_setzero/cast intrinsics (its own headers).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/simd_intrinsics.h"
 
 #include <cstring>
 

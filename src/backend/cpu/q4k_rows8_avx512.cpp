@@ -5,11 +5,7 @@
 // vpdpwssd. No per-row scale decoding and no horizontal sums: each row's S and M fall out in its
 // two int32 lanes. Measured against the GGUF-layout 8-row kernel (q4k_exact_avx512.cpp), one
 // thread, 256 x 4096 cache-resident on a Zen 4 EPYC: 42-44 GB/s against 17-20.
-// GCC 12 flags the undefined upper half of _mm*_setzero/cast intrinsics (its own headers).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/simd_intrinsics.h"
 
 #include <cstring>
 

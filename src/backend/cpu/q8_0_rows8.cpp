@@ -3,8 +3,8 @@
 #include "backend/cpu/q8_0_rows8.h"
 
 #include <cstring>
-#include <vector>
 
+#include "backend/cpu/rows8_repack.h"
 #include "backend/cpu/rows8_unpacked.h"
 #include "quant/blocks.h"
 
@@ -12,21 +12,16 @@ namespace moeflow::kernels {
 namespace q8_0_rows8 {
 
 void repack(int64_t n, void* rows, size_t row_bytes, int64_t groups) {
-  const int64_t nb = n / 32;
-  std::vector<uint8_t> copy((size_t)kRows * row_bytes);
-  auto* p = static_cast<uint8_t*>(rows);
-  for (int64_t gi = 0; gi < groups; ++gi, p += copy.size()) {
-    std::memcpy(copy.data(), p, copy.size());
-    for (int64_t i = 0; i < nb; ++i) {
-      uint8_t* dst = p + i * kBlockBytes;
-      for (int r = 0; r < kRows; ++r) {
-        const BlockQ8_0& b =
-            reinterpret_cast<const BlockQ8_0*>(copy.data() + (size_t)r * row_bytes)[i];
-        for (int k = 0; k < 4; ++k) std::memcpy(dst + 64 * k + 8 * r, b.qs + 8 * k, 8);
-        std::memcpy(dst + kScaleOff + 2 * r, &b.d, 2);
-      }
-    }
-  }
+  repack_groups_in_place(n / 32, rows, row_bytes, groups, kBlockBytes,
+                         [&](const uint8_t* copy, int64_t i, uint8_t* dst) {
+                           for (int r = 0; r < kRows; ++r) {
+                             const BlockQ8_0& b =
+                                 reinterpret_cast<const BlockQ8_0*>(copy + r * row_bytes)[i];
+                             for (int k = 0; k < 4; ++k)
+                               std::memcpy(dst + 64 * k + 8 * r, b.qs + 8 * k, 8);
+                             std::memcpy(dst + kScaleOff + 2 * r, &b.d, 2);
+                           }
+                         });
 }
 
 void unpack(int64_t n, const void* group, void* dst) {

@@ -4,12 +4,7 @@
 // accumulators would not fit the 16 ymm registers. The integer sums of four are the AVX2
 // one-row kernels' own steps (|w| times y with w's sign, vpmaddubsw, vpmaddwd by ones), the
 // float steps per lane too, and the final tree is hsum's: the bits of the base type here.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-#include <immintrin.h>
+#include "backend/cpu/simd_intrinsics.h"
 
 #include <algorithm>
 

@@ -9,12 +9,7 @@
 // product, summed at the end in hsum512's tree. So every row is the base type's AVX-512 (and
 // AVX2) result bit for bit, without per-row horizontal sums and with one weight stream
 // instead of eight.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-#include <immintrin.h>
+#include "backend/cpu/simd_intrinsics.h"
 
 #include "backend/cpu/mxfp4_rows8.h"
 #include "backend/cpu/nt_dispatch.h"

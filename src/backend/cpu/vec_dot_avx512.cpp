@@ -2,12 +2,7 @@
 // activation load is one contiguous 64-byte read; vpdpwssd fuses the per-sub-block scale
 // multiply and the accumulation. 32-element blocks use 256-bit vpdpbusd (no saturation).
 // Types without an entry here use the AVX2 kernels.
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own "undefined" pass-through
-// operands (cvtph_ps, extract); nothing in this file reads uninitialised data.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a GCC-only warning
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "backend/cpu/simd_intrinsics.h"
 
 #include "backend/cpu/kquant_avx2.h"
 #include "backend/cpu/kquant_avx512.h"
