@@ -37,6 +37,18 @@ inline size_t q8_0_scales8_offset(int64_t n) {
 inline size_t q8_0_activation_row_bytes(int64_t n) {
   return (q8_0_scales8_offset(n) + (size_t)(n / 32) * 32 + 63) & ~(size_t)63;
 }
+// MXFP4_R8's activation rows (mxfp4_rows8.h) append, at the next 64-byte boundary, per block
+// the 8 int32 -12 x (the sum of the quants of columns 4j .. 4j + 3): its kernels read the weights
+// as unsigned bytes w + 12 (0..24) against the signed quants and start each vpdpbusd there,
+// (w + 12) . y - 12 sum(y) = w . y, instead of computing -128 x sum(w) per weight vector.
+inline size_t mxfp4_r8_corrections_offset(int64_t n) { return q8_0_activation_row_bytes(n); }
+inline size_t mxfp4_r8_activation_row_bytes(int64_t n) {
+  return mxfp4_r8_corrections_offset(n) + (size_t)(n / 32) * 32;
+}
+inline const int32_t* mxfp4_r8_row_corrections(const void* row, int64_t n) {
+  return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(row) +
+                                          mxfp4_r8_corrections_offset(n));
+}
 inline const uint8_t* q8_0_row_quants_u8(const void* row, int64_t n) {
   return static_cast<const uint8_t*>(row) + q8_0_quants_offset(n);
 }

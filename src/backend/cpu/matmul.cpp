@@ -36,6 +36,14 @@ void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
         std::fill(scales8 + 8 * b, scales8 + 8 * b + 8, scales[b]);
         for (int k = 0; k < QK8_0; ++k) qs[b * QK8_0 + k] = (uint8_t)blocks[b].qs[k] ^ 0x80;
       }
+      if (w == GgmlType::MXFP4_R8) {
+        auto* corr = const_cast<int32_t*>(kernels::mxfp4_r8_row_corrections(out, n));
+        for (int64_t b = 0; b < n / QK8_0; ++b)
+          for (int j = 0; j < 8; ++j) {
+            const int8_t* q = blocks[b].qs + 4 * j;
+            corr[8 * b + j] = -12 * (q[0] + q[1] + q[2] + q[3]);
+          }
+      }
       break;
     }
     case GgmlType::Q8_1: kernels::quantize_q8_1(x, n, out); break;
@@ -96,6 +104,7 @@ GgmlType activation_type_for(GgmlType w) {
 
 size_t activation_row_bytes(GgmlType w, int64_t n) {
   const GgmlType a = activation_type_for(w);
+  if (w == GgmlType::MXFP4_R8) return kernels::mxfp4_r8_activation_row_bytes(n);
   return a == GgmlType::Q8_0 ? kernels::q8_0_activation_row_bytes(n) : row_bytes(a, n);
 }
 

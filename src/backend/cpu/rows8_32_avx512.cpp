@@ -11,9 +11,12 @@
 // instead of eight.
 #include "backend/cpu/simd_intrinsics.h"
 
+#include <array>
+
 #include "backend/cpu/mxfp4_rows8.h"
 #include "backend/cpu/nt_dispatch.h"
 #include "backend/cpu/q8_0_rows8.h"
+#include "quant/blocks.h"
 
 namespace moeflow::kernels {
 namespace {
@@ -29,11 +32,24 @@ inline __m512i bcast8(const uint8_t* p) {
   return _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i*)p));
 }
 
+// MXFP4's values + 12 (0..24), unsigned: see Mxfp4::kUnsigned.
+constexpr std::array<uint8_t, 16> kMxfp4Plus12 = [] {
+  std::array<uint8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kMxfp4Values[i] + 12);
+  return t;
+}();
+
 struct Mxfp4 {
   static constexpr size_t kBlockBytes = mxfp4_rows8::kBlockBytes;
+  // The weights as unsigned bytes w + 12 against the signed quants, each vpdpbusd starting from
+  // the activation row's -12 x sum(y) per four (kernel_table.h, mxfp4_r8_row_corrections): the
+  // same integers as -128 x sum(w) per weight vector and the unsigned quants, without the 8
+  // instructions per block that start value took.
+  static constexpr bool kUnsigned = true;
   static void weights(const uint8_t* g, __m512i* w) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)kMxfp4Values));
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)kMxfp4Plus12.data()));
     const __m512i lo = _mm512_loadu_si512(g + mxfp4_rows8::kLowOff),
                   hi = _mm512_loadu_si512(g + mxfp4_rows8::kHighOff);
     w[0] = _mm512_shuffle_epi8(table, _mm512_and_si512(lo, m4));
@@ -59,6 +75,7 @@ struct Mxfp4 {
 
 struct Q80 {
   static constexpr size_t kBlockBytes = q8_0_rows8::kBlockBytes;
+  static constexpr bool kUnsigned = false;  // signed quants, -128 x sum(w) per weight vector
   static void weights(const uint8_t* g, __m512i* w) {
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) w[k] = _mm512_loadu_si512(g + 64 * k);
@@ -73,15 +90,29 @@ struct Q80 {
   }
 };
 
+// The token's block i: its quants (unsigned y + 128 back to back, and signed in the Q8_0
+// block), its float scale, and for unsigned weights its correction start values.
+struct TokenBlock {
+  const uint8_t* yu;
+  const int8_t* ys;
+  const int32_t* corr;
+  float da;
+};
+
 // One group block into acc[0..3] (columns 8k .. 8k + 7 in accumulator k).
 template <class F>
-inline void block(const uint8_t* g, const uint8_t* yu, float da, __m512* acc) {
+inline void block(const uint8_t* g, const TokenBlock& y, __m512* acc) {
   __m512i w[4];
   F::weights(g, w);
-  const __m512 d = F::scales(g, da);
+  const __m512 d = F::scales(g, y.da);
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
-    const __m512i p = _mm512_dpbusd_epi32(offset_start(w[k]), bcast8(yu + 8 * k), w[k]);
+    __m512i p;
+    if constexpr (F::kUnsigned)
+      p = _mm512_dpbusd_epi32(bcast8((const uint8_t*)(y.corr + 2 * k)), w[k],
+                              bcast8((const uint8_t*)(y.ys + 8 * k)));
+    else
+      p = _mm512_dpbusd_epi32(offset_start(w[k]), bcast8(y.yu + 8 * k), w[k]);
     acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[k]);
   }
 }
@@ -94,6 +125,11 @@ void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
   const uint8_t* g = static_cast<const uint8_t*>(w);
   const uint8_t* yu = q8_0_row_quants_u8(act, n);
   const float* da = q8_0_row_scales(act, n);
+  const BlockQ8_0* yb = static_cast<const BlockQ8_0*>(act);
+  const int32_t* corr = F::kUnsigned ? mxfp4_r8_row_corrections(act, n) : nullptr;
+  auto token = [&](int64_t i) {
+    return TokenBlock{yu + 32 * i, yb[i].qs, F::kUnsigned ? corr + 8 * i : nullptr, da[i]};
+  };
   __m512 even[4], odd[4];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) even[k] = odd[k] = _mm512_setzero_ps();
@@ -103,11 +139,11 @@ void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
 #pragma GCC unroll 10
     for (size_t l = 0; l < 2 * kB + 64; l += 64)
       _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T1);
-    block<F>(g, yu + 32 * i, da[i], even);
-    block<F>(g + kB, yu + 32 * (i + 1), da[i + 1], odd);
+    block<F>(g, token(i), even);
+    block<F>(g + kB, token(i + 1), odd);
   }
   // The last block of an odd count: the even lanes only, as the one-row kernels.
-  if (i < nb) block<F>(g, yu + 32 * i, da[i], even);
+  if (i < nb) block<F>(g, token(i), even);
   // hsum512's tree per row: lane j + lane j + 8 (even + odd), then j + j + 4, j + j + 2, j + j + 1.
   __m512 a[4];
 #pragma GCC unroll 4
