@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the CPU kernel tests: the SIMD levels this CPU has, a guard that forces one for a
 // scope, and random activations.
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,6 +10,9 @@
 #include "core/error.h"
 
 namespace moeflow::test {
+
+// Two floats are the same IEEE bits (a product must equal another kernel's exactly).
+inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // "scalar", then "avx2" and "avx512" where the CPU (and MOEFLOW_SIMD) allows them.
 inline std::vector<std::string> levels() {

@@ -26,7 +26,7 @@ using test::LevelGuard;
 using test::levels;
 using test::random_floats;
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+using test::same_bits;
 
 // rows x cols Q4_K weights, and a copy whose first `grouped` rows are repacked (the rest, the
 // tail, stays in GGUF layout).

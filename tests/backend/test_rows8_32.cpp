@@ -39,16 +39,16 @@ using test::LevelGuard;
 using test::levels;
 using test::random_floats;
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+using test::same_bits;
 
-struct Weights {
+struct GroupedWeights {
   std::vector<uint8_t> plain, packed;
 };
 // rows x cols weights of f.base (scales spread over their range when `wide`, to reach the
 // subnormal and large ends), and a copy whose first `grouped` rows are repacked.
-Weights make(const Format& f, int64_t rows, int64_t cols, int64_t grouped, std::mt19937& rng,
-             bool wide = false) {
-  Weights w;
+GroupedWeights make_grouped(const Format& f, int64_t rows, int64_t cols, int64_t grouped,
+                            std::mt19937& rng, bool wide = false) {
+  GroupedWeights w;
   w.plain = test::random_weights(f.base, rows, cols, rng);
   if (wide && f.base == GgmlType::MXFP4) {
     auto* b = reinterpret_cast<BlockMXFP4*>(w.plain.data());
@@ -75,7 +75,7 @@ TEST(Rows8x32, RepackedProductsAreTheBaseBitsAtEveryLevel) {
         for (bool wide : {false, true}) {
           std::mt19937 rng(7 + (int)cols + wide);
           const int64_t rows = 29, grouped = 24;  // three groups and a tail of 5
-          const Weights w = make(f, rows, cols, grouped, rng, wide);
+          const GroupedWeights w = make_grouped(f, rows, cols, grouped, rng, wide);
           ASSERT_NE(w.plain, w.packed);
           const std::string where = std::string(type_name(f.r8)) + " " + level +
                                     " cols=" + std::to_string(cols) +
@@ -117,7 +117,7 @@ TEST(Rows8x32, UnpackRestoresTheGgufRows) {
   for (const Format& f : kFormats) {
     std::mt19937 rng(2);
     const int64_t rows = 16, cols = 2880;
-    const Weights w = make(f, rows, cols, rows, rng, true);
+    const GroupedWeights w = make_grouped(f, rows, cols, rows, rng, true);
     const size_t group = 8 * row_bytes(f.base, cols);
     std::vector<uint8_t> back(w.plain.size());
     for (int g = 0; g < 2; ++g)
@@ -131,7 +131,7 @@ TEST(Rows8x32, HeadsOfWholeGroupsMatchMatvec) {
   for (const Format& f : kFormats) {
     std::mt19937 rng(3);
     const int64_t rows = 16, cols = 512, heads = 3;
-    const Weights w = make(f, rows * heads, cols, rows * heads, rng);
+    const GroupedWeights w = make_grouped(f, rows * heads, cols, rows * heads, rng);
     const size_t head_bytes = row_bytes(f.base, cols) * rows;
     const auto X = random_floats(heads * cols, rng);
     for (const auto& level : levels()) {
