@@ -83,8 +83,8 @@ CachedExpertProvider::CachedExpertProvider(std::unique_ptr<ExpertStore> store,
   prefill_counts_.assign(static_cast<size_t>(store_->n_layers()) * store_->max_experts(), 0.0);
   loader_ = std::make_unique<SlotLoader>(*store_, std::move(transfer), high_.cache.get(),
                                          low_ ? low_->cache.get() : nullptr, cfg.io_threads,
-                                         cfg.low_when_idle, cfg.low_part_bytes, mu_, cv_,
-                                         static_cast<SlotLoaderHooks&>(*this));
+                                         cfg.low_when_idle, cfg.low_part_bytes, cfg.rewrite, mu_,
+                                         cv_, static_cast<SlotLoaderHooks&>(*this));
   // The policy's initial placement is read in the background from the start; a routed expert
   // among it is raised to HIGH like any other load in flight.
   std::lock_guard lk(mu_);
@@ -505,9 +505,10 @@ ExpertView CachedExpertProvider::acquire_impl(int layer, int expert, Precision p
   for (int proj = 0; proj < kNumExpertProj; ++proj) {
     const ChunkLoc& c = store_->chunk(layer, expert, proj, p);
     if (c.nbytes == 0) continue;
+    const ExpertSlice& m = slices[proj];
     v.proj[proj] =
         matrix_view(base + store_->slot_region(layer, expert, proj, p) + c.inner_offset,
-                    slices[proj].type, slices[proj].cols, slices[proj].rows, cache.space());
+                    cfg_.rewrite.slot_type(m.type, m.rows), m.cols, m.rows, cache.space());
   }
   return v;
 }
@@ -781,7 +782,10 @@ bool CachedExpertProvider::may_pause(int tier, int s) {
 void CachedExpertProvider::on_read(const Read& r) {
   LayerOffloadStats& st = ls(r.layer);
   st.read_s += r.seconds;
-  arrival_.on_read(r.bytes, r.seconds);
+  st.rewrite_s += r.rewrite_s;
+  st.bytes_rewritten += r.rewritten_bytes;
+  // A rewritten matrix is ready only after its rewrite: the estimate counts that time too.
+  arrival_.on_read(r.bytes, r.seconds + r.rewrite_s);
   st.bytes_read += r.bytes;
   if (r.tier == 1) st.bytes_read_low += r.bytes;
   if (r.chunk_done) ++st.chunks_read;

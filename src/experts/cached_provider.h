@@ -50,6 +50,7 @@
 #include "experts/prefetch_gate.h"
 #include "experts/prefetcher.h"
 #include "experts/slot_loader.h"
+#include "experts/slot_rewrite.h"
 #include "model/moe/expert_provider.h"
 #include "policy/resident_set.h"
 
@@ -105,6 +106,9 @@ struct OffloadConfig {
   // Also handed out by host_view() (pre-calculation on the host; `hybrid` may then be unset).
   std::shared_ptr<const ExpertViewTable> host_views;
   HybridCosts hybrid;
+  // Host slots only: every matrix rewritten on arrival into the compute backend's own layout
+  // (experts/slot_rewrite.h); acquire's views carry the rewritten type. Empty: the file's.
+  SlotRewrite rewrite;
 };
 
 class CachedExpertProvider final : public ExpertProvider, private SlotLoaderHooks {

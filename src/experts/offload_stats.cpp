@@ -24,6 +24,8 @@ void LayerOffloadStats::add(const LayerOffloadStats& o) {
   chunks_read += o.chunks_read;
   stall_s += o.stall_s;
   read_s += o.read_s;
+  bytes_rewritten += o.bytes_rewritten;
+  rewrite_s += o.rewrite_s;
   acquires_low += o.acquires_low;
   hits_low += o.hits_low;
   misses_low += o.misses_low;
@@ -71,6 +73,8 @@ nlohmann::json layer_json(const LayerOffloadStats& s) {
       {"chunks_read", s.chunks_read},
       {"stall_s", s.stall_s},
       {"read_s", s.read_s},
+      {"bytes_rewritten", s.bytes_rewritten},
+      {"rewrite_s", s.rewrite_s},
   };
 }
 }  // namespace

@@ -30,6 +30,10 @@ struct LayerOffloadStats {
   uint64_t chunks_read = 0;
   double stall_s = 0;  // time acquire() waited (critical-path stall)
   double read_s = 0;   // summed read time of this layer's chunks (all workers)
+  // Matrices rewritten on arrival into the compute backend's layout (OffloadConfig::rewrite):
+  // their bytes and the workers' time spent on it.
+  uint64_t bytes_rewritten = 0;
+  double rewrite_s = 0;
   // The low-precision tier's share of the counters above (HOBBIT mode; zero otherwise).
   uint64_t acquires_low = 0;
   uint64_t hits_low = 0;

@@ -2,23 +2,29 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/timer.h"
 
 namespace moeflow {
 
 SlotLoader::SlotLoader(const ExpertStore& store, std::shared_ptr<ChunkTransfer> transfer,
                        ExpertCache* high, ExpertCache* low, int io_threads, bool low_when_idle,
-                       uint64_t low_part_bytes, std::mutex& mu, std::condition_variable& cv,
-                       SlotLoaderHooks& hooks)
+                       uint64_t low_part_bytes, SlotRewrite rewrite, std::mutex& mu,
+                       std::condition_variable& cv, SlotLoaderHooks& hooks)
     : store_(store),
       transfer_(std::move(transfer)),
       cache_{high, low},
       low_part_bytes_(low_part_bytes),
+      rewrite_(std::move(rewrite)),
       mu_(mu),
       cv_(cv),
       hooks_(hooks) {
-  for (int t = 0; t < 2; ++t)
-    if (cache_[t]) io_[t].resize(cache_[t]->n_slots());
+  for (int t = 0; t < 2; ++t) {
+    if (!cache_[t]) continue;
+    io_[t].resize(cache_[t]->n_slots());
+    MOEFLOW_CHECK(!rewrite_ || cache_[t]->space() == MemSpace::Host,
+                  "SlotLoader: a slot rewrite needs slots in host memory");
+  }
   prefetcher_ =
       std::make_unique<Prefetcher>(static_cast<ChunkSink&>(*this), io_threads, low_when_idle);
 }
@@ -136,6 +142,14 @@ bool SlotLoader::run(const ChunkTask& t) {
     const double t0 = now_seconds();
     transfer_->copy(store_, ChunkPart{t.layer, t.expert, t.proj, p, pos, end}, dst);
     const double dt = now_seconds() - t0;
+    // The last part: the matrix is whole, and still Reading (nobody computes from it yet).
+    uint64_t rewritten = 0;
+    double rewrite_s = 0;
+    if (end == len && rewrite_) {
+      const double t1 = now_seconds();
+      rewritten = rewrite_chunk(t, dst);
+      rewrite_s = now_seconds() - t1;
+    }
     std::lock_guard lk(mu_);
     SlotIo& s = io(tier, slot);
     const uint64_t bytes = end - pos;
@@ -144,7 +158,7 @@ bool SlotLoader::run(const ChunkTask& t) {
     const bool done = pos == len;
     // Give way to demand loads, unless this expert has itself been asked for meanwhile.
     const bool pause = !done && prefetcher_->high_busy() && hooks_.may_pause(tier, slot);
-    hooks_.on_read({tier, t.layer, bytes, dt, done, pause});
+    hooks_.on_read({tier, t.layer, bytes, dt, done, pause, rewritten, rewrite_s});
     if (done) return true;
     if (pause) {
       s.state[t.proj] = ChunkState::Queued;
@@ -152,6 +166,15 @@ bool SlotLoader::run(const ChunkTask& t) {
       return false;
     }
   }
+}
+
+uint64_t SlotLoader::rewrite_chunk(const ChunkTask& t, uint8_t* dst) const {
+  const Precision p = prec(t.tier);
+  const ExpertSlice& m = store_.index(p).layers[t.layer].slices[t.expert][t.proj];
+  if (rewrite_.slot_type(m.type, m.rows) == m.type) return 0;
+  const ChunkLoc& c = store_.chunk(t.layer, t.expert, t.proj, p);
+  rewrite_.rewrite(m.type, dst + c.inner_offset, m.cols, m.rows);
+  return c.nbytes;
 }
 
 void SlotLoader::finish(const ChunkTask& t, const std::string& error) {

@@ -16,6 +16,10 @@
 // The loader reads the caches' slots (key, state, memory) but never changes one: every slot
 // state transition (Loading -> Ready / Failed, freeing) is the scheduler's, in its hooks.
 //
+// With a SlotRewrite (experts/slot_rewrite.h), a chunk's matrix is rewritten in place on the
+// worker after its last part arrived, while the chunk is still Reading: it becomes Ready in the
+// rewritten layout.
+//
 // Locking: one mutex, owned by the provider and passed in by reference, guards the loader's
 // state and the provider's, so that a slot's load state and its I/O state change together.
 // Every public method is called with it held (but the constructor, demand_busy_seconds, and the
@@ -36,6 +40,7 @@
 #include "experts/expert_cache.h"
 #include "experts/expert_store.h"
 #include "experts/prefetcher.h"
+#include "experts/slot_rewrite.h"
 
 namespace moeflow {
 
@@ -58,6 +63,10 @@ class SlotLoaderHooks {
     double seconds;
     bool chunk_done;
     bool paused;
+    // Of the chunk's last part: the bytes rewritten into the slot's layout after it, and how long
+    // that took (included in nothing above).
+    uint64_t rewritten_bytes = 0;
+    double rewrite_s = 0;
   };
   virtual void on_read(const Read& r) = 0;
 };
@@ -65,10 +74,11 @@ class SlotLoaderHooks {
 class SlotLoader final : private ChunkSink {
  public:
   // Tier 0 is `high`'s slots, tier 1 `low`'s (null: no low-precision tier); `hooks` and the
-  // caches must outlive the loader.
+  // caches must outlive the loader. `rewrite` (may be empty) applies to host slots only.
   SlotLoader(const ExpertStore& store, std::shared_ptr<ChunkTransfer> transfer, ExpertCache* high,
              ExpertCache* low, int io_threads, bool low_when_idle, uint64_t low_part_bytes,
-             std::mutex& mu, std::condition_variable& cv, SlotLoaderHooks& hooks);
+             SlotRewrite rewrite, std::mutex& mu, std::condition_variable& cv,
+             SlotLoaderHooks& hooks);
   // Stops the workers first: they call the hooks and re-queue paused reads.
   ~SlotLoader();
   SlotLoader(const SlotLoader&) = delete;
@@ -127,11 +137,15 @@ class SlotLoader final : private ChunkSink {
   SlotIo& io(int tier, int slot) { return io_[tier][slot]; }
   const SlotIo& io(int tier, int slot) const { return io_[tier][slot]; }
   static Precision prec(int tier) { return tier ? Precision::Low : Precision::High; }
+  // Rewrites the chunk's matrix (at `dst`, its region of the slot) into the slot's layout when
+  // the rewrite changes its type; returns the bytes rewritten (0: none).
+  uint64_t rewrite_chunk(const ChunkTask& t, uint8_t* dst) const;
 
   const ExpertStore& store_;
   std::shared_ptr<ChunkTransfer> transfer_;
   ExpertCache* cache_[2];
   uint64_t low_part_bytes_;
+  SlotRewrite rewrite_;
   std::mutex& mu_;
   std::condition_variable& cv_;
   SlotLoaderHooks& hooks_;

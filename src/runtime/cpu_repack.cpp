@@ -2,7 +2,9 @@
 
 #include <array>
 #include <atomic>
+#include <memory>
 #include <string_view>
+#include <unordered_map>
 
 #include "backend/cpu/matmul.h"
 #include "gguf/tensor_names.h"
@@ -43,6 +45,25 @@ GgufFile::TensorTransform cpu_repack_transform(std::atomic<uint64_t>* bytes) {
     if (bytes) *bytes += t.nbytes;
     return to;
   };
+}
+
+std::function<bool(const TensorView&)> matmul_only_views(const GgufFile& file) {
+  auto whole = std::make_shared<std::unordered_map<const uint8_t*, const GgufTensorInfo*>>();
+  for (const GgufTensorInfo& t : file.tensors())
+    if (is_matmul_only_weight(t.name)) (*whole)[file.data(t)] = &t;
+  return [whole](const TensorView& v) {
+    const auto it = whole->find(v.data);
+    return it != whole->end() && it->second->nbytes == v.nbytes();
+  };
+}
+
+SlotRewrite cpu_slot_rewrite() {
+  SlotRewrite r;
+  r.type_in_slot = [](GgmlType type, int64_t rows) { return cpu_repacked_type(type, rows); };
+  r.rewrite = [](GgmlType type, uint8_t* data, int64_t cols, int64_t rows) {
+    repack_for_cpu(type, data, cols, rows, 1);
+  };
+  return r;
 }
 
 }  // namespace moeflow

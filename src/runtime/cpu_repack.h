@@ -7,8 +7,12 @@
 // to read.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "core/tensor.h"
+
+#include "experts/slot_rewrite.h"
 #include "gguf/gguf_file.h"
 
 namespace moeflow {
@@ -21,5 +25,16 @@ bool is_matmul_only_weight(const std::string& name);
 // cpu_repacked_type maps to a layout of the CPU's own, counting their bytes into *bytes
 // (atomic: the transform runs on several threads).
 GgufFile::TensorTransform cpu_repack_transform(std::atomic<uint64_t>* bytes);
+
+// For the CPU backend's weight copies (an offloaded model's non-expert weights,
+// CpuBackend::set_copy_weights): true for a view that is the whole of one of `file`'s tensors
+// and that tensor is matmul-only. `file` must outlive the function.
+std::function<bool(const TensorView&)> matmul_only_views(const GgufFile& file);
+
+// The same layouts for an offloaded expert cache's host slots: every expert matrix that
+// cpu_repacked_type maps to a layout of the CPU's own is rewritten as it arrives (on the I/O
+// worker; experts/slot_rewrite.h), so a cached expert is read by the same kernels as a resident
+// one.
+SlotRewrite cpu_slot_rewrite();
 
 }  // namespace moeflow

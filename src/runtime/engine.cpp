@@ -1,5 +1,7 @@
 #include "runtime/engine.h"
 
+#include "runtime/cpu_repack.h"
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include "experts/device_provider.h"
 #include "experts/resident_provider.h"
 #include "gguf/gguf_file.h"
+#include "runtime/cpu_repack.h"
 #include "runtime/memory_facts.h"
 
 namespace moeflow {
@@ -108,9 +111,13 @@ void Engine::init(const EngineOptions& opt) {
     auto cpu = std::make_unique<CpuBackend>(pool_.get());
     // Each weight's file pages go as soon as its copy holds the bytes.
     const GgufFile& file = *file_;
-    cpu->set_copy_weights(true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); });
+    cpu->set_copy_weights(
+        true, [&file](const void* p, uint64_t n) { file.drop_mapped(p, n); },
+        opt.repack_weights ? matmul_only_views(file) : std::function<bool(const TensorView&)>{});
+    CpuBackend* copies = cpu.get();
     backend_ = std::move(cpu);
     ctx_ = std::make_unique<ForwardContext>(*model_, *provider_, n_ctx, batch, *backend_);
+    repacked_weight_bytes_ = copies->repacked_weight_bytes();  // the context adopted them
     ctx_->prefault_kv();
     init_snapshots(opt);
   } catch (const std::bad_alloc&) {

@@ -27,6 +27,9 @@ struct EngineOptions {
   // offloaded: under the memory pressure a budget is chosen for, file pages would be evicted and
   // re-read every token, and a lazily touched KV cache would grow past the plan.
   bool resident_weights = false;
+  // With resident_weights: the copies of the weights the model only multiplies are written in
+  // the CPU kernels' own layouts where one exists (runtime/cpu_repack.h; the same bits).
+  bool repack_weights = true;
   // cuda: weights and KV cache in VRAM, and every expert unless the provider given is a VRAM
   // expert cache (docs/gpu.md).
   BackendKind backend = BackendKind::Cpu;
@@ -71,6 +74,8 @@ class Engine {
   ExpertProvider& provider() { return *provider_; }
   ThreadPool& pool() { return *pool_; }
   Backend& backend() { return ctx_->backend(); }
+  // resident_weights: bytes of the weight copies written in the CPU kernels' own layouts.
+  uint64_t repacked_weight_bytes() const { return repacked_weight_bytes_; }
   int64_t n_vocab() const { return model_->n_vocab(); }
   int64_t pos() const { return ctx_->pos(); }
   void reset() { ctx_->reset(); }
@@ -105,6 +110,7 @@ class Engine {
   // A device backend, or the CPU one when the engine needs its own (resident_weights);
   // otherwise the context owns a CpuBackend.
   std::unique_ptr<Backend> backend_;
+  uint64_t repacked_weight_bytes_ = 0;
   // Beside a device backend: the CPU backend that computes experts served from host memory
   // (the CPU/GPU hybrid), over pool_.
   std::unique_ptr<Backend> host_backend_;

@@ -1,10 +1,13 @@
 #include "runtime/offload_session.h"
 
+#include "runtime/cpu_repack.h"
+
 #include <cctype>
 #include <cmath>
 
 #include "experts/resident_provider.h"
 #include "model/hparams.h"
+#include "runtime/cpu_repack.h"
 #include "runtime/hybrid_costs.h"
 #include "runtime/offload_auto.h"
 #include "trace/importers.h"
@@ -192,6 +195,10 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file,
   cfg.prefetch_gate = !o.prefetch_always && !o.prefetch_wait;
   cfg.prefetch_wait = o.prefetch_wait;
   cfg.prefill_slots = o.prefill_slots;
+  // --repack-slots: host slots, read by the CPU backend, rewritten on arrival into its kernels'
+  // layouts, as a model read into memory is at load (runtime/cpu_repack.h; the same output
+  // bits). Opt-in: measured in docs/bigger-than-ram.md ("Slots in the CPU's layouts").
+  if (!device && o.repack_slots) cfg.rewrite = cpu_slot_rewrite();
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();

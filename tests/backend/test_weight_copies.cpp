@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/matmul.h"
 #include "core/ggml_type.h"
 #include "core/tensor.h"
 #include "quant/quant.h"
@@ -73,6 +74,49 @@ TEST(WeightCopies, WithoutCopiesEveryWeightStaysWhereItLies) {
   EXPECT_EQ(be.adopt_weight(w.view).data, w.view.data);
   EXPECT_EQ(be.adopt_lookup_table(w.view).data, w.view.data);
   EXPECT_EQ(be.copied_weight_bytes(), 0u);
+}
+
+// y = W x through the backend, for `tokens` random rows x.
+std::vector<float> products(CpuBackend& be, const TensorView& w, int64_t tokens) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> x((size_t)(w.cols() * tokens)), y((size_t)(w.rows() * tokens));
+  for (float& v : x) v = g(rng);
+  be.matmul(w, matrix_view(x.data(), GgmlType::F32, w.cols(), tokens),
+            matrix_view(y.data(), GgmlType::F32, w.rows(), tokens));
+  return y;
+}
+
+// Weights the model only multiplies are copied into the CPU kernels' own layout where the SIMD
+// level has one (Q4_K -> Q4_K_R8 at AVX2 and above): the same products, bit for bit, one token
+// or several. Weights the predicate refuses, and sub-blocks of a wider matrix, keep the file's.
+TEST(WeightCopies, MatmulOnlyWeightsAreCopiedIntoTheCpuLayout) {
+  CpuBackend be(nullptr);
+  const QuantTable w = q4k_table(512, 16, 4), other = q4k_table(512, 16, 5);
+  be.set_copy_weights(true, {}, [&](const TensorView& v) { return v.data == w.view.data; });
+  const GgmlType expect = cpu_repacked_type(GgmlType::Q4_K, 16);
+  const TensorView cw = be.adopt_weight(w.view);
+  EXPECT_EQ(cw.type, expect);
+  EXPECT_EQ(be.repacked_weight_bytes(), expect == GgmlType::Q4_K ? 0u : w.bytes.size());
+  if (expect != GgmlType::Q4_K) {
+    EXPECT_NE(std::memcmp(cw.data, w.view.data, w.bytes.size()), 0);
+  }
+  CpuBackend plain(nullptr);
+  for (int64_t tokens : {1, 3})
+    EXPECT_EQ(products(be, cw, tokens), products(plain, w.view, tokens));
+  EXPECT_EQ(be.adopt_weight(w.view).type, expect);  // the one copy, with its layout
+
+  const TensorView co = be.adopt_weight(other.view);
+  EXPECT_EQ(co.type, GgmlType::Q4_K);
+  EXPECT_EQ(std::memcmp(co.data, other.view.data, other.bytes.size()), 0);
+
+  // Columns 0..255 of every row of w: not dense, copied as it lies (its rows keep their stride).
+  CpuBackend any(nullptr);
+  any.set_copy_weights(true, {}, [](const TensorView&) { return true; });
+  const TensorView half =
+      strided_matrix_view(w.view.data, GgmlType::Q4_K, 256, 16, w.view.row_stride());
+  EXPECT_EQ(any.adopt_weight(half).type, GgmlType::Q4_K);
+  EXPECT_EQ(any.repacked_weight_bytes(), 0u);
 }
 
 }  // namespace

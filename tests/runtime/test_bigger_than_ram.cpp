@@ -192,20 +192,66 @@ uint64_t expect_repack_keeps_tokens(const std::string& m) {
   return plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
 }
 
+// Offloaded, the same layouts reach the non-expert weights' copies (by default) and, with
+// --repack-slots, every expert as it arrives in its cache slot (experts/slot_rewrite.h): the
+// same tokens as the file's layout everywhere (--no-repack) and as the model read into memory.
+struct OffloadedRepack {
+  uint64_t weights = 0;  // non-expert bytes copied into a CPU layout
+  uint64_t slots = 0;    // expert bytes rewritten on arrival
+};
+OffloadedRepack expect_offloaded_repack_keeps_tokens(const std::string& m) {
+  const RunResult resident = run_split("run -m " + m + kGen);
+  const std::string off = " --cache-rate 0.5";
+  const RunResult plain = run_split("run -m " + m + kGen + off);
+  const RunResult none = run_split("run -m " + m + kGen + off + " --no-repack");
+  const RunResult slots = run_split("run -m " + m + kGen + off + " --repack-slots");
+  OffloadedRepack out;
+  for (const RunResult* r : {&resident, &plain, &none, &slots}) {
+    EXPECT_EQ(r->rc, 0) << r->err;
+    if (r->rc != 0) return out;
+  }
+  for (const RunResult* r : {&plain, &none, &slots}) {
+    EXPECT_TRUE(r->stats["offload"]["enabled"].get<bool>()) << r->err;
+    EXPECT_EQ(r->text, resident.text) << r->err;
+  }
+  EXPECT_EQ(none.stats["memory"]["weights_repacked_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(plain.stats["offload"]["total"]["bytes_rewritten"].get<uint64_t>(), 0u);
+  EXPECT_EQ(none.stats["offload"]["total"]["bytes_rewritten"].get<uint64_t>(), 0u);
+  // --repack-slots changes the slots only: the non-expert copies are the default's.
+  EXPECT_EQ(slots.stats["memory"]["weights_repacked_bytes"],
+            plain.stats["memory"]["weights_repacked_bytes"]);
+  out.weights = plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
+  out.slots = slots.stats["offload"]["total"]["bytes_rewritten"].get<uint64_t>();
+  // Every expert read was rewritten (the counts are of the same reads: a slice read whole).
+  if (out.slots) {
+    EXPECT_GE(slots.stats["offload"]["total"]["bytes_read"].get<uint64_t>(), out.slots);
+    EXPECT_GT(slots.stats["offload"]["total"]["rewrite_s"].get<double>(), 0.0);
+  }
+  return out;
+}
+
 // The level the suite runs at as MOEFLOW_SIMD caps it ("" when not capped).
 std::string simd_cap() {
   const char* cap = std::getenv("MOEFLOW_SIMD");
   return cap == nullptr ? "" : cap;
 }
 
+// The model at temp_path(name), generated with `gen_args` unless an earlier test did.
+std::string model_once(const std::string& name, const std::string& gen_args) {
+  const std::string m = temp_path(name);
+  if (!std::filesystem::exists(m)) {
+    const Cmd c = run_moeflow("gen-model " + gen_args + " -q -o " + m);
+    EXPECT_EQ(c.rc, 0) << c.out;
+  }
+  return m;
+}
+
+const char* kQ4kModel = "--arch mixtral --preset small --type Q4_K --seed 5";
+const char* kMxfp4Model = "--arch gpt-oss --preset small --type Q8_0 --expert-type MXFP4 --seed 5";
+
 // Q4_K -> Q4_K_R8 at the AVX2 and AVX-512 levels.
 TEST(AutoFit, RepackedWeightsGenerateTheSameTokens) {
-  const std::string m = temp_path("fit_q4k.gguf");
-  if (!std::filesystem::exists(m)) {
-    const Cmd c =
-        run_moeflow("gen-model --arch mixtral --preset small --type Q4_K --seed 5 -q -o " + m);
-    ASSERT_EQ(c.rc, 0) << c.out;
-  }
+  const std::string m = model_once("fit_q4k.gguf", kQ4kModel);
   const uint64_t repacked = expect_repack_keeps_tokens(m);
   // Every expert and attention matrix of this model is Q4_K with whole groups of 8 rows; only
   // the scalar level (MOEFLOW_SIMD=scalar) keeps its own kernel and repacks nothing.
@@ -218,18 +264,29 @@ TEST(AutoFit, RepackedWeightsGenerateTheSameTokens) {
 // gpt-oss's MXFP4 experts and Q8_0 attention and output -> MXFP4_R8 and Q8_0_R8 at the AVX2 and
 // AVX-512 levels (backend/cpu/mxfp4_rows8.h, q8_0_rows8.h).
 TEST(AutoFit, RepackedMxfp4ExpertsGenerateTheSameTokens) {
-  const std::string m = temp_path("fit_mxfp4.gguf");
-  if (!std::filesystem::exists(m)) {
-    const Cmd c = run_moeflow(
-        "gen-model --arch gpt-oss --preset small --type Q8_0 --expert-type MXFP4 --seed 5 -q -o " +
-        m);
-    ASSERT_EQ(c.rc, 0) << c.out;
-  }
+  const std::string m = model_once("fit_mxfp4.gguf", kMxfp4Model);
   const uint64_t repacked = expect_repack_keeps_tokens(m);
   if (simd_cap() == "scalar")
     EXPECT_EQ(repacked, 0u);
   else
     EXPECT_GE(repacked, std::filesystem::file_size(m) / 2);
+}
+
+TEST(AutoFit, OffloadedRepackGeneratesTheSameTokens) {
+  for (const auto& [name, args] :
+       {std::pair{"fit_q4k.gguf", kQ4kModel}, std::pair{"fit_mxfp4.gguf", kMxfp4Model}}) {
+    SCOPED_TRACE(name);
+    const std::string m = model_once(name, args);
+    const OffloadedRepack r = expect_offloaded_repack_keeps_tokens(m);
+    if (simd_cap() == "scalar") {
+      EXPECT_EQ(r.weights, 0u);
+      EXPECT_EQ(r.slots, 0u);
+    } else {
+      // Attention (and gpt-oss's Q8_0 output head) among the copies; the experts in the slots.
+      EXPECT_GT(r.weights, 0u);
+      EXPECT_GE(r.slots, std::filesystem::file_size(m) / 8);
+    }
+  }
 }
 
 TEST(AutoFit, ExplicitSettingsOverrideAndContradictionsAreErrors) {

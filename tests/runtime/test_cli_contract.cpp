@@ -172,8 +172,10 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
       {"bench -m /nonexistent.gguf --backend standin --mmap", "--mmap"},
       {run + "--no-repack --mmap", "--no-repack"},
       {run + "--no-repack --no-offload", "--no-repack"},
-      {run + "--no-repack --cache-rate 0.5", "--no-repack"},
       {"bench -m /nonexistent.gguf --backend standin --no-repack", "--no-repack"},
+      {run + "--repack-slots --no-repack --cache-rate 0.5", "--repack-slots"},
+      {run + "--repack-slots --no-offload", "--repack-slots"},
+      {"bench -m /nonexistent.gguf --backend standin --repack-slots", "--repack-slots"},
   };
   for (const Case& c : cases) {
     const Out o = moeflow(c.args);

@@ -25,12 +25,19 @@ class CpuBackend final : public Backend {
   // non-expert weights would be evicted and re-read on every token. The copy holds the same
   // bytes, so every op gives the same bits. Set before the weights are adopted. `copied` is
   // told each source range once its copy is made (to drop the file pages right away, so the
-  // peak never holds both).
-  void set_copy_weights(bool on, std::function<void(const void*, uint64_t)> copied = {}) {
+  // peak never holds both). `matmul_only` (may be empty) says which weights the model only ever
+  // multiplies, never reads row by row: their copies are written in the CPU kernels' own layout
+  // where one exists (matmul.h: cpu_repacked_type, repack_for_cpu; the same bits), and the
+  // adopted view has that layout's type.
+  void set_copy_weights(bool on, std::function<void(const void*, uint64_t)> copied = {},
+                        std::function<bool(const TensorView&)> matmul_only = {}) {
     copy_weights_ = on;
     on_copied_ = std::move(copied);
+    matmul_only_ = std::move(matmul_only);
   }
   uint64_t copied_weight_bytes() const { return copied_bytes_; }
+  // Of those, the bytes copied into a layout of the CPU's own.
+  uint64_t repacked_weight_bytes() const { return repacked_bytes_; }
 
   std::string name() const override { return "cpu"; }
   MemSpace space() const override { return MemSpace::Host; }
@@ -83,9 +90,15 @@ class CpuBackend final : public Backend {
   std::vector<float> x_pack_, y_pack_;      // matmul of strided rows
   bool copy_weights_ = false;
   std::function<void(const void*, uint64_t)> on_copied_;
+  std::function<bool(const TensorView&)> matmul_only_;
   // One copy per source range: tied embeddings (output = token_embd) are copied once.
-  std::map<std::pair<const uint8_t*, uint64_t>, Buffer> copies_;
+  struct Copy {
+    Buffer bytes;
+    GgmlType type;  // the source's, or the CPU layout it was repacked into
+  };
+  std::map<std::pair<const uint8_t*, uint64_t>, Copy> copies_;
   uint64_t copied_bytes_ = 0;
+  uint64_t repacked_bytes_ = 0;
 };
 
 }  // namespace moeflow
