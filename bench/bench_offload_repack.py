@@ -2,12 +2,12 @@
 """What the CPU kernels' own layouts (Q4_K_R8, MXFP4_R8, Q8_0_R8; docs/kernels.md) are worth
 once experts are offloaded, and what they cost:
 
-  file        --no-repack: every weight in the GGUF layout (the non-expert copies and the slots)
-  default     the non-expert weights' copies repacked at load; the slots in the file's layout
-  slots       --repack-slots: the default, and every expert rewritten as it arrives in its slot
+  file        the default: every weight in the GGUF layout (the non-expert copies and the slots)
+  repacked    --repack-offloaded: the non-expert weights' copies repacked at load, and every
+              expert rewritten as it arrives in its cache slot
 
 Each configuration runs `moeflow bench -p P -n N --reps 1 --json --cache-rate R` as its own
-process (a cold expert cache: the slots fill as the run goes, as they would for a user), the three
+process (a cold expert cache: the slots fill as the run goes, as they would for a user), the two
 interleaved within every rep; medians over reps, ratios against `file` from the same reps. The
 offload counters of each run are kept (hit rate, stall, bytes rewritten and the time spent on it).
 
@@ -26,7 +26,7 @@ import sys
 from moeflow_version import binary_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = {"file": ["--no-repack"], "default": [], "slots": ["--repack-slots"]}
+CONFIGS = {"file": [], "repacked": ["--repack-offloaded"]}
 
 
 def cpu_model() -> str:

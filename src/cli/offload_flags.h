@@ -72,12 +72,13 @@ inline void add_offload_options(CLI::App& app, OffloadOptions& o,
                "memory with 2 MiB pages (the default; faster decode, a read of the file at load)");
   app.add_flag(
       "--no-repack", o.no_repack,
-      "a model read into memory, or the non-expert weights of an offloaded one: keep them in "
-      "the file's layout instead of the one the CPU kernels read fastest (Q4_K, MXFP4 and Q8_0 "
-      "rows interleaved by 8; the same results; for comparisons)");
-  app.add_flag("--repack-slots", o.repack_slots,
-               "offloaded experts: rewrite each into the CPU kernels' layout as it arrives in its "
-               "cache slot (the same results; pays only when experts stay cached for many uses)");
+      "a model read into memory: keep its weights in the file's layout instead of the one "
+      "the CPU kernels read fastest (Q4_K, MXFP4 and Q8_0 rows interleaved by 8; the same results; "
+      "for comparisons)");
+  app.add_flag("--repack-offloaded", o.repack_offloaded,
+               "an offloaded model: the CPU kernels' layouts for it too, its non-expert weights "
+               "rewritten at load and every expert as it arrives in its cache slot (the same "
+               "results; measured no faster, for comparisons)");
   add_size_option(app, "--mem-limit", o.mem_limit,
                   "auto budget: plan for at most this much memory (e.g. 8GiB) when the machine "
                   "has more free");

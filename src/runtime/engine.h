@@ -29,7 +29,7 @@ struct EngineOptions {
   bool resident_weights = false;
   // With resident_weights: the copies of the weights the model only multiplies are written in
   // the CPU kernels' own layouts where one exists (runtime/cpu_repack.h; the same bits).
-  bool repack_weights = true;
+  bool repack_weights = false;
   // cuda: weights and KV cache in VRAM, and every expert unless the provider given is a VRAM
   // expert cache (docs/gpu.md).
   BackendKind backend = BackendKind::Cpu;

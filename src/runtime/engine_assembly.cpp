@@ -129,7 +129,7 @@ LoadedEngine load_engine(std::shared_ptr<const GgufFile> file, EngineOptions opt
                    store.path().c_str(), store.path().c_str());
   }
   opt.resident_weights = le.offload.provider != nullptr;
-  opt.repack_weights = !offload.no_repack;
+  opt.repack_weights = offload.repack_offloaded;
   le.engine = std::make_unique<Engine>(std::move(file), opt, le.offload.provider);
   if (opt.resident_weights) le.plan.repacked_bytes = le.engine->repacked_weight_bytes();
   le.offload.attach(le.engine->context(), le.engine->model());

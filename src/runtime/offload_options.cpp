@@ -91,16 +91,16 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
         "--mmap keeps a model that fits the free memory mapped instead of read into memory; "
         "with --no-offload or an explicit --expert-cache / --cache-rate the file stays mapped "
         "anyway");
-  if (o.no_repack && (o.mmap || o.no_offload))
+  if (o.no_repack && (o.mmap || o.no_offload || o.enabled()))
     return err(
-        "--no-repack keeps the weights read into memory (the whole model, or the non-expert "
-        "weights of an offloaded one) in their file layout; with --mmap or --no-offload nothing "
-        "is read into memory or repacked anyway");
-  if (o.repack_slots && (o.mmap || o.no_offload || o.no_repack))
+        "--no-repack keeps the weights of a model read into memory in their file layout; with "
+        "--mmap, --no-offload or an explicit --expert-cache / --cache-rate nothing is read into "
+        "memory or repacked anyway");
+  if (o.repack_offloaded && (o.mmap || o.no_offload || o.no_repack))
     return err(
-        "--repack-slots rewrites the experts an offloaded cache reads into the CPU kernels' "
-        "layouts; with --mmap, --no-offload or --no-repack no expert is read into a cache slot "
-        "or repacked");
+        "--repack-offloaded rewrites an offloaded model's weights into the CPU kernels' layouts; "
+        "with --mmap or --no-offload nothing is offloaded, and --no-repack asks for the file's "
+        "layout");
   if (o.vram_budget && o.vram_free)
     return err("--vram-budget and --vram-free are exclusive: give one of them");
   if ((o.low_cache.has_value() + (o.low_cache_rate != 0) + o.low_share.has_value()) > 1)
@@ -126,10 +126,10 @@ std::optional<std::string> check_offload_options(const OffloadOptions& o,
         "expert cache of --backend cuda; the CPU backend's RAM cache takes --expert-cache or "
         "--cache-rate");
   if (backend && *backend != BackendKind::Cpu &&
-      (o.enabled() || o.no_offload || o.mem_limit || o.mmap || o.no_repack || o.repack_slots))
+      (o.enabled() || o.no_offload || o.mem_limit || o.mmap || o.no_repack || o.repack_offloaded))
     return err(
         "--expert-cache, --cache-rate, --no-offload, --mem-limit, --mmap, --no-repack and "
-        "--repack-slots shape the CPU "
+        "--repack-offloaded shape the CPU "
         "backend's RAM use; with --backend {} give --vram-budget SIZE or --vram-free SIZE",
         backend_kind_name(*backend));
   // Options that belong to another mode, or to another option: they would do nothing.

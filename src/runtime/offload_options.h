@@ -56,15 +56,14 @@ struct OffloadOptions {
   // mapping (the page cache: shared with other processes, evictable) instead of a copy in the
   // process's memory with huge pages (GgufFile::read_into_memory; runtime/engine_assembly.cpp).
   bool mmap = false;
-  // --no-repack: a model read into memory, and the non-expert weights an offloaded model copies
-  // into memory, keep their GGUF layout instead of the CPU kernels' own for the weights that
-  // have one (runtime/cpu_repack.h; the same results either way).
+  // --no-repack: a model read into memory keeps its GGUF layout instead of the CPU kernels' own
+  // for the weights that have one (runtime/cpu_repack.h; the same results either way).
   bool no_repack = false;
-  // --repack-slots: an offloaded cache's experts are rewritten into those layouts as they
-  // arrive (experts/slot_rewrite.h; the same results). Off by default: a rewrite costs more
-  // than its faster reads return unless an expert stays cached for many uses (measured in
-  // docs/bigger-than-ram.md, "Slots in the CPU's layouts").
-  bool repack_slots = false;
+  // --repack-offloaded: an offloaded model gets those layouts too: the non-expert weights'
+  // copies at load, and every expert as it arrives in its cache slot (experts/slot_rewrite.h;
+  // the same results). Off by default: measured no faster offloaded (docs/bigger-than-ram.md,
+  // "The CPU's layouts when offloading").
+  bool repack_offloaded = false;
   // A device backend (runtime/vram_plan.h): a VRAM expert cache of this size, or of what leaves
   // vram_free of VRAM free; planned as if the device had at most vram_limit.
   std::optional<uint64_t> vram_budget, vram_free, vram_limit;

@@ -195,10 +195,10 @@ OffloadSession make_offload(const OffloadOptions& o, const GgufFile& file,
   cfg.prefetch_gate = !o.prefetch_always && !o.prefetch_wait;
   cfg.prefetch_wait = o.prefetch_wait;
   cfg.prefill_slots = o.prefill_slots;
-  // --repack-slots: host slots, read by the CPU backend, rewritten on arrival into its kernels'
-  // layouts, as a model read into memory is at load (runtime/cpu_repack.h; the same output
-  // bits). Opt-in: measured in docs/bigger-than-ram.md ("Slots in the CPU's layouts").
-  if (!device && o.repack_slots) cfg.rewrite = cpu_slot_rewrite();
+  // --repack-offloaded: host slots, read by the CPU backend, rewritten on arrival into its
+  // kernels' layouts, as a model read into memory is at load (runtime/cpu_repack.h; the same
+  // output bits). Opt-in: docs/bigger-than-ram.md, "The CPU's layouts when offloading".
+  if (!device && o.repack_offloaded) cfg.rewrite = cpu_slot_rewrite();
   PolicyOptions po;
   po.n_layers = store->n_layers();
   po.n_experts = store->max_experts();

@@ -192,9 +192,10 @@ uint64_t expect_repack_keeps_tokens(const std::string& m) {
   return plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
 }
 
-// Offloaded, the same layouts reach the non-expert weights' copies (by default) and, with
-// --repack-slots, every expert as it arrives in its cache slot (experts/slot_rewrite.h): the
-// same tokens as the file's layout everywhere (--no-repack) and as the model read into memory.
+// Offloaded, the model keeps the file's layout unless --repack-offloaded asks for the same
+// layouts there: the non-expert weights' copies at load and every expert as it arrives in its
+// cache slot (experts/slot_rewrite.h). The same tokens either way, and as the model read into
+// memory.
 struct OffloadedRepack {
   uint64_t weights = 0;  // non-expert bytes copied into a CPU layout
   uint64_t slots = 0;    // expert bytes rewritten on arrival
@@ -203,29 +204,25 @@ OffloadedRepack expect_offloaded_repack_keeps_tokens(const std::string& m) {
   const RunResult resident = run_split("run -m " + m + kGen);
   const std::string off = " --cache-rate 0.5";
   const RunResult plain = run_split("run -m " + m + kGen + off);
-  const RunResult none = run_split("run -m " + m + kGen + off + " --no-repack");
-  const RunResult slots = run_split("run -m " + m + kGen + off + " --repack-slots");
+  const RunResult repacked = run_split("run -m " + m + kGen + off + " --repack-offloaded");
   OffloadedRepack out;
-  for (const RunResult* r : {&resident, &plain, &none, &slots}) {
+  for (const RunResult* r : {&resident, &plain, &repacked}) {
     EXPECT_EQ(r->rc, 0) << r->err;
     if (r->rc != 0) return out;
   }
-  for (const RunResult* r : {&plain, &none, &slots}) {
+  for (const RunResult* r : {&plain, &repacked}) {
     EXPECT_TRUE(r->stats["offload"]["enabled"].get<bool>()) << r->err;
     EXPECT_EQ(r->text, resident.text) << r->err;
   }
-  EXPECT_EQ(none.stats["memory"]["weights_repacked_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(plain.stats["offload"]["total"]["bytes_rewritten"].get<uint64_t>(), 0u);
-  EXPECT_EQ(none.stats["offload"]["total"]["bytes_rewritten"].get<uint64_t>(), 0u);
-  // --repack-slots changes the slots only: the non-expert copies are the default's.
-  EXPECT_EQ(slots.stats["memory"]["weights_repacked_bytes"],
-            plain.stats["memory"]["weights_repacked_bytes"]);
-  out.weights = plain.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
-  out.slots = slots.stats["offload"]["total"]["bytes_rewritten"].get<uint64_t>();
-  // Every expert read was rewritten (the counts are of the same reads: a slice read whole).
+  const nlohmann::json& t = repacked.stats["offload"]["total"];
+  out.weights = repacked.stats["memory"]["weights_repacked_bytes"].get<uint64_t>();
+  out.slots = t["bytes_rewritten"].get<uint64_t>();
+  // Every rewritten expert was read (a slice is read whole, and rewritten once).
+  EXPECT_GE(t["bytes_read"].get<uint64_t>(), out.slots);
   if (out.slots) {
-    EXPECT_GE(slots.stats["offload"]["total"]["bytes_read"].get<uint64_t>(), out.slots);
-    EXPECT_GT(slots.stats["offload"]["total"]["rewrite_s"].get<double>(), 0.0);
+    EXPECT_GT(t["rewrite_s"].get<double>(), 0.0);
   }
   return out;
 }

@@ -173,9 +173,10 @@ TEST(CliContract, OffloadOptionRulesAreUsageErrorsBeforeLoading) {
       {run + "--no-repack --mmap", "--no-repack"},
       {run + "--no-repack --no-offload", "--no-repack"},
       {"bench -m /nonexistent.gguf --backend standin --no-repack", "--no-repack"},
-      {run + "--repack-slots --no-repack --cache-rate 0.5", "--repack-slots"},
-      {run + "--repack-slots --no-offload", "--repack-slots"},
-      {"bench -m /nonexistent.gguf --backend standin --repack-slots", "--repack-slots"},
+      {run + "--no-repack --cache-rate 0.5", "--no-repack"},
+      {run + "--repack-offloaded --no-repack", "--repack-offloaded"},
+      {run + "--repack-offloaded --no-offload", "--repack-offloaded"},
+      {"bench -m /nonexistent.gguf --backend standin --repack-offloaded", "--repack-offloaded"},
   };
   for (const Case& c : cases) {
     const Out o = moeflow(c.args);

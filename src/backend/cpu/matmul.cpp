@@ -142,8 +142,8 @@ void heads_matvec(const char* what, GgmlType w, const void* W, size_t head_bytes
   const size_t wbytes = row_bytes(w, cols);
   kernels::RowsKernel multi = kernels::rows_fn(w);
   if (wbytes < kernels::kMultiRowMinBytes && !multi.any_length) multi = {};
-  // An interleaved type (Q4_K_R8, MXFP4_R8) is only readable group by group: each head's groups
-  // must start at a multiple of 8 rows of the dispatch, which the grain below keeps.
+  // An interleaved type (Q4_K_R8, MXFP4_R8, Q8_0_R8) is only readable group by group: each head's
+  // groups must start at a multiple of 8 rows of the dispatch, which the grain below keeps.
   if (kernels::rows_interleaved(w) && n_head > 1 && rows % multi.rows != 0)
     fail("{}: {} heads of {} rows are not whole groups of {} interleaved rows", what, n_head, rows,
          multi.rows);
@@ -193,12 +193,12 @@ void matvec_heads(GgmlType w, const void* W, size_t head_bytes, int64_t n_head, 
 }
 
 GgmlType cpu_repacked_type(GgmlType w, int64_t rows) {
-  if (rows <= 0 || rows % 8 != 0) return w;
-  const kernels::Simd level = kernels::active_simd();
-  if (w == GgmlType::Q4_K && level >= kernels::Simd::Avx2) return GgmlType::Q4_K_R8;
-  // The scalar level has no MXFP4_R8 / Q8_0_R8 kernel of its own (it would unpack every group).
-  if (w == GgmlType::MXFP4 && level >= kernels::Simd::Avx2) return GgmlType::MXFP4_R8;
-  if (w == GgmlType::Q8_0 && level >= kernels::Simd::Avx2) return GgmlType::Q8_0_R8;
+  // The scalar level keeps the GGUF layouts: its Q4_K kernel is its own, and it has no
+  // MXFP4_R8 / Q8_0_R8 kernel (it would unpack every group).
+  if (rows <= 0 || rows % 8 != 0 || kernels::active_simd() < kernels::Simd::Avx2) return w;
+  if (w == GgmlType::Q4_K) return GgmlType::Q4_K_R8;
+  if (w == GgmlType::MXFP4) return GgmlType::MXFP4_R8;
+  if (w == GgmlType::Q8_0) return GgmlType::Q8_0_R8;
   return w;
 }
 
