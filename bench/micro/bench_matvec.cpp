@@ -117,11 +117,17 @@ void matmul_args(benchmark::internal::Benchmark* b) {
        {GgmlType::Q4_K, GgmlType::Q4_K_R8, GgmlType::Q8_0, GgmlType::Q8_0_R8, GgmlType::Q6_K,
         GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::Q4_0})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 14336, 4096, threads, 64});
-  // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4).
+  // A gpt-oss-20b expert (MXFP4 2880 -> 2880) at pp512: ~64 tokens each (32 experts, top-4);
+  // and at a short prompt's 8 (pp64), where the interleaved layout's restored rows must still pay.
   for (GgmlType t : {GgmlType::MXFP4, GgmlType::MXFP4_R8})
-    for (int threads : {1, 2}) b->Args({(int64_t)t, 2880, 2880, threads, 64});
-  // gpt-oss-20b's attention query projection (Q8_0 2880 -> 4096) at pp512: every token.
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q8_0_R8}) b->Args({(int64_t)t, 4096, 2880, 2, 512});
+    for (int threads : {1, 2})
+      for (int tok : {8, 64}) b->Args({(int64_t)t, 2880, 2880, threads, tok});
+  // gpt-oss-20b's attention query projection (Q8_0 2880 -> 4096) at pp512: every token; and
+  // at 8 tokens (a short prompt, or an offloaded expert's share of one), one thread.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q8_0_R8}) {
+    b->Args({(int64_t)t, 4096, 2880, 2, 512});
+    b->Args({(int64_t)t, 4096, 2880, 1, 8});
+  }
   // A DeepSeek-V2-Lite expert at pp512 (~48 tokens each): gate/up Q4_K 2048 -> 1408, down
   // Q5_0 1408 -> 2048 (1408 columns are not a multiple of 256).
   for (int threads : {1, 2}) {

@@ -217,6 +217,47 @@ void repack_for_cpu(GgmlType w, void* data, int64_t cols, int64_t rows, int64_t 
     kernels::q8_0_rows8::repack(cols, data, row_bytes(w, cols), groups);
 }
 
+namespace {
+
+// matmul's few-token path for an interleaved type (see there): group by group, each token
+// through the 8-row kernel; rows past the last whole group (the base type's layout) through the
+// level's row kernel, kMaxTokens tokens at a time.
+void few_tokens_interleaved(GgmlType w, const kernels::RowsKernel& multi, const uint8_t* Wb,
+                            int64_t rows, int64_t cols, const uint8_t* act, size_t astride,
+                            int64_t n_tok, float* Y, ThreadPool* pool) {
+  const size_t wbytes = row_bytes(w, cols);
+  const DotFn fn = kernels::dot_fn(w);
+  const int64_t R = multi.rows, groups = rows / R;
+  MOEFLOW_CHECK(R == 8, "matmul: an interleaved type of {} rows per group", R);
+  auto body = [&](int64_t g0, int64_t g1, int) {
+    float out[kernels::kMaxTokens * 8];
+    for (int64_t g = g0; g < g1; ++g) {
+      if (g < groups) {
+        const uint8_t* gw = Wb + (size_t)(g * R) * wbytes;
+        for (int64_t t = 0; t < n_tok; ++t) {
+          multi.fn(cols, gw, wbytes, act + (size_t)t * astride, out);
+          std::memcpy(Y + t * rows + g * R, out, (size_t)R * sizeof(float));
+        }
+        continue;
+      }
+      // The tail: one unit of work past the groups, its rows one by one.
+      for (int64_t r = groups * R; r < rows; ++r)
+        for (int64_t t = 0; t < n_tok; t += kernels::kMaxTokens) {
+          const int nt = (int)std::min<int64_t>(kernels::kMaxTokens, n_tok - t);
+          fn(cols, Wb + (size_t)r * wbytes, act + (size_t)t * astride, astride, nt, out);
+          for (int k = 0; k < nt; ++k) Y[(t + k) * rows + r] = out[k];
+        }
+    }
+  };
+  const int64_t units = groups + (rows % R != 0);
+  if (pool && pool->size() > 1 && units > 1)
+    pool->parallel_for(units, body, 1);
+  else
+    body(0, units, 0);
+}
+
+}  // namespace
+
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
             float* Y, ThreadPool* pool) {
   if (n_tok < 0) fail("matmul: negative token count {}", n_tok);
@@ -270,6 +311,21 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   // path 25k at 16, 29-31k at 24 and 33-35k at 32 (AVX2: 16-20k vs 18-20k, 20-21k, 23-24k).
   constexpr int64_t kTile8MinTokens = 24;
   const kernels::Tile8Fn in_place = kernels::groups8_fn(w);
+  // An interleaved type without an in-place multi-token kernel (MXFP4_R8, Q8_0_R8) below
+  // kTile8MinTokens, at AVX-512: its 8-row matvec kernel once per token on each group, the
+  // group's bytes in L1 across the tokens, instead of restoring the group's GGUF rows for the
+  // tiles (a restore a few tokens do not pay back). The same bits per row and token either way.
+  // Measured on the Zen 4 EPYC (2026-11-28, bench_micro BM_matmul, a gpt-oss expert MXFP4_R8
+  // 2880 x 2880 at 8 tokens, one thread, 4 interleaved pairs): restored 4.42k tok/s, per token
+  // 5.50k (the file's MXFP4 layout 5.37k). At AVX2, whose 8-row kernel is half as fast, 3.29k vs
+  // 3.38k: not worth a second path there (MXFP4 itself 4.2k: AVX2 prefill of few tokens pays
+  // for the interleaved layout decode wants).
+  const kernels::RowsKernel multi = kernels::rows_fn(w);
+  if (kernels::rows_interleaved(w) && !in_place && n_tok < kTile8MinTokens && multi.fn &&
+      kernels::active_simd() >= kernels::Simd::Avx512) {
+    few_tokens_interleaved(w, multi, Wb, rows, cols, act_data, astride, n_tok, Y, pool);
+    return;
+  }
   // An interleaved type without an in-place kernel (MXFP4_R8, Q8_0_R8) goes through its pack/tile
   // pair (which restores the GGUF rows) at every token count.
   kernels::Tile8Kernel x8 = n_tok >= kTile8MinTokens || (kernels::rows_interleaved(w) && !in_place)
