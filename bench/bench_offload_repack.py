@@ -18,26 +18,15 @@ usage: bench/bench_offload_repack.py --model LABEL=M.gguf [--model ...] [--rates
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 
+from bench_engine import cpu_model
 from moeflow_version import binary_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {"file": [], "repacked": ["--repack-offloaded"]}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run_one(a, model, rate, flags):
