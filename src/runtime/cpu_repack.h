@@ -11,7 +11,6 @@
 #include <string>
 
 #include "core/tensor.h"
-
 #include "experts/slot_rewrite.h"
 #include "gguf/gguf_file.h"
 

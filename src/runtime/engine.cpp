@@ -1,7 +1,5 @@
 #include "runtime/engine.h"
 
-#include "runtime/cpu_repack.h"
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>

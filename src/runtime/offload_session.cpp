@@ -1,7 +1,5 @@
 #include "runtime/offload_session.h"
 
-#include "runtime/cpu_repack.h"
-
 #include <cctype>
 #include <cmath>
 
