@@ -48,11 +48,7 @@ TEST(CachedProvider, RandomAccessReturnsFileBytesUnderTinyBudgets) {
   test::FakeModel m;
   test::make_fake_model(m, "random", 4, 6, 40, 11);
   const int top_k = 2;
-  uint64_t slot = 0;
-  {
-    ExpertStore probe({m.path}, m.index);
-    slot = probe.slot_bytes();
-  }
+  const uint64_t slot = test::slot_bytes(m);
   struct Case {
     uint64_t slots;
     bool per_layer;
@@ -117,8 +113,7 @@ TEST(CachedProvider, RandomAccessReturnsFileBytesUnderTinyBudgets) {
 TEST(CachedProvider, BudgetBelowOneLayersTopKIsAClearError) {
   test::FakeModel m;
   test::make_fake_model(m, "budget", 3, 4, 40, 12);
-  ExpertStore probe({m.path}, m.index);
-  const uint64_t slot = probe.slot_bytes();
+  const uint64_t slot = test::slot_bytes(m);
   try {
     make_provider(m, 2 * slot - 1, 2, 1, false);
     FAIL() << "expected an error";
@@ -135,8 +130,7 @@ TEST(CachedProvider, BudgetBelowOneLayersTopKIsAClearError) {
 TEST(CachedProvider, AcquiringMoreThanTheBudgetHoldsFailsInsteadOfHanging) {
   test::FakeModel m;
   test::make_fake_model(m, "overpin", 2, 4, 32, 13);
-  ExpertStore probe({m.path}, m.index);
-  auto prov = make_provider(m, 2 * probe.slot_bytes(), 2, 1, false);
+  auto prov = make_provider(m, 2 * test::slot_bytes(m), 2, 1, false);
   prov->acquire(1, 0);
   prov->acquire(1, 1);
   EXPECT_THROW(prov->acquire(1, 2), Error);
@@ -379,11 +373,7 @@ namespace {
 TEST(CachedProvider, DemandMissOfAPrefetchVictimCountsAsHarm) {
   test::FakeModel m;
   test::make_fake_model(m, "harm", 2, 8, 40, 5);
-  uint64_t slot = 0;
-  {
-    ExpertStore probe({m.path}, m.index);
-    slot = probe.slot_bytes();
-  }
+  const uint64_t slot = test::slot_bytes(m);
   OffloadConfig cfg;
   cfg.budget_bytes = 3 * slot;
   cfg.top_k = 1;

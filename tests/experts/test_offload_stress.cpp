@@ -110,9 +110,8 @@ TEST(OffloadStress, ManyThreadsTinyBudgetsExactBytes) {
   test::make_fake_model(m, "stress", 4, 8, 200, 21);
   const int n_threads = 4;
   for (int io_threads : {1, 3}) {
-    ExpertStore probe({m.path}, m.index);
     OffloadConfig cfg;
-    cfg.budget_bytes = (n_threads + 2) * probe.slot_bytes();
+    cfg.budget_bytes = (n_threads + 2) * test::slot_bytes(m);
     cfg.top_k = 2;
     cfg.io_threads = io_threads;
     cfg.low_part_bytes = kDirectAlign;  // speculative reads pause and resume all the time

@@ -29,10 +29,6 @@ namespace {
 
 constexpr int kLayers = 4, kExperts = 6, kTopK = 2;  // layer 0 has no experts
 
-uint64_t slot_bytes(const test::FakeModel& m) {
-  return ExpertStore({m.path}, m.index).slot_bytes();
-}
-
 // The cache in "device" memory (a VRAM cache without a GPU: stand-in device slots, copies landing
 // late on a lane thread, released slots retiring until the stand-in backend syncs), when given.
 struct DeviceSide {
@@ -49,7 +45,7 @@ std::unique_ptr<CachedExpertProvider> make(const test::FakeModel& m, const std::
   po.top_k = kTopK;
   po.calib_counts = std::move(calib);
   OffloadConfig cfg;
-  cfg.budget_bytes = static_cast<uint64_t>(slots) * slot_bytes(m);
+  cfg.budget_bytes = static_cast<uint64_t>(slots) * test::slot_bytes(m);
   cfg.per_layer = per_layer;
   cfg.top_k = kTopK;
   cfg.io_threads = 2;

@@ -54,11 +54,7 @@ TEST(SlotRewrite, EveryMatrixIsRewrittenOnceBeforeItIsHandedOut) {
   // Layer 1: 32-row gate / up and a 1008-row down (all rewritten); layer 2: 24 and 1016 rows
   // (none); layer 3: 32 and 1000 rows (gate / up only).
   test::make_fake_model(m, "rewrite", 4, 6, 1000, 31);
-  uint64_t slot = 0;
-  {
-    ExpertStore probe({m.path}, m.index);
-    slot = probe.slot_bytes();
-  }
+  const uint64_t slot = test::slot_bytes(m);
   for (const bool streamed : {false, true}) {
     SCOPED_TRACE(streamed ? "streamed acquires" : "whole acquires");
     std::atomic<int> calls{0};

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "experts/expert_store.h"
 #include "gguf/expert_index.h"
 #include "policy/eviction_policy.h"
 
@@ -80,6 +81,11 @@ inline void make_fake_model(FakeModel& m, const std::string& name, int n_layers,
   // Out of the page cache, so the memory test can check reads never bring it back.
   ::posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
   std::fclose(f);
+}
+
+// Bytes of one cache slot for the model's experts (the budget unit of the provider tests).
+inline uint64_t slot_bytes(const FakeModel& m) {
+  return ExpertStore({m.path}, m.index).slot_bytes();
 }
 
 // Minimal LRU for tests, independent of the policy module.
