@@ -48,12 +48,13 @@ GgufFile::TensorTransform cpu_repack_transform(std::atomic<uint64_t>* bytes) {
 }
 
 std::function<bool(const TensorView&)> matmul_only_views(const GgufFile& file) {
-  auto whole = std::make_shared<std::unordered_map<const uint8_t*, const GgufTensorInfo*>>();
+  // Where each matmul-only tensor's bytes start, and how many there are.
+  auto whole = std::make_shared<std::unordered_map<const uint8_t*, uint64_t>>();
   for (const GgufTensorInfo& t : file.tensors())
-    if (is_matmul_only_weight(t.name)) (*whole)[file.data(t)] = &t;
+    if (is_matmul_only_weight(t.name)) (*whole)[file.data(t)] = t.nbytes;
   return [whole](const TensorView& v) {
     const auto it = whole->find(v.data);
-    return it != whole->end() && it->second->nbytes == v.nbytes();
+    return it != whole->end() && it->second == v.nbytes();
   };
 }
 

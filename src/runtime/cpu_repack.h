@@ -27,7 +27,7 @@ GgufFile::TensorTransform cpu_repack_transform(std::atomic<uint64_t>* bytes);
 
 // For the CPU backend's weight copies (an offloaded model's non-expert weights,
 // CpuBackend::set_copy_weights): true for a view that is the whole of one of `file`'s tensors
-// and that tensor is matmul-only. `file` must outlive the function.
+// and that tensor is matmul-only. The function keeps what it needs of `file`.
 std::function<bool(const TensorView&)> matmul_only_views(const GgufFile& file);
 
 // The same layouts for an offloaded expert cache's host slots: every expert matrix that

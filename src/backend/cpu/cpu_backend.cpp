@@ -45,17 +45,18 @@ TensorView CpuBackend::adopt_weight(const TensorView& w) {
     Buffer b = HostAllocator::instance().allocate(n, 4096);
     std::memcpy(b.data(), w.data, n);
     copied_bytes_ += n;
-    GgmlType type = w.type;
     // A stack of matrices (ne[2], ne[3]) is repacked matrix by matrix, as the views read it; only
     // a dense one (every byte of the range a row's).
     const int64_t n_mat = w.ne[2] * w.ne[3];
     const bool dense = n == row_bytes(w.type, w.cols()) * (uint64_t)(w.rows() * n_mat);
-    if (matmul_only_ && dense && cpu_repacked_type(w.type, w.rows()) != w.type && matmul_only_(w)) {
-      type = cpu_repacked_type(w.type, w.rows());
+    const GgmlType cpu_type = cpu_repacked_type(w.type, w.rows());
+    const bool repack = matmul_only_ && dense && cpu_type != w.type && matmul_only_(w);
+    if (repack) {
       repack_for_cpu(w.type, b.data(), w.cols(), w.rows(), n_mat);
       repacked_bytes_ += n;
     }
-    it = copies_.emplace(std::make_pair(w.data, n), Copy{std::move(b), type}).first;
+    it = copies_.emplace(std::make_pair(w.data, n), Copy{std::move(b), repack ? cpu_type : w.type})
+             .first;
     if (on_copied_) on_copied_(w.data, n);
   }
   TensorView v = w;
