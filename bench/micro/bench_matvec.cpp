@@ -107,6 +107,12 @@ void matvec_args(benchmark::internal::Benchmark* b) {
   // A gpt-oss-20b expert (MXFP4 2880 -> 2880), as the file has it and as the CPU repacks it.
   for (GgmlType t : {GgmlType::MXFP4, GgmlType::MXFP4_R8})
     for (int threads : {1, 2}) b->Args({(int64_t)t, 2880, 2880, threads});
+  // A DeepSeek-V2-Lite expert's Q5_0 down-projection (1408 -> 2048), and Q5_0 at the Mixtral
+  // down shape: its kernel sums in llama.cpp's order, one FMA chain per row (docs/kernels.md).
+  for (int threads : {1, 2}) {
+    b->Args({(int64_t)GgmlType::Q5_0, 2048, 1408, threads});
+    b->Args({(int64_t)GgmlType::Q5_0, 4096, 14336, threads});
+  }
   b->ArgNames({"type", "rows", "cols", "thr"});
   b->MinTime(0.3);
   b->UseRealTime();
@@ -147,9 +153,9 @@ BENCHMARK(BM_matvec)->Apply(matvec_args);
 BENCHMARK(BM_matmul)->Apply(matmul_args);
 
 void hot_args(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_K,
-                     GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS, GgmlType::MXFP4,
-                     GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
+                     GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_XS,
+                     GgmlType::MXFP4, GgmlType::F16, GgmlType::BF16, GgmlType::F32})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});
   for (GgmlType t : {GgmlType::Q4_K_R8, GgmlType::MXFP4_R8, GgmlType::Q8_0_R8})
     for (int level : {1, 2}) b->Args({(int64_t)t, 4096, level});

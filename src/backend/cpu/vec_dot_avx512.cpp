@@ -219,13 +219,60 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   hsum_out<NT>(acc, out);
 }
 
+// Q5_0 in llama.cpp's order (vec_dot_avx2.cpp's dot32_serial, the same bits): the pair is
+// unpacked in AVX-512 ops as above, then its two blocks go into one 8-lane accumulator in turn.
+template <typename B, int NT>
+void dot32_serial(int64_t n, const void* w, const void* act, size_t stride, float* out) {
+  const B* wb = static_cast<const B*>(w);
+  Act32<NT> x;
+  __m256 acc[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    const void* row = act_row<uint8_t>(act, stride, t);
+    x.da[t] = q8_0_row_scales(row, n);
+    x.qs[t] = q8_0_row_quants_u8(row, n);
+    x.da8[t] = q8_0_row_scales8(row, n);
+    acc[t] = _mm256_setzero_ps();
+  }
+  const int64_t nb = n / 32;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    prefetch_block<2 * sizeof(B)>(wb + i);
+    const __m512i s = unpack_pair_s(wb[i], wb[i + 1]);
+    const __m512i start = offset_start(s);
+    const __m512 dw = scale_pair(wb + i);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512i p =
+          _mm512_dpbusd_epi32(start, _mm512_loadu_si512((const void*)(x.qs[t] + 32 * i)), s);
+      const __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(x.da8[t] + 8 * i));
+      const __m512 f = _mm512_cvtepi32_ps(p);
+      acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(d), _mm512_castps512_ps256(f), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(d, 1), _mm512_extractf32x8_ps(f, 1), acc[t]);
+    }
+  }
+  if (i < nb) {
+    const __m256i s = unpack(wb[i]);
+    const __m256i start = offset_start(s);
+    const float dw = scale(wb[i]);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m256i p =
+          _mm256_dpbusd_epi32(start, _mm256_loadu_si256((const __m256i*)(x.qs[t] + 32 * i)), s);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x.da[t][i]), _mm256_cvtepi32_ps(p), acc[t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+}
+
 template <int NT>
 void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
   dot32<BlockQ4_0, NT>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
-  dot32<BlockQ5_0, NT>(n, w, a, s, o);
+  dot32_serial<BlockQ5_0, NT>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {

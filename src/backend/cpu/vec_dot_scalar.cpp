@@ -3,6 +3,7 @@
 // and then dotted with every token of the tile.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/nt_dispatch.h"
 #include "core/fp16.h"
@@ -100,11 +101,14 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (int t = 0; t < NT; ++t) out[t] = acc[t];
 }
 
-// Q4_1 / Q5_1 (Q8_1 activations) in llama.cpp's x86 order: per token 8 float lanes (lane k takes
-// the block's products of elements 4k..4k+3, fma'd by d * da), the minimums' terms summed apart,
-// and the lanes reduced as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) at the end, plus them.
-template <typename B, int NT>
-void dot32_min(int64_t n, const void* w, const void* act, size_t stride, float* out) {
+// Q4_1 / Q5_1 (Q8_1 activations) and Q5_0 (Q8_0) in llama.cpp's x86 order: per token 8 float
+// lanes (lane k takes the block's products of elements 4k..4k+3, fma'd by d * da), the minimums'
+// terms summed apart, and the lanes reduced as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+// at the end, plus them. For Q5_0 this is the AVX2 and AVX-512 kernels' order too (one
+// accumulator, blocks in sequence), so every level gives the same bits.
+template <typename B, int NT, typename A>
+void dot32_lanes(int64_t n, const void* w, const void* act, size_t stride, float* out) {
+  constexpr bool kMins = std::is_same_v<A, BlockQ8_1>;
   const B* wb = static_cast<const B*>(w);
   const int64_t nb = n / 32;
   float lane[NT][8] = {}, mins[NT] = {};
@@ -112,8 +116,8 @@ void dot32_min(int64_t n, const void* w, const void* act, size_t stride, float* 
   for (int64_t i = 0; i < nb; ++i) {
     decode(wb[i], dec);
     for (int t = 0; t < NT; ++t) {
-      const BlockQ8_1& a = act_row<BlockQ8_1>(act, stride, t)[i];
-      mins[t] += min_term(dec, a);
+      const A& a = act_row<A>(act, stride, t)[i];
+      if constexpr (kMins) mins[t] += min_term(dec, a);
       const float dd = dec.d * fp16_to_fp32(a.d);
       for (int k = 0; k < 8; ++k) {
         int s4 = 0;
@@ -124,7 +128,8 @@ void dot32_min(int64_t n, const void* w, const void* act, size_t stride, float* 
   }
   for (int t = 0; t < NT; ++t) {
     const float* l = lane[t];
-    out[t] = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + mins[t];
+    out[t] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    if constexpr (kMins) out[t] += mins[t];
   }
 }
 
@@ -134,15 +139,15 @@ void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
 }
 template <int NT>
 void dot_q4_1(int64_t n, const void* w, const void* a, size_t s, float* o) {
-  dot32_min<BlockQ4_1, NT>(n, w, a, s, o);
+  dot32_lanes<BlockQ4_1, NT, BlockQ8_1>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
-  dot32<BlockQ5_0, NT>(n, w, a, s, o);
+  dot32_lanes<BlockQ5_0, NT, BlockQ8_0>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q5_1(int64_t n, const void* w, const void* a, size_t s, float* o) {
-  dot32_min<BlockQ5_1, NT>(n, w, a, s, o);
+  dot32_lanes<BlockQ5_1, NT, BlockQ8_1>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
