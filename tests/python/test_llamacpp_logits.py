@@ -19,7 +19,9 @@ occasional router top-k flip (a single row up to ~0.5). Q4_1/Q5_1 take Q8_1 acti
 block sum is stored in fp16 (moeflow follows that; with the exact integer sum, as moeflow did
 before, no row agreed exactly and top-1 fell to 97.75-98.1%), and since 2026-11-28 moeflow sums
 their dot in llama.cpp's x86 order (8 float lanes of four products each, the minimums' terms apart:
-the hybrids' Q4_1 top-1 96.88% -> 98.05% on qwen35moe, bench/REPORT-hybrid-noise-floor.md).
+the hybrids' Q4_1 top-1 96.88% -> 98.05% on qwen35moe, bench/REPORT-hybrid-noise-floor.md), and
+since 2026-12-01 Q5_0's too (one accumulator, the blocks in sequence: the one 32-block type
+llama.cpp neither repacks nor tiles otherwise; qwen35moe Q5_0 97.79% -> 99.22%).
 Hence three checks per type, each per architecture (256 rows), so that a bug confined to one
 architecture fails (pooled over the eight, it could hide in the others' rows):
   * the 95th percentile of row errors < 3e-2 (measured worst per arch 1.3e-2 .. 2.3e-2),
@@ -107,6 +109,10 @@ types at MOEFLOW_SIMD=avx512 | at scalar, and the bounds (3x margin):
   types at avx512 | scalar, worst p95, least top-1 (type), least exact share (type):
   qwen3next 2.5e-2 98.05% Q4_K  2.9% Q5_1  | 2.5e-2 98.05% Q2_K  2.9% Q5_1
   qwen35moe 2.7e-2 96.88% Q4_1  2.3% Q5_1  | 2.7e-2 97.27% Q4_1  2.3% Q5_1   -> 90.0%, 0.7%,
+  then the Q4_1 / Q5_1 dot in llama.cpp's order (2026-11-28) and Q5_0's (2026-12-01: 97.79% ->
+  99.22% on qwen35moe) brought every type of both to >= 98.05% at avx512, avx2 and scalar
+  (bench/REPORT-hybrid-noise-floor.md: llama.cpp against its own AVX2 build agrees on 97.79%,
+  so two correct engines sit about there); the top-1 bound is now the issue's 98%,
   p95 bound 4e-2 (ARCH_P95, 1.5x): the recurrent state carries a flipped activation rounding to
   every later position, as the KV cache does, in 3 of 4 layers, so most sequences leave the
   exact rows within their first 20 tokens (with 64-token sequences the least top-1 was 96.1%
@@ -164,7 +170,9 @@ ARCH_BOUNDS = {
     "mixtral": (0.960, 0.10), "qwen2moe": (0.950, 0.05), "qwen3moe": (0.950, 0.07),
     "olmoe": (0.950, 0.12), "gpt-oss": (0.950, 0.07), "deepseek2": (0.930, 0.03),
     "deepseek3": (0.880, 0.01), "glm4moe": (0.915, 0.05), "minimax-m2": (0.950, 0.09),
-    "qwen3next": (0.900, 0.007), "qwen35moe": (0.900, 0.007),
+    # The gated DeltaNet hybrids: top-1 at the issue's 98% (module docstring: measured 98.05% at
+    # the least, every type, moeflow at avx512, avx2 and scalar against llama.cpp built for the CPU).
+    "qwen3next": (0.980, 0.007), "qwen35moe": (0.980, 0.007),
     # gemma4: no row is exact, llama.cpp's GELU is a table of fp16 inputs (module docstring);
     # top-1 at the issue's 98% (measured 100% on every type).
     "gemma4": (0.980, 0.0),
@@ -235,7 +243,7 @@ def model_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("llamacpp_models")
 
 
-# The gated DeltaNet hybrids' top-1 agreement with llama.cpp (96.9-99.6%) is below the other
+# The gated DeltaNet hybrids' top-1 agreement with llama.cpp (98.05-99.22%) is below the other
 # architectures' because a DeltaNet layer amplifies the 8-bit activation noise both engines add
 # (its outputs are small dot products of unit vectors, re-scaled by a norm), and its state carries
 # it to every later position. That noise is the engines' shared approximation of the file's model,
