@@ -68,7 +68,7 @@ int run_eval(const EvalArgs& a) {
   j["generated"] = generated;
   j["rows"] = toks.size() + a.greedy;
   j["n_vocab"] = V;
-  j["simd"] = simd_level();  // the CPU kernels' level: the oracle tests' bounds depend on it
+  j["simd"] = simd_level();  // the CPU kernels' level, which the oracle tests' reports name
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

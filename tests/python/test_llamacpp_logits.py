@@ -229,11 +229,16 @@ def llama_logits(path, seqs: list[list[int]]) -> list[np.ndarray]:
         llm.close()
 
 
+# The kernel level moeflow's last eval ran (its JSON's "simd"): the measured numbers name it.
+SIMD = {"level": "?"}
+
+
 def moeflow_logits(path, seqs: list[list[int]], tmp) -> list[np.ndarray]:
     out = []
     for i, s in enumerate(seqs):
         got, info = om.run_moeflow_eval(BIN, path, s, 0, tmp / f"logits{i}.f32")
         assert got.shape == (len(s), N_VOCAB)
+        SIMD["level"] = info["simd"]
         out.append(got.astype(np.float64))
     return out
 
@@ -305,7 +310,8 @@ def test_logits_match_llamacpp(model_dir, tmp_path, wtype):
         if REPORT:
             np.save(f"{REPORT}-{wtype}-{arch}.npy", errs)
     for arch, st in stats.items():
-        print(f"\nMEASURE {wtype:7s} {arch:9s} " + " ".join(f"{k} {v:.3g}" for k, v in st.items()))
+        print(f"\nMEASURE {wtype:7s} {arch:9s} simd {SIMD['level']} "
+              + " ".join(f"{k} {v:.3g}" for k, v in st.items()))
     failed = []
     for arch, st in stats.items():
         if arch in HYBRIDS:
