@@ -177,10 +177,11 @@ TEST_P(Avx512PairTest, Avx512MatchesAvx2BitForBitOn32Blocks) {
                  << "): no AVX-512 kernel to compare with AVX2";
   }
   std::mt19937 rng(7 + (int)t);
-  // One token goes through the decode kernels (Q5_0 has its own), eleven through 8 + 3 tiles.
+  // One token goes through the decode kernels, eleven through 8 + 3 tiles; 13 rows: Q5_0's
+  // 8-row kernels (matvec and matmul at AVX-512) on the first 8, its single-row kernel on 5.
   for (int64_t cols : {32, 64, 96, 1408})
     for (int64_t n_tok : {1, 11}) {
-      const int64_t rows = 5;
+      const int64_t rows = 13;
       const auto W = random_weights(t, rows, cols, rng);
       const auto X = random_floats(n_tok * cols, rng);
       std::vector<float> y2(rows * n_tok), y5(rows * n_tok);

@@ -107,11 +107,13 @@ inline bool rows_interleaved(GgmlType t) {
   return t == GgmlType::Q4_K_R8 || t == GgmlType::MXFP4_R8 || t == GgmlType::Q8_0_R8;
 }
 
-// Types whose rows are interleaved in groups of 8 (rows_interleaved): out[t * 8 + r] = row r
-// of the group at w . token t, for nt <= kMaxTokens activation rows, read in place (the Tile8Fn
-// signature). Rows past the last whole group keep the base type's layout and go through DotFn
-// (which, for these types, is the base type's kernel of the same level: the same bits). A type
-// without it (MXFP4_R8, Q8_0_R8) has pack8/tile8 for every token count instead.
+// groups8: types whose rows are interleaved in groups of 8 (rows_interleaved): out[t * 8 + r] =
+// row r of the group at w . token t, for nt <= kMaxTokens activation rows, read in place (the
+// Tile8Fn signature). Rows past the last whole group keep the base type's layout and go through
+// DotFn (which, for these types, is the base type's kernel of the same level: the same bits). A
+// type without it (MXFP4_R8, Q8_0_R8) has pack8/tile8 for every token count instead. Q5_0 at
+// AVX-512 has one too, over 8 consecutive GGUF rows (which lie back to back), bit-identical to
+// its DotFn: its serial FMA chain per row needs several rows in flight (q5_0_avx512.cpp).
 struct DotTable {
   DotFn fn[kTypeSlots] = {};
   // Optional multi-row kernels (nullptr: matvec uses fn row by row) and their row counts. Only
@@ -126,7 +128,7 @@ struct DotTable {
   Pack8Fn pack8[kTypeSlots] = {};
   Tile8Fn tile8[kTypeSlots] = {};
   size_t packed8_block_bytes[kTypeSlots] = {};
-  // Interleaved types only (see above); matvec and matmul use it for every whole group.
+  // Interleaved types and Q5_0 at AVX-512 (see above); matmul uses it for every whole group.
   Tile8Fn groups8[kTypeSlots] = {};
 };
 
@@ -147,6 +149,8 @@ void fill_avx512_mxfp4_rows8(DotTable& t);
 void fill_scalar_q8_0_rows8(DotTable& t);
 void fill_avx2_q8_0_rows8(DotTable& t);
 void fill_avx512_q8_0_rows8(DotTable& t);
+// Q5_0 in llama.cpp's order at AVX-512 (q5_0_avx512.cpp): its DotFn, 8-row matvec and groups8.
+void fill_avx512_q5_0(DotTable& t);
 
 // Activation quantizers. Every level produces the same bytes, so activations never depend on
 // the dispatch choice.
