@@ -1,9 +1,17 @@
-// This machine's streaming read bandwidth: the bar matvec is measured against. Sums 64-bit
-// words of a buffer larger than the last-level cache with 1 or 2 threads.
+// This machine's streaming read bandwidth: the bar matvec and decode are measured against. Sums
+// 64-bit words of a buffer larger than the last-level cache with 1 or 2 threads, in 2 MiB pages
+// (pages:huge, the bar: a model that fits is read into memory with MADV_HUGEPAGE, as here) and
+// in 4 KiB pages (pages:4k, the file's mapping and this benchmark before 2026-12-01). On the
+// 2-vCPU VMs the 4 KiB walk reads less than the engine's decode streams from huge pages (which
+// then showed decode at 103-134% of "the bandwidth": bench/REPORT-simd-levels.md).
 //   bench_micro --benchmark_filter=membw
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
 #include <memory>
+#include <new>
+#include <thread>
+#include <vector>
 
 #include "bench_common.h"
 #include "core/thread_pool.h"
@@ -12,10 +20,13 @@ namespace moeflow::bench {
 namespace {
 
 // Plain C++ so it builds anywhere; -O2 turns it into wide loads, and the work per byte is
-// negligible next to a DRAM access.
+// negligible next to a DRAM access. Every line prefetched 3 KiB ahead into L2, as the kernels do
+// (simd_avx2_util.h, kPrefetchAhead): on the Sapphire Rapids VM, two threads in huge pages,
+// 25.6-31.4 GB/s with it against 22.3-25.1 without (3 interleaved pairs).
 uint64_t sum_words(const uint64_t* p, size_t n) {
   uint64_t a = 0, b = 0, c = 0, d = 0;
   for (size_t i = 0; i + 4 <= n; i += 4) {
+    if (i % 8 == 0) __builtin_prefetch(p + i + 384, 0, 1);  // locality 1: _MM_HINT_T2
     a += p[i];
     b += p[i + 1];
     c += p[i + 2];
@@ -24,13 +35,32 @@ uint64_t sum_words(const uint64_t* p, size_t n) {
   return a + b + c + d;
 }
 
+// Anonymous memory, asked for in huge pages or kept in 4 KiB ones (MADV_NOHUGEPAGE, so a machine
+// whose transparent huge pages are "always" still measures the small pages).
+class Pages {
+ public:
+  Pages(size_t bytes, bool huge) : bytes_(bytes) {
+    p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p_ == MAP_FAILED) throw std::bad_alloc();
+    (void)::madvise(p_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    std::memset(p_, 1, bytes);
+  }
+  ~Pages() { ::munmap(p_, bytes_); }
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  const uint64_t* words() const { return static_cast<const uint64_t*>(p_); }
+
+ private:
+  void* p_;
+  size_t bytes_;
+};
+
 void BM_membw_read(benchmark::State& st) {
   const int threads = (int)st.range(0);
-  AlignedBuffer buf(kColdBytes, 4096);
-  std::memset(buf.data(), 1, kColdBytes);
+  const Pages buf(kColdBytes, st.range(1) != 0);
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
   const size_t words = kColdBytes / 8;
-  const uint64_t* p = buf.as<uint64_t>();
+  const uint64_t* p = buf.words();
   for (auto _ : st) {
     uint64_t total = 0;
     if (pool) {
@@ -45,9 +75,21 @@ void BM_membw_read(benchmark::State& st) {
     benchmark::DoNotOptimize(total);
   }
   st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)kColdBytes);
+  st.SetLabel(st.range(1) != 0 ? "pages:huge" : "pages:4k");
 }
 
-BENCHMARK(BM_membw_read)->Arg(1)->Arg(2)->ArgName("thr")->MinTime(0.5)->UseRealTime();
+// thr: 1, 2 and every core (bench_engine.py's -t); huge: 1 = 2 MiB pages (the bar), 0 = 4 KiB.
+void membw_args(benchmark::internal::Benchmark* b) {
+  std::vector<int> threads{1, 2};
+  const int cores = (int)std::thread::hardware_concurrency();
+  if (cores > 2) threads.push_back(cores);
+  for (int huge : {1, 0})
+    for (int t : threads) b->Args({t, huge});
+  b->ArgNames({"thr", "huge"});
+  b->MinTime(0.5);
+  b->UseRealTime();
+}
+BENCHMARK(BM_membw_read)->Apply(membw_args);
 
 }  // namespace
 }  // namespace moeflow::bench
