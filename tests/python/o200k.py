@@ -19,6 +19,8 @@ import importlib.resources
 from functools import lru_cache
 from pathlib import Path
 
+from tokenizer_inputs import write_bpe_vocab_gguf
+
 # tiktoken_ext/openai_public.py: expected_hash of o200k_base.tiktoken.
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 PAT_STR = "|".join([
@@ -109,7 +111,6 @@ def _merge_of(token: bytes, rank: int, r: dict[bytes, int]) -> tuple[bytes, byte
 
 
 def write_vocab_gguf(path: Path) -> Path:
-    import gguf
     r = ranks()
     alpha = _byte_alphabet()
     text = lambda b: "".join(alpha[x] for x in b)  # noqa: E731
@@ -126,18 +127,5 @@ def write_vocab_gguf(path: Path) -> Path:
         if len(tok) > 1:
             a, b = _merge_of(tok, rank, r)
             merges.append(f"{text(a)} {text(b)}")
-    w = gguf.GGUFWriter(str(path), "gpt-oss")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-4o")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(199998)
-    w.add_eos_token_id(200002)
-    w.add_pad_token_id(199999)
-    w.add_add_bos_token(False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_bpe_vocab_gguf(path, "gpt-oss", "gpt-4o", tokens, types, merges, bos=199998,
+                                eos=200002, pad=199999)

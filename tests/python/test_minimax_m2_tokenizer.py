@@ -63,7 +63,6 @@ def train_tokenizer():
 
 def write_vocab_gguf(tok, path: Path) -> Path:
     """The vocabulary as llama.cpp's converter writes a minimax-m2 file."""
-    import gguf
     model = json.loads(tok.to_str())["model"]
     vocab = tok.get_vocab(with_added_tokens=True)
     tokens = [""] * len(vocab)
@@ -73,20 +72,8 @@ def write_vocab_gguf(tok, path: Path) -> Path:
     special = set(SPECIALS)
     types = [3 if t in special else 1 for t in tokens]
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
-    w = gguf.GGUFWriter(str(path), "minimax-m2")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("minimax-m2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(vocab[BOS])
-    w.add_eos_token_id(vocab[EOS])
-    w.add_add_bos_token(False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return inputs_lib.write_bpe_vocab_gguf(path, "minimax-m2", "minimax-m2", tokens, types, merges,
+                                           bos=vocab[BOS], eos=vocab[EOS])
 
 
 @pytest.fixture(scope="module")

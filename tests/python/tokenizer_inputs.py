@@ -1,6 +1,7 @@
 """Tokenizer test inputs shared by the BPE oracle tests (test_o200k_tokenizer.py,
 test_minimax_m2_tokenizer.py): llama.cpp's tokenizer test inputs, hand-picked cases of the o200k
-pattern, real text lines and seeded random strings, and the vector files' separator."""
+pattern, real text lines and seeded random strings, the vector files' separator; and the
+vocabulary-only GGUF those tests write (`write_bpe_vocab_gguf`)."""
 from __future__ import annotations
 
 import os
@@ -56,3 +57,27 @@ def random_strings(n: int) -> list[str]:
 def llamacpp_inputs() -> list[str]:
     inp = DATA / "tokenizers" / "llamacpp_vocab" / "ggml-vocab-llama-bpe.gguf.inp"
     return inp.read_text(encoding="utf-8").split(SEP)
+
+
+def write_bpe_vocab_gguf(path: Path, arch: str, pre: str, tokens: list[str], types: list[int],
+                         merges: list[str], bos: int, eos: int, pad: int | None = None) -> Path:
+    """A vocabulary-only GGUF as llama.cpp's converter writes a byte-level BPE (tokenizer.ggml.model
+    gpt2): token texts in the GPT-2 byte alphabet, their types (1 normal, 3 control), merges, no
+    BOS added."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
+    if pad is not None:
+        w.add_pad_token_id(pad)
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,7 +1,7 @@
 // Q5_0 x Q8_0 at AVX-512 in llama.cpp's summation order (docs/kernels.md, "Q5_0's summation
 // order"): per row and token one 8-lane accumulator, the blocks in sequence, lane k += (d_w *
 // d_a) x (the block's products of elements 4k..4k+3) by FMA, the lanes reduced at the end as
-// vec_dot_avx2.cpp's dot32_serial does (the same bits at AVX2, AVX-512 and scalar).
+// vec_dot_avx2.cpp's dot32<B, NT, true> does (the same bits at AVX2, AVX-512 and scalar).
 //
 // One row's chain of FMAs is 4 cycles a block, more than a block's other work on one token, so
 // the decode and prefill paths put two rows' block i in one zmm (row r in the low half, r + 1 in
@@ -22,19 +22,6 @@ namespace {
 
 using namespace avx2;
 using namespace avx512;
-
-template <int NT>
-inline Act32<NT> act32(const void* act, size_t stride, int64_t n) {
-  Act32<NT> x;
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) {
-    const void* row = act_row<uint8_t>(act, stride, t);
-    x.da[t] = q8_0_row_scales(row, n);
-    x.qs[t] = q8_0_row_quants_u8(row, n);
-    x.da8[t] = q8_0_row_scales8(row, n);
-  }
-  return x;
-}
 
 // One row against NT tokens.
 template <int NT>

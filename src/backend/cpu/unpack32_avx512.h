@@ -85,6 +85,19 @@ struct Act32 {
   const float* da8[NT];
 };
 
+template <int NT>
+inline Act32<NT> act32(const void* act, size_t stride, int64_t n) {
+  Act32<NT> x;
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    const void* row = act_row<uint8_t>(act, stride, t);
+    x.da[t] = q8_0_row_scales(row, n);
+    x.qs[t] = q8_0_row_quants_u8(row, n);
+    x.da8[t] = q8_0_row_scales8(row, n);
+  }
+  return x;
+}
+
 // e8m0_half of all 256 bytes, made at compile time (constexpr: no start-up code, which in this
 // file, built for AVX-512, could run on a machine without it), for MXFP4's scale broadcasts.
 constexpr std::array<float, 256> kE8m0Half = [] {

@@ -33,8 +33,13 @@ inline void block32(const B& w, const BlockQ8_0* const* a, const float* const* d
   }
 }
 
-// Even and odd blocks go to separate accumulators to hide the FMA latency.
-template <typename B, int NT>
+// Even and odd blocks go to separate accumulators to hide the FMA latency. kOneChain keeps one
+// accumulator per token, the blocks in sequence: llama.cpp's order for Q5_0 (the one 32-block
+// type it neither repacks nor tiles in another order), so that moeflow's Q5_0 products are its
+// bits and the recurrent hybrids' Q5_0 files agree with it beyond the activation noise
+// (docs/kernels.md, "Q5_0's summation order"); its price, a chain of FMAs at 4 cycles a block,
+// hides behind the AVX2 unpacking.
+template <typename B, int NT, bool kOneChain = false>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
   const BlockQ8_0* a[NT];
@@ -45,6 +50,7 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
     da[t] = q8_0_row_scales(a[t], n);
   }
   __m256 acc0[NT], acc1[NT];
+  __m256* const odd = kOneChain ? acc0 : acc1;
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
   const int64_t nb = n / 32;
@@ -52,39 +58,11 @@ void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out)
   for (; i + 2 <= nb; i += 2) {
     prefetch_block<2 * sizeof(B)>(wb + i);
     block32<B, NT>(wb[i], a, da, i, acc0);
-    block32<B, NT>(wb[i + 1], a, da, i + 1, acc1);
+    block32<B, NT>(wb[i + 1], a, da, i + 1, odd);
   }
   if (i < nb) block32<B, NT>(wb[i], a, da, i, acc0);
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
-}
-
-// One accumulator per token, the blocks in sequence: llama.cpp's order for Q5_0 (the one
-// 32-block type it neither repacks nor tiles in another order), so that moeflow's Q5_0 products
-// are its bits and the recurrent hybrids' Q5_0 files agree with it beyond the activation noise
-// (docs/kernels.md, "Q5_0's summation order"). The chain of FMAs is the price: 4 cycles a block.
-template <typename B, int NT>
-void dot32_serial(int64_t n, const void* w, const void* act, size_t stride, float* out) {
-  const B* wb = static_cast<const B*>(w);
-  const BlockQ8_0* a[NT];
-  const float* da[NT];
-  __m256 acc[NT];
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) {
-    a[t] = act_row<BlockQ8_0>(act, stride, t);
-    da[t] = q8_0_row_scales(a[t], n);
-    acc[t] = _mm256_setzero_ps();
-  }
-  const int64_t nb = n / 32;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    prefetch_block<2 * sizeof(B)>(wb + i);
-    block32<B, NT>(wb[i], a, da, i, acc);
-    block32<B, NT>(wb[i + 1], a, da, i + 1, acc);
-  }
-  if (i < nb) block32<B, NT>(wb[i], a, da, i, acc);
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < NT; ++t) out[t] = hsum(kOneChain ? acc0[t] : _mm256_add_ps(acc0[t], acc1[t]));
 }
 
 template <int NT>
@@ -93,7 +71,7 @@ void dot_q4_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
 }
 template <int NT>
 void dot_q5_0(int64_t n, const void* w, const void* a, size_t s, float* o) {
-  dot32_serial<BlockQ5_0, NT>(n, w, a, s, o);
+  dot32<BlockQ5_0, NT, true>(n, w, a, s, o);
 }
 template <int NT>
 void dot_q8_0(int64_t n, const void* w, const void* a, size_t s, float* o) {

@@ -107,16 +107,10 @@ inline void block_single(const B& w, const Act32<NT>& x, int64_t i, __m512* acc)
 template <typename B, int NT>
 void dot32(int64_t n, const void* w, const void* act, size_t stride, float* out) {
   const B* wb = static_cast<const B*>(w);
-  Act32<NT> x;
+  const Act32<NT> x = act32<NT>(act, stride, n);
   __m512 acc[NT];
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) {
-    const void* row = act_row<uint8_t>(act, stride, t);
-    x.da[t] = q8_0_row_scales(row, n);
-    x.qs[t] = q8_0_row_quants_u8(row, n);
-    x.da8[t] = q8_0_row_scales8(row, n);
-    acc[t] = _mm512_setzero_ps();
-  }
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const int64_t nb = n / 32;
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
