@@ -12,9 +12,7 @@
 #include "backend/cpu/unpack32_avx512.h"
 #include "quant/blocks.h"
 
-#include <array>
 #include <cstring>
-#include <type_traits>
 
 namespace moeflow::kernels {
 namespace {
