@@ -7,13 +7,16 @@ HumanEval trace in the simulator with an imperfect oracle in their place (`moefl
 --predictor oracle --oracle-recall R --oracle-wrong W --oracle-lookahead D`: each expert of the
 next D routes predicted with probability R, plus W experts per route it does not use), with
 the logical timing the replay tables use (`--hw instant`: every prefetch arrives) and with issue
-34's PCIe profile (`--hw pcie4x16`: a late prefetch is no hit), `--max-prefetch 0`, for each
+34's PCIe profile (`--hw pcie4x16`: a late prefetch is no hit) or, with `--hw disk`, this
+machine's disk as the live full-model replay measured it (bench/sim/mixtral_full_disk_profile.json),
+`--max-prefetch 0`, for each
 cache policy at 25% and 50% of the experts. It reports the recall each policy needs at each
 number of wrong guesses to come within 10 points of demand-only Belady, and where the history
 predictors stand on the same map (their recall and wrong guesses per route, measured on the same
 trace). Writes JSON and prints Markdown.
 
   python3 bench/predictor_quality.py --moeflow build/moeflow --out bench/predictor-quality.json
+  python3 bench/predictor_quality.py --moeflow build/moeflow --hw disk --out bench/predictor-quality-disk.json
 """
 import argparse
 import json
@@ -32,8 +35,11 @@ HISTORY = ["token", "duoserve", "eamc"]
 RATES = [0.25, 0.5]
 RECALLS = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
 # instant: every prefetch arrives (the replay tables' logical mode); pcie4x16: issue 34's P7
-# profile, where a prefetch issued too late is no hit.
+# profile, where a prefetch issued too late is no hit; the disk profile: the read rate and compute
+# time measured in the live full-model replay runs (a CPU reading misses from its SSD).
 HWS = ["instant", "pcie4x16"]
+DISK_PROFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim",
+                            "mixtral_full_disk_profile.json")
 WRONG = [0.0, 0.5, 1.0, 2.0]
 DISTANCES = [1, 32]  # the next layer (lookahead's distance) / the next token's layers
 TOP_K = 2
@@ -73,7 +79,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--moeflow", default="build/moeflow")
     ap.add_argument("--out")
+    ap.add_argument("--hw", default=",".join(HWS),
+                    help="timings to sweep, comma-separated: profile names or JSON files; 'disk' "
+                         f"is {os.path.relpath(DISK_PROFILE)} (default: %(default)s)")
     a = ap.parse_args()
+    hws = [DISK_PROFILE if h == "disk" else h for h in a.hw.split(",")]
+    label = lambda hw: "disk" if hw == DISK_PROFILE else hw
 
     rows, summary = [], []
     fmt = lambda v: "none" if v is None else f"{v:.1f}"
@@ -83,7 +94,7 @@ def main():
           "(32 layers ahead) | misses covered there (next token) | perfect oracle, next layer / next "
           "token: hit % |")
     print("|---|---|---:|---:|---:|---|---|---|---|---|")
-    for hw in HWS:
+    for hw in hws:
         belady = by_rate(sim(a.moeflow, hw, "--policy", "belady"), "belady", "none")
         for pol in POLICIES:
             base = by_rate(sim(a.moeflow, hw, "--policy", pol), pol, "none")
@@ -101,7 +112,7 @@ def main():
                 bel, nop = belady[rate]["hit_rate"], base[rate]["hit_rate"]
                 for (d, w, rec), res in grid.items():
                     x = res[rate]
-                    rows.append({"hw": hw, "policy": pol, "predictor": "oracle", "distance": d,
+                    rows.append({"hw": label(hw), "policy": pol, "predictor": "oracle", "distance": d,
                                  "wrong": w, "recall": rec, "cache_rate": rate,
                                  "hit_rate": x["hit_rate"],
                                  "covered": coverage(x["hit_rate"], nop),
@@ -110,7 +121,7 @@ def main():
                 hrows = []
                 for pr, res in hist.items():
                     x = res[rate]
-                    hrows.append({"hw": hw, "policy": pol, "predictor": pr, "cache_rate": rate,
+                    hrows.append({"hw": label(hw), "policy": pol, "predictor": pr, "cache_rate": rate,
                                   "hit_rate": x["hit_rate"],
                                   "covered": coverage(x["hit_rate"], nop),
                                   "experts_read": x["demand_loads"] + x["prefetches"],
@@ -134,7 +145,7 @@ def main():
                             cov[d].append(None)
                 best = max(hrows, key=lambda r: r["hit_rate"])
                 pct = lambda v: None if v is None else 100 * v
-                print(f"| {hw} | {pol} | {rate:.0%} | {100 * bel:.1f} | {100 * nop:.1f} | "
+                print(f"| {label(hw)} | {pol} | {rate:.0%} | {100 * bel:.1f} | {100 * nop:.1f} | "
                       f"{best['predictor']}: {100 * best['hit_rate']:.1f}, "
                       f"{100 * best['recall']:.0f}%, {best['wrong']:.2f}, "
                       f"{100 * best['covered']:.1f}% | "
@@ -143,7 +154,7 @@ def main():
                       f"{' / '.join(fmt(pct(v)) for v in cov[32])} | "
                       f"{100 * grid[(1, 0.0, 1.0)][rate]['hit_rate']:.1f} / "
                       f"{100 * grid[(32, 0.0, 1.0)][rate]['hit_rate']:.1f} |")
-                summary.append({"hw": hw, "policy": pol, "cache_rate": rate,
+                summary.append({"hw": label(hw), "policy": pol, "cache_rate": rate,
                                 "belady_hit_rate": bel, "no_prefetch_hit_rate": nop,
                                 "best_history": best,
                                 "recall_needed": {str(d): dict(zip([str(w) for w in WRONG], need[d]))
@@ -152,7 +163,7 @@ def main():
                                                     for d in DISTANCES}})
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"trace": TRACE, "calibration": CALIB, "hws": HWS, "top_k": TOP_K,
+            json.dump({"trace": TRACE, "calibration": CALIB, "hws": [label(h) for h in hws], "top_k": TOP_K,
                        "max_prefetch": 0, "target_points": TARGET_POINTS, "summary": summary,
                        "rows": rows}, f, indent=1)
             f.write("\n")
