@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_bigger_than_ram import cache_rate
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("MOEFLOW_SHARED_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
 RUNS = [os.path.join(HERE, f) for f in ("bigger-than-ram-replay-full-grid.json",
@@ -55,11 +57,15 @@ def resolve_trace(path):
 
 
 def record(moeflow, trace, request, n_gen, tmp):
-    """The routing of the live runs: a tiny 32-layer, 8-expert top-2 model replaying the trace."""
+    """The routing of the live runs: a tiny 32-layer, 8-expert top-2 model replaying the trace
+    (the model written once per directory, each routing once)."""
     model = os.path.join(tmp, "m32.gguf")
-    rec = os.path.join(tmp, f"req{request}_{n_gen}.mft")
-    run([moeflow, "gen-model", "--arch", "mixtral", "--preset", "tiny", "--layers", "32",
-         "--experts", "8", "--expert-used", "2", "-o", model, "-q"])
+    rec = os.path.join(tmp, f"{os.path.basename(trace)}.req{request}_{n_gen}.mft")
+    if os.path.exists(rec):
+        return rec
+    if not os.path.exists(model):
+        run([moeflow, "gen-model", "--arch", "mixtral", "--preset", "tiny", "--layers", "32",
+             "--experts", "8", "--expert-used", "2", "-o", model, "-q"])
     run([moeflow, "bench", "-m", model, "-p", "0", "-n", str(n_gen), "--reps", "1", "-t", "1",
          "--json", "--routing-trace", trace, "--routing-request", str(request),
          "--trace-out", rec])
@@ -85,6 +91,7 @@ def main():
     a = ap.parse_args()
 
     rows = []
+    instant = {}  # the logical count depends on the configuration only, not on the run
     print("| run file | free RAM | configuration | read GB/s (live) | hit % live / sim timed / sim "
           "instant | MB/token live / sim timed / sim instant | timed sim vs live bytes |")
     print("|---|---|---|---:|---:|---:|---:|")
@@ -95,9 +102,7 @@ def main():
             rec = record(a.moeflow, trace, d["routing_request"], d["n_gen"], tmp)
             m = d["models"]["mixtral"]
             info = m["info"]
-            n_layers, n_expert = info["n_moe_layers"], info["n_expert"]
             for level, lv in m["levels"].items():
-                plan = lv["plan"]
                 for i, r in enumerate(lv["runs"]):
                     if not r.get("ok") or not r.get("n_slots"):
                         continue
@@ -110,22 +115,27 @@ def main():
                            if args[j].startswith("--")}
                     predictor = opt.get("--prefetch", "none")
                     policy, per_layer = r["policy"], bool(r["per_layer_budget"])
-                    rate = r["n_slots"] / (n_layers * n_expert)
+                    rate = cache_rate(info, r["n_slots"])
                     hw, prof = profile(tmp, f"live-{level}-{i}", r["achieved_read_GBps"],
                                        r["slot_bytes"], m["resident"]["compute_s_per_token"],
-                                       n_layers)
-                    sims = {}
-                    for label, h in (("timed", hw), ("instant", "instant")):
+                                       info["n_moe_layers"])
+
+                    def simulate(h):
                         out = json.loads(run([
                             a.moeflow, "sim", "-t", rec, "--policy", policy, "--predictor",
                             predictor, "--cache-rate", repr(rate), "--hw", h, "--max-prefetch",
                             "0", "--with-prefill", "--json",
                             *([] if per_layer else ["--global-budget"])]))["results"][0]
                         reads = out["demand_loads"] + out["prefetches"]
-                        sims[label] = {"hit_rate": out["hit_rate"], "experts_read": reads,
-                                       "prefetches": out["prefetches"],
-                                       "late_prefetch_hits": out.get("late_prefetch_hits", 0),
-                                       "bytes_per_token": reads * r["slot_bytes"] / d["n_gen"]}
+                        return {"hit_rate": out["hit_rate"], "experts_read": reads,
+                                "prefetches": out["prefetches"],
+                                "late_prefetch_hits": out.get("late_prefetch_hits", 0),
+                                "bytes_per_token": reads * r["slot_bytes"] / d["n_gen"]}
+
+                    key = (rec, policy, predictor, rate, per_layer, r["slot_bytes"], d["n_gen"])
+                    if key not in instant:
+                        instant[key] = simulate("instant")
+                    sims = {"timed": simulate(hw), "instant": instant[key]}
                     live_b = r["bytes_read_per_token"]
                     dev = sims["timed"]["bytes_per_token"] / live_b - 1
                     rows.append({"file": os.path.basename(path), "level": float(level), "rep": r["rep"],
