@@ -1,8 +1,11 @@
 #pragma once
 // Helpers shared by the micro-benchmarks: big cold buffers (larger than the last-level cache,
 // so every pass really streams from DRAM) filled quickly with valid data.
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -13,6 +16,27 @@ namespace moeflow::bench {
 
 // Total bytes a benchmark cycles through; above the 260 MB L3 this VM reports.
 constexpr size_t kColdBytes = size_t(640) << 20;
+
+// Anonymous memory, asked for in huge pages or kept in 4 KiB ones (MADV_NOHUGEPAGE, so a machine
+// whose transparent huge pages are "always" still measures the small pages).
+class Pages {
+ public:
+  Pages(size_t bytes, bool huge) : bytes_(bytes) {
+    p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p_ == MAP_FAILED) throw std::bad_alloc();
+    (void)::madvise(p_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    std::memset(p_, 1, bytes);
+  }
+  ~Pages() { ::munmap(p_, bytes_); }
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  const uint64_t* words() const { return static_cast<const uint64_t*>(p_); }
+  uint8_t* bytes() { return static_cast<uint8_t*>(p_); }
+
+ private:
+  void* p_;
+  size_t bytes_;
+};
 
 inline uint64_t next(uint64_t& s) {
   s ^= s << 13;

@@ -1,5 +1,7 @@
 // matvec / matmul throughput per weight type at Mixtral expert shapes. Reports the weight
-// bytes streamed per second; the weights cycle through kColdBytes so each call reads DRAM.
+// bytes streamed per second; the weights cycle through kColdBytes so each call reads DRAM, in
+// 2 MiB pages as the engine reads resident weights (and as BM_membw_read's bar, huge:1); until
+// 2026-12-02 they lay in 4 KiB pages, whose walk read ~2/3 of the huge-page bar on the VMs.
 //   bench_micro --benchmark_filter=matvec
 #include <benchmark/benchmark.h>
 
@@ -13,17 +15,18 @@ namespace moeflow::bench {
 namespace {
 
 struct Weights {
-  AlignedBuffer buf;
+  std::unique_ptr<Pages> buf;
   size_t mat_bytes = 0;
   int copies = 0;
+  uint8_t* copy(int k) { return buf->bytes() + (size_t)k * mat_bytes; }
 };
 
 Weights make(GgmlType t, int64_t rows, int64_t cols) {
   Weights w;
   w.mat_bytes = row_bytes(t, cols) * rows;
   w.copies = (int)std::max<size_t>(1, kColdBytes / w.mat_bytes);
-  w.buf.allocate(w.mat_bytes * w.copies, 4096);
-  fill_weights(t, w.buf.data(), w.mat_bytes * w.copies, 42 + (uint64_t)t);
+  w.buf = std::make_unique<Pages>(w.mat_bytes * w.copies, /*huge=*/true);
+  fill_weights(t, w.buf->bytes(), w.mat_bytes * w.copies, 42 + (uint64_t)t);
   return w;
 }
 
@@ -38,7 +41,7 @@ void BM_matvec(benchmark::State& st) {
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
   int k = 0;
   for (auto _ : st) {
-    matvec(t, w.buf.data() + (size_t)k * w.mat_bytes, rows, cols, x.data(), y.data(), pool.get());
+    matvec(t, w.copy(k), rows, cols, x.data(), y.data(), pool.get());
     benchmark::DoNotOptimize(y.data());
     k = (k + 1) % w.copies;
   }
@@ -82,8 +85,7 @@ void BM_matmul(benchmark::State& st) {
   std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
   int k = 0;
   for (auto _ : st) {
-    matmul(t, w.buf.data() + (size_t)k * w.mat_bytes, rows, cols, X.data(), n_tok, Y.data(),
-           pool.get());
+    matmul(t, w.copy(k), rows, cols, X.data(), n_tok, Y.data(), pool.get());
     benchmark::DoNotOptimize(Y.data());
     k = (k + 1) % w.copies;
   }

@@ -35,26 +35,6 @@ uint64_t sum_words(const uint64_t* p, size_t n) {
   return a + b + c + d;
 }
 
-// Anonymous memory, asked for in huge pages or kept in 4 KiB ones (MADV_NOHUGEPAGE, so a machine
-// whose transparent huge pages are "always" still measures the small pages).
-class Pages {
- public:
-  Pages(size_t bytes, bool huge) : bytes_(bytes) {
-    p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p_ == MAP_FAILED) throw std::bad_alloc();
-    (void)::madvise(p_, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    std::memset(p_, 1, bytes);
-  }
-  ~Pages() { ::munmap(p_, bytes_); }
-  Pages(const Pages&) = delete;
-  Pages& operator=(const Pages&) = delete;
-  const uint64_t* words() const { return static_cast<const uint64_t*>(p_); }
-
- private:
-  void* p_;
-  size_t bytes_;
-};
-
 void BM_membw_read(benchmark::State& st) {
   const int threads = (int)st.range(0);
   const Pages buf(kColdBytes, st.range(1) != 0);
