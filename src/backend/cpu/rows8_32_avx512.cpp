@@ -32,13 +32,6 @@ inline __m512i bcast8(const uint8_t* p) {
   return _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i*)p));
 }
 
-// MXFP4's values + 12 (0..24), unsigned: see Mxfp4::kUnsigned.
-constexpr std::array<uint8_t, 16> kMxfp4Plus12 = [] {
-  std::array<uint8_t, 16> t{};
-  for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kMxfp4Values[i] + 12);
-  return t;
-}();
-
 struct Mxfp4 {
   static constexpr size_t kBlockBytes = mxfp4_rows8::kBlockBytes;
   // The weights as unsigned bytes w + 12 against the signed quants, each vpdpbusd starting from
@@ -49,7 +42,7 @@ struct Mxfp4 {
   static void weights(const uint8_t* g, __m512i* w) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i table =
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)kMxfp4Plus12.data()));
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)mxfp4_rows8::kValuesPlus12.data()));
     const __m512i lo = _mm512_loadu_si512(g + mxfp4_rows8::kLowOff),
                   hi = _mm512_loadu_si512(g + mxfp4_rows8::kHighOff);
     w[0] = _mm512_shuffle_epi8(table, _mm512_and_si512(lo, m4));
@@ -119,9 +112,12 @@ inline void block(const uint8_t* g, const TokenBlock& y, __m512* acc) {
 
 template <class F>
 void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
-  // The weight stream is prefetched 8 blocks ahead into L2 (T1), as Q4_K_R8's
-  // (q4k_rows8_avx512.cpp).
-  constexpr size_t kB = F::kBlockBytes, kPrefetchBytes = 8 * kB;
+  // The weight stream is prefetched ~3 KiB ahead into L2 (T1), whole blocks (MXFP4_R8 23,
+  // Q8_0_R8 12), as the AVX2 kernels' kPrefetchAhead. It was 8 blocks, 1.1 KiB of MXFP4_R8: on the
+  // Emerald Rapids VM (bench_micro BM_matvec, 2 threads, 2 MiB pages, 2026-12-02) MXFP4_R8
+  // 2880 x 2880 streamed 20.6-22.4 GB/s at 8 blocks and 25.0-25.3 at 24; Q8_0_R8 14336 x 4096
+  // 27.2-28.8 at 8 blocks, 28.3-29.9 at 12, 27.1-29.5 at 24.
+  constexpr size_t kB = F::kBlockBytes, kPrefetchBytes = (3072 + kB - 1) / kB * kB;
   const uint8_t* g = static_cast<const uint8_t*>(w);
   const uint8_t* yu = q8_0_row_quants_u8(act, n);
   const float* da = q8_0_row_scales(act, n);
