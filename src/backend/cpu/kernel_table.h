@@ -38,10 +38,11 @@ inline size_t q8_0_activation_row_bytes(int64_t n) {
   return (q8_0_scales8_offset(n) + (size_t)(n / 32) * 32 + 63) & ~(size_t)63;
 }
 // MXFP4_R8's activation rows (mxfp4_rows8.h) append, at the next 64-byte boundary, per block
-// the 8 int32 -12 x (the sum of the quants of columns 4j .. 4j + 3): its AVX-512 kernel reads the
-// weights as unsigned bytes w + 12 (0..24) against the signed quants and starts each vpdpbusd
-// there, (w + 12) . y - 12 sum(y) = w . y, instead of computing -128 x sum(w) per weight vector.
-// Filled at that level only (matmul.cpp, quantize_into); the other levels leave them unread.
+// the 8 int32 -12 x (the sum of the quants of columns 4j .. 4j + 3): its AVX-512 and AVX2 kernels
+// read the weights as unsigned bytes w + 12 (0..24) against the signed quants and start each
+// vpdpbusd there (AVX-512) or add them to each vpmaddwd's sums (AVX2), (w + 12) . y - 12 sum(y) =
+// w . y, instead of -128 x sum(w) per weight vector or the sign trick. Filled at those levels
+// (matmul.cpp, quantize_into); the scalar level leaves them unread.
 inline size_t mxfp4_r8_corrections_offset(int64_t n) { return q8_0_activation_row_bytes(n); }
 inline size_t mxfp4_r8_activation_row_bytes(int64_t n) {
   return mxfp4_r8_corrections_offset(n) + (size_t)(n / 32) * 32;

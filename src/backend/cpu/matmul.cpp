@@ -36,9 +36,9 @@ void quantize_into(GgmlType w, const float* x, int64_t n, uint8_t* out) {
         std::fill(scales8 + 8 * b, scales8 + 8 * b + 8, scales[b]);
         for (int k = 0; k < QK8_0; ++k) qs[b * QK8_0 + k] = (uint8_t)blocks[b].qs[k] ^ 0x80;
       }
-      // Only the AVX-512 MXFP4_R8 kernel reads the corrections (AVX2 keeps the sign trick, the
-      // scalar level unpacks the groups); the row has their room at every level.
-      if (w == GgmlType::MXFP4_R8 && kernels::active_simd() >= kernels::Simd::Avx512) {
+      // The AVX2 and AVX-512 MXFP4_R8 kernels read the corrections (the scalar level unpacks
+      // the groups); the row has their room at every level.
+      if (w == GgmlType::MXFP4_R8 && kernels::active_simd() >= kernels::Simd::Avx2) {
         auto* corr = const_cast<int32_t*>(kernels::mxfp4_r8_row_corrections(out, n));
         for (int64_t b = 0; b < n / QK8_0; ++b)
           for (int j = 0; j < 8; ++j) {

@@ -19,16 +19,28 @@
 //
 // The same bytes as the 8 rows in GGUF layout (8 x 17 per block), so a tensor is repacked in
 // place. Rows past a matrix's last whole group keep the GGUF layout (and the MXFP4 kernels).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/nt_dispatch.h"
 
 namespace moeflow::kernels::mxfp4_rows8 {
 
 constexpr int kRows = 8;
 constexpr size_t kLowOff = 0, kHighOff = 64, kScaleOff = 128, kBlockBytes = 136;
 static_assert(kBlockBytes == kRows * 17, "a group's block is its 8 rows' MXFP4 blocks");
+
+// MXFP4's values + 12 (0..24), unsigned: the AVX2 and AVX-512 decode kernels' weight bytes
+// against the activation row's corrections (kernel_table.h, mxfp4_r8_row_corrections).
+namespace {  // beside kMxfp4Values (nt_dispatch.h), which has internal linkage
+constexpr std::array<uint8_t, 16> kValuesPlus12 = [] {
+  std::array<uint8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[i] = (uint8_t)(kMxfp4Values[i] + 12);
+  return t;
+}();
+}  // namespace
 
 // Rewrites `groups` groups of 8 MXFP4 rows of n columns (rows back to back, row_bytes apart)
 // into the layout above, in place.

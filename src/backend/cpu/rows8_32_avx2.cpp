@@ -1,9 +1,11 @@
 // AVX2 decode kernels of MXFP4_R8 (mxfp4_rows8.h) and Q8_0_R8 (q8_0_rows8.h): the AVX-512
 // kernels' plan (rows8_32_avx512.cpp) on each half of a group, rows 0-3 and rows 4-7 (bytes
 // 32h .. 32h + 31 of every 64-byte chunk), taking turns every 32 blocks: the two halves' 16
-// accumulators would not fit the 16 ymm registers. The integer sums of four are the AVX2
-// one-row kernels' own steps (|w| times y with w's sign, vpmaddubsw, vpmaddwd by ones), the
-// float steps per lane too, and the final tree is hsum's: the bits of the base type here.
+// accumulators would not fit the 16 ymm registers. The integer sums of four are the same exact
+// integers as the AVX2 one-row kernels' (Q8_0_R8: their own steps, |w| times y with w's sign,
+// vpmaddubsw, vpmaddwd by ones; MXFP4_R8: unsigned w + 12 times y, the activation row's
+// -12 x sum(y) per four added back, as the AVX-512 kernel), the float steps per lane too, and
+// the final tree is hsum's: the bits of the base type here.
 #include "backend/cpu/simd_intrinsics.h"
 
 #include <algorithm>
@@ -18,11 +20,19 @@ namespace {
 
 struct Mxfp4 {
   static constexpr size_t kBlockBytes = mxfp4_rows8::kBlockBytes;
-  // Half h's 4 vectors of 4 rows x 8 columns, signed.
+  // The weights as unsigned bytes w + 12 (0..24) against the signed quants, the activation row's
+  // -12 x sum(y) per four (kernel_table.h, mxfp4_r8_row_corrections) added to each sum of four:
+  // (w + 12) . y - 12 sum(y) = w . y, the integers of the sign trick in 4 instructions per vector
+  // instead of 6 (both vpsignb gone, one vpaddd). The kernel is bound by its instructions, not
+  // by memory; on the Emerald Rapids VM (2026-12-02, bench_micro BM_matvec_hot, one thread, 2
+  // interleaved pairs) 12.1-12.3 -> 12.5-12.6 GB/s, gpt-oss decode at AVX2 1.008x (neutral; on
+  // the Zen 4 it measured no faster). The rest is the scales' integer work and the unpacking.
+  static constexpr bool kUnsigned = true;
+  // Half h's 4 vectors of 4 rows x 8 columns.
   static void weights(const uint8_t* g, int h, __m256i* w) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i table =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)kMxfp4Values));
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i*)mxfp4_rows8::kValuesPlus12.data()));
     const __m256i lo = _mm256_loadu_si256((const __m256i*)(g + mxfp4_rows8::kLowOff + 32 * h));
     const __m256i hi = _mm256_loadu_si256((const __m256i*)(g + mxfp4_rows8::kHighOff + 32 * h));
     w[0] = _mm256_shuffle_epi8(table, _mm256_and_si256(lo, m4));
@@ -51,6 +61,7 @@ struct Mxfp4 {
 
 struct Q80 {
   static constexpr size_t kBlockBytes = q8_0_rows8::kBlockBytes;
+  static constexpr bool kUnsigned = false;  // signed quants: the sign trick
   static void weights(const uint8_t* g, int h, __m256i* w) {
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) w[k] = _mm256_loadu_si256((const __m256i*)(g + 64 * k + 32 * h));
@@ -64,20 +75,32 @@ struct Q80 {
   }
 };
 
-// One half (rows 4h .. 4h + 3) of group block g into acc[0..3]; y: the token's 32 quants.
+inline __m256i bcast8(const void* p) {
+  int64_t v;
+  __builtin_memcpy(&v, p, 8);
+  return _mm256_set1_epi64x(v);
+}
+
+// One half (rows 4h .. 4h + 3) of group block g into acc[0..3]; y: the token's 32 quants, corr:
+// its 8 corrections of the block (unsigned weights only).
 template <class F>
-inline void half_block(const uint8_t* g, int h, const int8_t* y, float da, __m256* acc) {
+inline void half_block(const uint8_t* g, int h, const int8_t* y, const int32_t* corr, float da,
+                       __m256* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i w[4];
   F::weights(g, h, w);
   const __m256 d = F::scales(g, h, da);
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
-    int64_t y8;
-    __builtin_memcpy(&y8, y + 8 * k, 8);
-    const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi64x(y8), w[k]);
-    const __m256i p =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), ys), ones);
+    __m256i p;
+    if constexpr (F::kUnsigned)
+      // Lane 2r + j: columns 8k + 4j .. 8k + 4j + 3 of row r, so correction 2k + j.
+      p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w[k], bcast8(y + 8 * k)), ones),
+                           bcast8(corr + 2 * k));
+    else
+      p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]),
+                                                 _mm256_sign_epi8(bcast8(y + 8 * k), w[k])),
+                            ones);
     acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[k]);
   }
 }
@@ -103,6 +126,8 @@ void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
   constexpr size_t kBlockBytes = F::kBlockBytes, kPrefetchBytes = kTurnBlocks * kBlockBytes;
   const BlockQ8_0* a = static_cast<const BlockQ8_0*>(act);
   const float* da = q8_0_row_scales(act, n);
+  const int32_t* corr = F::kUnsigned ? mxfp4_r8_row_corrections(act, n) : nullptr;
+  auto corr_of = [&](int64_t i) { return F::kUnsigned ? corr + 8 * i : nullptr; };
   const uint8_t* g0 = static_cast<const uint8_t*>(w);
   const int64_t nb = n / 32, pairs_end = nb & ~(int64_t)1;
   __m256 acc[2][8];  // per half: even[4], odd[4]
@@ -121,8 +146,8 @@ void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
         const char* ahead = (const char*)g + kPrefetchBytes + (h == 0 ? 0 : kBlockBytes);
 #pragma GCC unroll 5
         for (size_t l = 0; l < kBlockBytes + 64; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T1);
-        half_block<F>(g, h, a[i].qs, da[i], even);
-        half_block<F>(g + kBlockBytes, h, a[i + 1].qs, da[i + 1], odd);
+        half_block<F>(g, h, a[i].qs, corr_of(i), da[i], even);
+        half_block<F>(g + kBlockBytes, h, a[i + 1].qs, corr_of(i + 1), da[i + 1], odd);
       }
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) acc[h][k] = even[k], acc[h][4 + k] = odd[k];
@@ -131,7 +156,8 @@ void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
   for (int h = 0; h < 2; ++h) {
     // The last block of an odd count: the even lanes only, as the one-row kernels.
     if (pairs_end < nb)
-      half_block<F>(g0 + pairs_end * kBlockBytes, h, a[pairs_end].qs, da[pairs_end], acc[h]);
+      half_block<F>(g0 + pairs_end * kBlockBytes, h, a[pairs_end].qs, corr_of(pairs_end),
+                    da[pairs_end], acc[h]);
     finish_half(acc[h], acc[h] + 4, out + 4 * h);
   }
 }
