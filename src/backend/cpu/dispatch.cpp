@@ -68,6 +68,7 @@ struct Tables {
           level[l].rows_fn[k] = raw[m].rows_fn[k];
           level[l].rows[k] = raw[m].rows[k];
           level[l].rows_any_length[k] = raw[m].rows_any_length[k];
+          level[l].rows2_fn[k] = raw[m].rows2_fn[k];
         }
         if (raw[m].fn[k]) level[l].groups8[k] = raw[m].groups8[k];
         if (raw[m].fn[k] && raw[m].pack8[k] && raw[m].tile8[k]) {
@@ -108,8 +109,9 @@ RowsKernel rows_fn(GgmlType w) {
   const int id = type_slot(w);
   if (id < 0) return {};
   const DotTable& t = tables().level[(int)active_simd()];
-  return t.rows_fn[id] ? RowsKernel{t.rows_fn[id], t.rows[id], t.rows_any_length[id]}
-                       : RowsKernel{};
+  return t.rows_fn[id]
+             ? RowsKernel{t.rows_fn[id], t.rows[id], t.rows_any_length[id], t.rows2_fn[id]}
+             : RowsKernel{};
 }
 
 Tile8Kernel tile8_fn(GgmlType w) {

@@ -13,6 +13,7 @@ struct RowsKernel {
   RowsFn fn = nullptr;
   int rows = 0;
   bool any_length = false;  // chooses its own walk by row length: use it for short rows too
+  RowsFn fn2 = nullptr;     // optional: two groups of `rows` rows at once (kernel_table.h)
 };
 RowsKernel rows_fn(GgmlType w);
 // The 8-row prefill path matching dot_fn(w) bit for bit, or {} when there is none.

@@ -124,6 +124,11 @@ struct DotTable {
   // The multi-row kernel picks its own walk by row length (rows one after another below
   // kMultiRowMinBytes, interleaved above), so matvec uses it for rows of any length.
   bool rows_any_length[kTypeSlots] = {};
+  // Optional: two consecutive groups of rows_fn's R rows in one call (2R outputs), each group's
+  // arithmetic exactly rows_fn's, the two weight streams read side by side: a core running a
+  // compute-heavy kernel keeps more lines in flight from DRAM with two sequential streams than
+  // with one (rows8_32_avx512.cpp).
+  RowsFn rows2_fn[kTypeSlots] = {};
   // Optional 8-row prefill path (nullptr: none), same level as fn; packed bytes per block of the
   // weight type (256 columns for the K-quants).
   Pack8Fn pack8[kTypeSlots] = {};

@@ -163,6 +163,9 @@ void heads_matvec(const char* what, GgmlType w, const void* W, size_t head_bytes
       const uint8_t* a = act + (size_t)h * astride;
       float* yh = y + h * y_step;
       int64_t r = r0;
+      if (multi.fn2)
+        for (; r + 2 * multi.rows <= r1; r += 2 * multi.rows)
+          multi.fn2(cols, Wh + (size_t)r * wbytes, wbytes, a, yh + r);
       if (multi.fn)
         for (; r + multi.rows <= r1; r += multi.rows)
           multi.fn(cols, Wh + (size_t)r * wbytes, wbytes, a, yh + r);

@@ -119,6 +119,9 @@ inline void finish_half(const __m256* even, const __m256* odd, float* out4) {
 // Blocks per turn of the halves: 32 group blocks (4.3 KiB) are read from memory by the first
 // half and from L1 by the second, and the weights stream on without waiting for a whole group
 // (with one pass per half over the whole group, the DRAM rate fell below the GGUF kernel's).
+// Two groups per call (the AVX-512 kernel's rows8x2), each group's turn after the other's, was
+// slower here (Emerald Rapids VM, 2026-12-02, two threads from DRAM: Q8_0_R8 21-27 against 26.6
+// GB/s, MXFP4_R8 17-18 against 20.8): this level has no two-group kernel of these types.
 constexpr int64_t kTurnBlocks = 32;
 
 template <class F>

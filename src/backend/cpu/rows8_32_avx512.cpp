@@ -110,37 +110,8 @@ inline void block(const uint8_t* g, const TokenBlock& y, __m512* acc) {
   }
 }
 
-template <class F>
-void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
-  // The weight stream is prefetched ~3 KiB ahead into L2 (T1), whole blocks (MXFP4_R8 23,
-  // Q8_0_R8 12), as the AVX2 kernels' kPrefetchAhead. It was 8 blocks, 1.1 KiB of MXFP4_R8: on the
-  // Emerald Rapids VM (bench_micro BM_matvec, 2 threads, 2 MiB pages, 2026-12-02) MXFP4_R8
-  // 2880 x 2880 streamed 20.6-22.4 GB/s at 8 blocks and 25.0-25.3 at 24; Q8_0_R8 14336 x 4096
-  // 27.2-28.8 at 8 blocks, 28.3-29.9 at 12, 27.1-29.5 at 24.
-  constexpr size_t kB = F::kBlockBytes, kPrefetchBytes = (3072 + kB - 1) / kB * kB;
-  const uint8_t* g = static_cast<const uint8_t*>(w);
-  const uint8_t* yu = q8_0_row_quants_u8(act, n);
-  const float* da = q8_0_row_scales(act, n);
-  const BlockQ8_0* yb = static_cast<const BlockQ8_0*>(act);
-  const int32_t* corr = F::kUnsigned ? mxfp4_r8_row_corrections(act, n) : nullptr;
-  auto token = [&](int64_t i) {
-    return TokenBlock{yu + 32 * i, yb[i].qs, F::kUnsigned ? corr + 8 * i : nullptr, da[i]};
-  };
-  __m512 even[4], odd[4];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) even[k] = odd[k] = _mm512_setzero_ps();
-  const int64_t nb = n / 32;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2, g += 2 * kB) {
-#pragma GCC unroll 10
-    for (size_t l = 0; l < 2 * kB + 64; l += 64)
-      _mm_prefetch((const char*)g + kPrefetchBytes + l, _MM_HINT_T1);
-    block<F>(g, token(i), even);
-    block<F>(g + kB, token(i + 1), odd);
-  }
-  // The last block of an odd count: the even lanes only, as the one-row kernels.
-  if (i < nb) block<F>(g, token(i), even);
-  // hsum512's tree per row: lane j + lane j + 8 (even + odd), then j + j + 4, j + j + 2, j + j + 1.
+// hsum512's tree per row: lane j + lane j + 8 (even + odd), then j + j + 4, j + j + 2, j + j + 1.
+inline void finish(const __m512* even, const __m512* odd, float* out) {
   __m512 a[4];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) a[k] = _mm512_add_ps(even[k], odd[k]);
@@ -153,16 +124,112 @@ void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
                        _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0), s)));
 }
 
+// The activation row's views a kernel reads per block.
+template <class F>
+struct TokenRow {
+  const uint8_t* yu;
+  const float* da;
+  const BlockQ8_0* yb;
+  const int32_t* corr;
+  TokenRow(const void* act, int64_t n)
+      : yu(q8_0_row_quants_u8(act, n)),
+        da(q8_0_row_scales(act, n)),
+        yb(static_cast<const BlockQ8_0*>(act)),
+        corr(F::kUnsigned ? mxfp4_r8_row_corrections(act, n) : nullptr) {}
+  TokenBlock operator()(int64_t i) const {
+    return TokenBlock{yu + 32 * i, yb[i].qs, F::kUnsigned ? corr + 8 * i : nullptr, da[i]};
+  }
+};
+
+// The weight stream is prefetched ~3 KiB ahead into L2 (T1), whole blocks (MXFP4_R8 23,
+// Q8_0_R8 12), as the AVX2 kernels' kPrefetchAhead. It was 8 blocks, 1.1 KiB of MXFP4_R8: on the
+// Emerald Rapids VM (bench_micro BM_matvec, 2 threads, 2 MiB pages, 2026-12-02) MXFP4_R8
+// 2880 x 2880 streamed 20.6-22.4 GB/s at 8 blocks and 25.0-25.3 at 24; Q8_0_R8 14336 x 4096
+// 27.2-28.8 at 8 blocks, 28.3-29.9 at 12, 27.1-29.5 at 24.
+template <class F>
+constexpr size_t kPrefetchBytes = (3072 + F::kBlockBytes - 1) / F::kBlockBytes* F::kBlockBytes;
+
+template <class F>
+inline void prefetch_pair(const uint8_t* p) {
+#pragma GCC unroll 10
+  for (size_t l = 0; l < 2 * F::kBlockBytes + 64; l += 64)
+    _mm_prefetch((const char*)p + l, _MM_HINT_T1);
+}
+
+template <class F>
+void rows8(int64_t n, const void* w, size_t, const void* act, float* out) {
+  constexpr size_t kB = F::kBlockBytes;
+  const uint8_t* g = static_cast<const uint8_t*>(w);
+  const TokenRow<F> token(act, n);
+  __m512 even[4], odd[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) even[k] = odd[k] = _mm512_setzero_ps();
+  const int64_t nb = n / 32;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2, g += 2 * kB) {
+    prefetch_pair<F>(g + kPrefetchBytes<F>);
+    block<F>(g, token(i), even);
+    block<F>(g + kB, token(i + 1), odd);
+  }
+  // The last block of an odd count: the even lanes only, as the one-row kernels.
+  if (i < nb) block<F>(g, token(i), even);
+  finish(even, odd, out);
+}
+
+// Two consecutive groups (16 rows), block by block side by side: each group's operations are
+// rows8's, in its order, so its bits too. What changes is the memory side: two sequential
+// weight streams instead of one. On the Emerald Rapids VM (2026-12-02, a synthetic stream of
+// 512-bit loads with k vpdpbusd per line, two threads, 2 MiB pages) one stream read 34.0 / 32.4 /
+// 31.1 / 29.0 GB/s at k = 0 / 4 / 8 / 12 and two streams 24-64 KiB apart 36.1-37.3 / 34.6-36.1 /
+// 34.3-36.3 / 31.2-33.2 (the membw bar 35-37): a core busy computing keeps more lines in flight
+// with two streams. Each stream's prefetch that runs past its group skips the other group, so
+// the next call's two groups (matvec walks a thread's rows front to back, 16 at a time) are on
+// their way when it starts.
+template <class F>
+void rows8x2(int64_t n, const void* w, size_t, const void* act, float* out) {
+  constexpr size_t kB = F::kBlockBytes;
+  const int64_t nb = n / 32;
+  const size_t group = (size_t)nb * kB;
+  const uint8_t* ga = static_cast<const uint8_t*>(w);
+  const uint8_t* gb = ga + group;
+  const uint8_t* const a_end = gb;
+  const uint8_t* const b_end = gb + group;
+  const TokenRow<F> token(act, n);
+  __m512 ea[4], oa[4], eb[4], ob[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) ea[k] = oa[k] = eb[k] = ob[k] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2, ga += 2 * kB, gb += 2 * kB) {
+    const uint8_t* pa = ga + kPrefetchBytes<F>;
+    const uint8_t* pb = gb + kPrefetchBytes<F>;
+    prefetch_pair<F>(pa < a_end ? pa : pa + group);
+    prefetch_pair<F>(pb < b_end ? pb : pb + group);
+    const TokenBlock t0 = token(i), t1 = token(i + 1);
+    block<F>(ga, t0, ea);
+    block<F>(gb, t0, eb);
+    block<F>(ga + kB, t1, oa);
+    block<F>(gb + kB, t1, ob);
+  }
+  if (i < nb) {
+    block<F>(ga, token(i), ea);
+    block<F>(gb, token(i), eb);
+  }
+  finish(ea, oa, out);
+  finish(eb, ob, out + 8);
+}
+
 }  // namespace
 
 void fill_avx512_mxfp4_rows8(DotTable& t) {
   fill_mxfp4_rows8_unpacked(t);  // rows past the last group, and prefill (mxfp4_rows8.cpp)
   t.rows_fn[kMxfp4R8Slot] = rows8<Mxfp4>;
+  t.rows2_fn[kMxfp4R8Slot] = rows8x2<Mxfp4>;
 }
 
 void fill_avx512_q8_0_rows8(DotTable& t) {
   fill_q8_0_rows8_unpacked(t);  // rows past the last group, and prefill (q8_0_rows8.cpp)
   t.rows_fn[kQ80R8Slot] = rows8<Q80>;
+  t.rows2_fn[kQ80R8Slot] = rows8x2<Q80>;
 }
 
 }  // namespace moeflow::kernels
