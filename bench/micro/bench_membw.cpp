@@ -6,10 +6,8 @@
 // then showed decode at 103-134% of "the bandwidth": bench/REPORT-simd-levels.md).
 //   bench_micro --benchmark_filter=membw
 #include <benchmark/benchmark.h>
-#include <sys/mman.h>
 
 #include <memory>
-#include <new>
 #include <thread>
 #include <vector>
 

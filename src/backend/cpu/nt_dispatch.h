@@ -60,6 +60,16 @@ static_assert(kMaxTokens == 8, "MOEFLOW_DOT_FN / MOEFLOW_DOT_FN8 handle up to 8 
 // files, and one shared inline copy could carry AVX-512 code into the scalar path.
 namespace {
 
+// Where a stream of a two-group matvec kernel (kernel_table.h, rows2_fn: two consecutive groups
+// of group_bytes each, walked side by side) prefetches: `ahead` bytes past p, or, once that runs
+// past the end of the stream's own group, as far into the group after the other one, which is the
+// next call's group of this stream (matvec walks a thread's rows front to back).
+inline const uint8_t* two_group_ahead(const uint8_t* p, size_t ahead, const uint8_t* group_end,
+                                      size_t group_bytes) {
+  const uint8_t* q = p + ahead;
+  return q < group_end ? q : q + group_bytes;
+}
+
 template <typename T>
 inline const T* act_row(const void* a, size_t stride, int t) {
   return reinterpret_cast<const T*>(static_cast<const uint8_t*>(a) + (size_t)t * stride);

@@ -139,16 +139,14 @@ void rows8x2_q4_k(int64_t n, const void* w, size_t, const void* act, float* out)
   const size_t group = (size_t)nb * kBlockBytes;
   const uint8_t* ga = static_cast<const uint8_t*>(w);
   const uint8_t* gb = ga + group;
-  const uint8_t* const a_end = gb;
+  const uint8_t* const a_end = gb;  // group A ends where group B starts
   const uint8_t* const b_end = gb + group;
   const Controls c;
   const BlockQ8_K* a[1] = {static_cast<const BlockQ8_K*>(act)};
   __m256 acc_a[1] = {_mm256_setzero_ps()}, acc_b[1] = {_mm256_setzero_ps()};
   for (int64_t i = 0; i < nb; ++i, ga += kBlockBytes, gb += kBlockBytes) {
-    const uint8_t* pa = ga + kPrefetchBytes;
-    const uint8_t* pb = gb + kPrefetchBytes;
-    prefetch_block(pa < a_end ? pa : pa + group);
-    prefetch_block(pb < b_end ? pb : pb + group);
+    prefetch_block(two_group_ahead(ga, kPrefetchBytes, a_end, group));
+    prefetch_block(two_group_ahead(gb, kPrefetchBytes, b_end, group));
     group_block<1>(ga, a, i, c, acc_a);
     group_block<1>(gb, a, i, c, acc_b);
   }

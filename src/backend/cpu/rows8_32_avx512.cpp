@@ -147,7 +147,7 @@ struct TokenRow {
 // 2880 x 2880 streamed 20.6-22.4 GB/s at 8 blocks and 25.0-25.3 at 24; Q8_0_R8 14336 x 4096
 // 27.2-28.8 at 8 blocks, 28.3-29.9 at 12, 27.1-29.5 at 24.
 template <class F>
-constexpr size_t kPrefetchBytes = (3072 + F::kBlockBytes - 1) / F::kBlockBytes* F::kBlockBytes;
+constexpr size_t kPrefetchBytes = F::kBlockBytes*((3072 + F::kBlockBytes - 1) / F::kBlockBytes);
 
 template <class F>
 inline void prefetch_pair(const uint8_t* p) {
@@ -192,7 +192,7 @@ void rows8x2(int64_t n, const void* w, size_t, const void* act, float* out) {
   const size_t group = (size_t)nb * kB;
   const uint8_t* ga = static_cast<const uint8_t*>(w);
   const uint8_t* gb = ga + group;
-  const uint8_t* const a_end = gb;
+  const uint8_t* const a_end = gb;  // group A ends where group B starts
   const uint8_t* const b_end = gb + group;
   const TokenRow<F> token(act, n);
   __m512 ea[4], oa[4], eb[4], ob[4];
@@ -200,10 +200,8 @@ void rows8x2(int64_t n, const void* w, size_t, const void* act, float* out) {
   for (int k = 0; k < 4; ++k) ea[k] = oa[k] = eb[k] = ob[k] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2, ga += 2 * kB, gb += 2 * kB) {
-    const uint8_t* pa = ga + kPrefetchBytes<F>;
-    const uint8_t* pb = gb + kPrefetchBytes<F>;
-    prefetch_pair<F>(pa < a_end ? pa : pa + group);
-    prefetch_pair<F>(pb < b_end ? pb : pb + group);
+    prefetch_pair<F>(two_group_ahead(ga, kPrefetchBytes<F>, a_end, group));
+    prefetch_pair<F>(two_group_ahead(gb, kPrefetchBytes<F>, b_end, group));
     const TokenBlock t0 = token(i), t1 = token(i + 1);
     block<F>(ga, t0, ea);
     block<F>(gb, t0, eb);
@@ -211,8 +209,9 @@ void rows8x2(int64_t n, const void* w, size_t, const void* act, float* out) {
     block<F>(gb + kB, t1, ob);
   }
   if (i < nb) {
-    block<F>(ga, token(i), ea);
-    block<F>(gb, token(i), eb);
+    const TokenBlock t = token(i);
+    block<F>(ga, t, ea);
+    block<F>(gb, t, eb);
   }
   finish(ea, oa, out);
   finish(eb, ob, out + 8);
